@@ -1,0 +1,75 @@
+//! `perfpipe-core`: a streaming runtime of batch-at-a-time stages.
+//!
+//! A pipeline is one [`Source`], any number of [`Stage`]s and one [`Sink`], each on its own named OS
+//! thread, joined by bounded `crossbeam_channel` channels that carry [`Batch`]es: a byte buffer plus
+//! the [`Span`]s of the records framed in it. Built with [`Pipeline`], run with [`Pipeline::spawn`] or
+//! [`Pipeline::run`], and measured by the runner per stage ([`StageMetrics`], [`Report`]).
+//!
+//! This crate knows nothing of any data format: a span's `kind` and `tag` mean what the stages that
+//! frame records say they mean.
+//!
+//! ```
+//! use perfpipe_core::{Batch, Flow, Out, Pipeline, Settings, Sink, Source, Span, Stage, StageError};
+//!
+//! /// Emits three one-byte records per batch, two batches.
+//! struct Letters(u32);
+//! impl Source for Letters {
+//!     fn produce(&mut self, out: &mut Out<'_>) -> Result<Flow, StageError> {
+//!         if self.0 == 2 { return Ok(Flow::Stop) }
+//!         self.0 += 1;
+//!         let mut b = out.take();
+//!         for (i, c) in b"abc".iter().enumerate() {
+//!             b.data.push(*c);
+//!             b.spans.push(Span { start: i as u32, len: 1, kind: 0, tag: 0 });
+//!         }
+//!         out.push(b);
+//!         Ok(Flow::Continue)
+//!     }
+//! }
+//!
+//! /// Drops every `b`.
+//! struct DropB;
+//! impl Stage for DropB {
+//!     fn process(&mut self, mut batch: Batch, out: &mut Out<'_>) -> Result<Flow, StageError> {
+//!         let data = std::mem::take(&mut batch.data);
+//!         batch.spans.retain(|s| data[s.range()] != *b"b");
+//!         batch.data = data;
+//!         out.push(batch);
+//!         Ok(Flow::Continue)
+//!     }
+//! }
+//!
+//! /// Collects the output.
+//! struct Collect(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+//! impl Sink for Collect {
+//!     fn consume(&mut self, batch: &Batch) -> Result<Flow, StageError> {
+//!         batch.runs().for_each(|r| self.0.lock().unwrap().extend_from_slice(r));
+//!         Ok(Flow::Continue)
+//!     }
+//! }
+//!
+//! let got = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+//! let report = Pipeline::new(Settings::default())
+//!     .source("letters", Letters(0))
+//!     .stage("drop-b", DropB)
+//!     .sink("collect", Collect(got.clone()))
+//!     .run();
+//! assert!(report.is_ok(), "{:?}", report.errors);
+//! assert_eq!(&*got.lock().unwrap(), b"acac");
+//! let drop_b = &report.stages[1];
+//! assert_eq!((drop_b.input.records, drop_b.output.records), (6, 4));
+//! ```
+
+#![deny(missing_docs)]
+
+mod batch;
+mod metrics;
+mod pipeline;
+mod stage;
+
+pub use batch::{Batch, BatchContext, BufferPool, Runs, Span};
+pub use metrics::{
+    render_table, Counter, FlowSnapshot, StageMetrics, StageSnapshot, KIND_SLOTS,
+};
+pub use pipeline::{End, Error, Pipeline, Report, Running, Settings};
+pub use stage::{Flow, Out, Sink, Source, Stage, StageError};

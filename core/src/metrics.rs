@@ -1,0 +1,284 @@
+//! Per-stage metrics, counted by the runner.
+//!
+//! Every stage gets a [`StageMetrics`]: batches, records and bytes in and out, records per kind in and
+//! out, and the time its thread spent *working*, *starved* (waiting on an empty input) and *blocked*
+//! (waiting on a full output), plus the fill of its output queue. All are relaxed atomics updated once
+//! per batch, so they can be read while the pipeline runs. Stages add their own [`Counter`]s.
+
+use std::fmt::Write as _;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Number of distinct record kinds counted individually; larger kinds are counted in the last slot.
+pub const KIND_SLOTS: usize = 256;
+
+/// A stage-specific counter (e.g. `build_ids_injected`), shared between the stage and the runner.
+#[derive(Clone, Debug, Default)]
+pub struct Counter(Arc<AtomicU64>);
+
+impl Counter {
+    /// A new counter at zero.
+    pub fn new() -> Counter {
+        Counter::default()
+    }
+    /// Adds `n`. Call it once per batch with a local sum, not once per record.
+    #[inline]
+    pub fn add(&self, n: u64) {
+        self.0.fetch_add(n, Relaxed);
+    }
+    /// The current value.
+    pub fn get(&self) -> u64 {
+        self.0.load(Relaxed)
+    }
+}
+
+/// Counts of one direction (in or out) of a stage.
+#[derive(Debug)]
+pub(crate) struct Flow {
+    batches: AtomicU64,
+    records: AtomicU64,
+    bytes: AtomicU64,
+    kinds: Box<[AtomicU64]>,
+}
+
+impl Default for Flow {
+    fn default() -> Flow {
+        Flow {
+            batches: AtomicU64::new(0),
+            records: AtomicU64::new(0),
+            bytes: AtomicU64::new(0),
+            kinds: (0..KIND_SLOTS).map(|_| AtomicU64::new(0)).collect(),
+        }
+    }
+}
+
+impl Flow {
+    /// Counts one batch: one pass over its spans, then one atomic add per field and per kind seen.
+    pub(crate) fn count(&self, batch: &crate::Batch) {
+        self.batches.fetch_add(1, Relaxed);
+        if batch.spans.is_empty() {
+            self.bytes.fetch_add(batch.payload().len() as u64, Relaxed);
+            return;
+        }
+        let mut kinds = [0u32; KIND_SLOTS];
+        let mut bytes = 0u64;
+        for s in &batch.spans {
+            bytes += u64::from(s.len);
+            kinds[(s.kind as usize).min(KIND_SLOTS - 1)] += 1;
+        }
+        self.records.fetch_add(batch.spans.len() as u64, Relaxed);
+        self.bytes.fetch_add(bytes, Relaxed);
+        for (slot, &n) in self.kinds.iter().zip(kinds.iter()) {
+            if n != 0 {
+                slot.fetch_add(u64::from(n), Relaxed);
+            }
+        }
+    }
+
+    fn snapshot(&self) -> FlowSnapshot {
+        FlowSnapshot {
+            batches: self.batches.load(Relaxed),
+            records: self.records.load(Relaxed),
+            bytes: self.bytes.load(Relaxed),
+            kinds: self
+                .kinds
+                .iter()
+                .enumerate()
+                .filter_map(|(k, n)| {
+                    let n = n.load(Relaxed);
+                    (n != 0).then_some((k as u32, n))
+                })
+                .collect(),
+        }
+    }
+}
+
+/// The live metrics of one stage. Cheap to clone (shared).
+#[derive(Clone, Debug)]
+pub struct StageMetrics {
+    inner: Arc<Inner>,
+}
+
+#[derive(Debug)]
+struct Inner {
+    name: String,
+    input: Flow,
+    output: Flow,
+    working_ns: AtomicU64,
+    starved_ns: AtomicU64,
+    blocked_ns: AtomicU64,
+    queue_samples: AtomicU64,
+    queue_fill_sum: AtomicU64,
+    queue_fill_max: AtomicU64,
+    queue_capacity: u64,
+    counters: Vec<(&'static str, Counter)>,
+}
+
+impl StageMetrics {
+    pub(crate) fn new(
+        name: String,
+        queue_capacity: usize,
+        counters: Vec<(&'static str, Counter)>,
+    ) -> StageMetrics {
+        StageMetrics {
+            inner: Arc::new(Inner {
+                name,
+                input: Flow::default(),
+                output: Flow::default(),
+                working_ns: AtomicU64::new(0),
+                starved_ns: AtomicU64::new(0),
+                blocked_ns: AtomicU64::new(0),
+                queue_samples: AtomicU64::new(0),
+                queue_fill_sum: AtomicU64::new(0),
+                queue_fill_max: AtomicU64::new(0),
+                queue_capacity: queue_capacity as u64,
+                counters,
+            }),
+        }
+    }
+
+    pub(crate) fn input(&self) -> &Flow {
+        &self.inner.input
+    }
+    pub(crate) fn output(&self) -> &Flow {
+        &self.inner.output
+    }
+    pub(crate) fn add_times(&self, working: Duration, starved: Duration, blocked: Duration) {
+        let i = &self.inner;
+        i.working_ns.fetch_add(working.as_nanos() as u64, Relaxed);
+        i.starved_ns.fetch_add(starved.as_nanos() as u64, Relaxed);
+        i.blocked_ns.fetch_add(blocked.as_nanos() as u64, Relaxed);
+    }
+    pub(crate) fn sample_queue(&self, len: usize) {
+        let i = &self.inner;
+        i.queue_samples.fetch_add(1, Relaxed);
+        i.queue_fill_sum.fetch_add(len as u64, Relaxed);
+        i.queue_fill_max.fetch_max(len as u64, Relaxed);
+    }
+
+    /// The stage's name.
+    pub fn name(&self) -> &str {
+        &self.inner.name
+    }
+
+    /// A consistent-enough copy of the current values (each field is read atomically).
+    pub fn snapshot(&self) -> StageSnapshot {
+        let i = &self.inner;
+        let samples = i.queue_samples.load(Relaxed);
+        StageSnapshot {
+            name: i.name.clone(),
+            input: i.input.snapshot(),
+            output: i.output.snapshot(),
+            working: Duration::from_nanos(i.working_ns.load(Relaxed)),
+            starved: Duration::from_nanos(i.starved_ns.load(Relaxed)),
+            blocked: Duration::from_nanos(i.blocked_ns.load(Relaxed)),
+            queue_capacity: i.queue_capacity,
+            queue_fill_avg: if samples == 0 {
+                0.0
+            } else {
+                i.queue_fill_sum.load(Relaxed) as f64 / samples as f64
+            },
+            queue_fill_max: i.queue_fill_max.load(Relaxed),
+            counters: i.counters.iter().map(|(n, c)| (*n, c.get())).collect(),
+        }
+    }
+}
+
+/// Counts of one direction of a stage at one moment.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct FlowSnapshot {
+    /// Batches.
+    pub batches: u64,
+    /// Records (spans); raw batches count none.
+    pub records: u64,
+    /// Stream bytes.
+    pub bytes: u64,
+    /// Records per kind, as `(kind, count)` for every kind seen, ascending. Kinds at or above
+    /// [`KIND_SLOTS`]` - 1` share the last slot.
+    pub kinds: Vec<(u32, u64)>,
+}
+
+/// The metrics of one stage at one moment.
+#[derive(Clone, Debug)]
+pub struct StageSnapshot {
+    /// Stage name.
+    pub name: String,
+    /// What came in (nothing for a source).
+    pub input: FlowSnapshot,
+    /// What went out (nothing for a sink).
+    pub output: FlowSnapshot,
+    /// Time spent in the stage's own code.
+    pub working: Duration,
+    /// Time spent waiting on an empty input queue.
+    pub starved: Duration,
+    /// Time spent waiting on a full output queue.
+    pub blocked: Duration,
+    /// Capacity of the output queue, in batches (0 for a sink).
+    pub queue_capacity: u64,
+    /// Mean number of batches already queued at each send.
+    pub queue_fill_avg: f64,
+    /// Largest number of batches already queued at a send.
+    pub queue_fill_max: u64,
+    /// The stage's own counters.
+    pub counters: Vec<(&'static str, u64)>,
+}
+
+impl StageSnapshot {
+    /// Working + starved + blocked.
+    pub fn total(&self) -> Duration {
+        self.working + self.starved + self.blocked
+    }
+
+    fn pct(&self, d: Duration) -> f64 {
+        let t = self.total().as_secs_f64();
+        if t == 0.0 {
+            0.0
+        } else {
+            100.0 * d.as_secs_f64() / t
+        }
+    }
+}
+
+/// Formats snapshots as the per-stage table printed by `--stats`.
+pub fn render_table(stages: &[StageSnapshot], wall: Duration) -> String {
+    let mut s = String::new();
+    let _ = writeln!(
+        s,
+        "{:<10} {:>12} {:>12} {:>10} {:>9} {:>6} {:>6} {:>6} {:>9}",
+        "stage", "records in", "records out", "MB out", "MB/s", "work%", "starv%", "block%", "queue"
+    );
+    for st in stages {
+        let bytes = if st.output.batches > 0 {
+            st.output.bytes
+        } else {
+            st.input.bytes
+        };
+        let mb = bytes as f64 / 1e6;
+        let secs = wall.as_secs_f64();
+        let rate = if secs > 0.0 { mb / secs } else { 0.0 };
+        let queue = if st.queue_capacity == 0 {
+            "-".to_string()
+        } else {
+            format!("{:.1}/{}", st.queue_fill_avg, st.queue_capacity)
+        };
+        let _ = writeln!(
+            s,
+            "{:<10} {:>12} {:>12} {:>10.1} {:>9.1} {:>6.1} {:>6.1} {:>6.1} {:>9}",
+            st.name,
+            st.input.records,
+            st.output.records,
+            mb,
+            rate,
+            st.pct(st.working),
+            st.pct(st.starved),
+            st.pct(st.blocked),
+            queue
+        );
+        for (name, v) in &st.counters {
+            let _ = writeln!(s, "{:<10}   {name} = {v}", "");
+        }
+    }
+    let _ = write!(s, "wall {:.3} s", wall.as_secs_f64());
+    s
+}

@@ -1,0 +1,549 @@
+//! The pipeline builder and runner.
+//!
+//! [`Pipeline`] chains one [`Source`], any number of [`Stage`]s and one [`Sink`]. [`Pipeline::spawn`]
+//! runs each on its own named OS thread, joined by `crossbeam_channel::bounded` channels of
+//! [`Batch`]es. The runner owns the threads, the channels and the counting:
+//!
+//! - **End of stream** travels by disconnection: when a stage's input channel is empty and every
+//!   sender is gone, the stage is flushed and drops its own sender, which ends the next stage.
+//! - **Early stop** ([`Flow::Stop`]): the stage is flushed and closes its output like at end of stream,
+//!   and drops its input, so the stage before it stops at its next send.
+//! - **Errors and panics** end the failing stage the same way, without flushing it. Everything it
+//!   emitted before the error still reaches the sink; upstream stages stop at their next send. The
+//!   error is reported with the stage's name, and no error is lost: [`Report::errors`] holds all of
+//!   them in the order they happened.
+//! - A source blocked in a read when the rest of the pipeline has ended is left behind (detached)
+//!   rather than waited for; [`Report::ends`] says so.
+
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use crossbeam_channel::{Receiver, Sender};
+
+use crate::batch::{Batch, BufferPool};
+use crate::metrics::{StageMetrics, StageSnapshot};
+use crate::stage::{Flow, Out, Sink, Source, Stage, StageError};
+
+/// Tunables of a pipeline.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Settings {
+    /// Target size of a batch in bytes; sources read this much at a time.
+    pub batch_bytes: usize,
+    /// Capacity of each channel between two stages, in batches.
+    pub queue_capacity: usize,
+}
+
+impl Default for Settings {
+    fn default() -> Settings {
+        Settings {
+            batch_bytes: 256 * 1024,
+            queue_capacity: 4,
+        }
+    }
+}
+
+impl Settings {
+    /// The most batches that can be alive at once in a pipeline of `stages` threads: one in each
+    /// queue slot plus one being worked on by each thread, plus the idle pool. Multiply by
+    /// `batch_bytes` for the memory bound of the batch buffers.
+    pub fn max_batches(&self, stages: usize) -> usize {
+        stages.saturating_sub(1) * self.queue_capacity + stages + self.pool_capacity(stages)
+    }
+
+    fn pool_capacity(&self, stages: usize) -> usize {
+        stages + self.queue_capacity
+    }
+}
+
+/// An error reported by the runner.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// A stage returned an error.
+    #[error("{stage}: {source}")]
+    Stage {
+        /// Name of the stage.
+        stage: String,
+        /// What the stage reported.
+        #[source]
+        source: StageError,
+    },
+    /// A stage panicked.
+    #[error("{stage}: panicked: {message}")]
+    Panic {
+        /// Name of the stage.
+        stage: String,
+        /// The panic message, when it was a string.
+        message: String,
+    },
+    /// The pipeline was built without a source or without a sink.
+    #[error("a pipeline needs a source and a sink")]
+    Incomplete,
+    /// A stage thread could not be started.
+    #[error("{stage}: cannot start thread: {source}")]
+    Spawn {
+        /// Name of the stage.
+        stage: String,
+        /// The OS error.
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+impl Error {
+    /// The name of the stage the error belongs to, if any.
+    pub fn stage(&self) -> Option<&str> {
+        match self {
+            Error::Stage { stage, .. } | Error::Panic { stage, .. } | Error::Spawn { stage, .. } => {
+                Some(stage)
+            }
+            Error::Incomplete => None,
+        }
+    }
+}
+
+/// How a stage's thread ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum End {
+    /// Its input ended (or, for a source, its input was exhausted).
+    Eof,
+    /// It returned [`Flow::Stop`].
+    Stopped,
+    /// The stage after it had gone, so it stopped.
+    DownstreamClosed,
+    /// The pipeline was cancelled ([`Running::cancel`]).
+    Cancelled,
+    /// It returned an error or panicked.
+    Failed,
+    /// It had not ended when the rest of the pipeline had (a source blocked in a read).
+    Detached,
+}
+
+/// The result of a run: final metrics, how each stage ended and every error.
+#[derive(Debug)]
+pub struct Report {
+    /// Final metrics, in pipeline order.
+    pub stages: Vec<StageSnapshot>,
+    /// How each stage ended, in pipeline order.
+    pub ends: Vec<End>,
+    /// Every error, in the order the runner saw them. The first is the cause of the end.
+    pub errors: Vec<Error>,
+    /// Wall time from spawn to the end.
+    pub wall: Duration,
+}
+
+impl Report {
+    /// Whether every stage ended normally.
+    pub fn is_ok(&self) -> bool {
+        self.errors.is_empty()
+    }
+}
+
+enum Node {
+    Source(Box<dyn Source>),
+    Stage(Box<dyn Stage>),
+    Sink(Box<dyn Sink>),
+}
+
+/// Builds a pipeline: `source → stage* → sink`.
+///
+/// ```
+/// use perfpipe_core::{Batch, Flow, Out, Pipeline, Settings, Sink, Source, StageError};
+///
+/// struct Numbers(u8);
+/// impl Source for Numbers {
+///     fn produce(&mut self, out: &mut Out<'_>) -> Result<Flow, StageError> {
+///         if self.0 == 0 { return Ok(Flow::Stop) }
+///         let mut b = out.take();
+///         b.data.push(self.0);
+///         self.0 -= 1;
+///         out.push(b);
+///         Ok(Flow::Continue)
+///     }
+/// }
+/// struct Sum(std::sync::Arc<std::sync::atomic::AtomicU64>);
+/// impl Sink for Sum {
+///     fn consume(&mut self, b: &Batch) -> Result<Flow, StageError> {
+///         self.0.fetch_add(b.payload()[0] as u64, std::sync::atomic::Ordering::Relaxed);
+///         Ok(Flow::Continue)
+///     }
+/// }
+/// let total = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+/// let report = Pipeline::new(Settings::default())
+///     .source("numbers", Numbers(4))
+///     .sink("sum", Sum(total.clone()))
+///     .run();
+/// assert!(report.is_ok());
+/// assert_eq!(total.load(std::sync::atomic::Ordering::Relaxed), 4 + 3 + 2 + 1);
+/// assert_eq!(report.stages[1].input.batches, 4);
+/// ```
+pub struct Pipeline {
+    settings: Settings,
+    nodes: Vec<(String, Node)>,
+}
+
+impl std::fmt::Debug for Pipeline {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let names: Vec<&str> = self.nodes.iter().map(|(n, _)| n.as_str()).collect();
+        f.debug_struct("Pipeline")
+            .field("settings", &self.settings)
+            .field("nodes", &names)
+            .finish()
+    }
+}
+
+impl Pipeline {
+    /// An empty pipeline with these settings.
+    pub fn new(settings: Settings) -> Pipeline {
+        Pipeline {
+            settings,
+            nodes: Vec::new(),
+        }
+    }
+
+    /// Sets the source (the first node). Replaces any previous source.
+    pub fn source(mut self, name: impl Into<String>, source: impl Source + 'static) -> Pipeline {
+        self.nodes.retain(|(_, n)| !matches!(n, Node::Source(_)));
+        self.nodes
+            .insert(0, (name.into(), Node::Source(Box::new(source))));
+        self
+    }
+
+    /// Appends a transform stage.
+    pub fn stage(self, name: impl Into<String>, stage: impl Stage + 'static) -> Pipeline {
+        self.boxed_stage(name, Box::new(stage))
+    }
+
+    /// Appends a boxed transform stage (as built from a registry).
+    pub fn boxed_stage(mut self, name: impl Into<String>, stage: Box<dyn Stage>) -> Pipeline {
+        let at = self
+            .nodes
+            .iter()
+            .position(|(_, n)| matches!(n, Node::Sink(_)))
+            .unwrap_or(self.nodes.len());
+        self.nodes.insert(at, (name.into(), Node::Stage(stage)));
+        self
+    }
+
+    /// Sets the sink (the last node). Replaces any previous sink.
+    pub fn sink(mut self, name: impl Into<String>, sink: impl Sink + 'static) -> Pipeline {
+        self.nodes.retain(|(_, n)| !matches!(n, Node::Sink(_)));
+        self.nodes.push((name.into(), Node::Sink(Box::new(sink))));
+        self
+    }
+
+    /// Spawns and waits: `self.spawn()?.wait()`, with a spawn failure reported in the [`Report`].
+    pub fn run(self) -> Report {
+        match self.spawn() {
+            Ok(running) => running.wait(),
+            Err(e) => Report {
+                stages: Vec::new(),
+                ends: Vec::new(),
+                errors: vec![e],
+                wall: Duration::ZERO,
+            },
+        }
+    }
+
+    /// Starts one thread per node and returns at once.
+    ///
+    /// # Errors
+    /// [`Error::Incomplete`] without a source or a sink; [`Error::Spawn`] if a thread cannot start
+    /// (the threads already started are then ended by disconnection).
+    pub fn spawn(self) -> Result<Running, Error> {
+        let n = self.nodes.len();
+        let complete = n >= 2
+            && matches!(self.nodes[0].1, Node::Source(_))
+            && matches!(self.nodes[n - 1].1, Node::Sink(_));
+        if !complete {
+            return Err(Error::Incomplete);
+        }
+        let settings = self.settings;
+        let pool = BufferPool::new(settings.pool_capacity(n), settings.batch_bytes);
+        let cancel = Arc::new(AtomicBool::new(false));
+        let (done_tx, done_rx) = crossbeam_channel::unbounded();
+        let started = Instant::now();
+
+        let mut metrics = Vec::with_capacity(n);
+        let mut handles = Vec::with_capacity(n);
+        let mut upstream: Option<Receiver<Batch>> = None;
+        for (index, (name, node)) in self.nodes.into_iter().enumerate() {
+            let counters = match &node {
+                Node::Source(s) => s.counters(),
+                Node::Stage(s) => s.counters(),
+                Node::Sink(s) => s.counters(),
+            };
+            let is_sink = matches!(node, Node::Sink(_));
+            let capacity = if is_sink { 0 } else { settings.queue_capacity };
+            let m = StageMetrics::new(name.clone(), capacity, counters);
+            let (tx, rx) = if is_sink {
+                (None, None)
+            } else {
+                let (tx, rx) = crossbeam_channel::bounded(settings.queue_capacity);
+                (Some(tx), Some(rx))
+            };
+            let ctx = Ctx {
+                metrics: m.clone(),
+                pool: pool.clone(),
+                cancel: cancel.clone(),
+            };
+            let input = upstream.take();
+            upstream = rx;
+            let done = done_tx.clone();
+            let thread_name = name.clone();
+            let body = move || {
+                let result = catch_unwind(AssertUnwindSafe(|| match node {
+                    Node::Source(s) => run_source(s, tx.expect("source has output"), &ctx),
+                    Node::Stage(s) => run_stage(
+                        s,
+                        input.expect("stage has input"),
+                        tx.expect("stage has output"),
+                        &ctx,
+                    ),
+                    Node::Sink(s) => run_sink(s, input.expect("sink has input"), &ctx),
+                }));
+                let (end, error) = match result {
+                    Ok((end, None)) => (end, None),
+                    Ok((end, Some(source))) => (end, Some(Error::Stage { stage: name, source })),
+                    Err(payload) => (
+                        End::Failed,
+                        Some(Error::Panic {
+                            stage: name,
+                            message: panic_message(&*payload),
+                        }),
+                    ),
+                };
+                if end == End::Failed || end == End::Stopped || end == End::DownstreamClosed {
+                    ctx.cancel.store(true, Ordering::Relaxed);
+                }
+                let _ = done.send(Done { index, end, error });
+            };
+            match std::thread::Builder::new().name(thread_name.clone()).spawn(body) {
+                Ok(h) => handles.push(Some(h)),
+                Err(source) => {
+                    cancel.store(true, Ordering::Relaxed);
+                    return Err(Error::Spawn {
+                        stage: thread_name,
+                        source,
+                    });
+                }
+            }
+            metrics.push(m);
+        }
+        Ok(Running {
+            metrics,
+            handles,
+            done_rx,
+            cancel,
+            started,
+        })
+    }
+}
+
+/// A pipeline whose threads are running.
+#[derive(Debug)]
+pub struct Running {
+    metrics: Vec<StageMetrics>,
+    handles: Vec<Option<JoinHandle<()>>>,
+    done_rx: Receiver<Done>,
+    cancel: Arc<AtomicBool>,
+    started: Instant,
+}
+
+#[derive(Debug)]
+struct Done {
+    index: usize,
+    end: End,
+    error: Option<Error>,
+}
+
+impl Running {
+    /// Live metrics handles, in pipeline order; read them while the pipeline runs (e.g. for progress).
+    pub fn metrics(&self) -> &[StageMetrics] {
+        &self.metrics
+    }
+
+    /// Time since the pipeline was spawned.
+    pub fn elapsed(&self) -> Duration {
+        self.started.elapsed()
+    }
+
+    /// Asks the source to stop producing. What it already produced still flows to the sink.
+    pub fn cancel(&self) {
+        self.cancel.store(true, Ordering::Relaxed);
+    }
+
+    /// A handle that cancels like [`Running::cancel`], usable from another thread (e.g. a signal
+    /// handler thread).
+    pub fn cancel_flag(&self) -> Arc<AtomicBool> {
+        self.cancel.clone()
+    }
+
+    /// Waits until every stage after the source has ended (and the source too, unless it is blocked
+    /// with nowhere left to send), then returns the report.
+    pub fn wait(mut self) -> Report {
+        let n = self.handles.len();
+        let mut ends: Vec<Option<End>> = vec![None; n];
+        let mut errors = Vec::new();
+        // Every node but the source must report; the source is waited for only while the rest runs.
+        while ends[1..].iter().any(Option::is_none) {
+            let Ok(done) = self.done_rx.recv() else { break };
+            self.record(done, &mut ends, &mut errors);
+        }
+        // The rest has ended: give the source a moment to notice, then leave it if blocked.
+        self.cancel.store(true, Ordering::Relaxed);
+        if ends[0].is_none() {
+            if let Ok(done) = self.done_rx.recv_timeout(Duration::from_millis(50)) {
+                self.record(done, &mut ends, &mut errors);
+            }
+        }
+        let wall = self.started.elapsed();
+        let ends = ends
+            .into_iter()
+            .map(|e| e.unwrap_or(End::Detached))
+            .collect();
+        Report {
+            stages: self.metrics.iter().map(StageMetrics::snapshot).collect(),
+            ends,
+            errors,
+            wall,
+        }
+    }
+
+    fn record(&mut self, done: Done, ends: &mut [Option<End>], errors: &mut Vec<Error>) {
+        ends[done.index] = Some(done.end);
+        if let Some(e) = done.error {
+            errors.push(e);
+        }
+        if let Some(h) = self.handles[done.index].take() {
+            let _ = h.join();
+        }
+    }
+}
+
+struct Ctx {
+    metrics: StageMetrics,
+    pool: BufferPool,
+    cancel: Arc<AtomicBool>,
+}
+
+/// Sends every batch in `pending`, counting and timing. Returns false if downstream has gone.
+fn send_all(pending: &mut Vec<Batch>, tx: &Sender<Batch>, ctx: &Ctx) -> bool {
+    for batch in pending.drain(..) {
+        ctx.metrics.output().count(&batch);
+        ctx.metrics.sample_queue(tx.len());
+        if let Err(e) = tx.send(batch) {
+            // Downstream has gone; the rest of `pending` is dropped with the drain.
+            ctx.pool.put(e.into_inner());
+            return false;
+        }
+    }
+    true
+}
+
+fn run_source(
+    mut source: Box<dyn Source>,
+    tx: Sender<Batch>,
+    ctx: &Ctx,
+) -> (End, Option<StageError>) {
+    let mut pending = Vec::new();
+    let mut t0 = Instant::now();
+    loop {
+        if ctx.cancel.load(Ordering::Relaxed) {
+            return (End::Cancelled, None);
+        }
+        let result = source.produce(&mut Out::new(&mut pending, &ctx.pool));
+        let t1 = Instant::now();
+        let sent = send_all(&mut pending, &tx, ctx);
+        let t2 = Instant::now();
+        ctx.metrics.add_times(t1 - t0, Duration::ZERO, t2 - t1);
+        t0 = t2;
+        match result {
+            Err(e) => return (End::Failed, Some(e)),
+            Ok(_) if !sent => return (End::DownstreamClosed, None),
+            Ok(Flow::Stop) => return (End::Eof, None),
+            Ok(Flow::Continue) => {}
+        }
+    }
+}
+
+fn run_stage(
+    mut stage: Box<dyn Stage>,
+    rx: Receiver<Batch>,
+    tx: Sender<Batch>,
+    ctx: &Ctx,
+) -> (End, Option<StageError>) {
+    let mut pending = Vec::new();
+    let mut t0 = Instant::now();
+    let end = loop {
+        let Ok(batch) = rx.recv() else { break End::Eof };
+        let t1 = Instant::now();
+        ctx.metrics.input().count(&batch);
+        let result = stage.process(batch, &mut Out::new(&mut pending, &ctx.pool));
+        let t2 = Instant::now();
+        let sent = send_all(&mut pending, &tx, ctx);
+        let t3 = Instant::now();
+        ctx.metrics.add_times(t2 - t1, t1 - t0, t3 - t2);
+        t0 = t3;
+        match result {
+            Err(e) => return (End::Failed, Some(e)),
+            Ok(_) if !sent => return (End::DownstreamClosed, None),
+            Ok(Flow::Stop) => break End::Stopped,
+            Ok(Flow::Continue) => {}
+        }
+    };
+    // Drop the input first so upstream stops at once rather than after our flush.
+    drop(rx);
+    let t1 = Instant::now();
+    let result = stage.flush(&mut Out::new(&mut pending, &ctx.pool));
+    let t2 = Instant::now();
+    let sent = send_all(&mut pending, &tx, ctx);
+    ctx.metrics
+        .add_times(t2 - t1, Duration::ZERO, Instant::now() - t2);
+    match result {
+        Err(e) => (End::Failed, Some(e)),
+        Ok(()) if !sent => (End::DownstreamClosed, None),
+        Ok(()) => (end, None),
+    }
+}
+
+fn run_sink(mut sink: Box<dyn Sink>, rx: Receiver<Batch>, ctx: &Ctx) -> (End, Option<StageError>) {
+    let mut t0 = Instant::now();
+    let end = loop {
+        let Ok(batch) = rx.recv() else { break End::Eof };
+        let t1 = Instant::now();
+        ctx.metrics.input().count(&batch);
+        let result = sink.consume(&batch);
+        ctx.pool.put(batch);
+        let t2 = Instant::now();
+        ctx.metrics.add_times(t2 - t1, t1 - t0, Duration::ZERO);
+        t0 = t2;
+        match result {
+            Err(e) => return (End::Failed, Some(e)),
+            Ok(Flow::Stop) => break End::Stopped,
+            Ok(Flow::Continue) => {}
+        }
+    };
+    drop(rx);
+    let t1 = Instant::now();
+    let result = sink.finish();
+    ctx.metrics
+        .add_times(Instant::now() - t1, Duration::ZERO, Duration::ZERO);
+    match result {
+        Err(e) => (End::Failed, Some(e)),
+        Ok(()) => (end, None),
+    }
+}
+
+fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
+    if let Some(s) = payload.downcast_ref::<&str>() {
+        (*s).to_string()
+    } else if let Some(s) = payload.downcast_ref::<String>() {
+        s.clone()
+    } else {
+        "non-string panic payload".to_string()
+    }
+}

@@ -1,0 +1,140 @@
+//! The three kinds of stage: [`Source`], [`Stage`] and [`Sink`].
+//!
+//! Each runs on its own thread, one batch at a time. The runner, not the stage, receives, sends and
+//! counts; a stage only transforms.
+
+use crate::batch::{Batch, BufferPool};
+use crate::metrics::Counter;
+
+/// The error type stages return. The runner wraps it with the stage's name.
+pub type StageError = Box<dyn std::error::Error + Send + Sync + 'static>;
+
+/// What a stage wants after handling a batch.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[must_use]
+pub enum Flow {
+    /// Keep going.
+    Continue,
+    /// Stop this stage early: it is flushed, its output is closed (downstream sees end of stream after
+    /// draining what was sent) and its input is dropped (upstream stops when it next sends).
+    Stop,
+}
+
+/// Where a stage puts the batches it emits. The runner sends them downstream, in push order, after
+/// the call returns, and counts that time as *blocked*.
+#[derive(Debug)]
+pub struct Out<'a> {
+    batches: &'a mut Vec<Batch>,
+    pool: &'a BufferPool,
+}
+
+impl<'a> Out<'a> {
+    pub(crate) fn new(batches: &'a mut Vec<Batch>, pool: &'a BufferPool) -> Out<'a> {
+        Out { batches, pool }
+    }
+
+    /// Emits a batch downstream.
+    #[inline]
+    pub fn push(&mut self, batch: Batch) {
+        self.batches.push(batch);
+    }
+
+    /// A cleared batch from the pipeline's pool (recycled when possible).
+    #[inline]
+    pub fn take(&self) -> Batch {
+        self.pool.take()
+    }
+
+    /// Gives a batch that will not be emitted back to the pool.
+    #[inline]
+    pub fn recycle(&self, batch: Batch) {
+        self.pool.put(batch)
+    }
+
+    /// The pipeline's batch size setting, in bytes.
+    pub fn batch_bytes(&self) -> usize {
+        self.pool.batch_bytes()
+    }
+}
+
+/// The start of a pipeline: produces batches until its input ends.
+///
+/// `produce` is called in a loop; each call should emit at most a few batches. Returning
+/// [`Flow::Stop`] means end of input. The runner also stops calling it once the pipeline is
+/// cancelled (an error or early stop downstream), so a source should not block for long inside one
+/// call when it can avoid it.
+pub trait Source: Send {
+    /// Emits the next batches into `out`, or returns [`Flow::Stop`] at end of input (after emitting
+    /// whatever remained).
+    ///
+    /// # Errors
+    /// An error ends the pipeline; batches emitted before it are still delivered downstream.
+    fn produce(&mut self, out: &mut Out<'_>) -> Result<Flow, StageError>;
+
+    /// Counters specific to this source, registered once when the pipeline is built.
+    fn counters(&self) -> Vec<(&'static str, Counter)> {
+        Vec::new()
+    }
+}
+
+/// A transform: takes batches, emits batches.
+///
+/// Implement `process`; `flush` runs once at end of stream (or after [`Flow::Stop`]) and has a
+/// default that emits nothing. A stage that does not emit a batch it received should hand it to
+/// [`Out::recycle`].
+pub trait Stage: Send {
+    /// Handles one batch.
+    ///
+    /// # Errors
+    /// An error ends the pipeline. Batches pushed into `out` before the error are still delivered, so
+    /// downstream writes every record that came before the fault.
+    fn process(&mut self, batch: Batch, out: &mut Out<'_>) -> Result<Flow, StageError>;
+
+    /// Called once when the input has ended or the stage stopped itself, to emit what it holds.
+    ///
+    /// # Errors
+    /// As for [`Stage::process`].
+    fn flush(&mut self, out: &mut Out<'_>) -> Result<(), StageError> {
+        let _ = out;
+        Ok(())
+    }
+
+    /// Counters specific to this stage, registered once when the pipeline is built.
+    fn counters(&self) -> Vec<(&'static str, Counter)> {
+        Vec::new()
+    }
+}
+
+/// The end of a pipeline: consumes batches. The runner recycles each batch after `consume`.
+pub trait Sink: Send {
+    /// Consumes one batch.
+    ///
+    /// # Errors
+    /// An error ends the pipeline; upstream stages stop when they next send.
+    fn consume(&mut self, batch: &Batch) -> Result<Flow, StageError>;
+
+    /// Called once at end of stream (also after [`Flow::Stop`]), e.g. to flush buffered output.
+    ///
+    /// # Errors
+    /// As for [`Sink::consume`].
+    fn finish(&mut self) -> Result<(), StageError> {
+        Ok(())
+    }
+
+    /// Counters specific to this sink, registered once when the pipeline is built.
+    fn counters(&self) -> Vec<(&'static str, Counter)> {
+        Vec::new()
+    }
+}
+
+impl<S: Stage + ?Sized> Stage for Box<S> {
+    fn process(&mut self, batch: Batch, out: &mut Out<'_>) -> Result<Flow, StageError> {
+        (**self).process(batch, out)
+    }
+    fn flush(&mut self, out: &mut Out<'_>) -> Result<(), StageError> {
+        (**self).flush(out)
+    }
+    fn counters(&self) -> Vec<(&'static str, Counter)> {
+        (**self).counters()
+    }
+}
