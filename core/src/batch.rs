@@ -232,9 +232,24 @@ mod tests {
         let mut b = Batch::with_capacity(64);
         b.data.extend_from_slice(b"aabbbcdd");
         b.spans = vec![
-            Span { start: 0, len: 2, kind: 0, tag: 0 },
-            Span { start: 2, len: 3, kind: 0, tag: 0 },
-            Span { start: 6, len: 2, kind: 0, tag: 0 },
+            Span {
+                start: 0,
+                len: 2,
+                kind: 0,
+                tag: 0,
+            },
+            Span {
+                start: 2,
+                len: 3,
+                kind: 0,
+                tag: 0,
+            },
+            Span {
+                start: 6,
+                len: 2,
+                kind: 0,
+                tag: 0,
+            },
         ];
         let extra = b.append(b"XY", 1, 0);
         b.spans.insert(1, extra);

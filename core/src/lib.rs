@@ -68,8 +68,6 @@ mod pipeline;
 mod stage;
 
 pub use batch::{Batch, BatchContext, BufferPool, Runs, Span};
-pub use metrics::{
-    render_table, Counter, FlowSnapshot, StageMetrics, StageSnapshot, KIND_SLOTS,
-};
+pub use metrics::{render_table, Counter, FlowSnapshot, StageMetrics, StageSnapshot, KIND_SLOTS};
 pub use pipeline::{End, Error, Pipeline, Report, Running, Settings};
 pub use stage::{Flow, Out, Sink, Source, Stage, StageError};

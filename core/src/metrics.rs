@@ -246,7 +246,15 @@ pub fn render_table(stages: &[StageSnapshot], wall: Duration) -> String {
     let _ = writeln!(
         s,
         "{:<10} {:>12} {:>12} {:>10} {:>9} {:>6} {:>6} {:>6} {:>9}",
-        "stage", "records in", "records out", "MB out", "MB/s", "work%", "starv%", "block%", "queue"
+        "stage",
+        "records in",
+        "records out",
+        "MB out",
+        "MB/s",
+        "work%",
+        "starv%",
+        "block%",
+        "queue"
     );
     for st in stages {
         let bytes = if st.output.batches > 0 {

@@ -97,9 +97,9 @@ impl Error {
     /// The name of the stage the error belongs to, if any.
     pub fn stage(&self) -> Option<&str> {
         match self {
-            Error::Stage { stage, .. } | Error::Panic { stage, .. } | Error::Spawn { stage, .. } => {
-                Some(stage)
-            }
+            Error::Stage { stage, .. }
+            | Error::Panic { stage, .. }
+            | Error::Spawn { stage, .. } => Some(stage),
             Error::Incomplete => None,
         }
     }
@@ -307,7 +307,13 @@ impl Pipeline {
                 }));
                 let (end, error) = match result {
                     Ok((end, None)) => (end, None),
-                    Ok((end, Some(source))) => (end, Some(Error::Stage { stage: name, source })),
+                    Ok((end, Some(source))) => (
+                        end,
+                        Some(Error::Stage {
+                            stage: name,
+                            source,
+                        }),
+                    ),
                     Err(payload) => (
                         End::Failed,
                         Some(Error::Panic {
@@ -321,7 +327,10 @@ impl Pipeline {
                 }
                 let _ = done.send(Done { index, end, error });
             };
-            match std::thread::Builder::new().name(thread_name.clone()).spawn(body) {
+            match std::thread::Builder::new()
+                .name(thread_name.clone())
+                .spawn(body)
+            {
                 Ok(h) => handles.push(Some(h)),
                 Err(source) => {
                     cancel.store(true, Ordering::Relaxed);

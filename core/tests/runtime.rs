@@ -308,9 +308,18 @@ fn slow_stage_is_mostly_working_and_its_neighbours_wait() {
     assert!(sink.starved > sink.working, "{sink:?}");
     for st in &report.stages {
         let total = st.total();
-        assert!(total <= report.wall, "{}: {total:?} > {:?}", st.name, report.wall);
         assert!(
-            total >= report.wall.mul_f64(0.8).saturating_sub(Duration::from_millis(60)),
+            total <= report.wall,
+            "{}: {total:?} > {:?}",
+            st.name,
+            report.wall
+        );
+        assert!(
+            total
+                >= report
+                    .wall
+                    .mul_f64(0.8)
+                    .saturating_sub(Duration::from_millis(60)),
             "{}: {total:?} vs wall {:?}",
             st.name,
             report.wall
@@ -320,6 +329,8 @@ fn slow_stage_is_mostly_working_and_its_neighbours_wait() {
 
 #[test]
 fn incomplete_pipeline_is_an_error() {
-    let report = Pipeline::new(small()).sink("sink", Collected::default()).run();
+    let report = Pipeline::new(small())
+        .sink("sink", Collected::default())
+        .run();
     assert!(matches!(report.errors[..], [Error::Incomplete]));
 }

@@ -1,0 +1,293 @@
+//! The `perfpipe` command line: turns argv into a pipeline of stages and runs it. It holds no record
+//! logic; everything it runs lives in `perfpipe-stages`.
+
+use std::io::Write as _;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::Context as _;
+use clap::{ArgMatches, Args, CommandFactory, FromArgMatches, Parser, Subcommand};
+use perfpipe_core::{render_table, Pipeline, Report, Settings};
+use perfpipe_stages::decode::DecodeConfig;
+use perfpipe_stages::read::ReadConfig;
+use perfpipe_stages::registry::{BUILTIN, TRANSFORMS};
+use perfpipe_stages::write::WriteConfig;
+
+/// Exit status when the pipeline failed (bad input, I/O error, a stage error).
+pub const EXIT_FAILURE: u8 = 1;
+/// Exit status for a command-line usage error (clap's convention).
+pub const EXIT_USAGE: u8 = 2;
+
+const AFTER_HELP: &str = "\
+Stage flags run in the order given on the command line, between decode and write.
+
+Exit status: 0 when the whole input was written, and also when the downstream reader closed the pipe
+early (like `head`, a closed pipe is a normal end: perfpipe stops at once and says nothing); 1 when
+the input is malformed or truncated (every record before the fault is still written) or on an I/O or
+stage error; 2 on a usage error.
+
+Example:
+  perf record -o - -- ./workload | perfpipe --stats | perf report -i -";
+
+/// Stream Linux perf pipe-mode data through composable stages.
+#[derive(Debug, Parser)]
+#[command(name = "perfpipe", version, about, after_help = AFTER_HELP)]
+pub struct Cli {
+    #[command(subcommand)]
+    command: Option<Command>,
+    #[command(flatten)]
+    run: RunArgs,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// List the stages, one line each.
+    Stages,
+}
+
+/// Options of a pipeline run.
+#[derive(Debug, Args)]
+pub struct RunArgs {
+    /// Input: a perf pipe-mode stream; `-` is standard input.
+    #[arg(short, long, value_name = "FILE", default_value = "-")]
+    input: PathBuf,
+    /// Output; `-` is standard output.
+    #[arg(short, long, value_name = "FILE", default_value = "-")]
+    output: PathBuf,
+    /// Print a per-stage table (records, MB/s, working/starved/blocked time) on stderr at the end.
+    #[arg(long)]
+    stats: bool,
+    /// Bytes per batch (suffixes K, M): the size of each read and of the unit passed between stages.
+    #[arg(long, value_name = "SIZE", default_value = "256K", value_parser = parse_size)]
+    batch_size: usize,
+    /// Batches each channel between two stages holds.
+    #[arg(long, value_name = "N", default_value_t = 4, value_parser = clap::value_parser!(u16).range(1..))]
+    queue: u16,
+    /// Grow the input and output pipes' kernel buffers to SIZE (Linux F_SETPIPE_SZ; 0 to leave them).
+    #[arg(long, value_name = "SIZE", default_value = "1M", value_parser = parse_size)]
+    pipe_buffer: usize,
+}
+
+/// Parses `256K`, `1M`, `4096`.
+fn parse_size(s: &str) -> Result<usize, String> {
+    let (digits, mult) = match s.as_bytes().last() {
+        Some(b'k' | b'K') => (&s[..s.len() - 1], 1 << 10),
+        Some(b'm' | b'M') => (&s[..s.len() - 1], 1 << 20),
+        Some(b'g' | b'G') => (&s[..s.len() - 1], 1 << 30),
+        _ => (s, 1),
+    };
+    let n: usize = digits
+        .parse()
+        .map_err(|_| format!("`{s}` is not a size like 4096, 256K or 1M"))?;
+    n.checked_mul(mult)
+        .ok_or_else(|| format!("`{s}` is too large"))
+}
+
+/// The clap command: the derived options plus one flag per registered transform stage.
+pub fn command() -> clap::Command {
+    let mut cmd = Cli::command();
+    for spec in TRANSFORMS {
+        let mut arg = clap::Arg::new(spec.name)
+            .long(spec.name)
+            .help(spec.help)
+            .help_heading("Stages (run in command-line order)")
+            .action(clap::ArgAction::Append);
+        arg = match spec.value {
+            Some(v) => arg.value_name(v).num_args(1),
+            None => arg.num_args(0).default_missing_value(""),
+        };
+        cmd = cmd.arg(arg);
+    }
+    cmd
+}
+
+/// The transform stages named on the command line, in command-line order, with their values.
+pub fn stage_flags(matches: &ArgMatches) -> Vec<(&'static str, Option<String>)> {
+    let mut flags = Vec::new();
+    for spec in TRANSFORMS {
+        let Some(indices) = matches.indices_of(spec.name) else {
+            continue;
+        };
+        let values: Vec<Option<String>> = match spec.value {
+            Some(_) => matches
+                .get_many::<String>(spec.name)
+                .into_iter()
+                .flatten()
+                .map(|v| Some(v.clone()))
+                .collect(),
+            None => indices.clone().map(|_| None).collect(),
+        };
+        flags.extend(indices.zip(values).map(|(i, v)| (i, spec.name, v)));
+    }
+    flags.sort_by_key(|(i, _, _)| *i);
+    flags.into_iter().map(|(_, n, v)| (n, v)).collect()
+}
+
+fn path_or_std(p: &std::path::Path) -> Option<PathBuf> {
+    (p != std::path::Path::new("-")).then(|| p.to_path_buf())
+}
+
+/// Builds the pipeline for a run.
+///
+/// # Errors
+/// When the input or output cannot be opened or a stage cannot be built.
+pub fn build(
+    args: &RunArgs,
+    stages: &[(&'static str, Option<String>)],
+) -> anyhow::Result<Pipeline> {
+    let settings = Settings {
+        batch_bytes: args.batch_size.max(4096),
+        queue_capacity: usize::from(args.queue),
+    };
+    let read = ReadConfig {
+        path: path_or_std(&args.input),
+        pipe_buffer: args.pipe_buffer,
+    }
+    .build()?;
+    let write = WriteConfig {
+        path: path_or_std(&args.output),
+        pipe_buffer: args.pipe_buffer,
+    }
+    .build()?;
+    let mut pipeline = Pipeline::new(settings)
+        .source("read", read)
+        .stage("decode", DecodeConfig::default().build());
+    for (name, value) in stages {
+        let spec = TRANSFORMS
+            .iter()
+            .find(|s| s.name == *name)
+            .expect("flags come from the registry");
+        let stage = (spec.build)(value.as_deref()).with_context(|| format!("--{name}"))?;
+        pipeline = pipeline.boxed_stage(*name, stage);
+    }
+    Ok(pipeline.sink("write", write))
+}
+
+/// Whether an error chain ends in a closed downstream pipe.
+fn is_broken_pipe(err: &(dyn std::error::Error + 'static)) -> bool {
+    let mut cur = Some(err);
+    while let Some(e) = cur {
+        if let Some(io) = e.downcast_ref::<std::io::Error>() {
+            if io.kind() == std::io::ErrorKind::BrokenPipe {
+                return true;
+            }
+        }
+        cur = e.source();
+    }
+    false
+}
+
+/// Prints the report's errors and table; returns the exit status.
+fn finish(report: &Report, stats: bool) -> ExitCode {
+    let mut stderr = std::io::stderr().lock();
+    if stats {
+        let _ = writeln!(stderr, "{}", render_table(&report.stages, report.wall));
+    }
+    let mut status = ExitCode::SUCCESS;
+    for (i, err) in report.errors.iter().enumerate() {
+        if is_broken_pipe(err) {
+            if stats {
+                let written = report.stages.last().map_or(0, |s| s.input.records);
+                let _ = writeln!(
+                    stderr,
+                    "perfpipe: downstream closed after {written} records"
+                );
+            }
+            continue;
+        }
+        if i == 0 || status == ExitCode::SUCCESS {
+            let _ = writeln!(stderr, "perfpipe: {err}");
+        }
+        status = ExitCode::from(EXIT_FAILURE);
+    }
+    status
+}
+
+/// Runs the command line; the whole of `main`.
+pub fn main() -> ExitCode {
+    let matches = match command().try_get_matches() {
+        Ok(m) => m,
+        Err(e) => {
+            let _ = e.print();
+            return ExitCode::from(if e.use_stderr() { EXIT_USAGE } else { 0 });
+        }
+    };
+    let cli = match Cli::from_arg_matches(&matches) {
+        Ok(c) => c,
+        Err(e) => {
+            let _ = e.print();
+            return ExitCode::from(EXIT_USAGE);
+        }
+    };
+    if let Some(Command::Stages) = cli.command {
+        print_stages();
+        return ExitCode::SUCCESS;
+    }
+    let stages = stage_flags(&matches);
+    let pipeline = match build(&cli.run, &stages) {
+        Ok(p) => p,
+        Err(e) => {
+            eprintln!("perfpipe: {e:#}");
+            return ExitCode::from(EXIT_FAILURE);
+        }
+    };
+    let report = pipeline.run();
+    finish(&report, cli.run.stats)
+}
+
+fn print_stages() {
+    let mut out = std::io::stdout().lock();
+    let (first, rest) = BUILTIN.split_at(2);
+    for (name, help) in first {
+        let _ = writeln!(out, "{name:<16} {help}");
+    }
+    for spec in TRANSFORMS {
+        let flag = match spec.value {
+            Some(v) => format!("--{} {v}", spec.name),
+            None => format!("--{}", spec.name),
+        };
+        let _ = writeln!(out, "{flag:<16} {}", spec.help);
+    }
+    for (name, help) in rest {
+        let _ = writeln!(out, "{name:<16} {help}");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes_parse_with_suffixes() {
+        assert_eq!(parse_size("4096"), Ok(4096));
+        assert_eq!(parse_size("256K"), Ok(256 << 10));
+        assert_eq!(parse_size("1m"), Ok(1 << 20));
+        assert!(parse_size("lots").is_err());
+    }
+
+    #[test]
+    fn defaults_are_stdin_stdout() {
+        let m = command().try_get_matches_from(["perfpipe"]).unwrap();
+        let cli = Cli::from_arg_matches(&m).unwrap();
+        assert_eq!(cli.run.input, PathBuf::from("-"));
+        assert_eq!(cli.run.output, PathBuf::from("-"));
+        assert_eq!(cli.run.batch_size, 256 << 10);
+        assert!(stage_flags(&m).is_empty());
+    }
+
+    #[test]
+    fn help_lists_every_option() {
+        let help = command().render_long_help().to_string();
+        for flag in [
+            "--input",
+            "--output",
+            "--stats",
+            "--batch-size",
+            "--queue",
+            "--pipe-buffer",
+        ] {
+            assert!(help.contains(flag), "{flag} missing from --help");
+        }
+        assert!(help.contains("Exit status"));
+    }
+}

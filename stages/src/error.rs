@@ -1,0 +1,144 @@
+//! The error type of the perf stages. Every variant about the input names the byte offset in the
+//! input stream, and the record type where it is known.
+
+use std::path::PathBuf;
+
+use crate::format::{AttrError, RecordType};
+
+/// An error of a perf stage.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// The input ended before the 16-byte pipe header.
+    #[error("empty input: expected a perf pipe stream (the output of `perf record -o -`)")]
+    EmptyInput,
+    /// The first 8 bytes are not `PERFILE2` in either byte order.
+    #[error("offset {offset}: not a perf pipe stream: magic {found:?} is not \"PERFILE2\"")]
+    BadMagic {
+        /// Where the magic was read.
+        offset: u64,
+        /// What was there, lossily as text.
+        found: String,
+    },
+    /// A file-mode `perf.data` header (size 104) where a pipe header was expected.
+    #[error(
+        "offset 0: this is a file-mode perf.data (header size 104); perfpipe reads pipe mode: \
+         use `perf record -o -`, or convert with `perf inject -i FILE -o - | perfpipe`"
+    )]
+    FileMode,
+    /// The pipe header's size is not 16.
+    #[error("offset {offset}: pipe header size is {size}, expected 16")]
+    BadHeaderSize {
+        /// Where the size was read.
+        offset: u64,
+        /// The size found.
+        size: u64,
+    },
+    /// `header.size` is smaller than the 8-byte header itself.
+    #[error(
+        "offset {offset}: {record_type} record has size {size}, smaller than its 8-byte header"
+    )]
+    RecordTooSmall {
+        /// Offset of the record.
+        offset: u64,
+        /// Its type.
+        record_type: RecordType,
+        /// Its `header.size`.
+        size: u16,
+    },
+    /// A record type that cannot be framed safely (0, absurdly large, or unknown with a size that
+    /// is not a multiple of 8, which perf itself rejects).
+    #[error("offset {offset}: invalid record type {type_} (size {size}); the stream is corrupt or not perf data")]
+    InvalidType {
+        /// Offset of the record.
+        offset: u64,
+        /// The raw type.
+        type_: u32,
+        /// Its `header.size`.
+        size: u16,
+    },
+    /// A record too short for the fields its type requires.
+    #[error("offset {offset}: {record_type} record of {size} bytes is too short: {what}")]
+    Malformed {
+        /// Offset of the record.
+        offset: u64,
+        /// Its type.
+        record_type: RecordType,
+        /// Its size.
+        size: usize,
+        /// What is missing.
+        what: &'static str,
+    },
+    /// The input ended inside a record (or inside the pipe header).
+    #[error("offset {offset}: input truncated inside {}: {have} of {need} bytes present", describe(.record_type))]
+    Truncated {
+        /// Offset of the record.
+        offset: u64,
+        /// Its type, if its header was complete.
+        record_type: Option<RecordType>,
+        /// Bytes present.
+        have: u64,
+        /// Bytes the record needs.
+        need: u64,
+    },
+    /// A payload that follows a record (tracing data, AUX data) is larger than perfpipe accepts.
+    #[error(
+        "offset {offset}: {record_type} payload of {size} bytes exceeds the limit of {limit} bytes"
+    )]
+    PayloadTooLarge {
+        /// Offset of the record.
+        offset: u64,
+        /// Its type.
+        record_type: RecordType,
+        /// The declared payload size.
+        size: u64,
+        /// The limit.
+        limit: u64,
+    },
+    /// A HEADER_ATTR record whose attr cannot be used.
+    #[error("offset {offset}: ATTR record: {source}")]
+    BadAttr {
+        /// Offset of the record.
+        offset: u64,
+        /// What was wrong.
+        source: AttrError,
+    },
+    /// An I/O error on a named file or standard stream.
+    #[error("{op} {}: {source}", .path.display())]
+    Io {
+        /// What was being done ("read", "write", "open", "create").
+        op: &'static str,
+        /// The path (`-` for a standard stream).
+        path: PathBuf,
+        /// The OS error.
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+impl std::error::Error for AttrError {}
+
+fn describe(t: &Option<RecordType>) -> String {
+    match t {
+        Some(t) => format!("a {t} record"),
+        None => "a record header".to_string(),
+    }
+}
+
+impl Error {
+    /// The input offset the error is about, if it is about the input.
+    pub fn offset(&self) -> Option<u64> {
+        match self {
+            Error::EmptyInput | Error::FileMode => Some(0),
+            Error::BadMagic { offset, .. }
+            | Error::BadHeaderSize { offset, .. }
+            | Error::RecordTooSmall { offset, .. }
+            | Error::InvalidType { offset, .. }
+            | Error::Malformed { offset, .. }
+            | Error::Truncated { offset, .. }
+            | Error::PayloadTooLarge { offset, .. }
+            | Error::BadAttr { offset, .. } => Some(*offset),
+            Error::Io { .. } => None,
+        }
+    }
+}

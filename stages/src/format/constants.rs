@@ -1,0 +1,200 @@
+//! Constants of the perf data format.
+//!
+//! From the kernel's `include/uapi/linux/perf_event.h` (kernel record types, sample and read format
+//! bits, misc bits), `tools/lib/perf/include/perf/event.h` (user record types) and
+//! `tools/perf/util/header.h` (feature ids). Names keep their C spelling without the common prefix.
+
+/// `perf_event_header.type`: the kind of a record. A newtype, not an enum, so that record types this
+/// crate does not know still pass through.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct RecordType(pub u32);
+
+macro_rules! record_types {
+    ($($name:ident = $value:expr, $text:expr;)*) => {
+        impl RecordType {
+            $(
+                #[doc = concat!("`PERF_RECORD_", stringify!($name), "`")]
+                pub const $name: RecordType = RecordType($value);
+            )*
+
+            /// The name perf uses in `perf report --stats`, or `None` for an unknown type.
+            pub fn name(self) -> Option<&'static str> {
+                match self.0 {
+                    $($value => Some($text),)*
+                    _ => None,
+                }
+            }
+        }
+    };
+}
+
+record_types! {
+    MMAP = 1, "MMAP";
+    LOST = 2, "LOST";
+    COMM = 3, "COMM";
+    EXIT = 4, "EXIT";
+    THROTTLE = 5, "THROTTLE";
+    UNTHROTTLE = 6, "UNTHROTTLE";
+    FORK = 7, "FORK";
+    READ = 8, "READ";
+    SAMPLE = 9, "SAMPLE";
+    MMAP2 = 10, "MMAP2";
+    AUX = 11, "AUX";
+    ITRACE_START = 12, "ITRACE_START";
+    LOST_SAMPLES = 13, "LOST_SAMPLES";
+    SWITCH = 14, "SWITCH";
+    SWITCH_CPU_WIDE = 15, "SWITCH_CPU_WIDE";
+    NAMESPACES = 16, "NAMESPACES";
+    KSYMBOL = 17, "KSYMBOL";
+    BPF_EVENT = 18, "BPF_EVENT";
+    CGROUP = 19, "CGROUP";
+    TEXT_POKE = 20, "TEXT_POKE";
+    AUX_OUTPUT_HW_ID = 21, "AUX_OUTPUT_HW_ID";
+    CALLCHAIN_DEFERRED = 22, "CALLCHAIN_DEFERRED";
+    HEADER_ATTR = 64, "ATTR";
+    HEADER_EVENT_TYPE = 65, "EVENT_TYPE";
+    HEADER_TRACING_DATA = 66, "TRACING_DATA";
+    HEADER_BUILD_ID = 67, "BUILD_ID";
+    FINISHED_ROUND = 68, "FINISHED_ROUND";
+    ID_INDEX = 69, "ID_INDEX";
+    AUXTRACE_INFO = 70, "AUXTRACE_INFO";
+    AUXTRACE = 71, "AUXTRACE";
+    AUXTRACE_ERROR = 72, "AUXTRACE_ERROR";
+    THREAD_MAP = 73, "THREAD_MAP";
+    CPU_MAP = 74, "CPU_MAP";
+    STAT_CONFIG = 75, "STAT_CONFIG";
+    STAT = 76, "STAT";
+    STAT_ROUND = 77, "STAT_ROUND";
+    EVENT_UPDATE = 78, "EVENT_UPDATE";
+    TIME_CONV = 79, "TIME_CONV";
+    HEADER_FEATURE = 80, "FEATURE";
+    COMPRESSED = 81, "COMPRESSED";
+    FINISHED_INIT = 82, "FINISHED_INIT";
+    COMPRESSED2 = 83, "COMPRESSED2";
+    BPF_METADATA = 84, "BPF_METADATA";
+    PIPE_HEADER = 255, "PIPE_HEADER";
+}
+
+impl RecordType {
+    /// First user (perf-synthesized) record type, `PERF_RECORD_USER_TYPE_START`.
+    pub const USER_TYPE_START: u32 = 64;
+
+    /// Whether the kernel emits this type (as opposed to perf synthesizing it).
+    pub fn is_kernel(self) -> bool {
+        self.0 < Self::USER_TYPE_START
+    }
+}
+
+impl std::fmt::Debug for RecordType {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.name() {
+            Some(n) => f.write_str(n),
+            None => write!(f, "type {}", self.0),
+        }
+    }
+}
+
+impl std::fmt::Display for RecordType {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        std::fmt::Debug::fmt(self, f)
+    }
+}
+
+/// `PERF_RECORD_PIPE_HEADER` is not a perf record type: perfpipe frames the 16-byte
+/// `perf_pipe_file_header` as a record of this kind so that it flows through the stages like the rest.
+/// It is 255, above every real type, and stays below the runtime's 256 counted kinds.
+pub const PIPE_HEADER_KIND: u32 = RecordType::PIPE_HEADER.0;
+
+/// `perf_event_header.misc` bits.
+pub mod misc {
+    /// `PERF_RECORD_MISC_CPUMODE_MASK`
+    pub const CPUMODE_MASK: u16 = 7;
+    /// `PERF_RECORD_MISC_CPUMODE_UNKNOWN`
+    pub const CPUMODE_UNKNOWN: u16 = 0;
+    /// `PERF_RECORD_MISC_KERNEL`
+    pub const KERNEL: u16 = 1;
+    /// `PERF_RECORD_MISC_USER`
+    pub const USER: u16 = 2;
+    /// `PERF_RECORD_MISC_HYPERVISOR`
+    pub const HYPERVISOR: u16 = 3;
+    /// `PERF_RECORD_MISC_GUEST_KERNEL`
+    pub const GUEST_KERNEL: u16 = 4;
+    /// `PERF_RECORD_MISC_GUEST_USER`
+    pub const GUEST_USER: u16 = 5;
+    /// `PERF_RECORD_MISC_COMM_EXEC` (COMM), same bit as `MMAP_DATA`, `FORK_EXEC`, `SWITCH_OUT`.
+    pub const COMM_EXEC: u16 = 1 << 13;
+    /// `PERF_RECORD_MISC_MMAP_BUILD_ID` (MMAP2 only): the record carries a build id.
+    pub const MMAP_BUILD_ID: u16 = 1 << 14;
+    /// `PERF_RECORD_MISC_BUILD_ID_SIZE` (HEADER_BUILD_ID only): the size byte is valid.
+    pub const BUILD_ID_SIZE: u16 = 1 << 15;
+}
+
+/// `perf_event_attr.sample_type` bits (`PERF_SAMPLE_*`).
+pub mod sample {
+    /// `PERF_SAMPLE_IP`
+    pub const IP: u64 = 1 << 0;
+    /// `PERF_SAMPLE_TID`
+    pub const TID: u64 = 1 << 1;
+    /// `PERF_SAMPLE_TIME`
+    pub const TIME: u64 = 1 << 2;
+    /// `PERF_SAMPLE_ADDR`
+    pub const ADDR: u64 = 1 << 3;
+    /// `PERF_SAMPLE_READ`
+    pub const READ: u64 = 1 << 4;
+    /// `PERF_SAMPLE_CALLCHAIN`
+    pub const CALLCHAIN: u64 = 1 << 5;
+    /// `PERF_SAMPLE_ID`
+    pub const ID: u64 = 1 << 6;
+    /// `PERF_SAMPLE_CPU`
+    pub const CPU: u64 = 1 << 7;
+    /// `PERF_SAMPLE_PERIOD`
+    pub const PERIOD: u64 = 1 << 8;
+    /// `PERF_SAMPLE_STREAM_ID`
+    pub const STREAM_ID: u64 = 1 << 9;
+    /// `PERF_SAMPLE_RAW`
+    pub const RAW: u64 = 1 << 10;
+    /// `PERF_SAMPLE_IDENTIFIER`
+    pub const IDENTIFIER: u64 = 1 << 16;
+}
+
+/// `perf_event_attr.read_format` bits (`PERF_FORMAT_*`).
+pub mod read_format {
+    /// `PERF_FORMAT_TOTAL_TIME_ENABLED`
+    pub const TOTAL_TIME_ENABLED: u64 = 1 << 0;
+    /// `PERF_FORMAT_TOTAL_TIME_RUNNING`
+    pub const TOTAL_TIME_RUNNING: u64 = 1 << 1;
+    /// `PERF_FORMAT_ID`
+    pub const ID: u64 = 1 << 2;
+    /// `PERF_FORMAT_GROUP`
+    pub const GROUP: u64 = 1 << 3;
+    /// `PERF_FORMAT_LOST`
+    pub const LOST: u64 = 1 << 4;
+}
+
+/// Callchain context markers (`enum perf_callchain_context`): entries at or above `MAX` switch the
+/// cpumode of the frames that follow.
+pub mod context {
+    /// `PERF_CONTEXT_HV`
+    pub const HV: u64 = -32i64 as u64;
+    /// `PERF_CONTEXT_KERNEL`
+    pub const KERNEL: u64 = -128i64 as u64;
+    /// `PERF_CONTEXT_USER`
+    pub const USER: u64 = -512i64 as u64;
+    /// `PERF_CONTEXT_GUEST`
+    pub const GUEST: u64 = -2048i64 as u64;
+    /// `PERF_CONTEXT_GUEST_KERNEL`
+    pub const GUEST_KERNEL: u64 = -2176i64 as u64;
+    /// `PERF_CONTEXT_GUEST_USER`
+    pub const GUEST_USER: u64 = -2560i64 as u64;
+    /// `PERF_CONTEXT_MAX`
+    pub const MAX: u64 = -4095i64 as u64;
+}
+
+/// The pipe header magic, `PERFILE2` as a little-endian u64.
+pub const PIPE_MAGIC: u64 = 0x3245_4c49_4652_4550;
+/// Size of `struct perf_pipe_file_header`.
+pub const PIPE_HEADER_SIZE: usize = 16;
+/// Size of `struct perf_file_header` (file mode).
+pub const FILE_HEADER_SIZE: u64 = 104;
+/// Size of `struct perf_event_header`.
+pub const EVENT_HEADER_SIZE: usize = 8;

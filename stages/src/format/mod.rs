@@ -1,0 +1,19 @@
+//! The perf pipe-mode format: constants, byte order, attrs and typed record views.
+//!
+//! See `tools/perf/util/header.c` and `include/uapi/linux/perf_event.h` in the kernel tree; the
+//! project's `shared/reference/perf-format.md` summarises both.
+
+mod attr;
+mod constants;
+mod endian;
+mod record;
+mod stream;
+
+pub use attr::{Attr, AttrError, SampleLayout, TrailerLayout, FLAG_BUILD_ID, FLAG_SAMPLE_ID_ALL};
+pub use constants::{
+    context, misc, read_format, sample, RecordType, EVENT_HEADER_SIZE, FILE_HEADER_SIZE,
+    PIPE_HEADER_KIND, PIPE_HEADER_SIZE, PIPE_MAGIC,
+};
+pub use endian::{Endian, EventHeader};
+pub use record::{Callchain, Comm, FileId, Mmap, Record, Sample, SampleId, Task};
+pub use stream::StreamInfo;

@@ -1,0 +1,85 @@
+//! [`StreamInfo`]: what a stage needs to know about the stream to read its records: byte order and
+//! the attrs seen so far. The `decode` stage attaches it to every batch it emits
+//! ([`perfpipe_core::Batch::context`]); it is copied only when a new HEADER_ATTR arrives.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use perfpipe_core::{Batch, Span};
+
+use super::attr::Attr;
+use super::endian::Endian;
+use super::record::Record;
+
+/// Byte order and attrs of a stream.
+#[derive(Clone, Debug, Default)]
+pub struct StreamInfo {
+    /// Byte order, from the pipe header.
+    pub endian: Endian,
+    /// Attrs in the order of their HEADER_ATTR records; a span's `tag` indexes this.
+    pub attrs: Vec<Attr>,
+    ids: HashMap<u64, u16>,
+}
+
+impl StreamInfo {
+    /// A stream of this byte order with no attrs yet.
+    pub fn new(endian: Endian) -> StreamInfo {
+        StreamInfo {
+            endian,
+            ..StreamInfo::default()
+        }
+    }
+
+    /// The stream info attached to a batch by `decode`, if any.
+    pub fn of(batch: &Batch) -> Option<&StreamInfo> {
+        batch.context.as_ref()?.downcast_ref::<StreamInfo>()
+    }
+
+    /// The stream info attached to a batch as a shared handle, if any.
+    pub fn shared(batch: &Batch) -> Option<Arc<StreamInfo>> {
+        batch.context.clone()?.downcast::<StreamInfo>().ok()
+    }
+
+    /// Adds an attr and indexes its ids.
+    pub fn add_attr(&mut self, attr: Attr) {
+        let index = self.attrs.len() as u16;
+        for &id in &attr.ids {
+            self.ids.entry(id).or_insert(index);
+        }
+        self.attrs.push(attr);
+    }
+
+    /// Index of the attr a record belongs to, as perf's `evlist__event2evsel()` decides: the only
+    /// attr; else the attr of the record's id (sample id at `id_pos`, trailer id at `is_pos`); else
+    /// (id 0 for synthesized records, unknown id, no id) the first attr.
+    #[inline]
+    pub fn attr_index(&self, type_: u32, rec: &[u8]) -> u16 {
+        if self.attrs.len() <= 1 {
+            return 0;
+        }
+        let layout = &self.attrs[0].layout;
+        let id = if type_ == super::RecordType::SAMPLE.0 {
+            layout
+                .sample_id_offset
+                .and_then(|o| self.endian.u64(rec, o as usize))
+        } else if type_ < super::RecordType::USER_TYPE_START {
+            layout.trailer.and_then(|t| {
+                let o = rec.len().checked_sub(usize::from(t.id_offset()?))?;
+                self.endian.u64(rec, o)
+            })
+        } else {
+            None
+        };
+        id.and_then(|id| self.ids.get(&id).copied()).unwrap_or(0)
+    }
+
+    /// The attr at `index`, if any.
+    pub fn attr(&self, index: u16) -> Option<&Attr> {
+        self.attrs.get(usize::from(index))
+    }
+
+    /// A typed view of the record `span` of `batch`.
+    pub fn record<'a>(&'a self, batch: &'a Batch, span: &Span) -> Record<'a> {
+        Record::new(batch.bytes(span), self.endian, self.attr(span.tag as u16))
+    }
+}

@@ -1,0 +1,48 @@
+//! `perfpipe-stages`: the Linux perf pipe-mode format and the stages that stream it.
+//!
+//! The stream that `perf record -o -` writes flows as [`perfpipe_core::Batch`]es: [`read`] fills raw
+//! batches, [`decode`] frames them into records (spans of the same buffer, kind = record type, tag =
+//! attr index) and attaches a [`format::StreamInfo`], transforms read fields through typed views
+//! ([`format::Record`], [`format::Sample`]), and [`write`] writes them back with [`encode`].
+//!
+//! Stages, one file each, named after their CLI name:
+//! - [`read`]: source; standard input or a file, in large reads.
+//! - [`decode`]: frames records, validates the header, tracks attrs.
+//! - [`encode`]: records back to bytes (byte for byte when unchanged); record builders.
+//! - [`write`]: sink; standard output or a file, with `writev`.
+//!
+//! ```
+//! use perfpipe_core::{Pipeline, Settings};
+//! use perfpipe_stages::{decode::DecodeConfig, read::ReadConfig, write::WriteConfig};
+//!
+//! let dir = std::env::temp_dir().join(format!("perfpipe-doc-{}", std::process::id()));
+//! std::fs::create_dir_all(&dir).unwrap();
+//! let (input, output) = (dir.join("in.data"), dir.join("out.data"));
+//! // A pipe header and one FINISHED_ROUND record (type 68, size 8).
+//! let mut stream = b"PERFILE2".to_vec();
+//! stream.extend_from_slice(&16u64.to_le_bytes());
+//! stream.extend_from_slice(&[68, 0, 0, 0, 0, 0, 8, 0]);
+//! std::fs::write(&input, &stream).unwrap();
+//!
+//! let report = Pipeline::new(Settings::default())
+//!     .source("read", ReadConfig { path: Some(input), ..Default::default() }.build().unwrap())
+//!     .stage("decode", DecodeConfig::default().build())
+//!     .sink("write", WriteConfig { path: Some(output.clone()), ..Default::default() }.build().unwrap())
+//!     .run();
+//! assert!(report.is_ok(), "{:?}", report.errors);
+//! assert_eq!(std::fs::read(&output).unwrap(), stream);
+//! assert_eq!(report.stages[1].output.records, 2); // the header and the record
+//! # std::fs::remove_dir_all(&dir).unwrap();
+//! ```
+
+#![deny(missing_docs)]
+
+pub mod decode;
+pub mod encode;
+mod error;
+pub mod format;
+pub mod read;
+pub mod registry;
+pub mod write;
+
+pub use error::Error;
