@@ -3,6 +3,9 @@
 
 use perfpipe_core::Stage;
 
+/// Builds a stage from its flag's value.
+pub type BuildFn = fn(Option<&str>) -> Result<Box<dyn Stage>, crate::Error>;
+
 /// How a stage is offered on the command line.
 #[derive(Clone, Copy, Debug)]
 pub struct StageSpec {
@@ -13,7 +16,7 @@ pub struct StageSpec {
     /// The value the flag takes, if any (e.g. `EXPR`).
     pub value: Option<&'static str>,
     /// Builds the stage from the flag's value.
-    pub build: fn(Option<&str>) -> Result<Box<dyn Stage>, crate::Error>,
+    pub build: BuildFn,
 }
 
 /// The fixed stages every run has, in order, with one line of help each.
