@@ -1,1 +1,14 @@
+//! perfpipe's integration tests: one binary, one module per topic.
+//!
+//! - `util`: the binary, fixtures, temp dirs, the real `perf` (tests that need it fail under `CI`
+//!   when it is missing, and skip elsewhere).
+//! - `passthrough`: byte-identical round trips over fixtures and live recordings, accepted by perf.
+//! - `chunking`: the same stream in every read size and split gives the same output.
+//! - `badinput`: malformed input gives a clear error with an offset, and keeps what came before.
 
+#[macro_use]
+pub mod util;
+
+mod badinput;
+mod chunking;
+mod passthrough;

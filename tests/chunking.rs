@@ -1,0 +1,162 @@
+//! Chunking: the decoder gives the same records whatever the read sizes, whichever records a read
+//! boundary splits, with and without the reader's headroom (both join paths).
+
+use std::sync::{Arc, Mutex};
+
+use perfpipe_core::{Batch, Flow, Out, Pipeline, Settings, Sink, Source, StageError};
+use perfpipe_stages::decode::DecodeConfig;
+use perfpipe_stages::read::HEADROOM;
+use proptest::prelude::*;
+
+use crate::util::fixture_bytes;
+
+/// Emits `input` in chunks of the given sizes (cycled), like `read` would.
+struct Chunks {
+    input: Arc<Vec<u8>>,
+    sizes: Vec<usize>,
+    pos: usize,
+    turn: usize,
+    headroom: usize,
+}
+
+impl Source for Chunks {
+    fn produce(&mut self, out: &mut Out<'_>) -> Result<Flow, StageError> {
+        if self.pos == self.input.len() {
+            return Ok(Flow::Stop);
+        }
+        let size = self.sizes[self.turn % self.sizes.len()].max(1);
+        self.turn += 1;
+        let end = (self.pos + size).min(self.input.len());
+        let mut b = out.take();
+        b.data.resize(self.headroom, 0);
+        b.data.extend_from_slice(&self.input[self.pos..end]);
+        b.start = self.headroom;
+        b.stream_offset = self.pos as u64;
+        self.pos = end;
+        out.push(b);
+        Ok(Flow::Continue)
+    }
+}
+
+#[derive(Clone, Default)]
+struct Collect(Arc<Mutex<(Vec<u8>, Vec<(u64, u32)>)>>);
+
+impl Sink for Collect {
+    fn consume(&mut self, batch: &Batch) -> Result<Flow, StageError> {
+        let mut g = self.0.lock().unwrap();
+        for s in &batch.spans {
+            g.1.push((u64::from(s.len), s.kind));
+        }
+        batch.runs().for_each(|r| g.0.extend_from_slice(r));
+        Ok(Flow::Continue)
+    }
+}
+
+/// Decodes `input` read in `sizes` chunks; returns the output bytes and (len, kind) of each record.
+fn decode(input: &Arc<Vec<u8>>, sizes: Vec<usize>, headroom: usize) -> (Vec<u8>, Vec<(u64, u32)>) {
+    let sink = Collect::default();
+    let report = Pipeline::new(Settings {
+        batch_bytes: 4096,
+        queue_capacity: 2,
+    })
+    .source(
+        "chunks",
+        Chunks {
+            input: input.clone(),
+            sizes,
+            pos: 0,
+            turn: 0,
+            headroom,
+        },
+    )
+    .stage("decode", DecodeConfig::default().build())
+    .sink("collect", sink.clone())
+    .run();
+    assert!(report.is_ok(), "{:?}", report.errors);
+    let g = sink.0.lock().unwrap();
+    (g.0.clone(), g.1.clone())
+}
+
+fn reference(input: &Arc<Vec<u8>>) -> (Vec<u8>, Vec<(u64, u32)>) {
+    decode(input, vec![input.len()], HEADROOM)
+}
+
+/// A fixture with unaligned FEATURE records, a tracing blob outside header.size and
+/// compressed records.
+fn inputs() -> Vec<Arc<Vec<u8>>> {
+    [
+        "tracepoint.pipe.data",
+        "compressed.pipe.data",
+        "two-events.pipe.data",
+    ]
+    .iter()
+    .map(|n| {
+        let mut v = fixture_bytes(n);
+        v.truncate(24 * 1024);
+        // Cut at the last record boundary so the prefix is a valid stream.
+        let (_, recs) = decode_prefix(&v);
+        v.truncate(recs);
+        Arc::new(v)
+    })
+    .collect()
+}
+
+/// Framing by hand (header sizes, plus the tracing payload) to find a valid prefix length.
+fn decode_prefix(v: &[u8]) -> ((), usize) {
+    let mut pos = 16;
+    loop {
+        if pos + 8 > v.len() {
+            return ((), pos);
+        }
+        let ty = u32::from_le_bytes(v[pos..pos + 4].try_into().unwrap());
+        let size = u16::from_le_bytes(v[pos + 6..pos + 8].try_into().unwrap()) as usize;
+        let extra = if ty == 66 {
+            u32::from_le_bytes(v[pos + 8..pos + 12].try_into().unwrap()) as usize
+        } else {
+            0
+        };
+        if pos + size + extra > v.len() {
+            return ((), pos);
+        }
+        pos += size + extra;
+    }
+}
+
+/// Every read size from 1 byte up to several records gives the same output.
+#[test]
+fn every_read_size_gives_the_same_records() {
+    for input in inputs() {
+        let want = reference(&input);
+        assert_eq!(want.0, *input);
+        for size in (1..=64).chain((65..=1200).step_by(7)) {
+            for headroom in [0, HEADROOM] {
+                let got = decode(&input, vec![size], headroom);
+                assert!(got == want, "read size {size}, headroom {headroom}");
+            }
+        }
+    }
+}
+
+/// Splitting the stream in two at every byte position gives the same records.
+#[test]
+fn every_split_point_gives_the_same_records() {
+    let input = inputs().remove(0);
+    let want = reference(&input);
+    for cut in 1..input.len() {
+        let got = decode(&input, vec![cut, input.len()], HEADROOM);
+        assert!(got == want, "split at {cut}");
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(64))]
+    /// Arbitrary sequences of read sizes give the same records.
+    #[test]
+    fn random_read_sizes(sizes in proptest::collection::vec(1usize..5000, 1..40), headroom in prop::bool::ANY) {
+        for input in inputs() {
+            let want = reference(&input);
+            let got = decode(&input, sizes.clone(), if headroom { HEADROOM } else { 0 });
+            prop_assert!(got == want);
+        }
+    }
+}

@@ -1,0 +1,183 @@
+//! Helpers shared by the integration tests: the binary, fixtures, temp dirs, and the real `perf`.
+
+use std::io::Write as _;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+
+/// Prints expected vs got between rulers when they differ.
+#[macro_export]
+macro_rules! eqnice {
+    ($expected:expr, $got:expr) => {{
+        let (expected, got) = (&$expected, &$got);
+        if expected != got {
+            panic!(
+                "\n{:-^60}\nexpected:\n{:?}\n{:-^60}\ngot:\n{:?}\n{:-^60}",
+                "", expected, "", got, ""
+            );
+        }
+    }};
+}
+
+/// Declares a test that gets a fresh [`Dir`].
+#[macro_export]
+macro_rules! pipetest {
+    ($name:ident, |$dir:ident| $body:block) => {
+        #[test]
+        fn $name() {
+            let $dir = $crate::util::Dir::new(stringify!($name));
+            $body
+        }
+    };
+}
+
+/// A fresh temporary directory, removed at drop.
+pub struct Dir {
+    tmp: tempfile::TempDir,
+}
+
+impl Dir {
+    pub fn new(name: &str) -> Dir {
+        Dir {
+            tmp: tempfile::Builder::new()
+                .prefix(&format!("perfpipe-{name}-"))
+                .tempdir()
+                .expect("temp dir"),
+        }
+    }
+    pub fn path(&self, name: &str) -> PathBuf {
+        self.tmp.path().join(name)
+    }
+    pub fn write(&self, name: &str, bytes: &[u8]) -> PathBuf {
+        let p = self.path(name);
+        std::fs::write(&p, bytes).expect("write temp file");
+        p
+    }
+}
+
+/// The `perfpipe` binary under test.
+pub fn bin() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_perfpipe"))
+}
+
+/// A checked-in fixture (see `tests/fixtures/README.md`).
+pub fn fixture(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../tests/fixtures")
+        .join(name)
+}
+
+/// Bytes of a checked-in fixture.
+pub fn fixture_bytes(name: &str) -> Vec<u8> {
+    std::fs::read(fixture(name)).unwrap_or_else(|e| panic!("fixture {name}: {e}"))
+}
+
+/// Every `*.pipe.data` fixture name.
+pub fn all_fixtures() -> Vec<String> {
+    let mut v: Vec<String> = std::fs::read_dir(fixture(""))
+        .expect("fixtures dir")
+        .filter_map(|e| e.ok()?.file_name().into_string().ok())
+        .filter(|n| n.ends_with(".pipe.data"))
+        .collect();
+    v.sort();
+    assert!(v.len() >= 10, "fixtures missing: {v:?}");
+    v
+}
+
+/// Runs `perfpipe ARGS` with `stdin` as input; returns its output.
+pub fn perfpipe(args: &[&str], stdin: &[u8]) -> Output {
+    run(Command::new(bin()).args(args), stdin)
+}
+
+/// Runs a command feeding `stdin` from a thread (so a large output cannot deadlock us).
+pub fn run(cmd: &mut Command, stdin: &[u8]) -> Output {
+    let mut child = cmd
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    let mut sin = child.stdin.take().expect("stdin");
+    let input = stdin.to_vec();
+    let feeder = std::thread::spawn(move || {
+        // The child may legitimately stop reading early (bad input): ignore EPIPE.
+        let _ = sin.write_all(&input);
+    });
+    let out = child.wait_with_output().expect("wait");
+    feeder.join().expect("feeder");
+    out
+}
+
+/// Whether `perf` is usable. In CI (`CI` set) a missing perf is a failure, not a skip.
+pub fn have_perf() -> bool {
+    let ok = Command::new("perf")
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !ok && std::env::var_os("CI").is_some() {
+        panic!("perf is required in CI (apt-get install linux-perf) but is missing");
+    }
+    if !ok {
+        eprintln!("skipping: perf not installed (set CI=1 to make this a failure)");
+    }
+    ok
+}
+
+/// Runs `perf ARGS -i -` on `input`, asserting success; returns stdout.
+pub fn perf_on(args: &[&str], input: &[u8]) -> String {
+    let out = run(Command::new("perf").args(args).args(["-i", "-"]), input);
+    assert!(
+        out.status.success(),
+        "perf {args:?} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).expect("perf output is UTF-8")
+}
+
+/// `perf script` output of a stream.
+pub fn perf_script(input: &[u8]) -> String {
+    perf_on(
+        &["script", "--show-task-events", "--show-mmap-events"],
+        input,
+    )
+}
+
+/// Records `perf record ARGS -o - -- WORKLOAD…` and returns the pipe stream.
+pub fn perf_record(args: &[&str], workload: &[&str]) -> Vec<u8> {
+    let out = Command::new("perf")
+        .arg("record")
+        .args(args)
+        .args(["-o", "-", "--"])
+        .args(workload)
+        .stdin(Stdio::null())
+        .output()
+        .expect("perf record");
+    assert!(
+        out.status.success(),
+        "perf record {args:?} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(out.stdout.len() > 16, "perf record wrote nothing");
+    out.stdout
+}
+
+/// The fixtures' workload script (`single` or `multi`), for live recordings.
+pub fn workload() -> String {
+    fixture("workload.sh").to_string_lossy().into_owned()
+}
+
+/// Mounts tracefs if tracepoints are not reachable (as root), for `-e sched:…` recordings.
+pub fn ensure_tracefs() {
+    if !Path::new("/sys/kernel/tracing/events/sched").exists() {
+        let _ = Command::new("mount")
+            .args(["-t", "tracefs", "nodev", "/sys/kernel/tracing"])
+            .status();
+    }
+}
+
+/// Sample lines of `perf script` output, for comparing what two streams contain.
+pub fn count_samples(script: &str) -> usize {
+    script
+        .lines()
+        .filter(|l| !l.contains("PERF_RECORD_") && !l.trim().is_empty())
+        .count()
+}
