@@ -38,8 +38,11 @@ impl Source for Chunks {
     }
 }
 
+/// Output bytes, and (length, kind) of each record.
+type Decoded = (Vec<u8>, Vec<(u64, u32)>);
+
 #[derive(Clone, Default)]
-struct Collect(Arc<Mutex<(Vec<u8>, Vec<(u64, u32)>)>>);
+struct Collect(Arc<Mutex<Decoded>>);
 
 impl Sink for Collect {
     fn consume(&mut self, batch: &Batch) -> Result<Flow, StageError> {
@@ -53,7 +56,7 @@ impl Sink for Collect {
 }
 
 /// Decodes `input` read in `sizes` chunks; returns the output bytes and (len, kind) of each record.
-fn decode(input: &Arc<Vec<u8>>, sizes: Vec<usize>, headroom: usize) -> (Vec<u8>, Vec<(u64, u32)>) {
+fn decode(input: &Arc<Vec<u8>>, sizes: Vec<usize>, headroom: usize) -> Decoded {
     let sink = Collect::default();
     let report = Pipeline::new(Settings {
         batch_bytes: 4096,
@@ -77,7 +80,7 @@ fn decode(input: &Arc<Vec<u8>>, sizes: Vec<usize>, headroom: usize) -> (Vec<u8>,
     (g.0.clone(), g.1.clone())
 }
 
-fn reference(input: &Arc<Vec<u8>>) -> (Vec<u8>, Vec<(u64, u32)>) {
+fn reference(input: &Arc<Vec<u8>>) -> Decoded {
     decode(input, vec![input.len()], HEADROOM)
 }
 

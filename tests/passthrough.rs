@@ -22,8 +22,9 @@ fn fixtures_round_trip_byte_identical() {
     }
 }
 
-/// `-i FILE -o FILE` works like standard input and output.
-pipetest!(files_in_and_out, |dir| {
+pipetest!(
+    /// `-i FILE -o FILE` works like standard input and output.
+    files_in_and_out, |dir| {
     let input = fixture("multiproc.pipe.data");
     let output = dir.path("out.data");
     let out = perfpipe(

@@ -21,7 +21,8 @@ macro_rules! eqnice {
 /// Declares a test that gets a fresh [`Dir`].
 #[macro_export]
 macro_rules! pipetest {
-    ($name:ident, |$dir:ident| $body:block) => {
+    ($(#[$meta:meta])* $name:ident, |$dir:ident| $body:block) => {
+        $(#[$meta])*
         #[test]
         fn $name() {
             let $dir = $crate::util::Dir::new(stringify!($name));
@@ -31,6 +32,7 @@ macro_rules! pipetest {
 }
 
 /// A fresh temporary directory, removed at drop.
+#[derive(Debug)]
 pub struct Dir {
     tmp: tempfile::TempDir,
 }
