@@ -11,4 +11,5 @@ pub mod util;
 
 mod badinput;
 mod chunking;
+mod fields;
 mod passthrough;

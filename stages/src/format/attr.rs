@@ -87,12 +87,14 @@ impl Attr {
                 need: attr_len,
             });
         }
-        let mut flags = e.u64(body, 40).ok_or(short)?;
-        if e == Endian::Big {
-            // perf_event__attr_swap() swaps the word, then reverses the bits of every byte: a
-            // big-endian compiler allocates bitfields from the most significant bit.
-            flags = u64::from_le_bytes(flags.to_le_bytes().map(u8::reverse_bits));
-        }
+        let raw: [u8; 8] = body.get(40..48).ok_or(short)?.try_into().expect("8 bytes");
+        let flags = match e {
+            Endian::Little => u64::from_le_bytes(raw),
+            // A big-endian compiler allocates bitfields from the most significant bit of each byte;
+            // perf_event__attr_swap() does not swap the word but reverses the bits of every byte
+            // (swap_bitfield), which yields the little-endian layout.
+            Endian::Big => u64::from_le_bytes(raw.map(u8::reverse_bits)),
+        };
         let sample_type = e.u64(body, 24).ok_or(short)?;
         let read_format = e.u64(body, 32).ok_or(short)?;
         let ids = body[attr_len..]
