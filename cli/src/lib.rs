@@ -177,11 +177,18 @@ fn is_broken_pipe(err: &(dyn std::error::Error + 'static)) -> bool {
     false
 }
 
+/// Names a span kind for the stats: the perf record type name.
+fn kind_name(kind: u32) -> String {
+    perfpipe_stages::format::RecordType(kind)
+        .name()
+        .map_or_else(|| format!("type {kind}"), str::to_string)
+}
+
 /// Prints the report's errors and table; returns the exit status.
 fn finish(report: &Report, stats: bool) -> ExitCode {
     let mut stderr = std::io::stderr().lock();
     if stats {
-        let _ = writeln!(stderr, "{}", render_table(&report.stages, report.wall));
+        let _ = writeln!(stderr, "{}", render_table(report, &kind_name));
     }
     let mut status = ExitCode::SUCCESS;
     for (i, err) in report.errors.iter().enumerate() {

@@ -66,8 +66,10 @@ mod batch;
 mod metrics;
 mod pipeline;
 mod stage;
+mod summary;
 
 pub use batch::{Batch, BatchContext, BufferPool, Runs, Span};
-pub use metrics::{render_table, Counter, FlowSnapshot, StageMetrics, StageSnapshot, KIND_SLOTS};
+pub use metrics::{Counter, FlowSnapshot, StageMetrics, StageSnapshot, KIND_SLOTS};
 pub use pipeline::{End, Error, Pipeline, Report, Running, Settings};
 pub use stage::{Flow, Out, Sink, Source, Stage, StageError};
+pub use summary::{render_json, render_table, verdict, KindName, Verdict};

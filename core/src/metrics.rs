@@ -5,7 +5,6 @@
 //! (waiting on a full output), plus the fill of its output queue. All are relaxed atomics updated once
 //! per batch, so they can be read while the pipeline runs. Stages add their own [`Counter`]s.
 
-use std::fmt::Write as _;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
 use std::time::Duration;
@@ -230,7 +229,8 @@ impl StageSnapshot {
         self.working + self.starved + self.blocked
     }
 
-    fn pct(&self, d: Duration) -> f64 {
+    /// `d` as a percentage of [`StageSnapshot::total`].
+    pub fn pct(&self, d: Duration) -> f64 {
         let t = self.total().as_secs_f64();
         if t == 0.0 {
             0.0
@@ -238,55 +238,4 @@ impl StageSnapshot {
             100.0 * d.as_secs_f64() / t
         }
     }
-}
-
-/// Formats snapshots as the per-stage table printed by `--stats`.
-pub fn render_table(stages: &[StageSnapshot], wall: Duration) -> String {
-    let mut s = String::new();
-    let _ = writeln!(
-        s,
-        "{:<10} {:>12} {:>12} {:>10} {:>9} {:>6} {:>6} {:>6} {:>9}",
-        "stage",
-        "records in",
-        "records out",
-        "MB out",
-        "MB/s",
-        "work%",
-        "starv%",
-        "block%",
-        "queue"
-    );
-    for st in stages {
-        let bytes = if st.output.batches > 0 {
-            st.output.bytes
-        } else {
-            st.input.bytes
-        };
-        let mb = bytes as f64 / 1e6;
-        let secs = wall.as_secs_f64();
-        let rate = if secs > 0.0 { mb / secs } else { 0.0 };
-        let queue = if st.queue_capacity == 0 {
-            "-".to_string()
-        } else {
-            format!("{:.1}/{}", st.queue_fill_avg, st.queue_capacity)
-        };
-        let _ = writeln!(
-            s,
-            "{:<10} {:>12} {:>12} {:>10.1} {:>9.1} {:>6.1} {:>6.1} {:>6.1} {:>9}",
-            st.name,
-            st.input.records,
-            st.output.records,
-            mb,
-            rate,
-            st.pct(st.working),
-            st.pct(st.starved),
-            st.pct(st.blocked),
-            queue
-        );
-        for (name, v) in &st.counters {
-            let _ = writeln!(s, "{:<10}   {name} = {v}", "");
-        }
-    }
-    let _ = write!(s, "wall {:.3} s", wall.as_secs_f64());
-    s
 }

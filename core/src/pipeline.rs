@@ -466,9 +466,10 @@ fn run_source(
         }
         let result = source.produce(&mut Out::new(&mut pending, &ctx.pool));
         let t1 = Instant::now();
+        let waited = source.take_io_wait().min(t1 - t0);
         let sent = send_all(&mut pending, &tx, ctx);
         let t2 = Instant::now();
-        ctx.metrics.add_times(t1 - t0, Duration::ZERO, t2 - t1);
+        ctx.metrics.add_times(t1 - t0 - waited, waited, t2 - t1);
         t0 = t2;
         match result {
             Err(e) => return (End::Failed, Some(e)),
@@ -528,7 +529,8 @@ fn run_sink(mut sink: Box<dyn Sink>, rx: Receiver<Batch>, ctx: &Ctx) -> (End, Op
         let result = sink.consume(&batch);
         ctx.pool.put(batch);
         let t2 = Instant::now();
-        ctx.metrics.add_times(t2 - t1, t1 - t0, Duration::ZERO);
+        let waited = sink.take_io_wait().min(t2 - t1);
+        ctx.metrics.add_times(t2 - t1 - waited, t1 - t0, waited);
         t0 = t2;
         match result {
             Err(e) => return (End::Failed, Some(e)),
@@ -539,8 +541,10 @@ fn run_sink(mut sink: Box<dyn Sink>, rx: Receiver<Batch>, ctx: &Ctx) -> (End, Op
     drop(rx);
     let t1 = Instant::now();
     let result = sink.finish();
+    let t2 = Instant::now();
+    let waited = sink.take_io_wait().min(t2 - t1);
     ctx.metrics
-        .add_times(Instant::now() - t1, Duration::ZERO, Duration::ZERO);
+        .add_times(t2 - t1 - waited, Duration::ZERO, waited);
     match result {
         Err(e) => (End::Failed, Some(e)),
         Ok(()) => (end, None),

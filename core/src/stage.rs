@@ -71,6 +71,13 @@ pub trait Source: Send {
     /// An error ends the pipeline; batches emitted before it are still delivered downstream.
     fn produce(&mut self, out: &mut Out<'_>) -> Result<Flow, StageError>;
 
+    /// Time spent waiting on the input (e.g. blocked in `read(2)` on a pipe) since the last call.
+    /// The runner counts it as *starved* instead of *working*, which is how it tells a slow producer
+    /// from a slow source. The default reports none.
+    fn take_io_wait(&mut self) -> std::time::Duration {
+        std::time::Duration::ZERO
+    }
+
     /// Counters specific to this source, registered once when the pipeline is built.
     fn counters(&self) -> Vec<(&'static str, Counter)> {
         Vec::new()
@@ -119,6 +126,13 @@ pub trait Sink: Send {
     /// As for [`Sink::consume`].
     fn finish(&mut self) -> Result<(), StageError> {
         Ok(())
+    }
+
+    /// Time spent waiting on the output (e.g. blocked in `write(2)` on a full pipe) since the last
+    /// call. The runner counts it as *blocked* instead of *working*, which is how it tells a slow
+    /// consumer from a slow sink. The default reports none.
+    fn take_io_wait(&mut self) -> std::time::Duration {
+        std::time::Duration::ZERO
     }
 
     /// Counters specific to this sink, registered once when the pipeline is built.

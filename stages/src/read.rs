@@ -11,6 +11,7 @@
 use std::fs::File;
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::path::PathBuf;
+use std::time::{Duration, Instant};
 
 use perfpipe_core::{Flow, Out, Source, StageError};
 
@@ -63,6 +64,7 @@ impl ReadConfig {
             fd,
             name,
             offset: 0,
+            waited: Duration::ZERO,
         })
     }
 }
@@ -83,6 +85,8 @@ pub struct Read {
     fd: OwnedFd,
     name: PathBuf,
     offset: u64,
+    /// Time spent inside read(2) since the runner last asked.
+    waited: Duration,
 }
 
 /// One `read(2)` of at most `max` bytes appended to `buf` (whose spare capacity must hold them),
@@ -118,7 +122,10 @@ impl Source for Read {
         let mut result = Ok(Flow::Continue);
         while batch.data.len() < HEADROOM + want {
             let asked = HEADROOM + want - batch.data.len();
-            match read_into(&self.fd, &mut batch.data, asked) {
+            let t0 = Instant::now();
+            let n = read_into(&self.fd, &mut batch.data, asked);
+            self.waited += t0.elapsed();
+            match n {
                 Ok(0) => {
                     result = Ok(Flow::Stop);
                     break;
@@ -145,5 +152,9 @@ impl Source for Read {
             out.recycle(batch);
         }
         result
+    }
+
+    fn take_io_wait(&mut self) -> Duration {
+        std::mem::take(&mut self.waited)
     }
 }

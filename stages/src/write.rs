@@ -11,6 +11,7 @@ use std::fs::File;
 use std::io::{IoSlice, Write as _};
 use std::os::fd::AsFd;
 use std::path::PathBuf;
+use std::time::{Duration, Instant};
 
 use perfpipe_core::{Batch, Flow, Sink, StageError};
 
@@ -60,6 +61,7 @@ impl WriteConfig {
             file,
             name,
             written: 0,
+            waited: Duration::ZERO,
         })
     }
 }
@@ -70,6 +72,8 @@ pub struct Write {
     file: File,
     name: PathBuf,
     written: u64,
+    /// Time spent inside writev(2) since the runner last asked.
+    waited: Duration,
 }
 
 impl Write {
@@ -80,7 +84,10 @@ impl Write {
 
     fn write_all(&mut self, mut rest: &mut [IoSlice<'_>]) -> Result<(), StageError> {
         while !rest.is_empty() {
-            match self.file.write_vectored(rest) {
+            let t0 = Instant::now();
+            let n = self.file.write_vectored(rest);
+            self.waited += t0.elapsed();
+            match n {
                 Ok(0) => return Err(self.io_error(std::io::ErrorKind::WriteZero.into())),
                 Ok(n) => {
                     self.written += n as u64;
@@ -123,5 +130,9 @@ impl Sink for Write {
 
     fn finish(&mut self) -> Result<(), StageError> {
         self.file.flush().map_err(|e| self.io_error(e))
+    }
+
+    fn take_io_wait(&mut self) -> Duration {
+        std::mem::take(&mut self.waited)
     }
 }

@@ -1,0 +1,292 @@
+//! Reading a run's metrics: the bottleneck verdict, the `--stats` table and the `--stats-json`
+//! document.
+//!
+//! The verdict follows from each thread's three-way time split. Under backpressure every stage runs
+//! at the bottleneck's rate, so throughput alone cannot locate it; where the time goes can:
+//! - a stage that is mostly **working**, with the stages before it mostly blocked and the stages after
+//!   it mostly starved, is the bottleneck;
+//! - a source that mostly **waits on its input** (inside `read(2)`), with every stage after it
+//!   starved, means the producer upstream of the pipeline limits;
+//! - a sink that mostly **waits on its output** (inside `write(2)`), with every stage before it
+//!   blocked, means the consumer downstream limits.
+
+use std::fmt::Write as _;
+use std::time::Duration;
+
+use crate::metrics::StageSnapshot;
+use crate::pipeline::{End, Report};
+
+/// Which part of the pipeline limits its throughput.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Verdict {
+    /// A stage is mostly working.
+    Stage {
+        /// The stage.
+        name: String,
+        /// Its working share of its thread's time, in percent.
+        working: f64,
+    },
+    /// The source mostly waits on its input.
+    Input {
+        /// The source.
+        name: String,
+        /// Its share of time waiting on input, in percent.
+        waiting: f64,
+    },
+    /// The sink mostly waits on its output.
+    Output {
+        /// The sink.
+        name: String,
+        /// Its share of time waiting on output, in percent.
+        waiting: f64,
+    },
+    /// Nothing measured (no stages, or no time).
+    Unknown,
+}
+
+impl std::fmt::Display for Verdict {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Verdict::Stage { name, working } => write!(
+                f,
+                "bottleneck: {name} ({working:.0}% working; stages before it wait to send, stages after it wait for input)"
+            ),
+            Verdict::Input { name, waiting } => write!(
+                f,
+                "bottleneck: the input ({name} waits on it {waiting:.0}% of the time; every stage keeps up)"
+            ),
+            Verdict::Output { name, waiting } => write!(
+                f,
+                "bottleneck: the output ({name} waits on the consumer {waiting:.0}% of the time)"
+            ),
+            Verdict::Unknown => f.write_str("bottleneck: unknown (nothing was measured)"),
+        }
+    }
+}
+
+/// Names the part of the pipeline that limits it, from the stages' time splits (pipeline order:
+/// source first, sink last).
+pub fn verdict(stages: &[StageSnapshot]) -> Verdict {
+    let (Some(first), Some(last)) = (stages.first(), stages.last()) else {
+        return Verdict::Unknown;
+    };
+    if stages.iter().all(|s| s.total().is_zero()) {
+        return Verdict::Unknown;
+    }
+    let busiest = stages
+        .iter()
+        .max_by(|a, b| a.pct(a.working).total_cmp(&b.pct(b.working)))
+        .expect("non-empty");
+    let working = busiest.pct(busiest.working);
+    let input = first.pct(first.starved);
+    let output = last.pct(last.blocked);
+    if output > working && output >= input {
+        Verdict::Output {
+            name: last.name.clone(),
+            waiting: output,
+        }
+    } else if input > working {
+        Verdict::Input {
+            name: first.name.clone(),
+            waiting: input,
+        }
+    } else {
+        Verdict::Stage {
+            name: busiest.name.clone(),
+            working,
+        }
+    }
+}
+
+/// Names record kinds for display; the runtime itself only knows numbers.
+pub type KindName<'a> = &'a dyn Fn(u32) -> String;
+
+fn mb_per_s(bytes: u64, d: Duration) -> f64 {
+    let s = d.as_secs_f64();
+    if s > 0.0 {
+        bytes as f64 / 1e6 / s
+    } else {
+        0.0
+    }
+}
+
+/// Formats the per-stage table printed by `--stats`: one row per stage, the records each stage
+/// added or removed per kind, the stages' own counters, and the verdict.
+pub fn render_table(report: &Report, kind_name: KindName<'_>) -> String {
+    let mut s = String::new();
+    let _ = writeln!(
+        s,
+        "{:<12} {:>11} {:>11} {:>9} {:>8} {:>6} {:>6} {:>6} {:>9}",
+        "stage", "records in", "records out", "MB", "MB/s", "work%", "starv%", "block%", "queue"
+    );
+    for st in &report.stages {
+        let bytes = if st.output.batches > 0 {
+            st.output.bytes
+        } else {
+            st.input.bytes
+        };
+        let queue = if st.queue_capacity == 0 {
+            "-".to_string()
+        } else {
+            format!("{:.1}/{}", st.queue_fill_avg, st.queue_capacity)
+        };
+        let _ = writeln!(
+            s,
+            "{:<12} {:>11} {:>11} {:>9.1} {:>8.1} {:>6.1} {:>6.1} {:>6.1} {:>9}",
+            st.name,
+            st.input.records,
+            st.output.records,
+            bytes as f64 / 1e6,
+            mb_per_s(bytes, report.wall),
+            st.pct(st.working),
+            st.pct(st.starved),
+            st.pct(st.blocked),
+            queue
+        );
+        let changes = kind_changes(st, kind_name);
+        if !changes.is_empty() {
+            let _ = writeln!(s, "{:<12}   records: {changes}", "");
+        }
+        for (name, v) in &st.counters {
+            let _ = writeln!(s, "{:<12}   {name} = {v}", "");
+        }
+    }
+    let _ = writeln!(s, "{}", verdict(&report.stages));
+    let _ = write!(s, "wall {:.3} s", report.wall.as_secs_f64());
+    s
+}
+
+/// "+BUILD_ID 30 -SAMPLE 1200": kinds whose count differs between a transform's input and output.
+fn kind_changes(st: &StageSnapshot, kind_name: KindName<'_>) -> String {
+    if st.input.records == 0 || st.output.batches == 0 {
+        return String::new();
+    }
+    let mut kinds: Vec<u32> = st
+        .input
+        .kinds
+        .iter()
+        .chain(&st.output.kinds)
+        .map(|(k, _)| *k)
+        .collect();
+    kinds.sort_unstable();
+    kinds.dedup();
+    let count = |v: &[(u32, u64)], k: u32| v.iter().find(|(x, _)| *x == k).map_or(0, |(_, n)| *n);
+    let mut out = String::new();
+    for k in kinds {
+        let (i, o) = (count(&st.input.kinds, k), count(&st.output.kinds, k));
+        if i != o {
+            let sign = if o > i { '+' } else { '-' };
+            let _ = write!(
+                out,
+                "{}{sign}{} {}",
+                if out.is_empty() { "" } else { " " },
+                kind_name(k),
+                o.abs_diff(i)
+            );
+        }
+    }
+    out
+}
+
+fn json_str(s: &str) -> String {
+    let mut out = String::with_capacity(s.len() + 2);
+    out.push('"');
+    for c in s.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            '\n' => out.push_str("\\n"),
+            c if (c as u32) < 0x20 => {
+                let _ = write!(out, "\\u{:04x}", c as u32);
+            }
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+    out
+}
+
+fn json_flow(f: &crate::metrics::FlowSnapshot, kind_name: KindName<'_>) -> String {
+    let kinds: Vec<String> = f
+        .kinds
+        .iter()
+        .map(|(k, n)| format!("{}: {n}", json_str(&kind_name(*k))))
+        .collect();
+    format!(
+        "{{\"batches\": {}, \"records\": {}, \"bytes\": {}, \"kinds\": {{{}}}}}",
+        f.batches,
+        f.records,
+        f.bytes,
+        kinds.join(", ")
+    )
+}
+
+fn end_name(e: End) -> &'static str {
+    match e {
+        End::Eof => "eof",
+        End::Stopped => "stopped",
+        End::DownstreamClosed => "downstream_closed",
+        End::Cancelled => "cancelled",
+        End::Failed => "failed",
+        End::Detached => "detached",
+    }
+}
+
+/// The `--stats-json` document (schema: `docs/stats.schema.json`, version 1).
+pub fn render_json(report: &Report, kind_name: KindName<'_>) -> String {
+    let mut s = String::from("{\n  \"schema_version\": 1,\n");
+    let _ = writeln!(s, "  \"wall_seconds\": {:.6},", report.wall.as_secs_f64());
+    let (kind, stage, pct) = match verdict(&report.stages) {
+        Verdict::Stage { name, working } => ("stage", Some(name), working),
+        Verdict::Input { name, waiting } => ("input", Some(name), waiting),
+        Verdict::Output { name, waiting } => ("output", Some(name), waiting),
+        Verdict::Unknown => ("unknown", None, 0.0),
+    };
+    let _ = writeln!(
+        s,
+        "  \"bottleneck\": {{\"kind\": {}, \"stage\": {}, \"percent\": {:.1}, \"text\": {}}},",
+        json_str(kind),
+        stage.as_deref().map_or("null".to_string(), json_str),
+        pct,
+        json_str(&verdict(&report.stages).to_string())
+    );
+    let errors: Vec<String> = report
+        .errors
+        .iter()
+        .map(|e| json_str(&e.to_string()))
+        .collect();
+    let _ = writeln!(s, "  \"errors\": [{}],", errors.join(", "));
+    s.push_str("  \"stages\": [\n");
+    for (i, st) in report.stages.iter().enumerate() {
+        let counters: Vec<String> = st
+            .counters
+            .iter()
+            .map(|(n, v)| format!("{}: {v}", json_str(n)))
+            .collect();
+        let end = report.ends.get(i).copied().map_or("unknown", end_name);
+        let _ = write!(
+            s,
+            "    {{\"name\": {}, \"end\": {}, \"input\": {}, \"output\": {},\n     \
+             \"working_seconds\": {:.6}, \"starved_seconds\": {:.6}, \"blocked_seconds\": {:.6},\n     \
+             \"queue\": {{\"capacity\": {}, \"fill_avg\": {:.3}, \"fill_max\": {}}}, \"counters\": {{{}}}}}",
+            json_str(&st.name),
+            json_str(end),
+            json_flow(&st.input, kind_name),
+            json_flow(&st.output, kind_name),
+            st.working.as_secs_f64(),
+            st.starved.as_secs_f64(),
+            st.blocked.as_secs_f64(),
+            st.queue_capacity,
+            st.queue_fill_avg,
+            st.queue_fill_max,
+            counters.join(", ")
+        );
+        s.push_str(if i + 1 < report.stages.len() {
+            ",\n"
+        } else {
+            "\n"
+        });
+    }
+    s.push_str("  ]\n}\n");
+    s
+}
