@@ -5,11 +5,13 @@
 //! - `passthrough`: byte-identical round trips over fixtures and live recordings, accepted by perf.
 //! - `chunking`: the same stream in every read size and split gives the same output.
 //! - `badinput`: malformed input gives a clear error with an offset, and keeps what came before.
+//! - `decompress`: `--decompress` of `perf record -z` streams, checked against perf.
 
 #[macro_use]
 pub mod util;
 
 mod badinput;
 mod chunking;
+mod decompress;
 mod fields;
 mod passthrough;

@@ -152,7 +152,9 @@ pub fn build(
     let mut pipeline = Pipeline::new(settings)
         .source("read", read)
         .stage("decode", DecodeConfig::default().build());
-    for (name, value) in stages {
+    let mut stages = stages.to_vec();
+    perfpipe_stages::registry::insert_decompress(&mut stages, None);
+    for (name, value) in &stages {
         let spec = TRANSFORMS
             .iter()
             .find(|s| s.name == *name)

@@ -95,6 +95,17 @@ pub enum Error {
         /// The limit.
         limit: u64,
     },
+    /// A COMPRESSED or COMPRESSED2 record whose zstd payload cannot be decompressed, or whose
+    /// decompressed records are malformed or cut short at the end of the stream.
+    #[error("offset {offset}: {record_type} record: {detail}")]
+    Decompress {
+        /// Offset of the COMPRESSED record (for a record cut short, the one it began in).
+        offset: u64,
+        /// COMPRESSED or COMPRESSED2.
+        record_type: RecordType,
+        /// What went wrong.
+        detail: String,
+    },
     /// A HEADER_ATTR record whose attr cannot be used.
     #[error("offset {offset}: ATTR record: {source}")]
     BadAttr {
@@ -137,7 +148,8 @@ impl Error {
             | Error::Malformed { offset, .. }
             | Error::Truncated { offset, .. }
             | Error::PayloadTooLarge { offset, .. }
-            | Error::BadAttr { offset, .. } => Some(*offset),
+            | Error::BadAttr { offset, .. }
+            | Error::Decompress { offset, .. } => Some(*offset),
             Error::Io { .. } => None,
         }
     }

@@ -9,6 +9,7 @@
 //! - [`read`]: source; standard input or a file, in large reads.
 //! - [`decode`]: frames records, validates the header, tracks attrs.
 //! - [`encode`]: records back to bytes (byte for byte when unchanged); record builders.
+//! - [`decompress`]: replaces COMPRESSED records (`perf record -z`) with the records they hold.
 //! - [`write`]: sink; standard output or a file, with `writev`.
 //!
 //! ```
@@ -38,6 +39,7 @@
 #![deny(missing_docs)]
 
 pub mod decode;
+pub mod decompress;
 pub mod encode;
 mod error;
 pub mod format;

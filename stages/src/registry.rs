@@ -17,6 +17,10 @@ pub struct StageSpec {
     pub value: Option<&'static str>,
     /// Builds the stage from the flag's value.
     pub build: BuildFn,
+    /// The stage reads records that `perf record -z` hides inside COMPRESSED records (samples,
+    /// MMAPs, COMMs…): the CLI puts one `decompress` stage before the first such stage, unless
+    /// `--decompress` was given earlier.
+    pub needs_decompressed: bool,
 }
 
 /// The fixed stages every run has, in order, with one line of help each.
@@ -36,4 +40,89 @@ pub const BUILTIN: &[(&str, &str)] = &[
 ];
 
 /// Transform stages, chained by their flags in command-line order.
-pub const TRANSFORMS: &[StageSpec] = &[];
+pub const TRANSFORMS: &[StageSpec] = &[StageSpec {
+    name: "decompress",
+    help: "replace COMPRESSED records (perf record -z) with the records they hold",
+    value: None,
+    build: |_| {
+        Ok(Box::new(
+            crate::decompress::DecompressConfig::default().build()?,
+        ))
+    },
+    needs_decompressed: false,
+}];
+
+/// The registered stage called `name`, if any.
+pub fn find(name: &str) -> Option<&'static StageSpec> {
+    TRANSFORMS.iter().find(|s| s.name == name)
+}
+
+/// `stages` (names in command-line order) with one `decompress` inserted before the first stage
+/// that [needs decompressed records](StageSpec::needs_decompressed), unless a `decompress` already
+/// runs before it. Returns the index at which it was inserted, if any.
+pub fn insert_decompress<T>(stages: &mut Vec<(&'static str, T)>, value: T) -> Option<usize> {
+    insert_before(stages, value, |name| {
+        find(name).is_some_and(|s| s.needs_decompressed)
+    })
+}
+
+fn insert_before<T>(
+    stages: &mut Vec<(&'static str, T)>,
+    value: T,
+    needs: impl Fn(&str) -> bool,
+) -> Option<usize> {
+    for (i, (name, _)) in stages.iter().enumerate() {
+        if *name == "decompress" {
+            return None;
+        }
+        if needs(name) {
+            stages.insert(i, ("decompress", value));
+            return Some(i);
+        }
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn decompress_goes_before_the_first_stage_that_needs_it() {
+        let needs = |n: &str| n.starts_with("needs");
+        let mut v = vec![("other", 0), ("needs-a", 1), ("needs-b", 2)];
+        assert_eq!(insert_before(&mut v, 9, needs), Some(1));
+        assert_eq!(
+            v,
+            vec![
+                ("other", 0),
+                ("decompress", 9),
+                ("needs-a", 1),
+                ("needs-b", 2)
+            ]
+        );
+        // Already there, earlier: nothing added.
+        let mut v = vec![("decompress", 0), ("needs-a", 1)];
+        assert_eq!(insert_before(&mut v, 9, needs), None);
+        // Only later than the first stage that needs it: one more goes before it.
+        let mut v = vec![("needs-a", 1), ("decompress", 0)];
+        assert_eq!(insert_before(&mut v, 9, needs), Some(0));
+        let mut v = vec![("other", 0)];
+        assert_eq!(insert_before(&mut v, 9, needs), None);
+        assert_eq!(v.len(), 1);
+    }
+
+    #[test]
+    fn every_stage_is_named_once_and_builds_with_no_value_when_it_takes_none() {
+        for (i, s) in TRANSFORMS.iter().enumerate() {
+            assert!(
+                TRANSFORMS[..i].iter().all(|t| t.name != s.name),
+                "{}",
+                s.name
+            );
+            if s.value.is_none() {
+                assert!((s.build)(None).is_ok(), "{}", s.name);
+            }
+        }
+    }
+}
