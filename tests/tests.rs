@@ -15,3 +15,4 @@ mod chunking;
 mod decompress;
 mod fields;
 mod passthrough;
+mod stats;

@@ -7,11 +7,14 @@ use std::process::ExitCode;
 
 use anyhow::Context as _;
 use clap::{ArgMatches, Args, CommandFactory, FromArgMatches, Parser, Subcommand};
-use perfpipe_core::{render_table, Pipeline, Report, Settings};
+use perfpipe_core::{Pipeline, Settings};
 use perfpipe_stages::decode::DecodeConfig;
 use perfpipe_stages::read::ReadConfig;
 use perfpipe_stages::registry::{BUILTIN, TRANSFORMS};
 use perfpipe_stages::write::WriteConfig;
+
+mod progress;
+mod run;
 
 /// Exit status when the pipeline failed (bad input, I/O error, a stage error).
 pub const EXIT_FAILURE: u8 = 1;
@@ -54,9 +57,23 @@ pub struct RunArgs {
     /// Output; `-` is standard output.
     #[arg(short, long, value_name = "FILE", default_value = "-")]
     output: PathBuf,
-    /// Print a per-stage table (records, MB/s, working/starved/blocked time) on stderr at the end.
+    /// Print a per-stage table (records, MB/s, working/starved/blocked time, the bottleneck) on
+    /// stderr at the end, whatever the end: input exhausted, error, interrupt, closed downstream.
     #[arg(long)]
     stats: bool,
+    /// Write the same figures as JSON to FILE at the end (schema: docs/stats.schema.json).
+    #[arg(long, value_name = "FILE")]
+    stats_json: Option<PathBuf>,
+    /// Show live per-stage progress on stderr (default: only when stderr is a terminal).
+    #[arg(long, overrides_with = "no_progress")]
+    progress: bool,
+    /// Never show live progress.
+    #[arg(long)]
+    no_progress: bool,
+    /// Copy the stream as it leaves STAGE (read, decode, a stage flag's name; `name#2` for a
+    /// repeated one) to FILE, a pipe-mode stream that `perf script -i FILE` reads. Repeatable.
+    #[arg(long, value_name = "STAGE=FILE", value_parser = run::parse_tap)]
+    tap: Vec<(String, PathBuf)>,
     /// Bytes per batch (suffixes K, M): the size of each read and of the unit passed between stages.
     #[arg(long, value_name = "SIZE", default_value = "256K", value_parser = parse_size)]
     batch_size: usize,
@@ -66,6 +83,24 @@ pub struct RunArgs {
     /// Grow the input and output pipes' kernel buffers to SIZE (Linux F_SETPIPE_SZ; 0 to leave them).
     #[arg(long, value_name = "SIZE", default_value = "1M", value_parser = parse_size)]
     pipe_buffer: usize,
+}
+
+impl RunArgs {
+    /// Defaults with no reporting, for building a report-only copy.
+    fn quiet() -> RunArgs {
+        RunArgs {
+            input: "-".into(),
+            output: "-".into(),
+            stats: false,
+            stats_json: None,
+            progress: false,
+            no_progress: true,
+            tap: Vec::new(),
+            batch_size: 256 << 10,
+            queue: 4,
+            pipe_buffer: 0,
+        }
+    }
 }
 
 /// Parses `256K`, `1M`, `4096`.
@@ -149,67 +184,44 @@ pub fn build(
         pipe_buffer: args.pipe_buffer,
     }
     .build()?;
-    let mut pipeline = Pipeline::new(settings)
-        .source("read", read)
-        .stage("decode", DecodeConfig::default().build());
     let mut stages = stages.to_vec();
     perfpipe_stages::registry::insert_decompress(&mut stages, None);
+    let mut nodes: Vec<(String, Box<dyn perfpipe_core::Stage>)> = vec![(
+        "decode".to_string(),
+        Box::new(DecodeConfig::default().build()),
+    )];
     for (name, value) in &stages {
         let spec = TRANSFORMS
             .iter()
             .find(|s| s.name == *name)
             .expect("flags come from the registry");
         let stage = (spec.build)(value.as_deref()).with_context(|| format!("--{name}"))?;
-        pipeline = pipeline.boxed_stage(*name, stage);
+        // A stage named twice gets `#2`, `#3`… so that rows and taps can tell them apart.
+        let seen = nodes
+            .iter()
+            .filter(|(n, _)| n.split('#').next() == Some(*name))
+            .count();
+        let label = if seen == 0 {
+            name.to_string()
+        } else {
+            format!("{name}#{}", seen + 1)
+        };
+        nodes.push((label, stage));
     }
+    let mut pipeline = Pipeline::new(settings).source("read", read);
+    let mut taps = run::Taps::new(&args.tap)?;
+    if let Some(tap) = taps.take("read")? {
+        pipeline = pipeline.stage("tap:read", tap);
+    }
+    for (name, stage) in nodes {
+        let tap = taps.take(&name)?;
+        pipeline = pipeline.boxed_stage(name.clone(), stage);
+        if let Some(tap) = tap {
+            pipeline = pipeline.stage(format!("tap:{name}"), tap);
+        }
+    }
+    taps.check_all_used()?;
     Ok(pipeline.sink("write", write))
-}
-
-/// Whether an error chain ends in a closed downstream pipe.
-fn is_broken_pipe(err: &(dyn std::error::Error + 'static)) -> bool {
-    let mut cur = Some(err);
-    while let Some(e) = cur {
-        if let Some(io) = e.downcast_ref::<std::io::Error>() {
-            if io.kind() == std::io::ErrorKind::BrokenPipe {
-                return true;
-            }
-        }
-        cur = e.source();
-    }
-    false
-}
-
-/// Names a span kind for the stats: the perf record type name.
-fn kind_name(kind: u32) -> String {
-    perfpipe_stages::format::RecordType(kind)
-        .name()
-        .map_or_else(|| format!("type {kind}"), str::to_string)
-}
-
-/// Prints the report's errors and table; returns the exit status.
-fn finish(report: &Report, stats: bool) -> ExitCode {
-    let mut stderr = std::io::stderr().lock();
-    if stats {
-        let _ = writeln!(stderr, "{}", render_table(report, &kind_name));
-    }
-    let mut status = ExitCode::SUCCESS;
-    for (i, err) in report.errors.iter().enumerate() {
-        if is_broken_pipe(err) {
-            if stats {
-                let written = report.stages.last().map_or(0, |s| s.input.records);
-                let _ = writeln!(
-                    stderr,
-                    "perfpipe: downstream closed after {written} records"
-                );
-            }
-            continue;
-        }
-        if i == 0 || status == ExitCode::SUCCESS {
-            let _ = writeln!(stderr, "perfpipe: {err}");
-        }
-        status = ExitCode::from(EXIT_FAILURE);
-    }
-    status
 }
 
 /// Runs the command line; the whole of `main`.
@@ -240,8 +252,7 @@ pub fn main() -> ExitCode {
             return ExitCode::from(EXIT_FAILURE);
         }
     };
-    let report = pipeline.run();
-    finish(&report, cli.run.stats)
+    run::run(pipeline, &cli.run)
 }
 
 fn print_stages() {

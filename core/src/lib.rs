@@ -67,9 +67,11 @@ mod metrics;
 mod pipeline;
 mod stage;
 mod summary;
+mod tap;
 
 pub use batch::{Batch, BatchContext, BufferPool, Runs, Span};
 pub use metrics::{Counter, FlowSnapshot, StageMetrics, StageSnapshot, KIND_SLOTS};
 pub use pipeline::{End, Error, Pipeline, Report, Running, Settings};
 pub use stage::{Flow, Out, Sink, Source, Stage, StageError};
 pub use summary::{render_json, render_table, verdict, KindName, Verdict};
+pub use tap::Tap;

@@ -26,6 +26,16 @@ impl Counter {
     pub fn add(&self, n: u64) {
         self.0.fetch_add(n, Relaxed);
     }
+    /// Raises the value to `v` if it is larger: a high-water mark (e.g. the latest timestamp seen).
+    #[inline]
+    pub fn max(&self, v: u64) {
+        self.0.fetch_max(v, Relaxed);
+    }
+    /// Sets the value if it is still zero: a first-seen mark.
+    #[inline]
+    pub fn set_once(&self, v: u64) {
+        let _ = self.0.compare_exchange(0, v, Relaxed, Relaxed);
+    }
     /// The current value.
     pub fn get(&self) -> u64 {
         self.0.load(Relaxed)

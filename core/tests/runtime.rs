@@ -306,6 +306,15 @@ fn slow_stage_is_mostly_working_and_its_neighbours_wait() {
     assert!(slow.working > slow.starved + slow.blocked, "{slow:?}");
     assert!(src.blocked > src.working, "{src:?}");
     assert!(sink.starved > sink.working, "{sink:?}");
+    match perfpipe_core::verdict(&report.stages) {
+        perfpipe_core::Verdict::Stage { name, working } => {
+            assert_eq!(name, "slow");
+            assert!(working > 80.0, "{working}");
+        }
+        other => panic!("expected the slow stage, got {other:?}"),
+    }
+    let table = perfpipe_core::render_table(&report, &|k| format!("kind{k}"));
+    assert!(table.contains("bottleneck: slow ("), "{table}");
     for st in &report.stages {
         let total = st.total();
         assert!(

@@ -45,6 +45,8 @@ impl DecodeConfig {
             carry_offset: 0,
             need: 0,
             unknown_types: Counter::new(),
+            first_time: Counter::new(),
+            last_time: Counter::new(),
         }
     }
 }
@@ -61,6 +63,10 @@ pub struct Decode {
     /// Total size of the unit that starts the carry, when known (0 if not yet known).
     need: usize,
     unknown_types: Counter,
+    /// Time of the first sample, for event-time progress.
+    first_time: Counter,
+    /// Latest sample time seen (samples from different CPUs interleave out of order).
+    last_time: Counter,
 }
 
 /// What framing one batch ended with.
@@ -250,10 +256,29 @@ impl Decode {
         self.carry_offset = batch.stream_offset + (from - batch.start) as u64;
     }
 
+    /// Records the time of the batch's first and last sample: once per batch, a few spans read.
+    fn note_times(&self, batch: &Batch) {
+        let Some(info) = &self.info else { return };
+        let time = |span: &Span| info.record(batch, span).sample()?.time();
+        let mut samples = batch
+            .spans
+            .iter()
+            .filter(|s| s.kind == RecordType::SAMPLE.0);
+        if self.first_time.get() == 0 {
+            if let Some(t) = samples.clone().find_map(time) {
+                self.first_time.set_once(t);
+            }
+        }
+        if let Some(t) = samples.next_back().and_then(time) {
+            self.last_time.max(t);
+        }
+    }
+
     fn emit(&self, mut batch: Batch, out: &mut Out<'_>) {
         if batch.spans.is_empty() {
             out.recycle(batch);
         } else {
+            self.note_times(&batch);
             batch.context = self.info.clone().map(|i| i as _);
             out.push(batch);
         }
@@ -316,6 +341,10 @@ impl Stage for Decode {
     }
 
     fn counters(&self) -> Vec<(&'static str, Counter)> {
-        vec![("unknown_record_types", self.unknown_types.clone())]
+        vec![
+            ("unknown_record_types", self.unknown_types.clone()),
+            ("sample_time_first_ns", self.first_time.clone()),
+            ("sample_time_last_ns", self.last_time.clone()),
+        ]
     }
 }

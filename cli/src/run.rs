@@ -1,0 +1,224 @@
+//! Running a pipeline from the command line: signals, taps, progress, and the end-of-run report.
+//!
+//! Every kind of end prints the `--stats` table and writes `--stats-json`: the input exhausted, an
+//! error, an interrupt, a closed downstream.
+//!
+//! - **First SIGINT or SIGTERM**: keep going until the input ends. In a shell pipeline `perf record`
+//!   gets the same Ctrl-C, flushes and closes its output, so perfpipe then writes everything it
+//!   received and ends normally (status 0 if nothing else went wrong).
+//! - **Second SIGINT or SIGTERM**: stop at once, print the figures so far, exit 130.
+
+use std::fs::File;
+use std::io::{BufWriter, IsTerminal as _, Write as _};
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context as _;
+use perfpipe_core::{render_json, render_table, Pipeline, Report, StageMetrics, Tap};
+
+use crate::progress::Progress;
+use crate::{RunArgs, EXIT_FAILURE};
+
+/// Exit status after a second interrupt (128 + SIGINT).
+pub const EXIT_INTERRUPTED: u8 = 130;
+
+/// Parses `STAGE=FILE` for `--tap`.
+pub(crate) fn parse_tap(s: &str) -> Result<(String, PathBuf), String> {
+    match s.split_once('=') {
+        Some((stage, file)) if !stage.is_empty() && !file.is_empty() => {
+            Ok((stage.to_string(), PathBuf::from(file)))
+        }
+        _ => Err(format!(
+            "`{s}` is not STAGE=FILE (e.g. decode=/tmp/decoded.data)"
+        )),
+    }
+}
+
+/// The `--tap` requests, consumed as the pipeline is built.
+pub(crate) struct Taps {
+    wanted: Vec<(String, PathBuf, bool)>,
+    seen: Vec<String>,
+}
+
+impl Taps {
+    pub(crate) fn new(taps: &[(String, PathBuf)]) -> anyhow::Result<Taps> {
+        Ok(Taps {
+            wanted: taps
+                .iter()
+                .map(|(s, p)| (s.clone(), p.clone(), false))
+                .collect(),
+            seen: Vec::new(),
+        })
+    }
+
+    /// A tap for the stage `name`, if one was asked for.
+    pub(crate) fn take(&mut self, name: &str) -> anyhow::Result<Option<Tap<BufWriter<File>>>> {
+        self.seen.push(name.to_string());
+        let Some(entry) = self
+            .wanted
+            .iter_mut()
+            .find(|(s, _, used)| s == name && !*used)
+        else {
+            return Ok(None);
+        };
+        entry.2 = true;
+        let file = File::create(&entry.1)
+            .with_context(|| format!("--tap {name}={}", entry.1.display()))?;
+        Ok(Some(Tap::new(BufWriter::with_capacity(1 << 20, file))))
+    }
+
+    /// Fails if a tap named a stage that is not in the pipeline.
+    pub(crate) fn check_all_used(&self) -> anyhow::Result<()> {
+        match self.wanted.iter().find(|(_, _, used)| !used) {
+            Some((s, _, _)) => anyhow::bail!(
+                "--tap {s}=…: no stage named `{s}` in this pipeline (stages: {})",
+                self.seen.join(", ")
+            ),
+            None => Ok(()),
+        }
+    }
+}
+
+/// Names a span kind for the stats: the perf record type name.
+fn kind_name(kind: u32) -> String {
+    perfpipe_stages::format::RecordType(kind)
+        .name()
+        .map_or_else(|| format!("type {kind}"), str::to_string)
+}
+
+/// Whether an error chain ends in a closed downstream pipe.
+fn is_broken_pipe(err: &(dyn std::error::Error + 'static)) -> bool {
+    let mut cur = Some(err);
+    while let Some(e) = cur {
+        if let Some(io) = e.downcast_ref::<std::io::Error>() {
+            if io.kind() == std::io::ErrorKind::BrokenPipe {
+                return true;
+            }
+        }
+        cur = e.source();
+    }
+    false
+}
+
+/// Writes the end-of-run figures that were asked for.
+fn report_figures(report: &Report, args: &RunArgs) {
+    if args.stats {
+        let _ = writeln!(
+            std::io::stderr().lock(),
+            "{}",
+            render_table(report, &kind_name)
+        );
+    }
+    if let Some(path) = &args.stats_json {
+        if let Err(e) = std::fs::write(path, render_json(report, &kind_name)) {
+            eprintln!("perfpipe: --stats-json {}: {e}", path.display());
+        }
+    }
+}
+
+/// A report from live metrics, for an end that does not wait for the threads.
+fn snapshot(metrics: &[StageMetrics], wall: Duration) -> Report {
+    Report {
+        stages: metrics.iter().map(StageMetrics::snapshot).collect(),
+        ends: Vec::new(),
+        errors: Vec::new(),
+        wall,
+    }
+}
+
+/// Runs the pipeline to its end and reports; returns the exit status.
+pub(crate) fn run(pipeline: Pipeline, args: &RunArgs) -> ExitCode {
+    let running = match pipeline.spawn() {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("perfpipe: {e}");
+            return ExitCode::from(EXIT_FAILURE);
+        }
+    };
+    let metrics = running.metrics().to_vec();
+    let started = std::time::Instant::now();
+    let done = Arc::new(AtomicBool::new(false));
+    watch_signals(metrics.clone(), args, started, done.clone());
+
+    let show = !args.no_progress && (args.progress || std::io::stderr().is_terminal());
+    let input_size = (args.input != std::path::Path::new("-"))
+        .then(|| std::fs::metadata(&args.input).ok().map(|m| m.len()))
+        .flatten();
+    let progress = show.then(|| Progress::start(metrics, input_size));
+
+    let report = running.wait();
+    done.store(true, Ordering::SeqCst);
+    if let Some(p) = progress {
+        p.finish();
+    }
+    report_figures(&report, args);
+
+    let mut status = ExitCode::SUCCESS;
+    let mut stderr = std::io::stderr().lock();
+    for err in &report.errors {
+        if is_broken_pipe(err) {
+            if args.stats {
+                let written = report.stages.last().map_or(0, |s| s.input.records);
+                let _ = writeln!(
+                    stderr,
+                    "perfpipe: downstream closed after {written} records"
+                );
+            }
+            continue;
+        }
+        let _ = writeln!(stderr, "perfpipe: {err}");
+        status = ExitCode::from(EXIT_FAILURE);
+    }
+    status
+}
+
+/// First SIGINT/SIGTERM: note it and let the pipeline drain; second: report and exit 130.
+fn watch_signals(
+    metrics: Vec<StageMetrics>,
+    args: &RunArgs,
+    started: std::time::Instant,
+    done: Arc<AtomicBool>,
+) {
+    use signal_hook::consts::{SIGINT, SIGTERM};
+    let Ok(mut signals) = signal_hook::iterator::Signals::new([SIGINT, SIGTERM]) else {
+        return; // Without the handler the default action (terminate) applies.
+    };
+    let stats = args.stats;
+    let stats_json = args.stats_json.clone();
+    let args_for_report = RunArgs {
+        stats,
+        stats_json,
+        ..RunArgs::quiet()
+    };
+    std::thread::Builder::new()
+        .name("signals".into())
+        .spawn(move || {
+            let mut count = 0;
+            for _ in signals.forever() {
+                count += 1;
+                if count == 1 {
+                    // Say why we keep running, unless the input ends promptly (the usual case:
+                    // perf record got the same Ctrl-C and is closing the pipe).
+                    let done = done.clone();
+                    std::thread::spawn(move || {
+                        std::thread::sleep(Duration::from_secs(1));
+                        if !done.load(Ordering::SeqCst) {
+                            eprintln!(
+                                "perfpipe: interrupted: writing what the input still sends \
+                                 (interrupt again to stop at once)"
+                            );
+                        }
+                    });
+                    continue;
+                }
+                let report = snapshot(&metrics, started.elapsed());
+                report_figures(&report, &args_for_report);
+                eprintln!("perfpipe: interrupted twice: stopped before the end of the input");
+                std::process::exit(i32::from(EXIT_INTERRUPTED));
+            }
+        })
+        .ok();
+}
