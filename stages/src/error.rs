@@ -114,6 +114,14 @@ pub enum Error {
         /// What was wrong.
         source: AttrError,
     },
+    /// A stage option that cannot be used (e.g. a malformed `--known-build-ids` list).
+    #[error("{option}: {message}")]
+    BadOption {
+        /// The option.
+        option: &'static str,
+        /// What is wrong with its value.
+        message: String,
+    },
     /// An I/O error on a named file or standard stream.
     #[error("{op} {}: {source}", .path.display())]
     Io {
@@ -150,7 +158,7 @@ impl Error {
             | Error::PayloadTooLarge { offset, .. }
             | Error::BadAttr { offset, .. }
             | Error::Decompress { offset, .. } => Some(*offset),
-            Error::Io { .. } => None,
+            Error::Io { .. } | Error::BadOption { .. } => None,
         }
     }
 }

@@ -10,7 +10,11 @@
 //! - [`decode`]: frames records, validates the header, tracks attrs.
 //! - [`encode`]: records back to bytes (byte for byte when unchanged); record builders.
 //! - [`decompress`]: replaces COMPRESSED records (`perf record -z`) with the records they hold.
+//! - [`buildid`]: injects a BUILD_ID record before the first sample that hits each dso (`perf inject -b`).
+//! - [`buildid_all`]: injects a BUILD_ID record before the map of every dso (`--buildid-all`).
 //! - [`write`]: sink; standard output or a file, with `writev`.
+//!
+//! Shared models: [`machine`], the per-process address spaces (maps by pid, fork/exec/exit).
 //!
 //! ```
 //! use perfpipe_core::{Pipeline, Settings};
@@ -38,11 +42,14 @@
 
 #![deny(missing_docs)]
 
+pub mod buildid;
+pub mod buildid_all;
 pub mod decode;
 pub mod decompress;
 pub mod encode;
 mod error;
 pub mod format;
+pub mod machine;
 pub mod read;
 pub mod registry;
 pub mod write;

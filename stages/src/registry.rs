@@ -40,17 +40,53 @@ pub const BUILTIN: &[(&str, &str)] = &[
 ];
 
 /// Transform stages, chained by their flags in command-line order.
-pub const TRANSFORMS: &[StageSpec] = &[StageSpec {
-    name: "decompress",
-    help: "replace COMPRESSED records (perf record -z) with the records they hold",
-    value: None,
-    build: |_| {
-        Ok(Box::new(
-            crate::decompress::DecompressConfig::default().build()?,
-        ))
+pub const TRANSFORMS: &[StageSpec] = &[
+    StageSpec {
+        name: "decompress",
+        help: "replace COMPRESSED records (perf record -z) with the records they hold",
+        value: None,
+        build: |_| {
+            Ok(Box::new(
+                crate::decompress::DecompressConfig::default().build()?,
+            ))
+        },
+        needs_decompressed: false,
     },
-    needs_decompressed: false,
-}];
+    StageSpec {
+        name: "buildid",
+        help:
+            "inject a BUILD_ID record before the first sample that hits each dso (perf inject -b)",
+        value: None,
+        build: |_| crate::buildid::build_stage(false, None),
+        needs_decompressed: true,
+    },
+    StageSpec {
+        name: "buildid-callchain",
+        help: "like --buildid, and every callchain frame's dso counts as hit (perf >= 6.12)",
+        value: None,
+        build: |_| crate::buildid::build_stage(true, None),
+        needs_decompressed: true,
+    },
+    StageSpec {
+        name: "known-build-ids",
+        help:
+            "like --buildid, with build ids given as PATH=HEXID,... (perf inject --known-build-ids)",
+        value: Some("LIST"),
+        build: |v| crate::buildid::build_stage(false, v),
+        needs_decompressed: true,
+    },
+    StageSpec {
+        name: "buildid-all",
+        help: "inject a BUILD_ID record before the MMAP of every dso (perf inject --buildid-all)",
+        value: None,
+        build: |_| {
+            Ok(Box::new(
+                crate::buildid::BuildidConfig::default().build_all(),
+            ))
+        },
+        needs_decompressed: true,
+    },
+];
 
 /// The registered stage called `name`, if any.
 pub fn find(name: &str) -> Option<&'static StageSpec> {

@@ -1,0 +1,312 @@
+//! `buildid`: injects a PERF_RECORD_HEADER_BUILD_ID for every dso a sample hits, as
+//! `perf inject -b` does, but streaming: each record goes out just before the first record of the
+//! output that needs it, and nothing is reordered or held back.
+//!
+//! - The address spaces are modelled by [`crate::machine::Machine`] from the MMAP/MMAP2/FORK/COMM/
+//!   EXIT records as they pass.
+//! - A sample hits the dso mapped at its IP (in the sample's cpumode: kernel samples resolve in the
+//!   kernel maps); with `callchain` set (`--buildid-callchain`) every callchain frame hits too,
+//!   context markers switching the cpumode, as upstream perf ≥ 6.12 does.
+//! - Build ids come from [`source::Resolver`]: read from the ELF file when its MMAP arrives (on the
+//!   rayon pool, so a sample rarely waits), taken from MMAP2 records that carry one, from
+//!   `--known-build-ids`, from `/sys/kernel/notes` for `[kernel.kallsyms]` and from this process's
+//!   vdso for `[vdso]` when the recording is of this host ([`source::HostMode`]).
+//! - Pseudo maps (`//anon`, `[heap]`, `[stack]`, `/SYSV…`, …) are skipped as perf skips them; files
+//!   that are missing or have no build id are counted (`dsos_missing`, `dsos_without_build_id`) and
+//!   skipped.
+//!
+//! The record follows current upstream ([`record::build_id`]): misc = KERNEL or USER |
+//! `PERF_RECORD_MISC_BUILD_ID_SIZE`, the size byte set, padded to 8 bytes. perf 6.1 reads it.
+//!
+//! **Order**: input order; BUILD_ID records are inserted. **Buffering**: none beyond the batch; state
+//! is one entry per live process and one per dso. **EOF**: nothing to flush.
+
+pub mod record;
+pub mod source;
+pub mod synth;
+
+use std::collections::HashMap;
+
+use perfpipe_core::{Batch, Counter, Flow, Out, Span, Stage, StageError};
+
+use crate::format::{misc, RecordType, StreamInfo};
+use crate::machine::{DsoId, Machine};
+use crate::Error;
+use source::{BuildId, HostIds, HostMode, Outcome, Resolver};
+
+/// Configuration of the `buildid` and `buildid-all` stages: validated, no I/O.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct BuildidConfig {
+    /// Mark every callchain frame's dso as hit, not only the IP's (`--buildid-callchain`).
+    pub callchain: bool,
+    /// Ids given by the user, by file name (`--known-build-ids`).
+    pub known: Vec<(Vec<u8>, BuildId)>,
+    /// Whether kernel and vdso ids may come from this host.
+    pub host: HostMode,
+}
+
+impl BuildidConfig {
+    /// Parses perf's `--known-build-ids` list: `PATH=HEXID` pairs separated by commas.
+    ///
+    /// # Errors
+    /// [`Error::BadOption`] naming the malformed pair.
+    pub fn parse_known(list: &str) -> Result<Vec<(Vec<u8>, BuildId)>, Error> {
+        let bad = |message: String| Error::BadOption {
+            option: "--known-build-ids",
+            message,
+        };
+        list.split(',')
+            .filter(|p| !p.trim().is_empty())
+            .map(|pair| {
+                let (path, id) = pair
+                    .rsplit_once('=')
+                    .ok_or_else(|| bad(format!("`{pair}` is not PATH=BUILDID")))?;
+                let id = BuildId::from_hex(id).ok_or_else(|| {
+                    bad(format!(
+                        "`{id}` is not a build id (1 to 20 bytes in hex) in `{pair}`"
+                    ))
+                })?;
+                Ok((path.trim().as_bytes().to_vec(), id))
+            })
+            .collect()
+    }
+
+    pub(crate) fn resolver(&self) -> Resolver {
+        Resolver::new(
+            self.known.iter().cloned().collect::<HashMap<_, _>>(),
+            HostIds::of_this_host(),
+            self.host,
+        )
+    }
+
+    /// Builds the `buildid` stage (reads the host's kernel and vdso ids).
+    pub fn build(&self) -> Buildid {
+        Buildid {
+            callchain: self.callchain,
+            machine: Machine::new(),
+            resolver: self.resolver(),
+            hit: Vec::new(),
+            injected: Counter::new(),
+            missing: Counter::new(),
+            no_id: Counter::new(),
+        }
+    }
+}
+
+/// The running `buildid` stage.
+#[derive(Debug)]
+pub struct Buildid {
+    callchain: bool,
+    machine: Machine,
+    resolver: Resolver,
+    /// Per dso: already hit (whatever the outcome).
+    hit: Vec<bool>,
+    injected: Counter,
+    missing: Counter,
+    no_id: Counter,
+}
+
+/// Per-batch tallies, added to the counters once per batch.
+#[derive(Default)]
+pub(crate) struct Tally {
+    pub injected: u64,
+    pub missing: u64,
+    pub no_id: u64,
+}
+
+/// New records to insert into a batch: (index of the span they go before, bytes).
+pub(crate) type Inserts = Vec<(usize, Vec<u8>)>;
+
+/// Places new records before the spans they precede, keeping the other spans as they are.
+pub(crate) fn apply_inserts(batch: &mut Batch, inserts: Inserts) {
+    if inserts.is_empty() {
+        return;
+    }
+    let old = std::mem::take(&mut batch.spans);
+    let mut spans = Vec::with_capacity(old.len() + inserts.len());
+    let mut next = inserts.into_iter().peekable();
+    for (i, span) in old.into_iter().enumerate() {
+        while let Some((_, bytes)) = next.next_if(|(at, _)| *at == i) {
+            let s = batch.append(&bytes, RecordType::HEADER_BUILD_ID.0, 0);
+            spans.push(s);
+        }
+        spans.push(span);
+    }
+    for (_, bytes) in next {
+        let s: Span = batch.append(&bytes, RecordType::HEADER_BUILD_ID.0, 0);
+        spans.push(s);
+    }
+    batch.spans = spans;
+}
+
+impl Buildid {
+    /// Marks `dso` hit; if this is its first hit and it has a build id, returns the record.
+    fn hit(
+        &mut self,
+        dso: DsoId,
+        pid: u32,
+        e: crate::format::Endian,
+        t: &mut Tally,
+    ) -> Option<Vec<u8>> {
+        let i = dso.0 as usize;
+        if self.hit.len() <= i {
+            self.hit.resize(i + 1, false);
+        }
+        if std::mem::replace(&mut self.hit[i], true) {
+            return None;
+        }
+        let d = self.machine.dso(dso);
+        match self.resolver.resolve(dso, d, pid) {
+            Outcome::Found(id) => {
+                t.injected += 1;
+                Some(record::build_id(&id, &d.name, d.kernel, e))
+            }
+            Outcome::Missing => {
+                t.missing += 1;
+                None
+            }
+            Outcome::NoBuildId => {
+                t.no_id += 1;
+                None
+            }
+            Outcome::Skipped => None,
+        }
+    }
+
+    #[inline]
+    fn is_new_hit(&self, dso: DsoId) -> bool {
+        !self.hit.get(dso.0 as usize).copied().unwrap_or(false)
+    }
+}
+
+impl Stage for Buildid {
+    fn process(&mut self, mut batch: Batch, out: &mut Out<'_>) -> Result<Flow, StageError> {
+        let Some(info) = StreamInfo::shared(&batch) else {
+            out.push(batch);
+            return Ok(Flow::Continue);
+        };
+        let e = info.endian;
+        let mut inserts: Inserts = Vec::new();
+        let mut t = Tally::default();
+        let mut hits: Vec<(DsoId, u32)> = Vec::new();
+        for (i, span) in batch.spans.iter().enumerate() {
+            match RecordType(span.kind) {
+                RecordType::SAMPLE => {
+                    let rec = info.record(&batch, span);
+                    let Some(s) = rec.sample() else { continue };
+                    let pid = s.pid().unwrap_or(u32::MAX);
+                    let mode = s.cpumode();
+                    hits.clear();
+                    if let Some(m) = s.ip().and_then(|ip| self.machine.find(pid, mode, ip)) {
+                        if self.is_new_hit(m.dso) {
+                            hits.push((m.dso, pid));
+                        }
+                    }
+                    if self.callchain {
+                        if let Some(cc) = s.callchain() {
+                            let mut last: Option<(u16, u64, u64)> = None;
+                            for (mode, ip) in cc.frames(mode) {
+                                if last.is_some_and(|(m, a, b)| m == mode && (a..b).contains(&ip)) {
+                                    continue;
+                                }
+                                if let Some(m) = self.machine.find(pid, mode, ip) {
+                                    last = Some((mode, m.start, m.end));
+                                    if self.is_new_hit(m.dso) && !hits.iter().any(|h| h.0 == m.dso)
+                                    {
+                                        hits.push((m.dso, pid));
+                                    }
+                                }
+                            }
+                        }
+                    }
+                    for &(dso, pid) in &hits {
+                        if let Some(r) = self.hit(dso, pid, e, &mut t) {
+                            inserts.push((i, r));
+                        }
+                    }
+                }
+                RecordType::MMAP | RecordType::MMAP2 => {
+                    let rec = info.record(&batch, span);
+                    if let Some(dso) = self.machine.apply(&rec) {
+                        let pid = rec.mmap().map_or(u32::MAX, |m| m.pid);
+                        self.resolver.prefetch(dso, self.machine.dso(dso), pid);
+                    }
+                }
+                RecordType::FORK
+                | RecordType::EXIT
+                | RecordType::COMM
+                | RecordType::FINISHED_ROUND => {
+                    self.machine.apply(&info.record(&batch, span));
+                }
+                RecordType::HEADER_FEATURE => {
+                    let b = batch.bytes(span);
+                    self.resolver.note_feature(&b[8.min(b.len())..], e);
+                }
+                _ => {}
+            }
+        }
+        apply_inserts(&mut batch, inserts);
+        t.flush(&self.injected, &self.missing, &self.no_id);
+        drop(info);
+        out.push(batch);
+        Ok(Flow::Continue)
+    }
+
+    fn counters(&self) -> Vec<(&'static str, Counter)> {
+        counters(&self.injected, &self.missing, &self.no_id)
+    }
+}
+
+impl Tally {
+    pub(crate) fn flush(&self, injected: &Counter, missing: &Counter, no_id: &Counter) {
+        if self.injected != 0 {
+            injected.add(self.injected);
+        }
+        if self.missing != 0 {
+            missing.add(self.missing);
+        }
+        if self.no_id != 0 {
+            no_id.add(self.no_id);
+        }
+    }
+}
+
+pub(crate) fn counters(
+    injected: &Counter,
+    missing: &Counter,
+    no_id: &Counter,
+) -> Vec<(&'static str, Counter)> {
+    vec![
+        ("build_ids_injected", injected.clone()),
+        ("dsos_missing", missing.clone()),
+        ("dsos_without_build_id", no_id.clone()),
+    ]
+}
+
+/// The cpumode misc of a BUILD_ID record for a dso.
+pub(crate) fn misc_for(kernel: bool) -> u16 {
+    if kernel {
+        misc::KERNEL
+    } else {
+        misc::USER
+    }
+}
+
+/// Builds a stage for the registry: `buildid` (IP hits) or `buildid-callchain`.
+pub(crate) fn build_stage(callchain: bool, known: Option<&str>) -> Result<Box<dyn Stage>, Error> {
+    let known = known
+        .map(BuildidConfig::parse_known)
+        .transpose()?
+        .unwrap_or_default();
+    Ok(Box::new(
+        BuildidConfig {
+            callchain,
+            known,
+            host: HostMode::Auto,
+        }
+        .build(),
+    ))
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,506 @@
+//! Where build ids come from, and the cache that reads each file at most once, in the background.
+//!
+//! [`Resolver::prefetch`] is called when an MMAP first introduces a dso: ids that need no file
+//! (an MMAP2 in build-id form, `--known-build-ids`, the host kernel, the host vdso) are settled at
+//! once, pseudo maps are settled as skipped, and a file read is started on the rayon pool.
+//! [`Resolver::resolve`] is called when the id is needed (a sample hits the dso, or `--buildid-all`
+//! is about to emit it); it only blocks if that read has not finished yet.
+
+use std::collections::HashMap;
+use std::os::unix::ffi::OsStrExt as _;
+use std::path::{Path, PathBuf};
+use std::sync::mpsc;
+
+use crate::machine::{Dso, DsoId, Identity};
+
+/// A build id: up to 20 bytes (a GNU build id is 20 with SHA-1, 16 with MD5, 8 with xxhash).
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+pub struct BuildId {
+    bytes: [u8; 20],
+    len: u8,
+}
+
+impl BuildId {
+    /// A build id of `b` (at most its first 20 bytes are kept). `None` if `b` is empty.
+    pub fn new(b: &[u8]) -> Option<BuildId> {
+        if b.is_empty() {
+            return None;
+        }
+        let len = b.len().min(20);
+        let mut bytes = [0; 20];
+        bytes[..len].copy_from_slice(&b[..len]);
+        Some(BuildId {
+            bytes,
+            len: len as u8,
+        })
+    }
+
+    /// Parses lowercase or uppercase hex, as `perf buildid-list` prints it.
+    pub fn from_hex(s: &str) -> Option<BuildId> {
+        let s = s.trim();
+        if s.len() % 2 != 0 || s.len() > 40 {
+            return None;
+        }
+        let v: Option<Vec<u8>> = (0..s.len())
+            .step_by(2)
+            .map(|i| u8::from_str_radix(s.get(i..i + 2)?, 16).ok())
+            .collect();
+        BuildId::new(&v?)
+    }
+
+    /// The id's bytes.
+    pub fn as_bytes(&self) -> &[u8] {
+        &self.bytes[..usize::from(self.len)]
+    }
+}
+
+impl std::fmt::Debug for BuildId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        std::fmt::Display::fmt(self, f)
+    }
+}
+
+impl std::fmt::Display for BuildId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.as_bytes()
+            .iter()
+            .try_for_each(|b| write!(f, "{b:02x}"))
+    }
+}
+
+/// What became of a dso's build id.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Outcome {
+    /// Found.
+    Found(BuildId),
+    /// A pseudo map (anonymous, heap, stack, SysV shm, …) or a kernel/vdso id not taken from this
+    /// host: nothing to inject, as perf.
+    Skipped,
+    /// The file (and its `/proc/<pid>/root` view) does not exist or cannot be opened.
+    Missing,
+    /// The file is not an ELF file with a GNU build-id note.
+    NoBuildId,
+}
+
+/// Whether kernel and vdso ids may be taken from this host.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum HostMode {
+    /// Yes, unless the stream's HOSTNAME or OSRELEASE feature names another host or kernel.
+    #[default]
+    Auto,
+    /// Always (the user says the recording was made here, on the running kernel).
+    Yes,
+    /// Never.
+    No,
+}
+
+/// Whether perf skips a map of this name: `is_anon_memory()` and `is_no_dso_memory()` of
+/// `tools/perf/util/map.h`, plus every other `[…]` pseudo name but `[vdso]` and the kernel.
+pub fn is_pseudo(name: &[u8]) -> bool {
+    const PREFIXES: &[&[u8]] = &[
+        b"//anon",
+        b"/dev/zero",
+        b"/anon_hugepage",
+        b"[stack",
+        b"/SYSV",
+        b"[heap]",
+        b"/memfd:",
+    ];
+    if PREFIXES.iter().any(|p| name.starts_with(p)) {
+        return true;
+    }
+    name.starts_with(b"[")
+        && name != b"[vdso]"
+        && !name.starts_with(b"[kernel.kallsyms]")
+        && !name.starts_with(b"[guest.kernel.kallsyms")
+        || name.is_empty()
+}
+
+/// The ids that come from the running host rather than from files.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct HostIds {
+    /// From `/sys/kernel/notes`.
+    pub kernel: Option<BuildId>,
+    /// From this process's own vdso image.
+    pub vdso: Option<BuildId>,
+    /// `uname -r`
+    release: Option<[u8; 65]>,
+    /// `uname -n`
+    nodename: Option<[u8; 65]>,
+}
+
+impl HostIds {
+    /// Reads the running kernel's and vdso's build ids and the host's name and release.
+    pub fn of_this_host() -> HostIds {
+        let mut u: libc::utsname = unsafe { std::mem::zeroed() };
+        // SAFETY: `u` is a valid, writable utsname.
+        let ok = unsafe { libc::uname(&mut u) } == 0;
+        let field = |f: &[libc::c_char; 65]| {
+            let mut out = [0u8; 65];
+            for (o, c) in out.iter_mut().zip(f.iter()) {
+                *o = *c as u8;
+            }
+            out
+        };
+        HostIds {
+            kernel: std::fs::read("/sys/kernel/notes")
+                .ok()
+                .and_then(|n| gnu_build_id_in_notes(&n, false)),
+            vdso: vdso_build_id(),
+            release: ok.then(|| field(&u.release)),
+            nodename: ok.then(|| field(&u.nodename)),
+        }
+    }
+
+    fn release(&self) -> &[u8] {
+        cstr(self.release.as_ref().map_or(&[][..], |r| &r[..]))
+    }
+    fn nodename(&self) -> &[u8] {
+        cstr(self.nodename.as_ref().map_or(&[][..], |r| &r[..]))
+    }
+}
+
+fn cstr(b: &[u8]) -> &[u8] {
+    &b[..b.iter().position(|&c| c == 0).unwrap_or(b.len())]
+}
+
+/// Finds the GNU build-id note (`NT_GNU_BUILD_ID` = 3, name `GNU`) in a raw ELF note section such
+/// as `/sys/kernel/notes` (native byte order, 4-byte aligned entries).
+pub fn gnu_build_id_in_notes(notes: &[u8], big_endian: bool) -> Option<BuildId> {
+    let rd = |at: usize| -> Option<usize> {
+        let a: [u8; 4] = notes.get(at..at + 4)?.try_into().ok()?;
+        Some(if big_endian {
+            u32::from_be_bytes(a)
+        } else {
+            u32::from_le_bytes(a)
+        } as usize)
+    };
+    let mut at = 0;
+    while at + 12 <= notes.len() {
+        let (namesz, descsz, type_) = (rd(at)?, rd(at + 4)?, rd(at + 8)?);
+        let name_at = at + 12;
+        let desc_at = name_at.checked_add(namesz.next_multiple_of(4))?;
+        let next = desc_at.checked_add(descsz.next_multiple_of(4))?;
+        let name = notes.get(name_at..name_at + namesz)?;
+        if type_ == 3 && cstr(name) == b"GNU" {
+            return BuildId::new(notes.get(desc_at..desc_at + descsz)?);
+        }
+        at = next;
+    }
+    None
+}
+
+/// The build id of the vdso mapped into this process (`getauxval(AT_SYSINFO_EHDR)`), which is the
+/// vdso of the running kernel for processes of this process's ABI.
+fn vdso_build_id() -> Option<BuildId> {
+    // SAFETY: getauxval has no preconditions.
+    let base = unsafe { libc::getauxval(libc::AT_SYSINFO_EHDR) } as usize;
+    if base == 0 {
+        return None;
+    }
+    // The mapping's length, from /proc/self/maps (the `[vdso]` line).
+    let maps = std::fs::read_to_string("/proc/self/maps").ok()?;
+    let line = maps.lines().find(|l| l.ends_with("[vdso]"))?;
+    let range = line.split_whitespace().next()?;
+    let (s, e) = range.split_once('-')?;
+    let (s, e) = (
+        usize::from_str_radix(s, 16).ok()?,
+        usize::from_str_radix(e, 16).ok()?,
+    );
+    if s != base || e <= s {
+        return None;
+    }
+    // SAFETY: [s, e) is this process's vdso mapping, readable for the life of the process.
+    let image = unsafe { std::slice::from_raw_parts(s as *const u8, e - s) };
+    elf_build_id(image)
+}
+
+/// The GNU build id of an ELF image, if it is one and has one.
+pub fn elf_build_id(image: &[u8]) -> Option<BuildId> {
+    use object::Object as _;
+    let file = object::File::parse(image).ok()?;
+    BuildId::new(file.build_id().ok()??)
+}
+
+/// Reads a file's build id: the file itself, else its view through `/proc/<pid>/root` (a process in
+/// another mount namespace, while it lives), else, for a kernel module, `/sys/module/<name>/notes`.
+pub fn read_build_id(path: &Path, pid: Option<u32>, kernel: bool) -> Outcome {
+    let mut candidates: Vec<PathBuf> = vec![path.to_path_buf()];
+    if let Some(pid) = pid.filter(|&p| p != u32::MAX && p != 0) {
+        if path.is_absolute() {
+            let mut p = PathBuf::from(format!("/proc/{pid}/root"));
+            p.push(path.strip_prefix("/").unwrap_or(path));
+            candidates.push(p);
+        }
+    }
+    let mut missing = true;
+    for c in &candidates {
+        let Ok(file) = std::fs::File::open(c) else {
+            continue;
+        };
+        missing = false;
+        // SAFETY: read-only map, dropped before return. A file truncated underneath us while we
+        // parse it would raise SIGBUS; that is the accepted risk of mapping, as in perf and samply.
+        let Ok(map) = (unsafe { memmap2::Mmap::map(&file) }) else {
+            continue;
+        };
+        if let Some(id) = elf_build_id(&map) {
+            return Outcome::Found(id);
+        }
+    }
+    if kernel {
+        // A module: the running kernel exposes its notes.
+        let stem = path
+            .file_name()
+            .and_then(|n| n.to_str())
+            .and_then(|n| n.split(".ko").next())
+            .map(|n| n.replace('-', "_"));
+        if let Some(stem) = stem {
+            let notes = format!("/sys/module/{stem}/notes/.note.gnu.build-id");
+            if let Some(id) = std::fs::read(notes)
+                .ok()
+                .and_then(|n| gnu_build_id_in_notes(&n, cfg!(target_endian = "big")))
+            {
+                return Outcome::Found(id);
+            }
+        }
+    }
+    if missing {
+        Outcome::Missing
+    } else {
+        Outcome::NoBuildId
+    }
+}
+
+#[derive(Clone, Copy, Debug)]
+enum Slot {
+    Unseen,
+    Pending,
+    Done(Outcome),
+}
+
+/// The build-id cache of a stream: one slot per dso, file reads on the rayon pool.
+///
+/// **Memory**: one slot per dso. Each file is read at most once per dso (name + identity), and
+/// a mapped file is unmapped as soon as its id is read.
+#[derive(Debug)]
+pub struct Resolver {
+    known: HashMap<Vec<u8>, BuildId>,
+    host: HostIds,
+    mode: HostMode,
+    /// The stream's HOSTNAME / OSRELEASE features, when seen.
+    stream_host: Option<Vec<u8>>,
+    stream_release: Option<Vec<u8>>,
+    slots: Vec<Slot>,
+    tx: mpsc::Sender<(DsoId, Outcome)>,
+    rx: mpsc::Receiver<(DsoId, Outcome)>,
+}
+
+/// `HEADER_HOSTNAME` feature id.
+const FEAT_HOSTNAME: u64 = 3;
+/// `HEADER_OSRELEASE` feature id.
+const FEAT_OSRELEASE: u64 = 4;
+
+impl Resolver {
+    /// A resolver with user-supplied ids (`--known-build-ids`) and the host's ids.
+    pub fn new(known: HashMap<Vec<u8>, BuildId>, host: HostIds, mode: HostMode) -> Resolver {
+        let (tx, rx) = mpsc::channel();
+        Resolver {
+            known,
+            host,
+            mode,
+            stream_host: None,
+            stream_release: None,
+            slots: Vec::new(),
+            tx,
+            rx,
+        }
+    }
+
+    /// Notes a HEADER_FEATURE record's body (`u64 feat_id` then the feature data), to tell
+    /// whether the stream was recorded on this host.
+    pub fn note_feature(&mut self, body: &[u8], e: crate::format::Endian) {
+        let Some(id) = e.u64(body, 0) else { return };
+        if id != FEAT_HOSTNAME && id != FEAT_OSRELEASE {
+            return;
+        }
+        // A perf string: u32 len (NUL and padding included), then the bytes.
+        let Some(len) = e.u32(body, 8) else { return };
+        let s = body.get(12..12 + len as usize).map(|s| cstr(s).to_vec());
+        if id == FEAT_HOSTNAME {
+            self.stream_host = s;
+        } else {
+            self.stream_release = s;
+        }
+    }
+
+    /// Whether the recording is taken to be of this host (for kernel and vdso ids).
+    pub fn is_host(&self) -> bool {
+        match self.mode {
+            HostMode::Yes => true,
+            HostMode::No => false,
+            HostMode::Auto => {
+                self.stream_host
+                    .as_deref()
+                    .is_none_or(|h| h == self.host.nodename())
+                    && self
+                        .stream_release
+                        .as_deref()
+                        .is_none_or(|r| r == self.host.release())
+            }
+        }
+    }
+
+    fn slot(&mut self, id: DsoId) -> &mut Slot {
+        let i = id.0 as usize;
+        if self.slots.len() <= i {
+            self.slots.resize(i + 1, Slot::Unseen);
+        }
+        &mut self.slots[i]
+    }
+
+    /// Settles what needs no file, or starts reading the file in the background. `pid` is a
+    /// process that maps the dso (for the `/proc/<pid>/root` fallback).
+    pub fn prefetch(&mut self, id: DsoId, dso: &Dso, pid: u32) {
+        if !matches!(self.slot(id), Slot::Unseen) {
+            return;
+        }
+        let settled = if let Identity::BuildId(b) = &dso.identity {
+            Some(BuildId::new(b).map_or(Outcome::NoBuildId, Outcome::Found))
+        } else if let Some(k) = self.known.get(&dso.name) {
+            Some(Outcome::Found(*k))
+        } else if dso.name == b"[kernel.kallsyms]" || dso.name == b"[vdso]" {
+            let host = if dso.kernel {
+                self.host.kernel
+            } else {
+                self.host.vdso
+            };
+            Some(match host {
+                Some(id) if self.is_host() => Outcome::Found(id),
+                _ => Outcome::Skipped,
+            })
+        } else if is_pseudo(&dso.name) {
+            Some(Outcome::Skipped)
+        } else {
+            None
+        };
+        if let Some(o) = settled {
+            *self.slot(id) = Slot::Done(o);
+            return;
+        }
+        *self.slot(id) = Slot::Pending;
+        let tx = self.tx.clone();
+        let path = PathBuf::from(std::ffi::OsStr::from_bytes(&dso.name));
+        let kernel = dso.kernel;
+        rayon::spawn(move || {
+            let _ = tx.send((id, read_build_id(&path, Some(pid), kernel)));
+        });
+    }
+
+    /// The outcome for a dso, waiting for its read if it is still running.
+    pub fn resolve(&mut self, id: DsoId, dso: &Dso, pid: u32) -> Outcome {
+        self.prefetch(id, dso, pid);
+        loop {
+            if let Slot::Done(o) = *self.slot(id) {
+                return o;
+            }
+            match self.rx.recv() {
+                Ok((got, o)) => *self.slot(got) = Slot::Done(o),
+                // Unreachable: we hold a sender. Treat as unreadable rather than hang.
+                Err(_) => return Outcome::Missing,
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hex_round_trips() {
+        let id = BuildId::from_hex("00ff10ABcd").unwrap();
+        assert_eq!(id.as_bytes(), &[0, 0xff, 0x10, 0xab, 0xcd]);
+        assert_eq!(id.to_string(), "00ff10abcd");
+        assert!(BuildId::from_hex("abc").is_none());
+        assert!(BuildId::from_hex("zz").is_none());
+        assert!(BuildId::from_hex("").is_none());
+    }
+
+    #[test]
+    fn pseudo_maps_are_skipped_like_perf() {
+        for n in [
+            "//anon",
+            "[heap]",
+            "[stack]",
+            "/SYSV0000",
+            "/dev/zero",
+            "[vvar]",
+            "/anon_hugepage (deleted)",
+        ] {
+            assert!(is_pseudo(n.as_bytes()), "{n}");
+        }
+        for n in ["[vdso]", "[kernel.kallsyms]", "/usr/lib/libc.so.6"] {
+            assert!(!is_pseudo(n.as_bytes()), "{n}");
+        }
+    }
+
+    #[test]
+    fn notes_are_parsed() {
+        let mut n = Vec::new();
+        // An unrelated note first, then the GNU build id.
+        n.extend_from_slice(&[4, 0, 0, 0, 4, 0, 0, 0, 1, 0, 0, 0]);
+        n.extend_from_slice(b"Xen\0");
+        n.extend_from_slice(&[1, 2, 3, 4]);
+        n.extend_from_slice(&[4, 0, 0, 0, 20, 0, 0, 0, 3, 0, 0, 0]);
+        n.extend_from_slice(b"GNU\0");
+        n.extend((1..=20).map(|x| x as u8));
+        let id = gnu_build_id_in_notes(&n, false).unwrap();
+        assert_eq!(id.as_bytes(), (1..=20).collect::<Vec<u8>>());
+        assert!(gnu_build_id_in_notes(&n[..30], false).is_none());
+    }
+
+    #[test]
+    fn own_executable_and_missing_files() {
+        let exe = std::env::current_exe().unwrap();
+        assert!(matches!(
+            read_build_id(&exe, None, false),
+            Outcome::Found(_) | Outcome::NoBuildId
+        ));
+        assert_eq!(
+            read_build_id(Path::new("/nonexistent/lib.so"), None, false),
+            Outcome::Missing
+        );
+        assert_eq!(
+            read_build_id(Path::new("/proc/self/status"), None, false),
+            Outcome::NoBuildId
+        );
+    }
+
+    #[test]
+    fn host_ids_are_read() {
+        let h = HostIds::of_this_host();
+        assert!(!h.release().is_empty());
+        if std::path::Path::new("/sys/kernel/notes").exists() {
+            assert!(h.kernel.is_some());
+        }
+        if cfg!(all(target_os = "linux", target_arch = "x86_64")) {
+            assert!(h.vdso.is_some(), "the x86_64 vdso has a build id");
+        }
+    }
+
+    #[test]
+    fn stream_of_another_host_disables_host_ids() {
+        let host = HostIds::of_this_host();
+        let mut r = Resolver::new(HashMap::new(), host, HostMode::Auto);
+        assert!(r.is_host());
+        let mut body = 4u64.to_le_bytes().to_vec();
+        body.extend_from_slice(&8u32.to_le_bytes());
+        body.extend_from_slice(b"0.0-x\0\0\0");
+        r.note_feature(&body, crate::format::Endian::Little);
+        assert!(!r.is_host());
+        let mut y = Resolver::new(HashMap::new(), host, HostMode::Yes);
+        y.note_feature(&body, crate::format::Endian::Little);
+        assert!(y.is_host());
+    }
+}

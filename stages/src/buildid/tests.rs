@@ -1,0 +1,193 @@
+//! Stage tests over synthetic streams, through a real pipeline (read → decode → stage → write).
+
+use std::path::PathBuf;
+
+use perfpipe_core::{Pipeline, Settings, Stage};
+
+use super::record;
+use super::synth::{collect_dsos, generate, Rng, Shape};
+use super::BuildidConfig;
+use crate::decode::DecodeConfig;
+use crate::format::{Endian, RecordType};
+use crate::read::ReadConfig;
+use crate::write::WriteConfig;
+
+fn run(stage: Box<dyn Stage>, input: &[u8], batch: usize) -> Vec<u8> {
+    let dir = std::env::temp_dir().join(format!(
+        "perfpipe-buildid-{}-{:?}",
+        std::process::id(),
+        std::thread::current().id()
+    ));
+    std::fs::create_dir_all(&dir).unwrap();
+    let (i, o) = (dir.join("in"), dir.join("out"));
+    std::fs::write(&i, input).unwrap();
+    let report = Pipeline::new(Settings {
+        batch_bytes: batch,
+        ..Settings::default()
+    })
+    .source(
+        "read",
+        ReadConfig {
+            path: Some(i),
+            ..Default::default()
+        }
+        .build()
+        .unwrap(),
+    )
+    .stage("decode", DecodeConfig::default().build())
+    .boxed_stage("buildid", stage)
+    .sink(
+        "write",
+        WriteConfig {
+            path: Some(o.clone()),
+            ..Default::default()
+        }
+        .build()
+        .unwrap(),
+    )
+    .run();
+    assert!(report.is_ok(), "{:?}", report.errors);
+    let out = std::fs::read(&o).unwrap();
+    std::fs::remove_dir_all(&dir).unwrap();
+    out
+}
+
+/// (type, bytes) of every record after the pipe header.
+fn records(s: &[u8]) -> Vec<(u32, &[u8])> {
+    let mut v = Vec::new();
+    let mut at = 16;
+    while at + 8 <= s.len() {
+        let size = usize::from(u16::from_le_bytes([s[at + 6], s[at + 7]]));
+        let t = u32::from_le_bytes(s[at..at + 4].try_into().unwrap());
+        v.push((t, &s[at..at + size]));
+        at += size;
+    }
+    assert_eq!(at, s.len(), "output ends inside a record");
+    v
+}
+
+fn pool() -> Vec<PathBuf> {
+    let mut p = collect_dsos(std::path::Path::new("/usr/lib"), 4);
+    assert!(p.len() >= 2, "need ELF files with build ids under /usr/lib");
+    p.push(PathBuf::from("/nonexistent/perfpipe/libgone.so"));
+    p
+}
+
+/// Checks the output: the input records in order, plus BUILD_ID records, each before the first
+/// record that needs it. Returns the names injected.
+fn check(input: &[u8], output: &[u8], before: u32) -> Vec<Vec<u8>> {
+    let inp = records(input);
+    let out = records(output);
+    let kept: Vec<_> = out
+        .iter()
+        .filter(|r| r.0 != RecordType::HEADER_BUILD_ID.0)
+        .copied()
+        .collect();
+    assert!(kept == inp, "input records changed or reordered");
+    let mut names = Vec::new();
+    let mut current_map: Option<Vec<u8>> = None;
+    let mut pending: Vec<Vec<u8>> = Vec::new();
+    for (t, r) in &out {
+        if *t == RecordType::HEADER_BUILD_ID.0 {
+            let (_, name, _) = record::parse(r, Endian::Little).expect("valid BUILD_ID");
+            assert!(!names.contains(&name.to_vec()), "injected twice");
+            names.push(name.to_vec());
+            pending.push(name.to_vec());
+            assert_eq!(r.len() % 8, 0);
+            continue;
+        }
+        if *t == RecordType::MMAP2.0 {
+            let name = &r[72..];
+            current_map = Some(name[..name.iter().position(|&c| c == 0).unwrap()].to_vec());
+        }
+        if *t == before && !pending.is_empty() {
+            assert_eq!(pending.pop().as_ref(), current_map.as_ref());
+            pending.clear();
+        }
+    }
+    names
+}
+
+#[test]
+fn buildid_injects_each_hit_dso_once_before_its_first_sample() {
+    let pool = pool();
+    let input = generate(
+        &pool,
+        Shape {
+            nr_mmaps: 30,
+            nr_samples: 5,
+            pid: 77,
+        },
+        &mut Rng::new(7),
+    );
+    for batch in [4096, 1 << 18] {
+        let stage = BuildidConfig::default().build();
+        let missing = stage.missing.clone();
+        let out = run(Box::new(stage), &input, batch);
+        let names = check(&input, &out, RecordType::SAMPLE.0);
+        assert!(!names.is_empty());
+        for n in &names {
+            assert!(pool
+                .iter()
+                .any(|p| p.as_os_str().as_encoded_bytes() == &n[..]));
+            assert!(!n.ends_with(b"libgone.so"));
+        }
+        let mapped = records(&input)
+            .iter()
+            .filter(|r| r.0 == RecordType::MMAP2.0 && r.1.windows(10).any(|w| w == b"libgone.so"))
+            .count();
+        assert_eq!(missing.get(), u64::from(mapped > 0));
+    }
+}
+
+#[test]
+fn buildid_all_injects_before_the_mmap() {
+    let pool = pool();
+    let input = generate(
+        &pool,
+        Shape {
+            nr_mmaps: 20,
+            nr_samples: 0,
+            pid: 78,
+        },
+        &mut Rng::new(3),
+    );
+    let out = run(Box::new(BuildidConfig::default().build_all()), &input, 4096);
+    let names = check(&input, &out, RecordType::MMAP2.0);
+    let out_ip = run(Box::new(BuildidConfig::default().build()), &input, 4096);
+    // No samples: -b injects nothing, --buildid-all every mapped dso with an id.
+    assert!(records(&out_ip)
+        .iter()
+        .all(|r| r.0 != RecordType::HEADER_BUILD_ID.0));
+    assert!(!names.is_empty());
+}
+
+#[test]
+fn known_build_ids_override_files() {
+    let known = BuildidConfig::parse_known("/nonexistent/perfpipe/libgone.so=00112233").unwrap();
+    assert_eq!(known.len(), 1);
+    let pool = vec![PathBuf::from("/nonexistent/perfpipe/libgone.so")];
+    let input = generate(
+        &pool,
+        Shape {
+            nr_mmaps: 2,
+            nr_samples: 2,
+            pid: 79,
+        },
+        &mut Rng::new(1),
+    );
+    let cfg = BuildidConfig {
+        known,
+        ..Default::default()
+    };
+    let out = run(Box::new(cfg.build()), &input, 4096);
+    let ids: Vec<String> = records(&out)
+        .iter()
+        .filter(|r| r.0 == RecordType::HEADER_BUILD_ID.0)
+        .map(|r| record::parse(r.1, Endian::Little).unwrap().0.to_string())
+        .collect();
+    assert_eq!(ids, ["00112233"]);
+    assert!(BuildidConfig::parse_known("nopair").is_err());
+    assert!(BuildidConfig::parse_known("/a=xyz").is_err());
+    assert_eq!(BuildidConfig::parse_known("/a=01,/b=02").unwrap().len(), 2);
+}

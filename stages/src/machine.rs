@@ -1,0 +1,559 @@
+//! The address-space model of a recorded machine, as perf's `machine`/`thread`/`maps` model it: which
+//! file is mapped where, in which process, at each point of the stream.
+//!
+//! Feed it the task and map records in stream order ([`Machine::apply`] takes any record and ignores
+//! those it does not need), then ask what an address of a sample is ([`Machine::find`]).
+//!
+//! - **Processes own maps; threads share them.** Maps are kept per process (pid). A thread (tid) only
+//!   says which process it belongs to, so every thread of a process sees its maps.
+//! - **FORK** with `pid != ppid` creates a process whose maps are a copy of the parent's (copied
+//!   lazily: the two share one list until either changes it). A FORK with `pid == ppid` is a new
+//!   thread. A FORK of a pid that still exists replaces it (pid reuse).
+//! - **COMM with `COMM_EXEC`** starts a fresh image: the process's maps are dropped.
+//! - **EXIT** of a process's main thread retires the process, but only after two more
+//!   FINISHED_ROUND records: records are ordered between rounds, not within one, so a sample of the
+//!   process may still come after its EXIT in the same round or the next. This bounds memory.
+//! - Processes first seen mid-stream (recording attached to a running task, lost FORK) are created
+//!   empty on their first MMAP or lookup.
+//! - **Kernel maps** (MMAP/MMAP2 with pid −1 or cpumode KERNEL: `[kernel.kallsyms]_text`, modules)
+//!   form one separate list that every kernel-mode lookup uses.
+//! - A new map replaces the parts of older maps it overlaps, as `maps__fixup_overlappings()` does.
+//!
+//! Files are interned as [`Dso`]s by name and identity (MMAP2's device/inode, or its build id), so the
+//! same library mapped by a thousand processes is one [`DsoId`]. The kernel map's
+//! `[kernel.kallsyms]_text` is named `[kernel.kallsyms]`, as perf names the kernel dso.
+//!
+//! The model keeps no build ids or hit marks itself: users index their own tables by [`DsoId`].
+//!
+//! ```
+//! use perfpipe_stages::machine::{Machine, MapEvent};
+//! use perfpipe_stages::format::misc;
+//!
+//! let mut m = Machine::new();
+//! let libc = m.mmap(&MapEvent { pid: 10, start: 0x7000, len: 0x1000, pgoff: 0,
+//!                               name: b"/usr/lib/libc.so.6", identity: Default::default(),
+//!                               cpumode: misc::USER });
+//! m.fork(11, 10, 11); // a new process, copy of 10
+//! m.fork(10, 10, 12); // a thread of 10
+//! let pid = m.pid_of(12).unwrap(); // samples carry the pid; threads map to theirs
+//! assert_eq!(m.find(pid, misc::USER, 0x7010).map(|map| map.dso), Some(libc));
+//! assert_eq!(m.find(11, misc::USER, 0x7010).map(|map| map.dso), Some(libc));
+//! m.exec(11);
+//! assert!(m.find(11, misc::USER, 0x7010).is_none());
+//! assert_eq!(m.dso(libc).name, b"/usr/lib/libc.so.6");
+//! ```
+
+use std::collections::HashMap;
+use std::hash::{BuildHasherDefault, Hasher};
+use std::sync::Arc;
+
+use crate::format::{misc, FileId, Record, RecordType};
+
+/// The index of an interned [`Dso`] in its [`Machine`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct DsoId(pub u32);
+
+/// How a mapped file is identified beyond its name.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
+pub enum Identity {
+    /// No identity (MMAP records, synthesized maps).
+    #[default]
+    None,
+    /// MMAP2's device and inode.
+    Inode {
+        /// `maj`
+        maj: u32,
+        /// `min`
+        min: u32,
+        /// `ino`
+        ino: u64,
+        /// `ino_generation`
+        ino_generation: u64,
+    },
+    /// MMAP2 in build-id form (`PERF_RECORD_MISC_MMAP_BUILD_ID`): the build id itself.
+    BuildId(Vec<u8>),
+}
+
+impl Identity {
+    /// The identity of an MMAP/MMAP2's [`FileId`].
+    pub fn of(id: &FileId<'_>) -> Identity {
+        match *id {
+            FileId::None => Identity::None,
+            FileId::Inode {
+                maj,
+                min,
+                ino,
+                ino_generation,
+            } => Identity::Inode {
+                maj,
+                min,
+                ino,
+                ino_generation,
+            },
+            FileId::BuildId(b) => Identity::BuildId(b.to_vec()),
+        }
+    }
+}
+
+/// A mapped object ("dynamic shared object" in perf's words, though it may be any file or pseudo
+/// file): its name as the record gave it, its identity, and whether it is kernel code.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Dso {
+    /// The file name (`[kernel.kallsyms]` for the kernel map, `[vdso]`, `//anon`, a path, …).
+    pub name: Vec<u8>,
+    /// Identity from the MMAP2, if any.
+    pub identity: Identity,
+    /// Mapped by a kernel map (the kernel image or a module).
+    pub kernel: bool,
+}
+
+/// One mapping: `[start, end)` of an address space showing `dso` from file offset `pgoff`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Map {
+    /// First address.
+    pub start: u64,
+    /// One past the last address.
+    pub end: u64,
+    /// File offset of `start`.
+    pub pgoff: u64,
+    /// The mapped object.
+    pub dso: DsoId,
+}
+
+/// The fields of an MMAP/MMAP2 that the model uses.
+#[derive(Clone, Debug, Default)]
+pub struct MapEvent<'a> {
+    /// `pid` (−1 as u32 for kernel maps).
+    pub pid: u32,
+    /// `addr`
+    pub start: u64,
+    /// `len`
+    pub len: u64,
+    /// `pgoff`
+    pub pgoff: u64,
+    /// `filename`
+    pub name: &'a [u8],
+    /// MMAP2 identity.
+    pub identity: Identity,
+    /// cpumode of the record's misc.
+    pub cpumode: u16,
+}
+
+/// The pid of kernel maps, −1.
+pub const KERNEL_PID: u32 = u32::MAX;
+
+/// A sorted list of non-overlapping maps.
+#[derive(Clone, Debug, Default)]
+struct Maps(Vec<Map>);
+
+impl Maps {
+    fn find(&self, addr: u64) -> Option<&Map> {
+        let i = self.0.partition_point(|m| m.start <= addr);
+        let m = self.0.get(i.checked_sub(1)?)?;
+        (addr < m.end).then_some(m)
+    }
+
+    /// Inserts `new`, trimming or splitting the maps it overlaps.
+    fn insert(&mut self, new: Map) {
+        if new.end <= new.start {
+            return;
+        }
+        let v = &mut self.0;
+        // First map that may overlap: the last one starting at or before new.start, else the next.
+        let mut i = v
+            .partition_point(|m| m.start <= new.start)
+            .saturating_sub(1);
+        let mut keep = Vec::new();
+        let from = loop {
+            match v.get(i) {
+                Some(m) if m.end <= new.start => i += 1,
+                _ => break i,
+            }
+        };
+        let mut to = from;
+        while let Some(m) = v.get(to) {
+            if m.start >= new.end {
+                break;
+            }
+            if m.start < new.start {
+                keep.push(Map {
+                    end: new.start,
+                    ..*m
+                });
+            }
+            if m.end > new.end {
+                keep.push(Map {
+                    start: new.end,
+                    pgoff: m.pgoff.wrapping_add(new.end - m.start),
+                    ..*m
+                });
+            }
+            to += 1;
+        }
+        keep.push(new);
+        keep.sort_by_key(|m| m.start);
+        v.splice(from..to, keep);
+    }
+}
+
+/// A multiplicative hasher for pid/tid keys (the std SipHash costs more than the lookup).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct IdHasher(u64);
+
+impl Hasher for IdHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = (self.0.rotate_left(8) ^ u64::from(b)).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+        }
+    }
+    fn write_u32(&mut self, n: u32) {
+        self.0 = u64::from(n).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    }
+    fn write_u64(&mut self, n: u64) {
+        self.0 = n.wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    }
+}
+
+/// A `HashMap` keyed by small integers, hashed with [`IdHasher`].
+pub type IdMap<K, V> = HashMap<K, V, BuildHasherDefault<IdHasher>>;
+
+/// The address spaces of one machine (the host); see the module doc.
+///
+/// **Memory**: one entry per live process and thread, processes retired two rounds after their exit,
+/// and one [`Dso`] per distinct mapped file.
+#[derive(Debug, Default)]
+pub struct Machine {
+    dsos: Vec<Dso>,
+    dso_index: HashMap<(Vec<u8>, Identity), DsoId>,
+    /// pid → maps, shared copy-on-write after a fork.
+    processes: IdMap<u32, Arc<Maps>>,
+    /// tid → pid.
+    threads: IdMap<u32, u32>,
+    kernel: Maps,
+    /// Processes that exited, with the round count at which to drop them.
+    retiring: Vec<(u32, u64)>,
+    rounds: u64,
+}
+
+impl Machine {
+    /// An empty machine.
+    pub fn new() -> Machine {
+        Machine::default()
+    }
+
+    /// Applies a record: MMAP, MMAP2, FORK, COMM, EXIT and FINISHED_ROUND change the model; other
+    /// records are ignored. Returns the dso an MMAP/MMAP2 introduced or mapped again.
+    pub fn apply(&mut self, rec: &Record<'_>) -> Option<DsoId> {
+        match rec.record_type() {
+            RecordType::MMAP | RecordType::MMAP2 => {
+                let m = rec.mmap()?;
+                Some(self.mmap(&MapEvent {
+                    pid: m.pid,
+                    start: m.addr,
+                    len: m.len,
+                    pgoff: m.pgoff,
+                    name: m.filename,
+                    identity: Identity::of(&m.file_id),
+                    cpumode: m.cpumode,
+                }))
+            }
+            RecordType::FORK => {
+                let t = rec.task()?;
+                self.fork(t.pid, t.ppid, t.tid);
+                None
+            }
+            RecordType::EXIT => {
+                let t = rec.task()?;
+                self.exit(t.pid, t.tid);
+                None
+            }
+            RecordType::COMM => {
+                let c = rec.comm()?;
+                self.threads.entry(c.tid).or_insert(c.pid);
+                if c.exec {
+                    self.exec(c.pid);
+                }
+                None
+            }
+            RecordType::FINISHED_ROUND => {
+                self.finished_round();
+                None
+            }
+            _ => None,
+        }
+    }
+
+    /// Interns a dso by name and identity.
+    pub fn intern(&mut self, name: &[u8], identity: Identity, kernel: bool) -> DsoId {
+        let name = if kernel && name.starts_with(b"[kernel.kallsyms]") {
+            &b"[kernel.kallsyms]"[..]
+        } else {
+            name
+        };
+        let key = (name.to_vec(), identity);
+        if let Some(&id) = self.dso_index.get(&key) {
+            return id;
+        }
+        let id = DsoId(u32::try_from(self.dsos.len()).unwrap_or(u32::MAX));
+        self.dsos.push(Dso {
+            name: key.0.clone(),
+            identity: key.1.clone(),
+            kernel,
+        });
+        self.dso_index.insert(key, id);
+        id
+    }
+
+    /// Adds a map (MMAP/MMAP2) and returns its dso.
+    pub fn mmap(&mut self, ev: &MapEvent<'_>) -> DsoId {
+        let kernel =
+            ev.pid == KERNEL_PID || ev.cpumode == misc::KERNEL || ev.cpumode == misc::GUEST_KERNEL;
+        let dso = self.intern(ev.name, ev.identity.clone(), kernel);
+        let map = Map {
+            start: ev.start,
+            end: ev.start.saturating_add(ev.len),
+            pgoff: ev.pgoff,
+            dso,
+        };
+        if kernel {
+            self.kernel.insert(map);
+        } else {
+            self.threads.entry(ev.pid).or_insert(ev.pid);
+            Arc::make_mut(self.processes.entry(ev.pid).or_default()).insert(map);
+        }
+        dso
+    }
+
+    /// FORK: `tid` of process `pid` was created by process `ppid`.
+    pub fn fork(&mut self, pid: u32, ppid: u32, tid: u32) {
+        if pid != ppid && pid == tid {
+            // A new process: a copy of the parent's maps (shared until either side changes).
+            let parent = self.processes.get(&ppid).cloned().unwrap_or_default();
+            self.processes.insert(pid, parent);
+            self.retiring.retain(|&(p, _)| p != pid);
+        } else {
+            self.processes.entry(pid).or_default();
+        }
+        self.threads.insert(tid, pid);
+    }
+
+    /// COMM with `COMM_EXEC`: process `pid` runs a new image.
+    pub fn exec(&mut self, pid: u32) {
+        self.processes.insert(pid, Arc::default());
+    }
+
+    /// EXIT of thread `tid` of `pid`. The main thread's exit retires the process two rounds later.
+    pub fn exit(&mut self, pid: u32, tid: u32) {
+        if pid == tid {
+            self.retiring.push((pid, self.rounds + 2));
+        } else {
+            self.threads.remove(&tid);
+        }
+    }
+
+    /// FINISHED_ROUND: drops the processes whose retirement is due.
+    pub fn finished_round(&mut self) {
+        self.rounds += 1;
+        let now = self.rounds;
+        let (processes, threads) = (&mut self.processes, &mut self.threads);
+        self.retiring.retain(|&(pid, due)| {
+            if due > now {
+                return true;
+            }
+            processes.remove(&pid);
+            threads.retain(|_, p| *p != pid);
+            false
+        });
+    }
+
+    /// The map holding `addr` for a sample of process `pid` in `cpumode`: kernel modes look in the
+    /// kernel maps, user modes in the process's maps. Other modes (hypervisor, guest user, unknown)
+    /// find nothing, since this models one host.
+    #[inline]
+    pub fn find(&self, pid: u32, cpumode: u16, addr: u64) -> Option<&Map> {
+        match cpumode {
+            misc::KERNEL | misc::GUEST_KERNEL => self.kernel.find(addr),
+            misc::USER => self.processes.get(&pid)?.find(addr),
+            _ => None,
+        }
+    }
+
+    /// The process a thread belongs to, if the thread is known.
+    pub fn pid_of(&self, tid: u32) -> Option<u32> {
+        self.threads.get(&tid).copied()
+    }
+
+    /// The dso of an id.
+    ///
+    /// # Panics
+    /// If the id comes from another machine and is out of range.
+    pub fn dso(&self, id: DsoId) -> &Dso {
+        &self.dsos[id.0 as usize]
+    }
+
+    /// Number of interned dsos.
+    pub fn dso_count(&self) -> usize {
+        self.dsos.len()
+    }
+
+    /// Number of live processes (retiring ones included).
+    pub fn process_count(&self) -> usize {
+        self.processes.len()
+    }
+
+    /// The maps of a process, sorted by address.
+    pub fn maps(&self, pid: u32) -> &[Map] {
+        self.processes.get(&pid).map_or(&[], |m| &m.0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn map(m: &mut Machine, pid: u32, start: u64, len: u64, name: &str) -> DsoId {
+        m.mmap(&MapEvent {
+            pid,
+            start,
+            len,
+            pgoff: 0,
+            name: name.as_bytes(),
+            identity: Identity::None,
+            cpumode: misc::USER,
+        })
+    }
+
+    fn dso_at(m: &Machine, pid: u32, addr: u64) -> Option<String> {
+        let map = m.find(pid, misc::USER, addr)?;
+        Some(String::from_utf8_lossy(&m.dso(map.dso).name).into_owned())
+    }
+
+    #[test]
+    fn threads_share_maps_added_after_they_start() {
+        let mut m = Machine::new();
+        m.fork(100, 1, 100);
+        m.fork(100, 100, 101); // thread
+        map(&mut m, 100, 0x1000, 0x1000, "/bin/a");
+        assert_eq!(m.pid_of(101), Some(100));
+        assert_eq!(dso_at(&m, 100, 0x1800).as_deref(), Some("/bin/a"));
+        assert_eq!(m.process_count(), 1);
+    }
+
+    #[test]
+    fn fork_copies_and_the_copies_diverge() {
+        let mut m = Machine::new();
+        map(&mut m, 1, 0x1000, 0x1000, "/bin/parent");
+        m.fork(2, 1, 2);
+        map(&mut m, 2, 0x5000, 0x1000, "/lib/child-only");
+        map(&mut m, 1, 0x9000, 0x1000, "/lib/parent-only");
+        assert_eq!(dso_at(&m, 2, 0x1000).as_deref(), Some("/bin/parent"));
+        assert_eq!(dso_at(&m, 2, 0x5000).as_deref(), Some("/lib/child-only"));
+        assert_eq!(dso_at(&m, 1, 0x5000), None);
+        assert_eq!(dso_at(&m, 2, 0x9000), None);
+        assert_eq!(dso_at(&m, 1, 0x9000).as_deref(), Some("/lib/parent-only"));
+    }
+
+    #[test]
+    fn exec_resets_the_image() {
+        let mut m = Machine::new();
+        map(&mut m, 1, 0x1000, 0x1000, "/bin/sh");
+        m.fork(2, 1, 2);
+        m.exec(2);
+        map(&mut m, 2, 0x2000, 0x1000, "/bin/gzip");
+        assert_eq!(dso_at(&m, 2, 0x1000), None);
+        assert_eq!(dso_at(&m, 2, 0x2000).as_deref(), Some("/bin/gzip"));
+        assert_eq!(dso_at(&m, 1, 0x1000).as_deref(), Some("/bin/sh"));
+    }
+
+    #[test]
+    fn unknown_processes_are_created_lazily() {
+        let mut m = Machine::new();
+        assert_eq!(dso_at(&m, 77, 0x1000), None);
+        map(&mut m, 77, 0x1000, 0x100, "/bin/late");
+        assert_eq!(dso_at(&m, 77, 0x10ff).as_deref(), Some("/bin/late"));
+        assert_eq!(dso_at(&m, 77, 0x1100), None);
+    }
+
+    #[test]
+    fn exit_retires_after_two_rounds() {
+        let mut m = Machine::new();
+        map(&mut m, 5, 0x1000, 0x1000, "/bin/x");
+        m.fork(5, 5, 6);
+        m.exit(5, 6);
+        assert_eq!(m.pid_of(6), None);
+        m.exit(5, 5);
+        m.finished_round();
+        assert_eq!(dso_at(&m, 5, 0x1000).as_deref(), Some("/bin/x"));
+        m.finished_round();
+        assert_eq!(dso_at(&m, 5, 0x1000), None);
+        assert_eq!(m.process_count(), 0);
+    }
+
+    #[test]
+    fn pid_reuse_after_exit_is_not_retired() {
+        let mut m = Machine::new();
+        map(&mut m, 1, 0x1000, 0x1000, "/bin/init");
+        m.exit(9, 9);
+        m.fork(9, 1, 9);
+        m.finished_round();
+        m.finished_round();
+        assert_eq!(dso_at(&m, 9, 0x1000).as_deref(), Some("/bin/init"));
+    }
+
+    #[test]
+    fn overlapping_maps_are_split() {
+        let mut m = Machine::new();
+        map(&mut m, 1, 0x1000, 0x3000, "/a");
+        map(&mut m, 1, 0x2000, 0x1000, "/b");
+        assert_eq!(dso_at(&m, 1, 0x1fff).as_deref(), Some("/a"));
+        assert_eq!(dso_at(&m, 1, 0x2000).as_deref(), Some("/b"));
+        assert_eq!(dso_at(&m, 1, 0x3000).as_deref(), Some("/a"));
+        let tail = m.maps(1)[2];
+        assert_eq!((tail.start, tail.end, tail.pgoff), (0x3000, 0x4000, 0x2000));
+        map(&mut m, 1, 0x0, 0x10000, "/c");
+        assert_eq!(m.maps(1).len(), 1);
+    }
+
+    #[test]
+    fn kernel_maps_are_separate_and_named_like_perf() {
+        let mut m = Machine::new();
+        let k = m.mmap(&MapEvent {
+            pid: KERNEL_PID,
+            start: 0xffff_ffff_8100_0000,
+            len: 0x100_0000,
+            pgoff: 0xffff_ffff_8100_0000,
+            name: b"[kernel.kallsyms]_text",
+            identity: Identity::None,
+            cpumode: misc::KERNEL,
+        });
+        assert_eq!(m.dso(k).name, b"[kernel.kallsyms]");
+        assert!(m.dso(k).kernel);
+        let a = 0xffff_ffff_8100_1000;
+        assert_eq!(m.find(42, misc::KERNEL, a).map(|x| x.dso), Some(k));
+        assert!(m.find(42, misc::USER, a).is_none());
+        assert!(m.find(42, misc::HYPERVISOR, a).is_none());
+    }
+
+    #[test]
+    fn dsos_are_interned_by_name_and_identity() {
+        let mut m = Machine::new();
+        let a = map(&mut m, 1, 0x1000, 0x1000, "/lib/x.so");
+        let b = map(&mut m, 2, 0x8000, 0x1000, "/lib/x.so");
+        assert_eq!(a, b);
+        let c = m.intern(
+            b"/lib/x.so",
+            Identity::Inode {
+                maj: 8,
+                min: 1,
+                ino: 5,
+                ino_generation: 0,
+            },
+            false,
+        );
+        assert_ne!(a, c);
+        assert_eq!(m.dso_count(), 2);
+    }
+}
