@@ -4,6 +4,7 @@
 //!   when it is missing, and skip elsewhere).
 //! - `passthrough`: byte-identical round trips over fixtures and live recordings, accepted by perf.
 //! - `chunking`: the same stream in every read size and split gives the same output.
+//! - `buildid`: `--buildid`/`--buildid-all`/`perfpipe inject` against `perf inject -b` on live recordings.
 //! - `badinput`: malformed input gives a clear error with an offset, and keeps what came before.
 //! - `decompress`: `--decompress` of `perf record -z` streams, checked against perf.
 
@@ -11,6 +12,7 @@
 pub mod util;
 
 mod badinput;
+mod buildid;
 mod chunking;
 mod decompress;
 mod fields;
