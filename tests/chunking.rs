@@ -61,6 +61,7 @@ fn decode(input: &Arc<Vec<u8>>, sizes: Vec<usize>, headroom: usize) -> Decoded {
     let report = Pipeline::new(Settings {
         batch_bytes: 4096,
         queue_capacity: 2,
+        ..Settings::default()
     })
     .source(
         "chunks",

@@ -13,6 +13,7 @@ use perfpipe_stages::read::ReadConfig;
 use perfpipe_stages::registry::{BUILTIN, TRANSFORMS};
 use perfpipe_stages::write::WriteConfig;
 
+mod bench;
 mod progress;
 mod run;
 
@@ -46,6 +47,11 @@ pub struct Cli {
 enum Command {
     /// List the stages, one line each.
     Stages,
+    /// Measure stage chains on in-memory workloads.
+    Bench {
+        #[command(subcommand)]
+        what: bench::BenchCommand,
+    },
 }
 
 /// Options of a pipeline run.
@@ -118,9 +124,14 @@ fn parse_size(s: &str) -> Result<usize, String> {
         .ok_or_else(|| format!("`{s}` is too large"))
 }
 
-/// The clap command: the derived options plus one flag per registered transform stage.
+/// The clap command: the derived options plus one flag per registered transform stage, on the
+/// main command and on `bench pipeline`.
 pub fn command() -> clap::Command {
-    let mut cmd = Cli::command();
+    stage_args(Cli::command()).mut_subcommand("bench", |b| b.mut_subcommand("pipeline", stage_args))
+}
+
+/// Adds one flag per registered transform stage.
+fn stage_args(mut cmd: clap::Command) -> clap::Command {
     for spec in TRANSFORMS {
         let mut arg = clap::Arg::new(spec.name)
             .long(spec.name)
@@ -162,28 +173,14 @@ fn path_or_std(p: &std::path::Path) -> Option<PathBuf> {
     (p != std::path::Path::new("-")).then(|| p.to_path_buf())
 }
 
-/// Builds the pipeline for a run.
+/// The stages after `read`: `decode`, then the named transforms in order (with `decompress` put in
+/// front of the first that needs decompressed input). A stage named twice is labelled `name#2`.
 ///
 /// # Errors
-/// When the input or output cannot be opened or a stage cannot be built.
-pub fn build(
-    args: &RunArgs,
+/// When a stage cannot be built from its flag's value.
+pub fn chain(
     stages: &[(&'static str, Option<String>)],
-) -> anyhow::Result<Pipeline> {
-    let settings = Settings {
-        batch_bytes: args.batch_size.max(4096),
-        queue_capacity: usize::from(args.queue),
-    };
-    let read = ReadConfig {
-        path: path_or_std(&args.input),
-        pipe_buffer: args.pipe_buffer,
-    }
-    .build()?;
-    let write = WriteConfig {
-        path: path_or_std(&args.output),
-        pipe_buffer: args.pipe_buffer,
-    }
-    .build()?;
+) -> anyhow::Result<Vec<(String, Box<dyn perfpipe_core::Stage>)>> {
     let mut stages = stages.to_vec();
     perfpipe_stages::registry::insert_decompress(&mut stages, None);
     let mut nodes: Vec<(String, Box<dyn perfpipe_core::Stage>)> = vec![(
@@ -208,6 +205,33 @@ pub fn build(
         };
         nodes.push((label, stage));
     }
+    Ok(nodes)
+}
+
+/// Builds the pipeline for a run.
+///
+/// # Errors
+/// When the input or output cannot be opened or a stage cannot be built.
+pub fn build(
+    args: &RunArgs,
+    stages: &[(&'static str, Option<String>)],
+) -> anyhow::Result<Pipeline> {
+    let settings = Settings {
+        batch_bytes: args.batch_size.max(4096),
+        queue_capacity: usize::from(args.queue),
+        ..Settings::default()
+    };
+    let read = ReadConfig {
+        path: path_or_std(&args.input),
+        pipe_buffer: args.pipe_buffer,
+    }
+    .build()?;
+    let write = WriteConfig {
+        path: path_or_std(&args.output),
+        pipe_buffer: args.pipe_buffer,
+    }
+    .build()?;
+    let nodes = chain(stages)?;
     let mut pipeline = Pipeline::new(settings).source("read", read);
     let mut taps = run::Taps::new(&args.tap)?;
     if let Some(tap) = taps.take("read")? {
@@ -240,9 +264,19 @@ pub fn main() -> ExitCode {
             return ExitCode::from(EXIT_USAGE);
         }
     };
-    if let Some(Command::Stages) = cli.command {
-        print_stages();
-        return ExitCode::SUCCESS;
+    match &cli.command {
+        Some(Command::Stages) => {
+            print_stages();
+            return ExitCode::SUCCESS;
+        }
+        Some(Command::Bench { what }) => {
+            let sub = matches
+                .subcommand_matches("bench")
+                .and_then(|m| m.subcommand().map(|(_, m)| m))
+                .expect("bench has a subcommand");
+            return bench::run(what, &stage_flags(sub));
+        }
+        None => {}
     }
     let stages = stage_flags(&matches);
     let pipeline = match build(&cli.run, &stages) {

@@ -63,26 +63,45 @@ impl Default for Flow {
 }
 
 impl Flow {
-    /// Counts one batch: one pass over its spans, then one atomic add per field and per kind seen.
-    pub(crate) fn count(&self, batch: &crate::Batch) {
+    /// Counts one batch sent: one pass over its spans, then one atomic add per field and per kind
+    /// seen. Returns the batch's stream bytes, which travel with it to the receiver.
+    pub(crate) fn count(&self, batch: &crate::Batch) -> u64 {
         self.batches.fetch_add(1, Relaxed);
         if batch.spans.is_empty() {
-            self.bytes.fetch_add(batch.payload().len() as u64, Relaxed);
-            return;
+            let bytes = batch.payload().len() as u64;
+            self.bytes.fetch_add(bytes, Relaxed);
+            return bytes;
         }
-        let mut kinds = [0u32; KIND_SLOTS];
+        // Two interleaved histograms: runs of one kind (SAMPLE, SAMPLE, …) would otherwise chain
+        // every increment on the previous one's store.
+        let mut kinds = [[0u32; KIND_SLOTS]; 2];
         let mut bytes = 0u64;
-        for s in &batch.spans {
+        let mut pairs = batch.spans.chunks_exact(2);
+        for p in &mut pairs {
+            bytes += u64::from(p[0].len) + u64::from(p[1].len);
+            kinds[0][(p[0].kind as usize).min(KIND_SLOTS - 1)] += 1;
+            kinds[1][(p[1].kind as usize).min(KIND_SLOTS - 1)] += 1;
+        }
+        for s in pairs.remainder() {
             bytes += u64::from(s.len);
-            kinds[(s.kind as usize).min(KIND_SLOTS - 1)] += 1;
+            kinds[0][(s.kind as usize).min(KIND_SLOTS - 1)] += 1;
         }
         self.records.fetch_add(batch.spans.len() as u64, Relaxed);
         self.bytes.fetch_add(bytes, Relaxed);
-        for (slot, &n) in self.kinds.iter().zip(kinds.iter()) {
-            if n != 0 {
-                slot.fetch_add(u64::from(n), Relaxed);
+        for (slot, (&a, &b)) in self.kinds.iter().zip(kinds[0].iter().zip(&kinds[1])) {
+            if a + b != 0 {
+                slot.fetch_add(u64::from(a + b), Relaxed);
             }
         }
+        bytes
+    }
+
+    /// Counts one batch received, whose bytes the sender counted. Kinds are not counted again: a
+    /// stage's input kinds are its upstream's output kinds.
+    pub(crate) fn count_received(&self, batch: &crate::Batch, bytes: u64) {
+        self.batches.fetch_add(1, Relaxed);
+        self.records.fetch_add(batch.spans.len() as u64, Relaxed);
+        self.bytes.fetch_add(bytes, Relaxed);
     }
 
     fn snapshot(&self) -> FlowSnapshot {
@@ -112,6 +131,8 @@ pub struct StageMetrics {
 #[derive(Debug)]
 struct Inner {
     name: String,
+    /// The stage before this one, whose output kinds are this one's input kinds.
+    upstream: Option<Arc<Inner>>,
     input: Flow,
     output: Flow,
     working_ns: AtomicU64,
@@ -129,10 +150,12 @@ impl StageMetrics {
         name: String,
         queue_capacity: usize,
         counters: Vec<(&'static str, Counter)>,
+        upstream: Option<&StageMetrics>,
     ) -> StageMetrics {
         StageMetrics {
             inner: Arc::new(Inner {
                 name,
+                upstream: upstream.map(|u| u.inner.clone()),
                 input: Flow::default(),
                 output: Flow::default(),
                 working_ns: AtomicU64::new(0),
@@ -177,7 +200,14 @@ impl StageMetrics {
         let samples = i.queue_samples.load(Relaxed);
         StageSnapshot {
             name: i.name.clone(),
-            input: i.input.snapshot(),
+            input: FlowSnapshot {
+                kinds: i
+                    .upstream
+                    .as_ref()
+                    .map(|u| u.output.snapshot().kinds)
+                    .unwrap_or_default(),
+                ..i.input.snapshot()
+            },
             output: i.output.snapshot(),
             working: Duration::from_nanos(i.working_ns.load(Relaxed)),
             starved: Duration::from_nanos(i.starved_ns.load(Relaxed)),

@@ -34,6 +34,9 @@ pub struct Settings {
     pub batch_bytes: usize,
     /// Capacity of each channel between two stages, in batches.
     pub queue_capacity: usize,
+    /// Whether the runner counts and times (three clock reads per batch per stage, plus the
+    /// I/O stages' two per syscall). Off only to measure what measuring costs.
+    pub measure: bool,
 }
 
 impl Default for Settings {
@@ -41,6 +44,7 @@ impl Default for Settings {
         Settings {
             batch_bytes: 256 * 1024,
             queue_capacity: 4,
+            measure: true,
         }
     }
 }
@@ -269,7 +273,7 @@ impl Pipeline {
 
         let mut metrics = Vec::with_capacity(n);
         let mut handles = Vec::with_capacity(n);
-        let mut upstream: Option<Receiver<Batch>> = None;
+        let mut upstream: Option<Receiver<Sent>> = None;
         for (index, (name, node)) in self.nodes.into_iter().enumerate() {
             let counters = match &node {
                 Node::Source(s) => s.counters(),
@@ -278,7 +282,7 @@ impl Pipeline {
             };
             let is_sink = matches!(node, Node::Sink(_));
             let capacity = if is_sink { 0 } else { settings.queue_capacity };
-            let m = StageMetrics::new(name.clone(), capacity, counters);
+            let m = StageMetrics::new(name.clone(), capacity, counters, metrics.last());
             let (tx, rx) = if is_sink {
                 (None, None)
             } else {
@@ -286,6 +290,8 @@ impl Pipeline {
                 (Some(tx), Some(rx))
             };
             let ctx = Ctx {
+                measure: settings.measure,
+                epoch: started,
                 metrics: m.clone(),
                 pool: pool.clone(),
                 cancel: cancel.clone(),
@@ -434,19 +440,44 @@ impl Running {
 }
 
 struct Ctx {
+    measure: bool,
+    epoch: Instant,
     metrics: StageMetrics,
     pool: BufferPool,
     cancel: Arc<AtomicBool>,
 }
 
+impl Ctx {
+    /// The time, or a fixed instant when not measuring (all durations then come out zero).
+    #[inline]
+    fn now(&self) -> Instant {
+        if self.measure {
+            Instant::now()
+        } else {
+            self.epoch
+        }
+    }
+}
+
+/// A batch in a channel, with its stream bytes as counted once by the sender, so the receiver
+/// counts its input without another pass over the spans.
+struct Sent {
+    batch: Batch,
+    bytes: u64,
+}
+
 /// Sends every batch in `pending`, counting and timing. Returns false if downstream has gone.
-fn send_all(pending: &mut Vec<Batch>, tx: &Sender<Batch>, ctx: &Ctx) -> bool {
+fn send_all(pending: &mut Vec<Batch>, tx: &Sender<Sent>, ctx: &Ctx) -> bool {
     for batch in pending.drain(..) {
-        ctx.metrics.output().count(&batch);
-        ctx.metrics.sample_queue(tx.len());
-        if let Err(e) = tx.send(batch) {
+        let bytes = if ctx.measure {
+            ctx.metrics.sample_queue(tx.len());
+            ctx.metrics.output().count(&batch)
+        } else {
+            0
+        };
+        if let Err(e) = tx.send(Sent { batch, bytes }) {
             // Downstream has gone; the rest of `pending` is dropped with the drain.
-            ctx.pool.put(e.into_inner());
+            ctx.pool.put(e.into_inner().batch);
             return false;
         }
     }
@@ -455,20 +486,20 @@ fn send_all(pending: &mut Vec<Batch>, tx: &Sender<Batch>, ctx: &Ctx) -> bool {
 
 fn run_source(
     mut source: Box<dyn Source>,
-    tx: Sender<Batch>,
+    tx: Sender<Sent>,
     ctx: &Ctx,
 ) -> (End, Option<StageError>) {
     let mut pending = Vec::new();
-    let mut t0 = Instant::now();
+    let mut t0 = ctx.now();
     loop {
         if ctx.cancel.load(Ordering::Relaxed) {
             return (End::Cancelled, None);
         }
         let result = source.produce(&mut Out::new(&mut pending, &ctx.pool));
-        let t1 = Instant::now();
+        let t1 = ctx.now();
         let waited = source.take_io_wait().min(t1 - t0);
         let sent = send_all(&mut pending, &tx, ctx);
-        let t2 = Instant::now();
+        let t2 = ctx.now();
         ctx.metrics.add_times(t1 - t0 - waited, waited, t2 - t1);
         t0 = t2;
         match result {
@@ -482,20 +513,24 @@ fn run_source(
 
 fn run_stage(
     mut stage: Box<dyn Stage>,
-    rx: Receiver<Batch>,
-    tx: Sender<Batch>,
+    rx: Receiver<Sent>,
+    tx: Sender<Sent>,
     ctx: &Ctx,
 ) -> (End, Option<StageError>) {
     let mut pending = Vec::new();
-    let mut t0 = Instant::now();
+    let mut t0 = ctx.now();
     let end = loop {
-        let Ok(batch) = rx.recv() else { break End::Eof };
-        let t1 = Instant::now();
-        ctx.metrics.input().count(&batch);
+        let Ok(Sent { batch, bytes }) = rx.recv() else {
+            break End::Eof;
+        };
+        let t1 = ctx.now();
+        if ctx.measure {
+            ctx.metrics.input().count_received(&batch, bytes);
+        }
         let result = stage.process(batch, &mut Out::new(&mut pending, &ctx.pool));
-        let t2 = Instant::now();
+        let t2 = ctx.now();
         let sent = send_all(&mut pending, &tx, ctx);
-        let t3 = Instant::now();
+        let t3 = ctx.now();
         ctx.metrics.add_times(t2 - t1, t1 - t0, t3 - t2);
         t0 = t3;
         match result {
@@ -507,12 +542,12 @@ fn run_stage(
     };
     // Drop the input first so upstream stops at once rather than after our flush.
     drop(rx);
-    let t1 = Instant::now();
+    let t1 = ctx.now();
     let result = stage.flush(&mut Out::new(&mut pending, &ctx.pool));
-    let t2 = Instant::now();
+    let t2 = ctx.now();
     let sent = send_all(&mut pending, &tx, ctx);
     ctx.metrics
-        .add_times(t2 - t1, Duration::ZERO, Instant::now() - t2);
+        .add_times(t2 - t1, Duration::ZERO, ctx.now() - t2);
     match result {
         Err(e) => (End::Failed, Some(e)),
         Ok(()) if !sent => (End::DownstreamClosed, None),
@@ -520,15 +555,19 @@ fn run_stage(
     }
 }
 
-fn run_sink(mut sink: Box<dyn Sink>, rx: Receiver<Batch>, ctx: &Ctx) -> (End, Option<StageError>) {
-    let mut t0 = Instant::now();
+fn run_sink(mut sink: Box<dyn Sink>, rx: Receiver<Sent>, ctx: &Ctx) -> (End, Option<StageError>) {
+    let mut t0 = ctx.now();
     let end = loop {
-        let Ok(batch) = rx.recv() else { break End::Eof };
-        let t1 = Instant::now();
-        ctx.metrics.input().count(&batch);
+        let Ok(Sent { batch, bytes }) = rx.recv() else {
+            break End::Eof;
+        };
+        let t1 = ctx.now();
+        if ctx.measure {
+            ctx.metrics.input().count_received(&batch, bytes);
+        }
         let result = sink.consume(&batch);
         ctx.pool.put(batch);
-        let t2 = Instant::now();
+        let t2 = ctx.now();
         let waited = sink.take_io_wait().min(t2 - t1);
         ctx.metrics.add_times(t2 - t1 - waited, t1 - t0, waited);
         t0 = t2;
@@ -539,9 +578,9 @@ fn run_sink(mut sink: Box<dyn Sink>, rx: Receiver<Batch>, ctx: &Ctx) -> (End, Op
         }
     };
     drop(rx);
-    let t1 = Instant::now();
+    let t1 = ctx.now();
     let result = sink.finish();
-    let t2 = Instant::now();
+    let t2 = ctx.now();
     let waited = sink.take_io_wait().min(t2 - t1);
     ctx.metrics
         .add_times(t2 - t1 - waited, Duration::ZERO, waited);

@@ -124,6 +124,7 @@ fn small() -> Settings {
     Settings {
         batch_bytes: 64,
         queue_capacity: 2,
+        ..Settings::default()
     }
 }
 

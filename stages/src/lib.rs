@@ -52,6 +52,7 @@ pub mod format;
 pub mod machine;
 pub mod read;
 pub mod registry;
+pub mod synth;
 pub mod write;
 
 pub use error::Error;

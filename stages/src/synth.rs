@@ -1,0 +1,222 @@
+//! Synthetic perf pipe-mode streams, for benchmarks and tests: a pipe header, one cpu-clock attr
+//! (`IP|TID|TIME|ID|CPU|PERIOD|CALLCHAIN`, `sample_id_all`), then whatever records the caller adds,
+//! laid out as `perf record -o -` lays them out (sample-id trailers included), so that `perf script`
+//! reads the result.
+
+use crate::encode;
+use crate::format::{misc, sample, Endian, RecordType, PIPE_MAGIC};
+
+/// The attr's `sample_type`.
+pub const SAMPLE_TYPE: u64 = sample::IP
+    | sample::TID
+    | sample::TIME
+    | sample::ID
+    | sample::CPU
+    | sample::PERIOD
+    | sample::CALLCHAIN;
+/// The event id of every record.
+pub const ID: u64 = 1;
+
+/// Builds a stream record by record.
+#[derive(Clone, Debug)]
+pub struct SynthStream {
+    buf: Vec<u8>,
+    e: Endian,
+}
+
+impl Default for SynthStream {
+    fn default() -> SynthStream {
+        SynthStream::new()
+    }
+}
+
+impl SynthStream {
+    /// A little-endian stream with its header and attr.
+    pub fn new() -> SynthStream {
+        let e = Endian::Little;
+        let mut s = SynthStream {
+            buf: Vec::with_capacity(1 << 20),
+            e,
+        };
+        s.buf.extend_from_slice(&PIPE_MAGIC.to_le_bytes());
+        s.buf.extend_from_slice(&16u64.to_le_bytes());
+        let mut attr = vec![0u8; 128];
+        attr[0..4].copy_from_slice(&1u32.to_le_bytes()); // PERF_TYPE_SOFTWARE
+        attr[4..8].copy_from_slice(&128u32.to_le_bytes()); // size
+        attr[8..16].copy_from_slice(&0u64.to_le_bytes()); // PERF_COUNT_SW_CPU_CLOCK
+        attr[16..24].copy_from_slice(&20_000u64.to_le_bytes()); // sample_period
+        attr[24..32].copy_from_slice(&SAMPLE_TYPE.to_le_bytes());
+        // disabled, mmap, comm, task, sample_id_all, mmap2, comm_exec
+        let flags: u64 = 1 | 1 << 8 | 1 << 9 | 1 << 13 | 1 << 18 | 1 << 23 | 1 << 24;
+        attr[40..48].copy_from_slice(&flags.to_le_bytes());
+        attr.extend_from_slice(&ID.to_le_bytes());
+        s.push(RecordType::HEADER_ATTR, 0, &attr);
+        s
+    }
+
+    fn push(&mut self, t: RecordType, misc_: u16, body: &[u8]) {
+        self.buf
+            .extend_from_slice(&encode::record(t.0, misc_, body, true, self.e));
+    }
+
+    /// The sample-id trailer: TID, TIME, ID, CPU.
+    fn trailer(&self, body: &mut Vec<u8>, pid: u32, tid: u32, time: u64, cpu: u32) {
+        body.resize(body.len().next_multiple_of(8), 0);
+        body.extend_from_slice(&pid.to_le_bytes());
+        body.extend_from_slice(&tid.to_le_bytes());
+        body.extend_from_slice(&time.to_le_bytes());
+        body.extend_from_slice(&ID.to_le_bytes());
+        body.extend_from_slice(&cpu.to_le_bytes());
+        body.extend_from_slice(&0u32.to_le_bytes());
+    }
+
+    /// PERF_RECORD_COMM.
+    pub fn comm(&mut self, pid: u32, tid: u32, name: &str, exec: bool, time: u64) {
+        let mut body = Vec::new();
+        body.extend_from_slice(&pid.to_le_bytes());
+        body.extend_from_slice(&tid.to_le_bytes());
+        body.extend_from_slice(name.as_bytes());
+        body.push(0);
+        self.trailer(&mut body, pid, tid, time, 0);
+        let m = if exec { misc::COMM_EXEC } else { 0 };
+        self.push(RecordType::COMM, m, &body);
+    }
+
+    /// PERF_RECORD_FORK of `pid` from `ppid` (a new process: tid = pid).
+    pub fn fork(&mut self, pid: u32, ppid: u32, time: u64) {
+        let mut body = Vec::new();
+        for v in [pid, ppid, pid, ppid] {
+            body.extend_from_slice(&v.to_le_bytes());
+        }
+        body.extend_from_slice(&time.to_le_bytes());
+        self.trailer(&mut body, pid, pid, time, 0);
+        self.push(RecordType::FORK, 0, &body);
+    }
+
+    /// PERF_RECORD_MMAP2 of an executable file mapping (`maj:min ino` given).
+    pub fn mmap2(&mut self, pid: u32, addr: u64, len: u64, path: &str, ino: u64, time: u64) {
+        let mut body = Vec::new();
+        body.extend_from_slice(&pid.to_le_bytes());
+        body.extend_from_slice(&pid.to_le_bytes());
+        for v in [addr, len, 0u64] {
+            body.extend_from_slice(&v.to_le_bytes());
+        }
+        body.extend_from_slice(&8u32.to_le_bytes()); // maj
+        body.extend_from_slice(&1u32.to_le_bytes()); // min
+        body.extend_from_slice(&ino.to_le_bytes());
+        body.extend_from_slice(&0u64.to_le_bytes()); // ino_generation
+        body.extend_from_slice(&5u32.to_le_bytes()); // PROT_READ|PROT_EXEC
+        body.extend_from_slice(&2u32.to_le_bytes()); // MAP_PRIVATE
+        body.extend_from_slice(path.as_bytes());
+        body.push(0);
+        self.trailer(&mut body, pid, pid, time, 0);
+        self.push(RecordType::MMAP2, misc::USER, &body);
+    }
+
+    /// PERF_RECORD_SAMPLE with a callchain (context markers included as given).
+    pub fn sample(&mut self, pid: u32, tid: u32, time: u64, cpu: u32, ip: u64, chain: &[u64]) {
+        let mut body = Vec::with_capacity(56 + 8 * chain.len());
+        body.extend_from_slice(&ip.to_le_bytes());
+        body.extend_from_slice(&pid.to_le_bytes());
+        body.extend_from_slice(&tid.to_le_bytes());
+        body.extend_from_slice(&time.to_le_bytes());
+        body.extend_from_slice(&ID.to_le_bytes());
+        body.extend_from_slice(&cpu.to_le_bytes());
+        body.extend_from_slice(&0u32.to_le_bytes());
+        body.extend_from_slice(&20_000u64.to_le_bytes()); // period
+        body.extend_from_slice(&(chain.len() as u64).to_le_bytes());
+        for ip in chain {
+            body.extend_from_slice(&ip.to_le_bytes());
+        }
+        self.push(RecordType::SAMPLE, misc::USER, &body);
+    }
+
+    /// PERF_RECORD_FINISHED_ROUND.
+    pub fn finished_round(&mut self) {
+        self.push(RecordType::FINISHED_ROUND, 0, &[]);
+    }
+
+    /// The stream so far.
+    pub fn bytes(&self) -> &[u8] {
+        &self.buf
+    }
+
+    /// The stream.
+    pub fn into_bytes(self) -> Vec<u8> {
+        self.buf
+    }
+}
+
+/// A deterministic profile-shaped workload of about `target` bytes: 8 processes forked from one
+/// parent, each mapping 16 libraries, then samples (90 % of records) with 4–20-frame user
+/// callchains spread over those maps, across 2 CPUs, and a FINISHED_ROUND every 1000 records.
+pub fn workload(target: usize) -> Vec<u8> {
+    let mut s = SynthStream::new();
+    let mut rng = 0x2545_f491_4f6c_dd1du64;
+    let mut next = move || {
+        rng ^= rng << 13;
+        rng ^= rng >> 7;
+        rng ^= rng << 17;
+        rng
+    };
+    let mut time = 1_000_000_000u64;
+    let pids: Vec<u32> = (0..8).map(|i| 1000 + i).collect();
+    s.comm(999, 999, "bench", true, time);
+    for &pid in &pids {
+        time += 1000;
+        s.fork(pid, 999, time);
+        s.comm(pid, pid, &format!("worker{}", pid - 1000), true, time);
+        for lib in 0..16u64 {
+            let path = format!("/usr/lib/x86_64-linux-gnu/libbench{lib}.so");
+            s.mmap2(
+                pid,
+                0x7f00_0000_0000 + lib * 0x10_0000,
+                0x8_0000,
+                &path,
+                100 + lib,
+                time,
+            );
+        }
+    }
+    let mut records = 0u64;
+    let mut chain = Vec::with_capacity(24);
+    while s.bytes().len() < target {
+        let pid = pids[(next() % 8) as usize];
+        time += 20_000;
+        chain.clear();
+        chain.push(crate::format::context::USER);
+        for _ in 0..4 + next() % 17 {
+            let lib = next() % 16;
+            chain.push(0x7f00_0000_0000 + lib * 0x10_0000 + next() % 0x8_0000);
+        }
+        s.sample(pid, pid, time, (next() % 2) as u32, chain[1], &chain);
+        records += 1;
+        if records % 1000 == 0 {
+            s.finished_round();
+        }
+    }
+    s.into_bytes()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn workload_is_framed_and_sized() {
+        let w = workload(200_000);
+        assert!(w.len() >= 200_000 && w.len() < 210_000);
+        // Walk the records: every size is a multiple of 8 and the walk ends on the last byte.
+        let mut pos = 16;
+        let mut samples = 0;
+        while pos < w.len() {
+            let t = u32::from_le_bytes(w[pos..pos + 4].try_into().unwrap());
+            let size = u16::from_le_bytes(w[pos + 6..pos + 8].try_into().unwrap()) as usize;
+            assert!(size >= 8 && size % 8 == 0);
+            samples += usize::from(t == RecordType::SAMPLE.0);
+            pos += size;
+        }
+        assert_eq!(pos, w.len());
+        assert!(samples > 1000);
+    }
+}
