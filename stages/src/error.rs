@@ -106,6 +106,9 @@ pub enum Error {
         /// What went wrong.
         detail: String,
     },
+    /// A filter expression (or shorthand flag value) that does not parse; it says where and why.
+    #[error(transparent)]
+    BadExpression(#[from] crate::filter::ExprError),
     /// A HEADER_ATTR record whose attr cannot be used.
     #[error("offset {offset}: ATTR record: {source}")]
     BadAttr {
@@ -158,7 +161,7 @@ impl Error {
             | Error::PayloadTooLarge { offset, .. }
             | Error::BadAttr { offset, .. }
             | Error::Decompress { offset, .. } => Some(*offset),
-            Error::Io { .. } | Error::BadOption { .. } => None,
+            Error::Io { .. } | Error::BadOption { .. } | Error::BadExpression(_) => None,
         }
     }
 }

@@ -12,6 +12,8 @@
 //! - [`decompress`]: replaces COMPRESSED records (`perf record -z`) with the records they hold.
 //! - [`buildid`]: injects a BUILD_ID record before the first sample that hits each dso (`perf inject -b`).
 //! - [`buildid_all`]: injects a BUILD_ID record before the map of every dso (`--buildid-all`).
+//! - [`filter`]: keeps the samples an expression selects (`--filter`, `--pid`, `--comm`, `--time`…).
+//! - [`drop`](mod@drop): removes the records of the named types (`--drop switch,lost`).
 //! - [`write`]: sink; standard output or a file, with `writev`.
 //!
 //! Shared models: [`machine`], the per-process address spaces (maps by pid, fork/exec/exit).
@@ -46,8 +48,10 @@ pub mod buildid;
 pub mod buildid_all;
 pub mod decode;
 pub mod decompress;
+pub mod drop;
 pub mod encode;
 mod error;
+pub mod filter;
 pub mod format;
 pub mod machine;
 pub mod read;

@@ -86,6 +86,70 @@ pub const TRANSFORMS: &[StageSpec] = &[
         },
         needs_decompressed: true,
     },
+    StageSpec {
+        name: "filter",
+        help:
+            "keep the samples for which EXPR holds, e.g. 'comm == \"gz*\" && cpu == 0' (repeatable)",
+        value: Some("EXPR"),
+        build: |v| crate::filter::build_stage(crate::filter::parse(v.unwrap_or_default())),
+        needs_decompressed: true,
+    },
+    StageSpec {
+        name: "pid",
+        help: "keep the samples of these processes: PID[,PID...] (perf script --pid)",
+        value: Some("LIST"),
+        build: |v| {
+            crate::filter::build_stage(crate::filter::id_list(
+                crate::filter::Field::Pid,
+                v.unwrap_or_default(),
+            ))
+        },
+        needs_decompressed: true,
+    },
+    StageSpec {
+        name: "tid",
+        help: "keep the samples of these threads: TID[,TID...] (perf script --tid)",
+        value: Some("LIST"),
+        build: |v| {
+            crate::filter::build_stage(crate::filter::id_list(
+                crate::filter::Field::Tid,
+                v.unwrap_or_default(),
+            ))
+        },
+        needs_decompressed: true,
+    },
+    StageSpec {
+        name: "comm",
+        help: "keep the samples of threads with these names: COMM[,COMM...] (perf script --comm)",
+        value: Some("LIST"),
+        build: |v| crate::filter::build_stage(crate::filter::name_list(v.unwrap_or_default())),
+        needs_decompressed: true,
+    },
+    StageSpec {
+        name: "cpu",
+        help: "keep the samples taken on these cpus: 0-2,5 (perf script --cpu)",
+        value: Some("LIST"),
+        build: |v| crate::filter::build_stage(crate::filter::cpu_list(v.unwrap_or_default())),
+        needs_decompressed: true,
+    },
+    StageSpec {
+        name: "time",
+        help: "keep the samples in START,END (seconds as perf script prints them; ends included)",
+        value: Some("START,END"),
+        build: |v| crate::filter::build_stage(crate::filter::time_range(v.unwrap_or_default())),
+        needs_decompressed: true,
+    },
+    StageSpec {
+        name: "drop",
+        help: "remove every record of these types: switch,lost,... (perf report --stats names)",
+        value: Some("TYPES"),
+        build: |v| {
+            Ok(Box::new(
+                crate::drop::DropConfig::parse(v.unwrap_or_default())?.build(),
+            ))
+        },
+        needs_decompressed: true,
+    },
 ];
 
 /// The registered stage called `name`, if any.
