@@ -14,6 +14,8 @@ use perfpipe_stages::registry::{BUILTIN, TRANSFORMS};
 use perfpipe_stages::write::WriteConfig;
 
 mod bench;
+mod bench_inject;
+mod inject;
 mod progress;
 mod run;
 
@@ -52,6 +54,8 @@ enum Command {
         #[command(subcommand)]
         what: bench::BenchCommand,
     },
+    /// A drop-in for `perf inject`: -i, -o, -b, --buildid-all, --known-build-ids, -v.
+    Inject(inject::InjectArgs),
 }
 
 /// Options of a pipeline run.
@@ -127,7 +131,10 @@ fn parse_size(s: &str) -> Result<usize, String> {
 /// The clap command: the derived options plus one flag per registered transform stage, on the
 /// main command and on `bench pipeline`.
 pub fn command() -> clap::Command {
-    stage_args(Cli::command()).mut_subcommand("bench", |b| b.mut_subcommand("pipeline", stage_args))
+    stage_args(Cli::command()).mut_subcommand("bench", |b| {
+        b.mut_subcommand("pipeline", stage_args)
+            .subcommand(bench_inject::command())
+    })
 }
 
 /// Adds one flag per registered transform stage.
@@ -257,6 +264,12 @@ pub fn main() -> ExitCode {
             return ExitCode::from(if e.use_stderr() { EXIT_USAGE } else { 0 });
         }
     };
+    if let Some(m) = matches
+        .subcommand_matches("bench")
+        .and_then(|b| b.subcommand_matches(bench_inject::NAME))
+    {
+        return bench_inject::main_matches(m);
+    }
     let cli = match Cli::from_arg_matches(&matches) {
         Ok(c) => c,
         Err(e) => {
@@ -276,6 +289,7 @@ pub fn main() -> ExitCode {
                 .expect("bench has a subcommand");
             return bench::run(what, &stage_flags(sub));
         }
+        Some(Command::Inject(args)) => return inject::main(args),
         None => {}
     }
     let stages = stage_flags(&matches);
