@@ -393,7 +393,11 @@ impl Resolver {
         let path = PathBuf::from(std::ffi::OsStr::from_bytes(&dso.name));
         let kernel = dso.kernel;
         rayon::spawn(move || {
-            let _ = tx.send((id, read_build_id(&path, Some(pid), kernel)));
+            // Always answer, even if parsing a hostile file panicked, so `resolve` cannot hang.
+            let outcome =
+                std::panic::catch_unwind(|| read_build_id(&path, Some(pid), kernel))
+                    .unwrap_or(Outcome::NoBuildId);
+            let _ = tx.send((id, outcome));
         });
     }
 
