@@ -48,7 +48,7 @@ pub type BatchContext = Arc<dyn Any + Send + Sync>;
 /// - **raw**: `spans` is empty and the payload is `data[start..]`, as a source reads it;
 /// - **framed**: each span is a record; records are written out in span order and bytes of
 ///   `data` that no span covers are not part of the stream.
-#[derive(Default)]
+#[derive(Clone, Default)]
 pub struct Batch {
     /// The backing bytes.
     pub data: Vec<u8>,

@@ -63,6 +63,7 @@
 #![deny(missing_docs)]
 
 mod batch;
+pub mod harness;
 mod metrics;
 mod pipeline;
 mod stage;
