@@ -12,7 +12,8 @@
 //! - **COMM with `COMM_EXEC`** starts a fresh image: the process's maps are dropped.
 //! - **EXIT** of a process's main thread retires the process, but only after two more
 //!   FINISHED_ROUND records: records are ordered between rounds, not within one, so a sample of the
-//!   process may still come after its EXIT in the same round or the next. This bounds memory.
+//!   process may still come after its EXIT in the same round or the next. This bounds memory (in a
+//!   stream without rounds, at most 1024 exited processes are kept).
 //! - Processes first seen mid-stream (recording attached to a running task, lost FORK) are created
 //!   empty on their first MMAP or lookup.
 //! - **Kernel maps** (MMAP/MMAP2 with pid −1 or cpumode KERNEL: `[kernel.kallsyms]_text`, modules)
@@ -138,6 +139,9 @@ pub struct MapEvent<'a> {
     /// cpumode of the record's misc.
     pub cpumode: u16,
 }
+
+/// Exited processes kept for late samples before the oldest is dropped regardless of rounds.
+const MAX_RETIRING: usize = 1024;
 
 /// The pid of kernel maps, −1.
 pub const KERNEL_PID: u32 = u32::MAX;
@@ -349,6 +353,13 @@ impl Machine {
     pub fn exit(&mut self, pid: u32, tid: u32) {
         if pid == tid {
             self.retiring.push((pid, self.rounds + 2));
+            // A stream without FINISHED_ROUND (a single round): retire the oldest exits early
+            // rather than grow without bound.
+            if self.retiring.len() > MAX_RETIRING {
+                let (old, _) = self.retiring.remove(0);
+                self.processes.remove(&old);
+                self.threads.retain(|_, p| *p != old);
+            }
         } else {
             self.threads.remove(&tid);
         }
@@ -490,6 +501,18 @@ mod tests {
         m.finished_round();
         assert_eq!(dso_at(&m, 5, 0x1000), None);
         assert_eq!(m.process_count(), 0);
+    }
+
+    #[test]
+    fn exits_without_rounds_stay_bounded() {
+        let mut m = Machine::new();
+        for pid in 1..=(MAX_RETIRING as u32 + 10) {
+            map(&mut m, pid, 0x1000, 0x1000, "/bin/x");
+            m.exit(pid, pid);
+        }
+        assert_eq!(m.process_count(), MAX_RETIRING);
+        assert_eq!(dso_at(&m, 1, 0x1000), None);
+        assert!(dso_at(&m, MAX_RETIRING as u32 + 10, 0x1000).is_some());
     }
 
     #[test]

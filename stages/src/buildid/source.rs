@@ -394,9 +394,8 @@ impl Resolver {
         let kernel = dso.kernel;
         rayon::spawn(move || {
             // Always answer, even if parsing a hostile file panicked, so `resolve` cannot hang.
-            let outcome =
-                std::panic::catch_unwind(|| read_build_id(&path, Some(pid), kernel))
-                    .unwrap_or(Outcome::NoBuildId);
+            let outcome = std::panic::catch_unwind(|| read_build_id(&path, Some(pid), kernel))
+                .unwrap_or(Outcome::NoBuildId);
             let _ = tx.send((id, outcome));
         });
     }
