@@ -3,12 +3,16 @@
 //! What it shows: what the runtime itself costs per batch and how it scales with the number of
 //! stages, without pipes or disks. Shapes: `chain2` = memory → decode → discard; `chain4` =
 //! memory → decode → buildid-all → drop → discard. Input: the 64 MB synthetic workload.
-//! Throughput in bytes.
+//! Throughput in bytes. The `perfpipe_core::Parallel` group runs a deliberately CPU-heavy stage
+//! (a few rounds of hashing over every record) sequentially and on 2 workers, to show the
+//! order-preserving wrapper's speed-up.
 
 use std::sync::Arc;
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
-use perfpipe_core::{Batch, Flow, Out, Pipeline, Settings, Sink, Source, StageError};
+use perfpipe_core::{
+    Batch, Flow, Out, Parallel, Pipeline, Settings, Sink, Source, Stage, StageError,
+};
 use perfpipe_stages::decode::DecodeConfig;
 use perfpipe_stages::read::HEADROOM;
 use perfpipe_stages::registry;
@@ -69,5 +73,55 @@ fn shapes(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, shapes);
+/// Hashes every record's bytes a few times: a stand-in for a slow per-record transform.
+struct Heavy;
+
+impl Stage for Heavy {
+    fn process(&mut self, batch: Batch, out: &mut Out<'_>) -> Result<Flow, StageError> {
+        let mut h = 0xcbf2_9ce4_8422_2325u64;
+        for span in &batch.spans {
+            for _ in 0..4 {
+                for &b in batch.bytes(span) {
+                    h = (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3);
+                }
+            }
+        }
+        std::hint::black_box(h);
+        out.push(batch);
+        Ok(Flow::Continue)
+    }
+}
+
+fn parallel(c: &mut Criterion) {
+    let data = Arc::new(perfpipe_stages::synth::workload(16 << 20));
+    let mut group = c.benchmark_group("perfpipe_core::Parallel");
+    group.throughput(Throughput::Bytes(data.len() as u64));
+    group.sample_size(10);
+    for workers in [0usize, 2] {
+        let name = if workers == 0 {
+            "sequential".to_string()
+        } else {
+            format!("{workers}_workers")
+        };
+        group.bench_function(name, |b| {
+            b.iter(|| {
+                let stage: Box<dyn Stage> = if workers == 0 {
+                    Box::new(Heavy)
+                } else {
+                    Box::new(Parallel::new(workers, || Heavy))
+                };
+                let report = Pipeline::new(Settings::default())
+                    .source("memory", Memory(data.clone(), 0))
+                    .stage("decode", DecodeConfig::default().build())
+                    .boxed_stage("heavy", stage)
+                    .sink("discard", Discard)
+                    .run();
+                assert!(report.is_ok());
+            })
+        });
+    }
+    group.finish();
+}
+
+criterion_group!(benches, shapes, parallel);
 criterion_main!(benches);

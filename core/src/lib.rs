@@ -65,6 +65,7 @@
 mod batch;
 pub mod harness;
 mod metrics;
+mod parallel;
 mod pipeline;
 mod stage;
 mod summary;
@@ -72,6 +73,7 @@ mod tap;
 
 pub use batch::{Batch, BatchContext, BufferPool, Runs, Span};
 pub use metrics::{Counter, FlowSnapshot, StageMetrics, StageSnapshot, KIND_SLOTS};
+pub use parallel::Parallel;
 pub use pipeline::{End, Error, Pipeline, Report, Running, Settings};
 pub use stage::{Flow, Out, Sink, Source, Stage, StageError};
 pub use summary::{render_json, render_table, verdict, KindName, Verdict};
