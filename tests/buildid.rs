@@ -177,7 +177,51 @@ fn threads() {
             "50",
         ],
     );
+    let forks = perf_on(&["report", "--stats"], &input)
+        .lines()
+        .find_map(|l| {
+            l.trim()
+                .strip_prefix("FORK events:")?
+                .split_whitespace()
+                .next()?
+                .parse::<u32>()
+                .ok()
+        })
+        .unwrap_or(0);
+    assert!(
+        forks >= 40,
+        "expected the benchmark's threads, got {forks} FORKs"
+    );
     accept(&input);
+}
+
+/// `--buildid-callchain` marks at least what `--buildid` marks, and perf reads it.
+#[test]
+fn callchain_frames_hit_too() {
+    if !have_perf() {
+        return;
+    }
+    let input = fixture_bytes("callgraph.pipe.data");
+    let (ip, _) = ours(&["--buildid"], &input);
+    let (cc, stats) = ours(&["--buildid-callchain"], &input);
+    let (ip, cc) = (pairs(&ip), pairs(&cc));
+    assert!(cc.is_superset(&ip), "callchain: {cc:?}\nip: {ip:?}");
+    assert_eq!(counter(&stats, "build_ids_injected") as usize, cc.len());
+}
+
+/// A byte-swapped (big-endian) stream gets its records in its own byte order.
+#[test]
+fn big_endian_stream() {
+    if !have_perf() {
+        return;
+    }
+    let input = fixture_bytes("bigendian.pipe.data");
+    let (out, stats) = ours(&["--buildid"], &input);
+    assert!(counter(&stats, "build_ids_injected") >= 2, "{stats}");
+    eqnice!(
+        count_samples(&perf_script(&input)),
+        count_samples(&perf_script(&out))
+    );
 }
 
 #[test]
@@ -305,6 +349,19 @@ fn inject_is_a_drop_in() {
     );
     assert!(k.status.success());
     assert!(pairs(&k.stdout).contains(&(fake.to_string(), "/usr/bin/bash".to_string())));
+    // A short (8-byte) id: perf 6.1 honours our size byte (PERF_RECORD_MISC_BUILD_ID_SIZE).
+    let k = perfpipe(
+        &[
+            "inject",
+            "-b",
+            "--known-build-ids",
+            "/usr/bin/bash=0011223344556677",
+        ],
+        &input,
+    );
+    assert!(
+        pairs(&k.stdout).contains(&("0011223344556677".to_string(), "/usr/bin/bash".to_string()))
+    );
     let bad = perfpipe(&["inject", "-b", "--known-build-ids", "nonsense"], &input);
     assert!(!bad.status.success());
     assert!(String::from_utf8_lossy(&bad.stderr).contains("--known-build-ids"));
