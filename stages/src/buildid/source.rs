@@ -8,6 +8,7 @@
 
 use std::collections::HashMap;
 use std::os::unix::ffi::OsStrExt as _;
+use std::os::unix::fs::OpenOptionsExt as _;
 use std::path::{Path, PathBuf};
 use std::sync::mpsc;
 
@@ -222,23 +223,51 @@ pub fn elf_build_id(image: &[u8]) -> Option<BuildId> {
     BuildId::new(file.build_id().ok()??)
 }
 
-/// Reads a file's build id: the file itself, else its view through `/proc/<pid>/root` (a process in
-/// another mount namespace, while it lives), else, for a kernel module, `/sys/module/<name>/notes`.
+/// Whether process `pid` (still alive) lives in another mount namespace than this process.
+fn other_mount_namespace(pid: u32) -> bool {
+    match (
+        std::fs::read_link(format!("/proc/{pid}/ns/mnt")),
+        std::fs::read_link("/proc/self/ns/mnt"),
+    ) {
+        (Ok(a), Ok(b)) => a != b,
+        _ => false,
+    }
+}
+
+/// Reads a file's build id: the file itself, else its view through `/proc/<pid>/root` (that view
+/// first when the process, still alive, is in another mount namespace), else, for a kernel module,
+/// `/sys/module/<name>/notes`.
 pub fn read_build_id(path: &Path, pid: Option<u32>, kernel: bool) -> Outcome {
     let mut candidates: Vec<PathBuf> = vec![path.to_path_buf()];
     if let Some(pid) = pid.filter(|&p| p != u32::MAX && p != 0) {
         if path.is_absolute() {
             let mut p = PathBuf::from(format!("/proc/{pid}/root"));
             p.push(path.strip_prefix("/").unwrap_or(path));
-            candidates.push(p);
+            // A process in another mount namespace (a container) sees its own files first, as
+            // perf reads them inside the task's namespace.
+            if other_mount_namespace(pid) {
+                candidates.insert(0, p);
+            } else {
+                candidates.push(p);
+            }
         }
     }
     let mut missing = true;
     for c in &candidates {
-        let Ok(file) = std::fs::File::open(c) else {
+        // O_NONBLOCK: opening a FIFO without a writer must not block (it would hang `resolve`).
+        let Ok(file) = std::fs::File::options()
+            .read(true)
+            .custom_flags(libc::O_NONBLOCK)
+            .open(c)
+        else {
             continue;
         };
         missing = false;
+        // Only a regular file can hold an ELF image: a directory, FIFO, socket or device has no
+        // build id (mapping a device could block or have side effects).
+        if !file.metadata().is_ok_and(|m| m.is_file()) {
+            continue;
+        }
         // SAFETY: read-only map, dropped before return. A file truncated underneath us while we
         // parse it would raise SIGBUS; that is the accepted risk of mapping, as in perf and samply.
         let Ok(map) = (unsafe { memmap2::Mmap::map(&file) }) else {
@@ -478,6 +507,46 @@ mod tests {
             read_build_id(Path::new("/proc/self/status"), None, false),
             Outcome::NoBuildId
         );
+    }
+
+    /// A file that exists only in another mount namespace is read through `/proc/<pid>/root`.
+    #[test]
+    fn other_mount_namespace_is_read_through_proc_root() {
+        use std::io::BufRead as _;
+        assert!(!other_mount_namespace(std::process::id()));
+        let dir = std::env::temp_dir().join(format!("perfpipe-ns-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let script = format!(
+            "mount -t tmpfs none {d} && cp /usr/bin/gzip {d}/g && echo ready && sleep 10",
+            d = dir.display()
+        );
+        let child = std::process::Command::new("unshare")
+            .args(["--mount", "--propagation", "private", "sh", "-c", &script])
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::null())
+            .spawn();
+        let Ok(mut child) = child else {
+            eprintln!("skipping: no unshare");
+            return;
+        };
+        let mut line = String::new();
+        let _ = std::io::BufReader::new(child.stdout.take().unwrap()).read_line(&mut line);
+        if line.trim() != "ready" {
+            eprintln!("skipping: cannot make a mount namespace (not root?)");
+            let _ = child.wait();
+            return;
+        }
+        let pid = child.id();
+        let inside = dir.join("g");
+        assert!(!inside.exists(), "the tmpfs is private to the namespace");
+        assert!(other_mount_namespace(pid));
+        let want = read_build_id(Path::new("/usr/bin/gzip"), None, false);
+        assert!(matches!(want, Outcome::Found(_)));
+        assert_eq!(read_build_id(&inside, Some(pid), false), want);
+        assert_eq!(read_build_id(&inside, None, false), Outcome::Missing);
+        let _ = child.kill();
+        let _ = child.wait();
+        let _ = std::fs::remove_dir(&dir);
     }
 
     #[test]
