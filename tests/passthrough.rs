@@ -23,12 +23,13 @@ fn fixtures_round_trip_byte_identical() {
 }
 
 pipetest!(
-    /// `-i FILE -o FILE` works like standard input and output.
+    /// `-i FILE -o FILE --pipe` works like standard input and output.
     files_in_and_out, |dir| {
     let input = fixture("multiproc.pipe.data");
     let output = dir.path("out.data");
     let out = perfpipe(
         &[
+            "--pipe",
             "-i",
             input.to_str().unwrap(),
             "-o",

@@ -14,7 +14,9 @@ use perfpipe_stages::buildid::BuildidConfig;
 use perfpipe_stages::decode::DecodeConfig;
 use perfpipe_stages::decompress::DecompressConfig;
 use perfpipe_stages::read::ReadConfig;
+use perfpipe_stages::read_file::Input;
 use perfpipe_stages::write::WriteConfig;
+use perfpipe_stages::write_file::{Output, OutputMode};
 
 use crate::{path_or_std, RunArgs, EXIT_FAILURE};
 
@@ -24,7 +26,8 @@ pub(crate) struct InjectArgs {
     /// Input file name; `-` is standard input.
     #[arg(short, long, value_name = "FILE", default_value = "-")]
     input: PathBuf,
-    /// Output file name; `-` is standard output (always pipe format, as perf writes to a pipe).
+    /// Output file name; `-` is standard output. As perf inject decides: pipe format when the
+    /// input is `-` or the output is not a regular file, else a file-mode perf.data.
     #[arg(short, long, value_name = "FILE", default_value = "-")]
     output: PathBuf,
     /// Inject build ids of the dsos that samples hit (perf inject -b).
@@ -76,16 +79,22 @@ fn pipeline(args: &InjectArgs) -> anyhow::Result<Pipeline> {
     } else {
         None
     };
-    let read = ReadConfig {
+    let read = Input::open(&ReadConfig {
         path: path_or_std(&args.input),
         pipe_buffer: 1 << 20,
-    }
-    .build()?;
-    let write = WriteConfig {
-        path: path_or_std(&args.output),
-        pipe_buffer: 1 << 20,
-    }
-    .build()?;
+    })?;
+    let mode = if args.input == std::path::Path::new("-") {
+        OutputMode::Pipe
+    } else {
+        OutputMode::Auto
+    };
+    let write = Output::open(
+        &WriteConfig {
+            path: path_or_std(&args.output),
+            pipe_buffer: 1 << 20,
+        },
+        mode,
+    )?;
     let mut p = Pipeline::new(Settings::default())
         .source("read", read)
         .stage("decode", DecodeConfig::default().build());

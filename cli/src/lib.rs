@@ -10,8 +10,10 @@ use clap::{ArgMatches, Args, CommandFactory, FromArgMatches, Parser, Subcommand}
 use perfpipe_core::{Pipeline, Settings};
 use perfpipe_stages::decode::DecodeConfig;
 use perfpipe_stages::read::ReadConfig;
+use perfpipe_stages::read_file::Input;
 use perfpipe_stages::registry::{BUILTIN, TRANSFORMS};
 use perfpipe_stages::write::WriteConfig;
+use perfpipe_stages::write_file::{Output, OutputMode};
 
 mod bench;
 mod bench_inject;
@@ -61,12 +63,20 @@ enum Command {
 /// Options of a pipeline run.
 #[derive(Debug, Args)]
 pub struct RunArgs {
-    /// Input: a perf pipe-mode stream; `-` is standard input.
+    /// Input: a perf.data in file mode (mapped; told apart by its header, whatever its name) or
+    /// a pipe-mode stream; `-` is standard input (pipe mode).
     #[arg(short, long, value_name = "FILE", default_value = "-")]
     input: PathBuf,
-    /// Output; `-` is standard output.
+    /// Output; `-` is standard output. A regular file is written in file mode (perf.data, under a
+    /// temporary name renamed at the end), a FIFO or device in pipe mode; see --pipe and --file.
     #[arg(short, long, value_name = "FILE", default_value = "-")]
     output: PathBuf,
+    /// Write pipe mode even to a regular file.
+    #[arg(long, conflicts_with = "file")]
+    pipe: bool,
+    /// Write file mode (perf.data) even to a FIFO or device; needs -o FILE.
+    #[arg(long)]
+    file: bool,
     /// Print a per-stage table (records, MB/s, working/starved/blocked time, the bottleneck) on
     /// stderr at the end, whatever the end: input exhausted, error, interrupt, closed downstream.
     #[arg(long)]
@@ -101,6 +111,8 @@ impl RunArgs {
         RunArgs {
             input: "-".into(),
             output: "-".into(),
+            pipe: false,
+            file: false,
             stats: false,
             stats_json: None,
             progress: false,
@@ -109,6 +121,17 @@ impl RunArgs {
             batch_size: 256 << 10,
             queue: 4,
             pipe_buffer: 0,
+        }
+    }
+}
+
+impl RunArgs {
+    /// The output format that --pipe / --file ask for.
+    fn output_mode(&self) -> OutputMode {
+        match (self.pipe, self.file) {
+            (true, _) => OutputMode::Pipe,
+            (_, true) => OutputMode::File,
+            _ => OutputMode::Auto,
         }
     }
 }
@@ -228,16 +251,17 @@ pub fn build(
         queue_capacity: usize::from(args.queue),
         ..Settings::default()
     };
-    let read = ReadConfig {
+    let read = Input::open(&ReadConfig {
         path: path_or_std(&args.input),
         pipe_buffer: args.pipe_buffer,
-    }
-    .build()?;
-    let write = WriteConfig {
-        path: path_or_std(&args.output),
-        pipe_buffer: args.pipe_buffer,
-    }
-    .build()?;
+    })?;
+    let write = Output::open(
+        &WriteConfig {
+            path: path_or_std(&args.output),
+            pipe_buffer: args.pipe_buffer,
+        },
+        args.output_mode(),
+    )?;
     let nodes = chain(stages)?;
     let mut pipeline = Pipeline::new(settings).source("read", read);
     let mut taps = run::Taps::new(&args.tap)?;
@@ -341,6 +365,20 @@ mod tests {
         assert_eq!(cli.run.output, PathBuf::from("-"));
         assert_eq!(cli.run.batch_size, 256 << 10);
         assert!(stage_flags(&m).is_empty());
+    }
+
+    #[test]
+    fn pipe_and_file_pick_the_output_format() {
+        let mode = |argv: &[&str]| {
+            let m = command().try_get_matches_from(argv).unwrap();
+            Cli::from_arg_matches(&m).unwrap().run.output_mode()
+        };
+        assert_eq!(mode(&["perfpipe", "-o", "x.data"]), OutputMode::Auto);
+        assert_eq!(mode(&["perfpipe", "--pipe", "-o", "x"]), OutputMode::Pipe);
+        assert_eq!(mode(&["perfpipe", "--file", "-o", "x"]), OutputMode::File);
+        assert!(command()
+            .try_get_matches_from(["perfpipe", "--pipe", "--file"])
+            .is_err());
     }
 
     #[test]

@@ -20,12 +20,41 @@ pub enum Error {
         /// What was there, lossily as text.
         found: String,
     },
-    /// A file-mode `perf.data` header (size 104) where a pipe header was expected.
+    /// A file-mode `perf.data` header (size 104) where a pipe header was expected: file mode is read
+    /// from a file (`-i FILE`, memory-mapped), not from a stream.
     #[error(
-        "offset 0: this is a file-mode perf.data (header size 104); perfpipe reads pipe mode: \
-         use `perf record -o -`, or convert with `perf inject -i FILE -o - | perfpipe`"
+        "offset 0: this is a file-mode perf.data (header size 104) arriving as a stream; \
+         pass it as `-i FILE` (perfpipe maps file-mode input), or convert with \
+         `perf inject -i FILE -o - | perfpipe`"
     )]
     FileMode,
+    /// A file-mode `perf.data` whose header or header sections cannot be used.
+    #[error("offset {offset}: file-mode perf.data header: {what}")]
+    BadFileHeader {
+        /// Where the bad field or structure is in the file.
+        offset: u64,
+        /// What is wrong.
+        what: String,
+    },
+    /// A section of a file-mode `perf.data` (attrs, ids, data, a feature) that lies beyond the end
+    /// of the file.
+    #[error(
+        "offset {offset}: file-mode perf.data: the {section} section at {start}..{} lies beyond \
+         the end of the file ({file_len} bytes); the file is truncated or corrupt",
+        .start.saturating_add(*.size)
+    )]
+    SectionOutOfBounds {
+        /// Where the section's `{offset, size}` pair is in the file.
+        offset: u64,
+        /// Which section (`attrs`, `data`, `ids of attr 0`, `feature HOSTNAME`…).
+        section: String,
+        /// The section's offset.
+        start: u64,
+        /// The section's size.
+        size: u64,
+        /// The file's length.
+        file_len: u64,
+    },
     /// The pipe header's size is not 16.
     #[error("offset {offset}: pipe header size is {size}, expected 16")]
     BadHeaderSize {
@@ -160,6 +189,8 @@ impl Error {
             | Error::Truncated { offset, .. }
             | Error::PayloadTooLarge { offset, .. }
             | Error::BadAttr { offset, .. }
+            | Error::BadFileHeader { offset, .. }
+            | Error::SectionOutOfBounds { offset, .. }
             | Error::Decompress { offset, .. } => Some(*offset),
             Error::Io { .. } | Error::BadOption { .. } | Error::BadExpression(_) => None,
         }

@@ -7,6 +7,7 @@
 //!
 //! Stages, one file each, named after their CLI name:
 //! - [`read`]: source; standard input or a file, in large reads.
+//! - [`read_file`]: source; a file-mode `perf.data`, mapped and presented as the pipe stream.
 //! - [`decode`]: frames records, validates the header, tracks attrs.
 //! - [`encode`]: records back to bytes (byte for byte when unchanged); record builders.
 //! - [`decompress`]: replaces COMPRESSED records (`perf record -z`) with the records they hold.
@@ -15,6 +16,7 @@
 //! - [`filter`]: keeps the samples an expression selects (`--filter`, `--pid`, `--comm`, `--time`…).
 //! - [`drop`](mod@drop): removes the records of the named types (`--drop switch,lost`).
 //! - [`write`]: sink; standard output or a file, with `writev`.
+//! - [`write_file`]: sink; a file-mode `perf.data` (header, attrs, data, features), renamed at the end.
 //!
 //! Shared models: [`machine`], the per-process address spaces (maps by pid, fork/exec/exit).
 //!
@@ -55,8 +57,10 @@ pub mod filter;
 pub mod format;
 pub mod machine;
 pub mod read;
+pub mod read_file;
 pub mod registry;
 pub mod synth;
 pub mod write;
+pub mod write_file;
 
 pub use error::Error;

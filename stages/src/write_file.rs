@@ -1,0 +1,533 @@
+//! `write`, file mode: writes the stream as a file-mode `perf.data`, laid out as
+//! `perf_session__do_write_header()` in perf's `tools/perf/util/header.c` lays it out:
+//! the 104-byte header, the id arrays, the `perf_file_attr` array, the data section, the feature
+//! table and the feature sections.
+//!
+//! The pipe-only records that belong in the header leave the record stream:
+//! - HEADER_ATTR → the attrs section and its ids (every attr is written with the largest
+//!   `attr.size` seen, raised like perf does, because perf reads `attr.size` bytes per attr);
+//! - HEADER_FEATURE → the feature section of its id (the LAST_FEATURE end mark is dropped);
+//! - HEADER_TRACING_DATA → the TRACING_DATA feature (the blob that follows the record);
+//! - HEADER_BUILD_ID → the BUILD_ID feature, rebuilt as `write_buildid()` writes it: the record's
+//!   pid, misc and build id, the name NUL-padded to a multiple of 64 (`NAME_ALIGN`); one entry per
+//!   distinct (pid, build id, name).
+//!
+//! Every other record goes to the data section, byte for byte, with `writev(2)`.
+//!
+//! The file is written under a temporary name in the same directory
+//! (`.NAME.perfpipe-PID.tmp`), synced, and renamed to its name at the end of the stream, so a crash
+//! never leaves a half-written file under the final name; a run that is dropped before its end
+//! removes the temporary file.
+//!
+//! - **Order**: records in stream order.
+//! - **Buffering**: the data section streams out as batches arrive. The id and attr arrays are
+//!   written when the first data record arrives (in a pipe every HEADER_ATTR precedes the records
+//!   it describes); attrs that arrive later are written after the feature sections and the header
+//!   points there (perf follows `attrs.offset`). Feature sections are held in memory to the end.
+//! - **EOF**: writes the feature sections and the header, syncs, renames (no file at all when not
+//!   even the stream's header arrived). After an upstream error
+//!   the end of the stream is still a clean end: the file holds every record before the fault, as
+//!   the pipe-mode `write` does.
+
+use std::collections::{BTreeMap, HashSet};
+use std::fs::{File, OpenOptions};
+use std::io::IoSlice;
+use std::os::unix::fs::FileExt as _;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use perfpipe_core::{Batch, Counter, Flow, Sink, StageError};
+
+use crate::format::{
+    Endian, EventHeader, RecordType, StreamInfo, FILE_HEADER_SIZE, PIPE_HEADER_KIND, PIPE_MAGIC,
+};
+use crate::read_file::{FEAT_BUILD_ID, FEAT_LAST, FEAT_TRACING_DATA};
+use crate::write::{Write, WriteConfig};
+use crate::Error;
+
+/// `NAME_ALIGN`: build-id table names are NUL-padded to a multiple of this.
+const NAME_ALIGN: usize = 64;
+
+/// The attr size written when the stream had no HEADER_ATTR (perf 6.1's `sizeof(perf_event_attr)`).
+const DEFAULT_ATTR_SIZE: usize = 128;
+
+/// Which format `-o` writes.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum OutputMode {
+    /// File mode for a regular file (or a path that does not exist yet), pipe mode for standard
+    /// output, a FIFO, a character device (`/dev/null`) or anything else.
+    #[default]
+    Auto,
+    /// Always pipe mode (`--pipe`).
+    Pipe,
+    /// Always file mode (`--file`); standard output cannot be written in file mode.
+    File,
+}
+
+impl OutputMode {
+    /// Whether output to `path` (`None` = standard output) is written in file mode.
+    pub fn is_file(self, path: Option<&Path>) -> bool {
+        match (self, path) {
+            (OutputMode::Pipe, _) | (_, None) => false,
+            (OutputMode::File, Some(_)) => true,
+            (OutputMode::Auto, Some(p)) => match std::fs::metadata(p) {
+                Ok(m) => m.is_file(),
+                Err(e) => e.kind() == std::io::ErrorKind::NotFound,
+            },
+        }
+    }
+}
+
+/// Configuration of the file-mode `write` sink.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct WriteFileConfig {
+    /// The `perf.data` to create (replacing it at the end).
+    pub path: PathBuf,
+}
+
+impl WriteFileConfig {
+    /// Creates the temporary file next to `path`.
+    ///
+    /// # Errors
+    /// [`Error::Io`] if it cannot be created.
+    pub fn build(&self) -> Result<WriteFile, Error> {
+        let dir = match self.path.parent() {
+            Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
+            _ => PathBuf::from("."),
+        };
+        let name = self.path.file_name().unwrap_or_default().to_string_lossy();
+        let tmp = dir.join(format!(".{name}.perfpipe-{}.tmp", std::process::id()));
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(&tmp)
+            .map_err(|source| Error::Io {
+                op: "create",
+                path: tmp.clone(),
+                source,
+            })?;
+        Ok(WriteFile {
+            file,
+            tmp,
+            path: self.path.clone(),
+            endian: None,
+            attrs: Vec::new(),
+            attrs_written: 0,
+            features: BTreeMap::new(),
+            tracing: None,
+            build_ids: Vec::new(),
+            seen_ids: HashSet::new(),
+            data_offset: None,
+            data_size: 0,
+            runs: Vec::new(),
+            done: false,
+            waited: Duration::ZERO,
+            moved: Counter::new(),
+        })
+    }
+}
+
+/// One attr: its bytes (`attr.size` of them) and its ids, raw in the stream's byte order.
+#[derive(Debug)]
+struct FileAttr {
+    attr: Vec<u8>,
+    ids: Vec<u8>,
+}
+
+/// The running file-mode `write` sink.
+#[derive(Debug)]
+pub struct WriteFile {
+    file: File,
+    tmp: PathBuf,
+    path: PathBuf,
+    endian: Option<Endian>,
+    attrs: Vec<FileAttr>,
+    /// How many attrs the array at the front of the file holds.
+    attrs_written: usize,
+    features: BTreeMap<u32, Vec<u8>>,
+    tracing: Option<Vec<u8>>,
+    /// The BUILD_ID feature section, one entry per distinct build id.
+    build_ids: Vec<u8>,
+    seen_ids: HashSet<Vec<u8>>,
+    /// File offset of the data section, once it has started.
+    data_offset: Option<u64>,
+    data_size: u64,
+    /// Byte ranges of the current batch that go to the data section.
+    runs: Vec<(usize, usize)>,
+    done: bool,
+    waited: Duration,
+    /// Header records moved out of the record stream into the header (attrs, features, tracing
+    /// data, build ids).
+    moved: Counter,
+}
+
+impl WriteFile {
+    fn io(&self, op: &'static str, source: std::io::Error) -> StageError {
+        Error::Io {
+            op,
+            path: self.tmp.clone(),
+            source,
+        }
+        .into()
+    }
+
+    fn e(&self) -> Endian {
+        self.endian.unwrap_or_default()
+    }
+
+    /// The attr stride: the largest `attr.size` seen.
+    fn attr_len(&self) -> usize {
+        self.attrs
+            .iter()
+            .map(|a| a.attr.len())
+            .max()
+            .unwrap_or(DEFAULT_ATTR_SIZE)
+    }
+
+    /// Writes the id arrays and the `perf_file_attr` array at `at`; returns the attrs offset and
+    /// where the arrays end.
+    fn write_attrs(&mut self, at: u64) -> Result<(u64, u64), StageError> {
+        let e = self.e();
+        let len = self.attr_len();
+        let mut buf = Vec::new();
+        let mut id_offsets = Vec::with_capacity(self.attrs.len());
+        for a in &self.attrs {
+            id_offsets.push(at + buf.len() as u64);
+            buf.extend_from_slice(&a.ids);
+        }
+        let attrs_at = at + buf.len() as u64;
+        for (a, id_at) in self.attrs.iter().zip(id_offsets) {
+            let start = buf.len();
+            buf.extend_from_slice(&a.attr);
+            buf.resize(start + len, 0);
+            // perf reads attr.size bytes per attr: every attr gets the stride as its size.
+            buf[start + 4..start + 8].copy_from_slice(&e.put_u32(len as u32));
+            buf.extend_from_slice(&e.put_u64(id_at));
+            buf.extend_from_slice(&e.put_u64(a.ids.len() as u64));
+        }
+        self.file
+            .write_all_at(&buf, at)
+            .map_err(|err| self.io("write", err))?;
+        self.attrs_written = self.attrs.len();
+        Ok((attrs_at, at + buf.len() as u64))
+    }
+
+    /// Starts the data section after the id and attr arrays.
+    fn start_data(&mut self) -> Result<u64, StageError> {
+        if let Some(at) = self.data_offset {
+            return Ok(at);
+        }
+        let (_, end) = self.write_attrs(FILE_HEADER_SIZE)?;
+        self.data_offset = Some(end);
+        Ok(end)
+    }
+
+    fn add_attr(&mut self, rec: &[u8]) {
+        let e = self.e();
+        let body = &rec[8.min(rec.len())..];
+        let size = e.u32(body, 4).unwrap_or(0) as usize;
+        let len = if size == 0 { 64 } else { size }.min(body.len());
+        self.attrs.push(FileAttr {
+            attr: body[..len].to_vec(),
+            ids: body[len..body.len() - (body.len() - len) % 8].to_vec(),
+        });
+    }
+
+    fn add_feature(&mut self, rec: &[u8]) {
+        let Some(feat) = self.e().u64(rec, 8) else {
+            return;
+        };
+        let body = &rec[16..];
+        // The end mark: an empty feature at or past perf 6.1's HEADER_LAST_FEATURE.
+        if (body.is_empty() && feat >= u64::from(FEAT_LAST)) || feat >= 256 {
+            return;
+        }
+        self.features.insert(feat as u32, body.to_vec());
+    }
+
+    fn add_build_id(&mut self, rec: &[u8]) {
+        let e = self.e();
+        let Some(h) = EventHeader::parse(rec, e) else {
+            return;
+        };
+        let size = usize::from(h.size).min(rec.len());
+        if size < 36 {
+            return;
+        }
+        let name = &rec[36..size];
+        let name = &name[..name.iter().position(|&c| c == 0).unwrap_or(name.len())];
+        let key: Vec<u8> = [&rec[8..36], name].concat();
+        if !self.seen_ids.insert(key) {
+            return;
+        }
+        let padded = (name.len() + 1).next_multiple_of(NAME_ALIGN);
+        let Ok(total) = u16::try_from(36 + padded) else {
+            return;
+        };
+        let header = EventHeader { size: total, ..h };
+        self.build_ids.extend_from_slice(&header.to_bytes(e));
+        self.build_ids.extend_from_slice(&rec[8..36]);
+        self.build_ids.extend_from_slice(name);
+        self.build_ids
+            .resize(self.build_ids.len() + padded - name.len(), 0);
+    }
+
+    /// Writes `self.runs` of `batch` at the end of the data section.
+    fn write_runs(&mut self, batch: &Batch) -> Result<(), StageError> {
+        const MAX: usize = 64;
+        let mut at = self.start_data()? + self.data_size;
+        let mut i = 0;
+        while i < self.runs.len() {
+            let mut slices = [IoSlice::new(&[]); MAX];
+            let n = (self.runs.len() - i).min(MAX);
+            for (slot, &(s, l)) in slices.iter_mut().zip(&self.runs[i..i + n]) {
+                *slot = IoSlice::new(&batch.data[s..s + l]);
+            }
+            let mut rest = &mut slices[..n];
+            while !rest.is_empty() {
+                let t0 = Instant::now();
+                let r = pwritev(&self.file, rest, at);
+                self.waited += t0.elapsed();
+                match r {
+                    Ok(0) => return Err(self.io("write", std::io::ErrorKind::WriteZero.into())),
+                    Ok(w) => {
+                        at += w as u64;
+                        self.data_size += w as u64;
+                        IoSlice::advance_slices(&mut rest, w);
+                    }
+                    Err(err) if err.kind() == std::io::ErrorKind::Interrupted => {}
+                    Err(err) => return Err(self.io("write", err)),
+                }
+            }
+            i += n;
+        }
+        Ok(())
+    }
+
+    /// The feature sections in id order: the HEADER_FEATURE ones, tracing data and build ids.
+    fn feature_sections(&mut self) -> BTreeMap<u32, Vec<u8>> {
+        let mut all = std::mem::take(&mut self.features);
+        if let Some(t) = self.tracing.take() {
+            all.insert(FEAT_TRACING_DATA, t);
+        }
+        if !self.build_ids.is_empty() {
+            all.insert(FEAT_BUILD_ID, std::mem::take(&mut self.build_ids));
+        }
+        all
+    }
+
+    fn finish_file(&mut self) -> Result<(), StageError> {
+        if self.endian.is_none() {
+            // Not one record arrived (the input failed before its header): leave no file.
+            self.done = true;
+            let _ = std::fs::remove_file(&self.tmp);
+            return Ok(());
+        }
+        let e = self.e();
+        let data_offset = self.start_data()?;
+        let feat_offset = data_offset + self.data_size;
+        let features = self.feature_sections();
+        let mut bitmap = [0u64; 4];
+        let mut table = Vec::with_capacity(16 * features.len());
+        let mut payload = Vec::new();
+        let mut at = feat_offset + 16 * features.len() as u64;
+        for (feat, bytes) in &features {
+            bitmap[(feat / 64) as usize] |= 1 << (feat % 64);
+            table.extend_from_slice(&e.put_u64(at));
+            table.extend_from_slice(&e.put_u64(bytes.len() as u64));
+            payload.extend_from_slice(bytes);
+            at += bytes.len() as u64;
+        }
+        table.extend_from_slice(&payload);
+        self.file
+            .write_all_at(&table, feat_offset)
+            .map_err(|err| self.io("write", err))?;
+        let mut attrs_at =
+            FILE_HEADER_SIZE + self.attrs.iter().map(|a| a.ids.len() as u64).sum::<u64>();
+        if self.attrs_written != self.attrs.len() {
+            // Attrs that came after the data started: the whole array goes after the features.
+            attrs_at = self.write_attrs(at)?.0;
+        }
+        let attr_size = (self.attr_len() + 16) as u64;
+        let mut h = Vec::with_capacity(FILE_HEADER_SIZE as usize);
+        for v in [
+            PIPE_MAGIC,
+            FILE_HEADER_SIZE,
+            attr_size,
+            attrs_at,
+            attr_size * self.attrs.len() as u64,
+            data_offset,
+            self.data_size,
+            0,
+            0,
+        ] {
+            h.extend_from_slice(&e.put_u64(v));
+        }
+        for w in bitmap {
+            h.extend_from_slice(&e.put_u64(w));
+        }
+        self.file
+            .write_all_at(&h, 0)
+            .map_err(|err| self.io("write", err))?;
+        self.file.sync_all().map_err(|err| self.io("sync", err))?;
+        std::fs::rename(&self.tmp, &self.path).map_err(|source| Error::Io {
+            op: "rename",
+            path: self.path.clone(),
+            source,
+        })?;
+        self.done = true;
+        // Make the rename durable too; failing to sync a directory is not worth an error.
+        if let Some(dir) = self.tmp.parent().and_then(|d| File::open(d).ok()) {
+            let _ = dir.sync_all();
+        }
+        Ok(())
+    }
+}
+
+/// `pwritev(2)` at `offset`.
+fn pwritev(file: &File, bufs: &[IoSlice<'_>], offset: u64) -> std::io::Result<usize> {
+    use std::os::fd::AsRawFd as _;
+    let n = bufs.len().min(libc::c_int::MAX as usize) as libc::c_int;
+    // SAFETY: IoSlice is ABI-compatible with iovec; the kernel only reads the buffers.
+    let r = unsafe {
+        libc::pwritev(
+            file.as_raw_fd(),
+            bufs.as_ptr().cast(),
+            n,
+            offset as libc::off_t,
+        )
+    };
+    if r < 0 {
+        Err(std::io::Error::last_os_error())
+    } else {
+        Ok(r as usize)
+    }
+}
+
+impl Sink for WriteFile {
+    fn consume(&mut self, batch: &Batch) -> Result<Flow, StageError> {
+        if self.endian.is_none() {
+            self.endian = StreamInfo::of(batch).map(|i| i.endian);
+        }
+        let e = self.e();
+        self.runs.clear();
+        let mut moved = 0;
+        for span in &batch.spans {
+            let rec = batch.bytes(span);
+            match span.kind {
+                PIPE_HEADER_KIND => continue,
+                k if k == RecordType::HEADER_ATTR.0 => self.add_attr(rec),
+                k if k == RecordType::HEADER_FEATURE.0 => self.add_feature(rec),
+                k if k == RecordType::HEADER_BUILD_ID.0 => self.add_build_id(rec),
+                k if k == RecordType::HEADER_TRACING_DATA.0 => {
+                    let size = EventHeader::parse(rec, e).map_or(rec.len(), |h| h.size.into());
+                    if self.tracing.is_none() {
+                        self.tracing = Some(rec[size.min(rec.len())..].to_vec());
+                    }
+                }
+                _ => {
+                    let (s, l) = (span.start as usize, span.len as usize);
+                    match self.runs.last_mut() {
+                        Some((rs, rl)) if *rs + *rl == s => *rl += l,
+                        _ => self.runs.push((s, l)),
+                    }
+                    continue;
+                }
+            }
+            moved += 1;
+        }
+        if moved > 0 {
+            self.moved.add(moved);
+        }
+        if !self.runs.is_empty() {
+            self.write_runs(batch)?;
+        }
+        Ok(Flow::Continue)
+    }
+
+    fn finish(&mut self) -> Result<(), StageError> {
+        self.finish_file()
+    }
+
+    fn take_io_wait(&mut self) -> Duration {
+        std::mem::take(&mut self.waited)
+    }
+
+    fn counters(&self) -> Vec<(&'static str, Counter)> {
+        vec![("header_records", self.moved.clone())]
+    }
+}
+
+impl Drop for WriteFile {
+    fn drop(&mut self) {
+        if !self.done {
+            let _ = std::fs::remove_file(&self.tmp);
+        }
+    }
+}
+
+/// The output of a run: a pipe-mode stream ([`Write`]) or a file-mode `perf.data` ([`WriteFile`]).
+#[derive(Debug)]
+pub enum Output {
+    /// Pipe mode.
+    Pipe(Write),
+    /// File mode.
+    File(Box<WriteFile>),
+}
+
+impl Output {
+    /// Opens `cfg.path` in the format `mode` picks for it.
+    ///
+    /// # Errors
+    /// As [`WriteConfig::build`] and [`WriteFileConfig::build`]; [`Error::BadOption`] for `--file`
+    /// to standard output.
+    pub fn open(cfg: &WriteConfig, mode: OutputMode) -> Result<Output, Error> {
+        match &cfg.path {
+            None if mode == OutputMode::File => Err(Error::BadOption {
+                option: "--file",
+                message: "file mode needs a file to write (-o FILE), not standard output".into(),
+            }),
+            Some(p) if mode.is_file(Some(p)) => Ok(Output::File(Box::new(
+                WriteFileConfig { path: p.clone() }.build()?,
+            ))),
+            _ => Ok(Output::Pipe(cfg.build()?)),
+        }
+    }
+
+    /// Whether the output is written in file mode.
+    pub fn is_file(&self) -> bool {
+        matches!(self, Output::File(_))
+    }
+}
+
+impl Sink for Output {
+    fn consume(&mut self, batch: &Batch) -> Result<Flow, StageError> {
+        match self {
+            Output::Pipe(w) => w.consume(batch),
+            Output::File(w) => w.consume(batch),
+        }
+    }
+
+    fn finish(&mut self) -> Result<(), StageError> {
+        match self {
+            Output::Pipe(w) => w.finish(),
+            Output::File(w) => w.finish(),
+        }
+    }
+
+    fn take_io_wait(&mut self) -> Duration {
+        match self {
+            Output::Pipe(w) => w.take_io_wait(),
+            Output::File(w) => w.take_io_wait(),
+        }
+    }
+
+    fn counters(&self) -> Vec<(&'static str, Counter)> {
+        match self {
+            Output::Pipe(w) => w.counters(),
+            Output::File(w) => w.counters(),
+        }
+    }
+}
