@@ -7,6 +7,7 @@
 //! - `buildid`: `--buildid`/`--buildid-all`/`perfpipe inject` against `perf inject -b` on live recordings.
 //! - `badinput`: malformed input gives a clear error with an offset, and keeps what came before.
 //! - `decompress`: `--decompress` of `perf record -z` streams, checked against perf.
+//! - `filter`: `--filter` and the shorthands against `perf script`'s filters; the expression algebra.
 
 #[macro_use]
 pub mod util;
@@ -16,5 +17,6 @@ mod buildid;
 mod chunking;
 mod decompress;
 mod fields;
+mod filter;
 mod passthrough;
 mod stats;

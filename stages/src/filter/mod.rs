@@ -172,14 +172,13 @@ impl Filter {
         &self.progs[(tag as usize).min(last)]
     }
 
-    /// Takes in a side-band record; notes the first sample's time.
+    /// Takes in a side-band record (names, rounds; not maps); notes the first sample's time.
     fn observe(&mut self, span: &Span, rec: &Record<'_>, info: &StreamInfo) {
         match RecordType(span.kind) {
-            RecordType::SAMPLE => {
-                if self.first_time.is_none() {
-                    self.first_time = rec.sample().and_then(|s| s.time());
+            RecordType::SAMPLE if self.first_time.is_none() => {
+                if let Some(t) = rec.sample().and_then(|s| s.time()) {
+                    self.first_time = Some(*info.first_sample_time.get_or_init(|| t));
                 }
-                return;
             }
             RecordType::FINISHED_ROUND => self.rounds += 1,
             RecordType::COMM | RecordType::FORK if self.track_comm => self.threads.observe(rec),
@@ -187,9 +186,6 @@ impl Filter {
                 self.events.observe(rec.bytes, RecordType(span.kind), info)
             }
             _ => {}
-        }
-        if let Some(m) = &mut self.machine {
-            m.apply(rec);
         }
     }
 
@@ -210,13 +206,16 @@ impl Filter {
         }
     }
 
-    /// Observes and decides in stream order, for `dso`, whose maps change record by record.
+    /// Applies the maps and decides in stream order, for `dso`, whose maps change record by record.
     fn in_order(&mut self, batch: &Batch, info: &StreamInfo) -> Vec<Span> {
         let mut kept = Vec::with_capacity(batch.spans.len());
         for span in &batch.spans {
             let rec = info.record(batch, span);
-            self.observe(span, &rec, info);
-            if span.kind == RecordType::SAMPLE.0 {
+            if span.kind != RecordType::SAMPLE.0 {
+                if let Some(m) = &mut self.machine {
+                    m.apply(&rec);
+                }
+            } else {
                 self.compile(info);
                 if !self.prog(span.tag).eval(rec.bytes, &self.cx(info)) {
                     continue;
@@ -293,10 +292,6 @@ impl Stage for Filter {
             out.push(batch);
             return Ok(Flow::Continue);
         };
-        if self.machine.is_some() {
-            self.emit(batch, out);
-            return Ok(Flow::Continue);
-        }
         self.observe_all(&batch, &info);
         if !self.track_comm {
             self.emit(batch, out);

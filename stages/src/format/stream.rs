@@ -3,7 +3,7 @@
 //! ([`perfpipe_core::Batch::context`]); it is copied only when a new HEADER_ATTR arrives.
 
 use std::collections::HashMap;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use perfpipe_core::{Batch, Span};
 
@@ -18,6 +18,10 @@ pub struct StreamInfo {
     pub endian: Endian,
     /// Attrs in the order of their HEADER_ATTR records; a span's `tag` indexes this.
     pub attrs: Vec<Attr>,
+    /// Time of the stream's first SAMPLE, set by the first stage that needs it (`filter`, for
+    /// times relative to it) and shared by every copy of this info, so that a later stage still
+    /// knows it after an earlier one dropped that sample.
+    pub first_sample_time: Arc<OnceLock<u64>>,
     ids: HashMap<u64, u16>,
 }
 
