@@ -8,6 +8,7 @@
 //! - `badinput`: malformed input gives a clear error with an offset, and keeps what came before.
 //! - `decompress`: `--decompress` of `perf record -z` streams, checked against perf.
 //! - `filter`: `--filter` and the shorthands against `perf script`'s filters; the expression algebra.
+//! - `malformed`: the catalogue of malformed input (issue 7), each row under a timeout and a memory limit.
 
 #[macro_use]
 pub mod util;
@@ -18,5 +19,6 @@ mod chunking;
 mod decompress;
 mod fields;
 mod filter;
+mod malformed;
 mod passthrough;
 mod stats;

@@ -1,0 +1,39 @@
+//! Filter expressions: the input is `EXPR\0STREAM`. The expression is parsed (errors must render);
+//! one that parses is compiled and evaluated over STREAM (decoded) or, if STREAM is empty, over a
+//! fixed fixture. Never panics; the filter keeps a subset of the records, in order.
+#![no_main]
+
+use libfuzzer_sys::fuzz_target;
+use perfpipe_core::harness;
+use perfpipe_fuzz::{decode, written};
+use perfpipe_stages::filter::FilterConfig;
+
+static FIXTURE: &[u8] = include_bytes!("../../tests/fixtures/two-events.pipe.data");
+
+fuzz_target!(|data: &[u8]| {
+    let (expr, stream) = match data.iter().position(|&b| b == 0) {
+        Some(i) => (&data[..i], &data[i + 1..]),
+        None => (data, &[][..]),
+    };
+    let Ok(expr) = std::str::from_utf8(expr) else {
+        return;
+    };
+    let config = match FilterConfig::parse(expr) {
+        Ok(c) => c,
+        Err(e) => {
+            let _ = e.to_string();
+            return;
+        }
+    };
+    let stream = if stream.is_empty() { FIXTURE } else { stream };
+    let (batches, _) = decode(stream, stream.len() as u64);
+    let input = written(&batches);
+    let mut config = config;
+    config.parallel_min = usize::MAX; // rayon adds nothing to find here, and threads slow the fuzzer
+    let mut stage = config.build();
+    if let Ok(out) = harness::run_stage(&mut stage, batches) {
+        // What the filter keeps is a subsequence of what it got.
+        let kept = written(&out);
+        assert!(kept.len() <= input.len());
+    }
+});
