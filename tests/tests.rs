@@ -7,6 +7,7 @@
 //! - `buildid`: `--buildid`/`--buildid-all`/`perfpipe inject` against `perf inject -b` on live recordings.
 //! - `badinput`: malformed input gives a clear error with an offset, and keeps what came before.
 //! - `decompress`: `--decompress` of `perf record -z` streams, checked against perf.
+//! - `filemode`: file-mode perf.data in and out (file ↔ pipe ↔ file), checked against perf.
 //! - `filter`: `--filter` and the shorthands against `perf script`'s filters; the expression algebra.
 //! - `malformed`: the catalogue of malformed input (issue 7), each row under a timeout and a memory limit.
 
@@ -18,6 +19,7 @@ mod buildid;
 mod chunking;
 mod decompress;
 mod fields;
+mod filemode;
 mod filter;
 mod malformed;
 mod passthrough;
