@@ -10,6 +10,7 @@
 //! - `filemode`: file-mode perf.data in and out (file ↔ pipe ↔ file), checked against perf.
 //! - `filter`: `--filter` and the shorthands against `perf script`'s filters; the expression algebra.
 //! - `malformed`: the catalogue of malformed input (issue 7), each row under a timeout and a memory limit.
+//! - `ends`: every kind of end (signals, closed downstream, killed upstream, full disk) loses no complete record.
 
 #[macro_use]
 pub mod util;
@@ -18,6 +19,7 @@ mod badinput;
 mod buildid;
 mod chunking;
 mod decompress;
+mod ends;
 mod fields;
 mod filemode;
 mod filter;
