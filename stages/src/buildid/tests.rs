@@ -191,3 +191,65 @@ fn known_build_ids_override_files() {
     assert!(BuildidConfig::parse_known("/a=xyz").is_err());
     assert_eq!(BuildidConfig::parse_known("/a=01,/b=02").unwrap().len(), 2);
 }
+
+mod garbage {
+    use proptest::prelude::{any, prop, prop_assert, proptest, ProptestConfig};
+
+    use super::*;
+
+    fn stream(records: &[(u32, u16, Vec<u8>)]) -> Vec<u8> {
+        let pool = vec![PathBuf::from("/usr/bin/gzip")];
+        // A valid preamble (header, attr, fork, one map), then arbitrary records.
+        let mut s = generate(
+            &pool,
+            Shape {
+                nr_mmaps: 1,
+                nr_samples: 1,
+                pid: 5,
+            },
+            &mut Rng::new(1),
+        );
+        for (t, misc, body) in records {
+            let len = (8 + body.len()).next_multiple_of(8);
+            s.extend_from_slice(&t.to_le_bytes());
+            s.extend_from_slice(&misc.to_le_bytes());
+            s.extend_from_slice(&(len as u16).to_le_bytes());
+            s.extend_from_slice(body);
+            s.resize(s.len() + len - 8 - body.len(), 0);
+        }
+        s
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 48, ..ProptestConfig::default() })]
+        /// Truncated, oversized and nonsensical MMAP/SAMPLE/FORK/COMM/EXIT bodies never panic the
+        /// stages; every input record still comes out, in order.
+        #[test]
+        fn malformed_records_pass_through(records in proptest::collection::vec(
+            (prop::sample::select(vec![1u32, 3, 4, 7, 9, 10, 68]),
+             any::<u16>(),
+             proptest::collection::vec(any::<u8>(), 0..120)),
+            0..12)) {
+            let input = stream(&records);
+            for stage in [
+                Box::new(BuildidConfig { callchain: true, ..Default::default() }.build())
+                    as Box<dyn Stage>,
+                Box::new(BuildidConfig::default().build_all()),
+            ] {
+                let out = run(stage, &input, 4096);
+                let kept: Vec<_> = records_of(&out)
+                    .into_iter()
+                    .filter(|r| r.0 != RecordType::HEADER_BUILD_ID.0)
+                    .collect();
+                prop_assert!(kept == records_of(&input));
+            }
+        }
+    }
+
+    fn records_of(s: &[u8]) -> Vec<(u32, Vec<u8>)> {
+        records(s)
+            .into_iter()
+            .map(|(t, b)| (t, b.to_vec()))
+            .collect()
+    }
+}
