@@ -223,6 +223,16 @@ pub fn elf_build_id(image: &[u8]) -> Option<BuildId> {
     BuildId::new(file.build_id().ok()??)
 }
 
+/// The build id of loaded kernel module `name` (`-` and `_` are the same in module names), from
+/// `/sys/module/<name>/notes/.note.gnu.build-id` of the running kernel.
+pub fn module_notes(name: &str) -> Option<BuildId> {
+    let notes = format!(
+        "/sys/module/{}/notes/.note.gnu.build-id",
+        name.replace('-', "_")
+    );
+    gnu_build_id_in_notes(&std::fs::read(notes).ok()?, cfg!(target_endian = "big"))
+}
+
 /// Whether process `pid` (still alive) lives in another mount namespace than this process.
 fn other_mount_namespace(pid: u32) -> bool {
     match (
@@ -282,16 +292,9 @@ pub fn read_build_id(path: &Path, pid: Option<u32>, kernel: bool) -> Outcome {
         let stem = path
             .file_name()
             .and_then(|n| n.to_str())
-            .and_then(|n| n.split(".ko").next())
-            .map(|n| n.replace('-', "_"));
-        if let Some(stem) = stem {
-            let notes = format!("/sys/module/{stem}/notes/.note.gnu.build-id");
-            if let Some(id) = std::fs::read(notes)
-                .ok()
-                .and_then(|n| gnu_build_id_in_notes(&n, cfg!(target_endian = "big")))
-            {
-                return Outcome::Found(id);
-            }
+            .and_then(|n| n.split(".ko").next());
+        if let Some(id) = stem.and_then(module_notes) {
+            return Outcome::Found(id);
         }
     }
     if missing {
@@ -406,6 +409,13 @@ impl Resolver {
             };
             Some(match host {
                 Some(id) if self.is_host() => Outcome::Found(id),
+                _ => Outcome::Skipped,
+            })
+        } else if dso.kernel && dso.name.starts_with(b"[") && dso.name.ends_with(b"]") {
+            // A module perf found no file for is named `[name]`: the running kernel's notes.
+            let name = String::from_utf8_lossy(&dso.name[1..dso.name.len() - 1]).into_owned();
+            Some(match module_notes(&name) {
+                Some(id) if self.is_host() && !name.contains("kallsyms") => Outcome::Found(id),
                 _ => Outcome::Skipped,
             })
         } else if is_pseudo(&dso.name) {
@@ -547,6 +557,42 @@ mod tests {
         let _ = child.kill();
         let _ = child.wait();
         let _ = std::fs::remove_dir(&dir);
+    }
+
+    #[test]
+    fn kernel_dsos_resolve_by_kind() {
+        use crate::machine::{Dso, DsoId, Identity};
+        let host = HostIds::of_this_host();
+        let mut r = Resolver::new(HashMap::new(), host, HostMode::Yes);
+        let dso = |name: &str, kernel| Dso {
+            name: name.as_bytes().to_vec(),
+            identity: Identity::None,
+            kernel,
+        };
+        let kallsyms = r.resolve(DsoId(0), &dso("[kernel.kallsyms]", true), u32::MAX);
+        assert_eq!(
+            kallsyms,
+            host.kernel.map_or(Outcome::Skipped, Outcome::Found)
+        );
+        let unknown_module = r.resolve(DsoId(1), &dso("[no_such_module]", true), u32::MAX);
+        assert_eq!(unknown_module, Outcome::Skipped);
+        assert!(module_notes("no_such_module").is_none());
+        let gone = "/lib/modules/0.0/kernel/no_such_module.ko";
+        assert_eq!(
+            r.resolve(DsoId(2), &dso(gone, true), u32::MAX),
+            Outcome::Missing
+        );
+        let vdso = r.resolve(DsoId(3), &dso("[vdso]", false), 1);
+        assert_eq!(vdso, host.vdso.map_or(Outcome::Skipped, Outcome::Found));
+        let mut no = Resolver::new(HashMap::new(), host, HostMode::No);
+        assert_eq!(
+            no.resolve(DsoId(0), &dso("[kernel.kallsyms]", true), 0),
+            Outcome::Skipped
+        );
+        assert_eq!(
+            no.resolve(DsoId(1), &dso("[vdso]", false), 0),
+            Outcome::Skipped
+        );
     }
 
     #[test]
