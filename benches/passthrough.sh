@@ -95,7 +95,8 @@ fi
 command -v "$PERF" >/dev/null || die "perf not found (PERF=$PERF)"
 
 # ---------------------------------------------------------------------------
-# 3. Command list: parallel arrays name / argv-string (word-split, no quoting)
+# 3. Command list: parallel arrays name / argv-string. Argument strings are split with shell
+#    quoting rules (eval), so a variant may quote: --filter 'comm == "x" || cpu == 0'
 # ---------------------------------------------------------------------------
 names=() progs=() argss=() kinds=()
 add() { names+=("$1"); kinds+=("$2"); progs+=("$3"); argss+=("$4"); }
@@ -104,15 +105,17 @@ add "floor" floor cat ""
 add "perfpipe${PERFPIPE_ARGS:+ $PERFPIPE_ARGS}" perfpipe "$PERFPIPE" "$PERFPIPE_ARGS"
 add "perf inject" inject "$PERF" "inject -i - -o -"
 split_variants() { local IFS=';'; read -r -a out <<<"$1"; printf '%s\n' "${out[@]}"; }
+# trims blanks without touching quotes (xargs would strip them)
+trim() { local v=$1; v="${v#"${v%%[![:space:]]*}"}"; printf '%s' "${v%"${v##*[![:space:]]}"}"; }
 if [[ -n $PERFPIPE_VARIANTS ]]; then
     while IFS= read -r v; do
-        v=$(echo "$v" | xargs)   # trim
+        v=$(trim "$v")
         [[ -n $v ]] && add "perfpipe $v" perfpipe "$PERFPIPE" "$v"
     done < <(split_variants "$PERFPIPE_VARIANTS")
 fi
 if [[ -n $INJECT_VARIANTS ]]; then
     while IFS= read -r v; do
-        v=$(echo "$v" | xargs)
+        v=$(trim "$v")
         [[ -n $v ]] && add "perf inject $v" inject "$PERF" "inject $v -i - -o -"
     done < <(split_variants "$INJECT_VARIANTS")
 fi
@@ -148,7 +151,7 @@ cat "$INPUT" >/dev/null
 # run_one IDX ROUND: prints "wall user sys rss_kb pipeline_wall status"
 run_one() {
     local i=$1 round=$2 tf="$workdir/t" argv st t0 t1
-    read -r -a argv <<<"${argss[$i]}"
+    eval "argv=(${argss[$i]})"
     rm -f "$tf"
     t0=$(date +%s%N)
     set +e
