@@ -16,5 +16,6 @@ for t in $targets; do
   cargo +nightly fuzz run -O "$t" "corpus/$t" -- \
     -max_total_time="$secs" -rss_limit_mb=2048 -timeout=10 -max_len=262144 \
     -fork=1 -ignore_crashes=1 -ignore_timeouts=1 -ignore_ooms=1 -print_final_stats=1 \
-    -artifact_prefix="artifacts/$t/" 2>&1 | tail -n 40
+    -artifact_prefix="artifacts/$t/" > "artifacts/$t.log" 2>&1
+  grep -E "stat::|INFO: fuzzed|exec/s" "artifacts/$t.log" | tail -n 3
 done

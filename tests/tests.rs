@@ -11,6 +11,7 @@
 //! - `filter`: `--filter` and the shorthands against `perf script`'s filters; the expression algebra.
 //! - `malformed`: the catalogue of malformed input (issue 7), each row under a timeout and a memory limit.
 //! - `ends`: every kind of end (signals, closed downstream, killed upstream, full disk) loses no complete record.
+//! - `regression`: fuzz crashes turned into tests (`r7_*`).
 
 #[macro_use]
 pub mod util;
@@ -25,4 +26,5 @@ mod filemode;
 mod filter;
 mod malformed;
 mod passthrough;
+mod regression;
 mod stats;

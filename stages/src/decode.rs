@@ -315,7 +315,13 @@ impl Stage for Decode {
         let have = self.carry.len() as u64;
         let offset = self.carry_offset;
         let (record_type, need) = if self.info.is_none() {
-            (None, PIPE_HEADER_SIZE as u64)
+            // A header cut short is checked as far as it goes, so a bad magic is reported as such
+            // however the input was split (found by fuzzing: batches without headroom).
+            if let Err(e) = Self::header(&self.carry, offset) {
+                self.carry.clear();
+                return Err(e.into());
+            }
+            (Some(RecordType::PIPE_HEADER), PIPE_HEADER_SIZE as u64)
         } else {
             let e = self.info.as_ref().map_or(Endian::Little, |i| i.endian);
             match EventHeader::parse(&self.carry, e) {

@@ -103,7 +103,7 @@ pub enum Error {
     Truncated {
         /// Offset of the record.
         offset: u64,
-        /// Its type, if its header was complete.
+        /// Its type, if its header was complete (`PIPE_HEADER` for the 16-byte pipe header).
         record_type: Option<RecordType>,
         /// Bytes present.
         have: u64,
@@ -171,6 +171,7 @@ impl std::error::Error for AttrError {}
 
 fn describe(t: &Option<RecordType>) -> String {
     match t {
+        Some(RecordType::PIPE_HEADER) => "the pipe header".to_string(),
         Some(t) => format!("a {t} record"),
         None => "a record header".to_string(),
     }
