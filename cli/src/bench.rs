@@ -14,6 +14,7 @@ use std::time::Duration;
 use clap::{Args, Subcommand};
 use perfpipe_core::{render_table, Batch, Flow, Out, Pipeline, Settings, Sink, Source, StageError};
 use perfpipe_stages::read::HEADROOM;
+use perfpipe_stages::registry::Registry;
 
 use crate::{chain, parse_size, EXIT_FAILURE};
 
@@ -85,9 +86,13 @@ fn median(mut v: Vec<Duration>) -> Duration {
 }
 
 /// Runs `bench` with the stage flags given; returns the exit status.
-pub(crate) fn run(what: &BenchCommand, stages: &[(&'static str, Option<String>)]) -> ExitCode {
+pub(crate) fn run(
+    what: &BenchCommand,
+    registry: &Registry,
+    stages: &[(&'static str, Option<String>)],
+) -> ExitCode {
     let BenchCommand::Pipeline(args) = what;
-    match pipeline(args, stages) {
+    match pipeline(args, registry, stages) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("perfpipe bench: {e:#}");
@@ -96,7 +101,11 @@ pub(crate) fn run(what: &BenchCommand, stages: &[(&'static str, Option<String>)]
     }
 }
 
-fn pipeline(args: &PipelineBench, stages: &[(&'static str, Option<String>)]) -> anyhow::Result<()> {
+fn pipeline(
+    args: &PipelineBench,
+    registry: &Registry,
+    stages: &[(&'static str, Option<String>)],
+) -> anyhow::Result<()> {
     let (data, what) = match &args.input {
         Some(p) => (
             std::fs::read(p).map_err(|e| anyhow::anyhow!("{}: {e}", p.display()))?,
@@ -137,7 +146,7 @@ fn pipeline(args: &PipelineBench, stages: &[(&'static str, Option<String>)]) -> 
                     pos: 0,
                 },
             );
-            for (name, stage) in chain(stages)? {
+            for (name, stage) in chain(registry, stages)? {
                 p = p.boxed_stage(name, stage);
             }
             let report = p.sink("discard", Discard).run();

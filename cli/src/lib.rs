@@ -11,7 +11,7 @@ use perfpipe_core::{Pipeline, Settings};
 use perfpipe_stages::decode::DecodeConfig;
 use perfpipe_stages::read::ReadConfig;
 use perfpipe_stages::read_file::Input;
-use perfpipe_stages::registry::{BUILTIN, TRANSFORMS};
+use perfpipe_stages::registry::{Registry, BUILTIN};
 use perfpipe_stages::write::WriteConfig;
 use perfpipe_stages::write_file::{Output, OutputMode};
 
@@ -151,22 +151,28 @@ fn parse_size(s: &str) -> Result<usize, String> {
         .ok_or_else(|| format!("`{s}` is too large"))
 }
 
-/// The clap command: the derived options plus one flag per registered transform stage, on the
-/// main command and on `bench pipeline`.
+/// The clap command of the built-in registry.
 pub fn command() -> clap::Command {
-    stage_args(Cli::command()).mut_subcommand("bench", |b| {
-        b.mut_subcommand("pipeline", stage_args)
+    command_with(&Registry::builtin())
+}
+
+/// The clap command: the derived options plus one flag per stage of `registry` and the generic
+/// `--stage`, on the main command and on `bench pipeline`.
+pub fn command_with(registry: &Registry) -> clap::Command {
+    stage_args(Cli::command(), registry).mut_subcommand("bench", |b| {
+        b.mut_subcommand("pipeline", |p| stage_args(p, registry))
             .subcommand(bench_inject::command())
     })
 }
 
-/// Adds one flag per registered transform stage.
-fn stage_args(mut cmd: clap::Command) -> clap::Command {
-    for spec in TRANSFORMS {
+/// Adds one flag per registered transform stage, and `--stage`.
+fn stage_args(mut cmd: clap::Command, registry: &Registry) -> clap::Command {
+    const HEADING: &str = "Stages (run in command-line order)";
+    for spec in registry.specs() {
         let mut arg = clap::Arg::new(spec.name)
             .long(spec.name)
             .help(spec.help)
-            .help_heading("Stages (run in command-line order)")
+            .help_heading(HEADING)
             .action(clap::ArgAction::Append);
         arg = match spec.value {
             Some(v) => arg.value_name(v).num_args(1),
@@ -174,13 +180,27 @@ fn stage_args(mut cmd: clap::Command) -> clap::Command {
         };
         cmd = cmd.arg(arg);
     }
-    cmd
+    cmd.arg(
+        clap::Arg::new("stage")
+            .long("stage")
+            .value_name("NAME[:VALUE]")
+            .help("run any registered stage: NAME, or NAME:VALUE with what its flag takes (e.g. drop:switch, count:top=5); see `perfpipe stages`")
+            .help_heading(HEADING)
+            .action(clap::ArgAction::Append),
+    )
 }
 
-/// The transform stages named on the command line, in command-line order, with their values.
-pub fn stage_flags(matches: &ArgMatches) -> Vec<(&'static str, Option<String>)> {
+/// The transform stages named on the command line (by their flags or by `--stage`), in
+/// command-line order, with their values.
+///
+/// # Errors
+/// A `--stage` that names no registered stage, or gives a value to a stage that takes none.
+pub fn stage_flags(
+    matches: &ArgMatches,
+    registry: &Registry,
+) -> Result<Vec<(&'static str, Option<String>)>, String> {
     let mut flags = Vec::new();
-    for spec in TRANSFORMS {
+    for spec in registry.specs() {
         let Some(indices) = matches.indices_of(spec.name) else {
             continue;
         };
@@ -195,8 +215,30 @@ pub fn stage_flags(matches: &ArgMatches) -> Vec<(&'static str, Option<String>)> 
         };
         flags.extend(indices.zip(values).map(|(i, v)| (i, spec.name, v)));
     }
+    if let (Some(indices), Some(values)) = (
+        matches.indices_of("stage"),
+        matches.get_many::<String>("stage"),
+    ) {
+        for (i, arg) in indices.zip(values) {
+            let (name, value) = match arg.split_once(':') {
+                Some((n, v)) => (n, Some(v.to_string())),
+                None => (arg.as_str(), None),
+            };
+            let Some(spec) = registry.find(name) else {
+                let known: Vec<&str> = registry.specs().iter().map(|s| s.name).collect();
+                return Err(format!(
+                    "--stage {arg}: no stage named `{name}` (stages: {})",
+                    known.join(", ")
+                ));
+            };
+            if spec.value.is_none() && value.is_some() {
+                return Err(format!("--stage {arg}: `{name}` takes no value"));
+            }
+            flags.push((i, spec.name, value));
+        }
+    }
     flags.sort_by_key(|(i, _, _)| *i);
-    flags.into_iter().map(|(_, n, v)| (n, v)).collect()
+    Ok(flags.into_iter().map(|(_, n, v)| (n, v)).collect())
 }
 
 fn path_or_std(p: &std::path::Path) -> Option<PathBuf> {
@@ -209,19 +251,17 @@ fn path_or_std(p: &std::path::Path) -> Option<PathBuf> {
 /// # Errors
 /// When a stage cannot be built from its flag's value.
 pub fn chain(
+    registry: &Registry,
     stages: &[(&'static str, Option<String>)],
 ) -> anyhow::Result<Vec<(String, Box<dyn perfpipe_core::Stage>)>> {
     let mut stages = stages.to_vec();
-    perfpipe_stages::registry::insert_decompress(&mut stages, None);
+    registry.insert_decompress(&mut stages, None);
     let mut nodes: Vec<(String, Box<dyn perfpipe_core::Stage>)> = vec![(
         "decode".to_string(),
         Box::new(DecodeConfig::default().build()),
     )];
     for (name, value) in &stages {
-        let spec = TRANSFORMS
-            .iter()
-            .find(|s| s.name == *name)
-            .expect("flags come from the registry");
+        let spec = registry.find(name).expect("flags come from the registry");
         let stage = (spec.build)(value.as_deref()).with_context(|| format!("--{name}"))?;
         // A stage named twice gets `#2`, `#3`… so that rows and taps can tell them apart.
         let seen = nodes
@@ -243,6 +283,7 @@ pub fn chain(
 /// # Errors
 /// When the input or output cannot be opened or a stage cannot be built.
 pub fn build(
+    registry: &Registry,
     args: &RunArgs,
     stages: &[(&'static str, Option<String>)],
 ) -> anyhow::Result<Pipeline> {
@@ -262,7 +303,7 @@ pub fn build(
         },
         args.output_mode(),
     )?;
-    let nodes = chain(stages)?;
+    let nodes = chain(registry, stages)?;
     let mut pipeline = Pipeline::new(settings).source("read", read);
     let mut taps = run::Taps::new(&args.tap)?;
     if let Some(tap) = taps.take("read")? {
@@ -279,9 +320,16 @@ pub fn build(
     Ok(pipeline.sink("write", write))
 }
 
-/// Runs the command line; the whole of `main`.
+/// Runs the command line with the built-in stages; the whole of `main`.
 pub fn main() -> ExitCode {
-    let matches = match command().try_get_matches() {
+    main_with(Registry::builtin())
+}
+
+/// Runs the command line with the stages of `registry`: a program of your own adds its stages to
+/// [`Registry::builtin`] and gets the whole CLI (flags, `--stage`, `perfpipe stages`, `--stats`,
+/// `bench pipeline`) with them. See `docs/custom-stages.md`.
+pub fn main_with(registry: Registry) -> ExitCode {
+    let matches = match command_with(&registry).try_get_matches() {
         Ok(m) => m,
         Err(e) => {
             let _ = e.print();
@@ -303,7 +351,7 @@ pub fn main() -> ExitCode {
     };
     match &cli.command {
         Some(Command::Stages) => {
-            print_stages();
+            print_stages(&registry);
             return ExitCode::SUCCESS;
         }
         Some(Command::Bench { what }) => {
@@ -311,13 +359,25 @@ pub fn main() -> ExitCode {
                 .subcommand_matches("bench")
                 .and_then(|m| m.subcommand().map(|(_, m)| m))
                 .expect("bench has a subcommand");
-            return bench::run(what, &stage_flags(sub));
+            return match stage_flags(sub, &registry) {
+                Ok(flags) => bench::run(what, &registry, &flags),
+                Err(e) => {
+                    eprintln!("perfpipe: {e}");
+                    ExitCode::from(EXIT_USAGE)
+                }
+            };
         }
         Some(Command::Inject(args)) => return inject::main(args),
         None => {}
     }
-    let stages = stage_flags(&matches);
-    let pipeline = match build(&cli.run, &stages) {
+    let stages = match stage_flags(&matches, &registry) {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("perfpipe: {e}");
+            return ExitCode::from(EXIT_USAGE);
+        }
+    };
+    let pipeline = match build(&registry, &cli.run, &stages) {
         Ok(p) => p,
         Err(e) => {
             eprintln!("perfpipe: {e:#}");
@@ -327,18 +387,21 @@ pub fn main() -> ExitCode {
     run::run(pipeline, &cli.run)
 }
 
-fn print_stages() {
+fn print_stages(registry: &Registry) {
     let mut out = std::io::stdout().lock();
     let (first, rest) = BUILTIN.split_at(2);
     for (name, help) in first {
         let _ = writeln!(out, "{name:<16} {help}");
     }
-    for spec in TRANSFORMS {
+    for spec in registry.specs() {
         let flag = match spec.value {
             Some(v) => format!("--{} {v}", spec.name),
             None => format!("--{}", spec.name),
         };
         let _ = writeln!(out, "{flag:<16} {}", spec.help);
+        for o in spec.options {
+            let _ = writeln!(out, "{:<16}   {}=…  {}", "", o.key, o.help);
+        }
     }
     for (name, help) in rest {
         let _ = writeln!(out, "{name:<16} {help}");
@@ -364,7 +427,7 @@ mod tests {
         assert_eq!(cli.run.input, PathBuf::from("-"));
         assert_eq!(cli.run.output, PathBuf::from("-"));
         assert_eq!(cli.run.batch_size, 256 << 10);
-        assert!(stage_flags(&m).is_empty());
+        assert!(stage_flags(&m, &Registry::builtin()).unwrap().is_empty());
     }
 
     #[test]
@@ -379,6 +442,44 @@ mod tests {
         assert!(command()
             .try_get_matches_from(["perfpipe", "--pipe", "--file"])
             .is_err());
+    }
+
+    #[test]
+    fn stage_flags_and_generic_stage_keep_command_line_order() {
+        let r = Registry::builtin();
+        let argv = [
+            "perfpipe",
+            "--drop",
+            "lost",
+            "--stage",
+            "buildid-all",
+            "--stage",
+            "drop:switch",
+            "--buildid",
+        ];
+        let m = command_with(&r).try_get_matches_from(argv).unwrap();
+        let flags = stage_flags(&m, &r).unwrap();
+        assert_eq!(
+            flags,
+            vec![
+                ("drop", Some("lost".to_string())),
+                ("buildid-all", None),
+                ("drop", Some("switch".to_string())),
+                ("buildid", None),
+            ]
+        );
+        let bad = command_with(&r)
+            .try_get_matches_from(["perfpipe", "--stage", "nope"])
+            .unwrap();
+        assert!(stage_flags(&bad, &r)
+            .unwrap_err()
+            .contains("no stage named `nope`"));
+        let bad = command_with(&r)
+            .try_get_matches_from(["perfpipe", "--stage", "buildid:x"])
+            .unwrap();
+        assert!(stage_flags(&bad, &r)
+            .unwrap_err()
+            .contains("takes no value"));
     }
 
     #[test]

@@ -144,6 +144,17 @@ impl Batch {
         }
     }
 
+    /// Rewrites record `index`: appends `bytes` to `data` and points the span at them, keeping its
+    /// kind and tag. The old bytes stay in the buffer, unreferenced; the records around it stay
+    /// zero-copy.
+    ///
+    /// # Panics
+    /// Panics if `index` is out of range.
+    pub fn replace(&mut self, index: usize, bytes: &[u8]) {
+        let Span { kind, tag, .. } = self.spans[index];
+        self.spans[index] = self.append(bytes, kind, tag);
+    }
+
     /// Contiguous byte runs covering the records in order: adjacent spans are merged, so an unchanged
     /// batch is a single run. This is what a writer hands to `write_vectored`.
     pub fn runs(&self) -> Runs<'_> {
@@ -253,9 +264,10 @@ mod tests {
         ];
         let extra = b.append(b"XY", 1, 0);
         b.spans.insert(1, extra);
+        b.replace(3, b"D");
         let runs: Vec<&[u8]> = b.runs().collect();
-        assert_eq!(runs, vec![&b"aa"[..], b"XY", b"bbb", b"dd"]);
-        assert_eq!(b.stream_bytes(), 9);
+        assert_eq!(runs, vec![&b"aa"[..], b"XY", b"bbb", b"D"]);
+        assert_eq!(b.stream_bytes(), 8);
     }
 
     #[test]

@@ -1,0 +1,9 @@
+//! `perfpipe-hello`: the whole perfpipe command line, plus the `hello` stage.
+
+// guide:begin main
+fn main() -> std::process::ExitCode {
+    let mut registry = perfpipe_stages::registry::Registry::builtin();
+    registry.add(perfpipe_example_hello::SPEC);
+    perfpipe::main_with(registry)
+}
+// guide:end main
