@@ -391,20 +391,20 @@ fn print_stages(registry: &Registry) {
     let mut out = std::io::stdout().lock();
     let (first, rest) = BUILTIN.split_at(2);
     for (name, help) in first {
-        let _ = writeln!(out, "{name:<16} {help}");
+        let _ = writeln!(out, "{name:<24} {help}");
     }
     for spec in registry.specs() {
         let flag = match spec.value {
             Some(v) => format!("--{} {v}", spec.name),
             None => format!("--{}", spec.name),
         };
-        let _ = writeln!(out, "{flag:<16} {}", spec.help);
+        let _ = writeln!(out, "{flag:<24} {}", spec.help);
         for o in spec.options {
-            let _ = writeln!(out, "{:<16}   {}=…  {}", "", o.key, o.help);
+            let _ = writeln!(out, "{:<24}   {}=…  {}", "", o.key, o.help);
         }
     }
     for (name, help) in rest {
-        let _ = writeln!(out, "{name:<16} {help}");
+        let _ = writeln!(out, "{name:<24} {help}");
     }
 }
 
