@@ -9,8 +9,12 @@
 //! files with the `/proc/<pid>/root` fallback); pseudo maps are skipped; missing files and files
 //! without an id are counted.
 //!
+//! A dso whose name already has a BUILD_ID record in the stream gets no second one.
+//!
 //! **Order**: input order; BUILD_ID records are inserted. **Buffering**: none beyond the batch; one
 //! entry per dso. **EOF**: nothing to flush.
+
+use std::collections::HashSet;
 
 use perfpipe_core::{Batch, Counter, Flow, Out, Stage, StageError};
 
@@ -26,6 +30,7 @@ impl BuildidConfig {
             dsos: Machine::new(),
             resolver: self.resolver(),
             seen: Vec::new(),
+            present: HashSet::new(),
             injected: Counter::new(),
             missing: Counter::new(),
             no_id: Counter::new(),
@@ -40,6 +45,8 @@ pub struct BuildidAll {
     dsos: Machine,
     resolver: Resolver,
     seen: Vec<bool>,
+    /// Names that already have a BUILD_ID record in the stream: not injected again.
+    present: HashSet<Vec<u8>>,
     injected: Counter,
     missing: Counter,
     no_id: Counter,
@@ -78,6 +85,11 @@ impl Stage for BuildidAll {
                     let b = batch.bytes(span);
                     self.resolver.note_feature(&b[8.min(b.len())..], e);
                 }
+                RecordType::HEADER_BUILD_ID => {
+                    if let Some((_, name, _)) = record::parse(batch.bytes(span), e) {
+                        self.present.insert(name.to_vec());
+                    }
+                }
                 _ => {}
             }
         }
@@ -86,6 +98,9 @@ impl Stage for BuildidAll {
         let mut t = Tally::default();
         for (i, dso, pid) in fresh {
             let d = self.dsos.dso(dso);
+            if self.present.contains(&d.name) {
+                continue;
+            }
             match self.resolver.resolve(dso, d, pid) {
                 Outcome::Found(id) => {
                     t.injected += 1;

@@ -18,6 +18,9 @@
 //! The record follows current upstream ([`record::build_id`]): misc = KERNEL or USER |
 //! `PERF_RECORD_MISC_BUILD_ID_SIZE`, the size byte set, padded to 8 bytes. perf 6.1 reads it.
 //!
+//! A dso whose name already has a BUILD_ID record earlier in the stream (a stream injected before,
+//! or an earlier build-id stage) gets no second one.
+//!
 //! **Order**: input order; BUILD_ID records are inserted. **Buffering**: none beyond the batch; state
 //! is one entry per live process and one per dso. **EOF**: nothing to flush.
 
@@ -25,7 +28,7 @@ pub mod record;
 pub mod source;
 pub mod synth;
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 use perfpipe_core::{Batch, Counter, Flow, Out, Span, Stage, StageError};
 
@@ -86,6 +89,7 @@ impl BuildidConfig {
             machine: Machine::new(),
             resolver: self.resolver(),
             hit: Vec::new(),
+            present: HashSet::new(),
             injected: Counter::new(),
             missing: Counter::new(),
             no_id: Counter::new(),
@@ -101,6 +105,9 @@ pub struct Buildid {
     resolver: Resolver,
     /// Per dso: already hit (whatever the outcome).
     hit: Vec<bool>,
+    /// Names that already have a BUILD_ID record in the stream (an injected stream, or an earlier
+    /// build-id stage): not injected again.
+    present: HashSet<Vec<u8>>,
     injected: Counter,
     missing: Counter,
     no_id: Counter,
@@ -156,6 +163,9 @@ impl Buildid {
             return None;
         }
         let d = self.machine.dso(dso);
+        if self.present.contains(&d.name) {
+            return None;
+        }
         match self.resolver.resolve(dso, d, pid) {
             Outcome::Found(id) => {
                 t.injected += 1;
@@ -241,6 +251,11 @@ impl Stage for Buildid {
                 RecordType::HEADER_FEATURE => {
                     let b = batch.bytes(span);
                     self.resolver.note_feature(&b[8.min(b.len())..], e);
+                }
+                RecordType::HEADER_BUILD_ID => {
+                    if let Some((_, name, _)) = record::parse(batch.bytes(span), e) {
+                        self.present.insert(name.to_vec());
+                    }
                 }
                 _ => {}
             }

@@ -162,6 +162,30 @@ fn buildid_all_injects_before_the_mmap() {
     assert!(!names.is_empty());
 }
 
+/// Injecting twice (or chaining two build-id stages) adds nothing the second time.
+#[test]
+fn injection_is_idempotent() {
+    let pool = pool();
+    let input = generate(
+        &pool,
+        Shape {
+            nr_mmaps: 12,
+            nr_samples: 2,
+            pid: 80,
+        },
+        &mut Rng::new(5),
+    );
+    let once = run(Box::new(BuildidConfig::default().build()), &input, 4096);
+    assert!(once.len() > input.len());
+    let twice = run(Box::new(BuildidConfig::default().build()), &once, 4096);
+    assert!(
+        twice == once,
+        "--buildid on an injected stream added records"
+    );
+    let all = run(Box::new(BuildidConfig::default().build_all()), &once, 4096);
+    assert!(all == once, "--buildid-all after --buildid added records");
+}
+
 #[test]
 fn known_build_ids_override_files() {
     let known = BuildidConfig::parse_known("/nonexistent/perfpipe/libgone.so=00112233").unwrap();
