@@ -12,6 +12,7 @@
 //! - `malformed`: the catalogue of malformed input (issue 7), each row under a timeout and a memory limit.
 //! - `ends`: every kind of end (signals, closed downstream, killed upstream, full disk) loses no complete record.
 //! - `regression`: fuzz crashes turned into tests (`r7_*`).
+//! - `memory`: RSS stays under the stated bound behind a throttled reader; a stalled producer costs no CPU.
 
 #[macro_use]
 pub mod util;
@@ -25,6 +26,7 @@ mod fields;
 mod filemode;
 mod filter;
 mod malformed;
+mod memory;
 mod passthrough;
 mod regression;
 mod stats;
