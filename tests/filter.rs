@@ -418,3 +418,26 @@ proptest! {
         }
     }
 }
+
+pipetest!(prune_sideband_keeps_what_kept_samples_need, |_dir| {
+    if !have_perf() {
+        return;
+    }
+    let r = recordings();
+    for input in [&r.all_cpus, &r.multi] {
+        let plain = filtered(&["--comm", "gzip"], input);
+        let pruned = filtered(&["--comm", "gzip", "--prune-sideband"], input);
+        assert!(
+            pruned.len() < plain.len(),
+            "{} !< {}",
+            pruned.len(),
+            plain.len()
+        );
+        // The same samples, resolved to the same symbols and dsos.
+        let fields = "comm,pid,tid,time,ip,sym,dso";
+        let want = script(&plain, fields, &[]);
+        assert!(!want.is_empty());
+        eqnice!(want, script(&pruned, fields, &[]));
+        perf_on(&["report", "--stats"], &pruned);
+    }
+});

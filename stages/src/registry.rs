@@ -255,6 +255,18 @@ pub const TRANSFORMS: &[StageSpec] = &[
         },
         needs_decompressed: true,
     },
+    StageSpec {
+        name: "prune-sideband",
+        help: "remove MMAP/COMM/FORK/EXIT records of processes without samples (after the filters)",
+        value: None,
+        options: &[],
+        build: |_| {
+            Ok(Box::new(
+                crate::prune_sideband::PruneSidebandConfig::default().build(),
+            ))
+        },
+        needs_decompressed: true,
+    },
 ];
 
 /// The registered stage called `name`, if any.
