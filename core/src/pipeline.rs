@@ -12,6 +12,8 @@
 //!   emitted before the error still reaches the sink; upstream stages stop at their next send. The
 //!   error is reported with the stage's name, and no error is lost: [`Report::errors`] holds all of
 //!   them in the order they happened.
+//! - **Ticks**: a stage whose [`Stage::tick_interval`] is set waits for input at most that long,
+//!   then [`Stage::tick`] runs, so it can act (and emit) while its input is quiet.
 //! - A source blocked in a read when the rest of the pipeline has ended is left behind (detached)
 //!   rather than waited for; [`Report::ends`] says so.
 
@@ -21,7 +23,7 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use crossbeam_channel::{Receiver, Sender};
+use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
 
 use crate::batch::{Batch, BufferPool};
 use crate::metrics::{StageMetrics, StageSnapshot};
@@ -519,15 +521,27 @@ fn run_stage(
 ) -> (End, Option<StageError>) {
     let mut pending = Vec::new();
     let mut t0 = ctx.now();
+    let tick = stage.tick_interval();
     let end = loop {
-        let Ok(Sent { batch, bytes }) = rx.recv() else {
-            break End::Eof;
+        let received = match tick {
+            None => rx.recv().ok(),
+            Some(d) => match rx.recv_timeout(d) {
+                Ok(sent) => Some(sent),
+                Err(RecvTimeoutError::Timeout) => None,
+                Err(RecvTimeoutError::Disconnected) => break End::Eof,
+            },
         };
         let t1 = ctx.now();
-        if ctx.measure {
-            ctx.metrics.input().count_received(&batch, bytes);
-        }
-        let result = stage.process(batch, &mut Out::new(&mut pending, &ctx.pool));
+        let result = match received {
+            Some(Sent { batch, bytes }) => {
+                if ctx.measure {
+                    ctx.metrics.input().count_received(&batch, bytes);
+                }
+                stage.process(batch, &mut Out::new(&mut pending, &ctx.pool))
+            }
+            None if tick.is_none() => break End::Eof,
+            None => stage.tick(&mut Out::new(&mut pending, &ctx.pool)),
+        };
         let t2 = ctx.now();
         let sent = send_all(&mut pending, &tx, ctx);
         let t3 = ctx.now();

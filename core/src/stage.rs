@@ -110,6 +110,22 @@ pub trait Stage: Send {
     fn counters(&self) -> Vec<(&'static str, Counter)> {
         Vec::new()
     }
+
+    /// How long the stage may wait for input before [`Stage::tick`] is called: for a stage that
+    /// must act while its input is quiet (e.g. on a signal). `None`, the default, never ticks.
+    fn tick_interval(&self) -> Option<std::time::Duration> {
+        None
+    }
+
+    /// Called when no batch arrived within [`Stage::tick_interval`]; may emit like
+    /// [`Stage::process`]. The default does nothing.
+    ///
+    /// # Errors
+    /// As for [`Stage::process`].
+    fn tick(&mut self, out: &mut Out<'_>) -> Result<Flow, StageError> {
+        let _ = out;
+        Ok(Flow::Continue)
+    }
 }
 
 /// The end of a pipeline: consumes batches. The runner recycles each batch after `consume`.
@@ -150,5 +166,11 @@ impl<S: Stage + ?Sized> Stage for Box<S> {
     }
     fn counters(&self) -> Vec<(&'static str, Counter)> {
         (**self).counters()
+    }
+    fn tick_interval(&self) -> Option<std::time::Duration> {
+        (**self).tick_interval()
+    }
+    fn tick(&mut self, out: &mut Out<'_>) -> Result<Flow, StageError> {
+        (**self).tick(out)
     }
 }

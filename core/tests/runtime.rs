@@ -344,3 +344,72 @@ fn incomplete_pipeline_is_an_error() {
         .run();
     assert!(matches!(report.errors[..], [Error::Incomplete]));
 }
+
+/// A source that sends one batch, then stays quiet for a while before it ends.
+struct QuietAfterOne(u8);
+impl Source for QuietAfterOne {
+    fn produce(&mut self, out: &mut Out<'_>) -> Result<Flow, StageError> {
+        self.0 += 1;
+        match self.0 {
+            1 => {
+                let mut b = out.take();
+                b.data.push(b'a');
+                b.spans.push(Span {
+                    start: 0,
+                    len: 1,
+                    kind: 0,
+                    tag: 0,
+                });
+                out.push(b);
+                Ok(Flow::Continue)
+            }
+            2 => {
+                std::thread::sleep(Duration::from_millis(300));
+                Ok(Flow::Continue)
+            }
+            _ => Ok(Flow::Stop),
+        }
+    }
+}
+
+/// Emits one `t` per tick, at most three.
+struct Ticking(u8);
+impl Stage for Ticking {
+    fn process(&mut self, batch: Batch, out: &mut Out<'_>) -> Result<Flow, StageError> {
+        out.push(batch);
+        Ok(Flow::Continue)
+    }
+    fn tick_interval(&self) -> Option<Duration> {
+        Some(Duration::from_millis(20))
+    }
+    fn tick(&mut self, out: &mut Out<'_>) -> Result<Flow, StageError> {
+        if self.0 < 3 {
+            self.0 += 1;
+            let mut b = out.take();
+            b.data.push(b't');
+            b.spans.push(Span {
+                start: 0,
+                len: 1,
+                kind: 0,
+                tag: 0,
+            });
+            out.push(b);
+        }
+        Ok(Flow::Continue)
+    }
+}
+
+#[test]
+fn a_stage_ticks_while_its_input_is_quiet() {
+    let got = Collected::default();
+    let report = Pipeline::new(small())
+        .source("quiet", QuietAfterOne(0))
+        .stage("ticking", Ticking(0))
+        .sink("collect", got.clone())
+        .run();
+    assert!(report.is_ok(), "{:?}", report.errors);
+    // The batch, then three ticks during the 300 ms of quiet; input counts only the real batch.
+    assert_eq!(got.bytes(), b"attt");
+    assert_eq!(report.stages[1].input.batches, 1);
+    assert_eq!(report.stages[1].output.batches, 4);
+}
