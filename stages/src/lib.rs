@@ -15,6 +15,7 @@
 //! - [`buildid_all`]: injects a BUILD_ID record before the map of every dso (`--buildid-all`).
 //! - [`filter`]: keeps the samples an expression selects (`--filter`, `--pid`, `--comm`, `--time`…).
 //! - [`drop`](mod@drop): removes the records of the named types (`--drop switch,lost`).
+//! - [`ring`]: the flight recorder; keeps the newest events and dumps complete streams on a trigger.
 //! - [`prune_sideband`]: removes the side-band of processes without samples (`--prune-sideband`).
 //! - [`write`]: sink; standard output or a file, with `writev`.
 //! - [`write_file`]: sink; a file-mode `perf.data` (header, attrs, data, features), renamed at the end.
@@ -61,6 +62,7 @@ pub mod prune_sideband;
 pub mod read;
 pub mod read_file;
 pub mod registry;
+pub mod ring;
 pub mod synth;
 pub mod write;
 pub mod write_file;

@@ -267,6 +267,28 @@ pub const TRANSFORMS: &[StageSpec] = &[
         },
         needs_decompressed: true,
     },
+    StageSpec {
+        name: "ring",
+        help: "flight recorder: keep the newest SIZE bytes of events, dump a complete stream at \
+               the end, on SIGUSR2 or on --ring-trigger (-o NAME-%n.data: one file per dump)",
+        value: Some("SIZE"),
+        options: &[
+            StageOption {
+                key: "once",
+                help: "stop after the first dump (set for a single output)",
+            },
+            StageOption {
+                key: "after",
+                help: "after a trigger, record DURATION more (--ring-after)",
+            },
+            StageOption {
+                key: "trigger",
+                help: "dump when a sample matches EXPR (--ring-trigger; last, may hold commas)",
+            },
+        ],
+        build: crate::ring::build_stage,
+        needs_decompressed: true,
+    },
 ];
 
 /// The registered stage called `name`, if any.

@@ -278,6 +278,24 @@ impl Filter {
     }
 }
 
+impl Filter {
+    /// The index in `batch.spans` of the first sample the expression selects, decided at once
+    /// (a `comm` predicate is not held for later COMM records): for a stage that uses an
+    /// expression as a trigger, as `ring --ring-trigger` does. Observes the batch like
+    /// [`Stage::process`], so call it on every batch, in order.
+    pub fn first_match(&mut self, batch: &Batch) -> Option<usize> {
+        let info = StreamInfo::shared(batch)?;
+        self.observe_all(batch, &info);
+        let kept = if self.machine.is_some() {
+            self.in_order(batch, &info)
+        } else {
+            self.decide(batch, &info, 0)
+        };
+        let first = kept.iter().find(|s| s.kind == RecordType::SAMPLE.0)?;
+        batch.spans.iter().position(|s| s == first)
+    }
+}
+
 fn count_samples(batch: &Batch) -> usize {
     batch
         .spans

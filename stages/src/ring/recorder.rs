@@ -1,0 +1,292 @@
+//! [`Recorder`]: the flight recorder's state, apart from the stage that feeds it, so that any
+//! producer of records (the `ring` stage; a native `record --overwrite` source) can keep the newest
+//! events and dump them as a complete stream.
+//!
+//! It keeps three things:
+//! - the **preamble**: every record before FINISHED_INIT (or before the first SAMPLE in a stream
+//!   without one) that is not a process's side-band — pipe header, HEADER_ATTRs, HEADER_FEATUREs,
+//!   ID_INDEX, EVENT_UPDATEs, THREAD_MAP, CPU_MAP, TRACING_DATA, the kernel MMAP… — plus the header
+//!   records that arrive later (a late HEADER_ATTR, EVENT_UPDATE or BUILD_ID), kept for every dump;
+//! - the **ring** of the newest events ([`RecordRing`]), side-band records (COMM, MMAP, FORK…)
+//!   included, so that a window replays the changes made during it;
+//! - the **side-band state** at the start of the window ([`Sideband`]): the preamble's process
+//!   records, and every side-band record as it leaves the ring.
+//!
+//! A dump is: the preamble; the side-band state of every process the window references (samples'
+//! pids, side-band records' pids and parents), kernel maps first; FINISHED_INIT if the input had
+//! one; the window sorted by time (records without a time keep the time of the record before
+//! them); one FINISHED_ROUND. The ring is then emptied into the side-band state, so the next dump
+//! covers the events after this one.
+
+use std::collections::HashSet;
+
+use perfpipe_core::Batch;
+
+use super::buffer::{Entry, RecordRing};
+use super::sideband::{is_kernel_map, is_sideband, Sideband};
+use crate::encode;
+use crate::format::{Endian, EventHeader, Record, RecordType, StreamInfo, PIPE_HEADER_KIND};
+
+/// A record kept whole (preamble).
+#[derive(Clone, Debug)]
+struct Kept {
+    bytes: Vec<u8>,
+    kind: u32,
+    tag: u32,
+}
+
+/// What one dump held.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct DumpStats {
+    /// Records of the window (events and side-band from the ring).
+    pub events: u64,
+    /// Side-band records replayed from the state.
+    pub sideband: u64,
+    /// Bytes of the whole dump.
+    pub bytes: u64,
+}
+
+/// The flight recorder's state; see the module docs.
+#[derive(Debug)]
+pub struct Recorder {
+    preamble: Vec<Kept>,
+    preamble_bytes: usize,
+    in_preamble: bool,
+    finished_init: Option<Vec<u8>>,
+    ring: RecordRing,
+    sideband: Sideband,
+    dropped: u64,
+}
+
+/// Header records that may arrive after the preamble and belong with it.
+fn is_late_header(t: RecordType) -> bool {
+    matches!(
+        t,
+        RecordType::HEADER_ATTR
+            | RecordType::HEADER_EVENT_TYPE
+            | RecordType::HEADER_TRACING_DATA
+            | RecordType::HEADER_BUILD_ID
+            | RecordType::ID_INDEX
+            | RecordType::AUXTRACE_INFO
+            | RecordType::THREAD_MAP
+            | RecordType::CPU_MAP
+            | RecordType::STAT_CONFIG
+            | RecordType::EVENT_UPDATE
+            | RecordType::TIME_CONV
+            | RecordType::HEADER_FEATURE
+            | RecordType::BPF_METADATA
+    )
+}
+
+/// The time of a record: a sample's TIME, else its `sample_id` trailer's.
+fn time_of(rec: &Record<'_>) -> Option<u64> {
+    match rec.sample() {
+        Some(s) => s.time(),
+        None => rec.sample_id()?.time,
+    }
+}
+
+impl Recorder {
+    /// A recorder whose ring keeps `size` bytes of events.
+    pub fn new(size: usize) -> Recorder {
+        Recorder {
+            preamble: Vec::new(),
+            preamble_bytes: 0,
+            in_preamble: true,
+            finished_init: None,
+            ring: RecordRing::new(size),
+            sideband: Sideband::new(),
+            dropped: 0,
+        }
+    }
+
+    /// Bytes of events held in the ring (records plus 8-byte prefixes).
+    pub fn ring_bytes(&self) -> usize {
+        self.ring.held()
+    }
+
+    /// Bytes of the side-band state and the preamble.
+    pub fn sideband_bytes(&self) -> usize {
+        self.sideband.bytes() + self.preamble_bytes
+    }
+
+    /// Records held in the ring.
+    pub fn events(&self) -> usize {
+        self.ring.len()
+    }
+
+    /// Events dropped from the ring since the last call (oldest first, to make room).
+    pub fn take_dropped(&mut self) -> u64 {
+        std::mem::take(&mut self.dropped)
+    }
+
+    /// Takes in one record (`kind` and `tag` as `decode` framed it).
+    pub fn push(&mut self, info: &StreamInfo, bytes: &[u8], kind: u32, tag: u32) {
+        let t = RecordType(kind);
+        let rec = Record::new(bytes, info.endian, info.attr(tag as u16));
+        if self.in_preamble {
+            match t {
+                RecordType::FINISHED_INIT => {
+                    self.in_preamble = false;
+                    self.finished_init = Some(bytes.to_vec());
+                    return;
+                }
+                RecordType::FINISHED_ROUND => return,
+                RecordType::SAMPLE => self.in_preamble = false,
+                _ if is_sideband(t) && !is_kernel_map(&rec) => {
+                    self.sideband.apply(&rec);
+                    return;
+                }
+                _ => return self.keep(bytes, kind, tag),
+            }
+        }
+        match t {
+            _ if kind == PIPE_HEADER_KIND || is_late_header(t) => self.keep(bytes, kind, tag),
+            RecordType::FINISHED_ROUND
+            | RecordType::FINISHED_INIT
+            | RecordType::COMPRESSED
+            | RecordType::COMPRESSED2 => {}
+            _ => {
+                let (endian, sideband, dropped) =
+                    (info.endian, &mut self.sideband, &mut self.dropped);
+                self.ring.push(bytes, kind, tag, &mut |e: Entry<'_>| {
+                    *dropped += 1;
+                    if is_sideband(RecordType(e.kind)) {
+                        sideband.apply(&Record::new(e.bytes, endian, info.attr(e.tag as u16)));
+                    }
+                });
+            }
+        }
+    }
+
+    fn keep(&mut self, bytes: &[u8], kind: u32, tag: u32) {
+        self.preamble_bytes += bytes.len();
+        self.preamble.push(Kept {
+            bytes: bytes.to_vec(),
+            kind,
+            tag,
+        });
+    }
+
+    /// Writes a dump as a complete stream into batches of about `batch_bytes` (each from `take`,
+    /// carrying `info` as context), then empties the ring into the side-band state.
+    pub fn dump(
+        &mut self,
+        info: &std::sync::Arc<StreamInfo>,
+        batch_bytes: usize,
+        take: &mut impl FnMut() -> Batch,
+        out: &mut Vec<Batch>,
+    ) -> DumpStats {
+        let mut stats = DumpStats::default();
+        let mut w = Writer {
+            batch: None,
+            batch_bytes,
+            info,
+            take,
+            out,
+            bytes: 0,
+        };
+        for k in &self.preamble {
+            w.put(&k.bytes, k.kind, k.tag);
+        }
+        let e = info.endian;
+        let attr = |tag: u32| info.attr(tag as u16);
+        // The processes the window references, in first-reference order.
+        let mut seen = HashSet::new();
+        let mut pids = Vec::new();
+        let mut times = Vec::with_capacity(self.ring.len());
+        let mut last = 0u64;
+        for (seq, entry) in self.ring.iter().enumerate() {
+            let rec = Record::new(entry.bytes, e, attr(entry.tag));
+            last = time_of(&rec).unwrap_or(last);
+            times.push((last, seq));
+            let mut note = |pid: Option<u32>| {
+                if let Some(p) = pid.filter(|&p| p != u32::MAX && seen.insert(p)) {
+                    pids.push(p);
+                }
+            };
+            if let Some(s) = rec.sample() {
+                note(s.pid());
+            } else if let Some(m) = rec.mmap() {
+                note(Some(m.pid));
+            } else if let Some(c) = rec.comm() {
+                note(Some(c.pid));
+            } else if let Some(t) = rec.task() {
+                note(Some(t.ppid));
+                note(Some(t.pid));
+            } else {
+                note(rec.sample_id().and_then(|s| s.pid));
+            }
+        }
+        self.sideband.emit(pids, &mut |bytes| {
+            let kind = kind_of(bytes, e);
+            w.put(bytes, kind, u32::from(info.attr_index(kind, bytes)));
+            stats.sideband += 1;
+        });
+        if let Some(init) = &self.finished_init {
+            w.put(init, RecordType::FINISHED_INIT.0, 0);
+        }
+        times.sort_unstable();
+        let entries: Vec<Entry<'_>> = self.ring.iter().collect();
+        for &(_, seq) in &times {
+            let entry = entries[seq];
+            w.put(entry.bytes, entry.kind, entry.tag);
+        }
+        stats.events = entries.len() as u64;
+        let round = encode::record(RecordType::FINISHED_ROUND.0, 0, &[], true, e);
+        w.put(&round, RecordType::FINISHED_ROUND.0, 0);
+        w.finish();
+        stats.bytes = w.bytes;
+        drop(entries);
+        let sideband = &mut self.sideband;
+        self.ring.clear(&mut |entry: Entry<'_>| {
+            if is_sideband(RecordType(entry.kind)) {
+                sideband.apply(&Record::new(entry.bytes, e, attr(entry.tag)));
+            }
+        });
+        stats
+    }
+}
+
+/// The record type of encoded bytes, as a span kind.
+fn kind_of(bytes: &[u8], e: Endian) -> u32 {
+    EventHeader::parse(bytes, e).map_or(0, |h| h.type_)
+}
+
+/// Appends records to batches of about `batch_bytes`.
+struct Writer<'a, T: FnMut() -> Batch> {
+    batch: Option<Batch>,
+    batch_bytes: usize,
+    info: &'a std::sync::Arc<StreamInfo>,
+    take: &'a mut T,
+    out: &'a mut Vec<Batch>,
+    bytes: u64,
+}
+
+impl<T: FnMut() -> Batch> Writer<'_, T> {
+    fn put(&mut self, bytes: &[u8], kind: u32, tag: u32) {
+        if self
+            .batch
+            .as_ref()
+            .is_some_and(|b| b.data.len() + bytes.len() > self.batch_bytes && !b.spans.is_empty())
+        {
+            self.finish();
+        }
+        let info = self.info;
+        let take = &mut *self.take;
+        let batch = self.batch.get_or_insert_with(|| {
+            let mut b = take();
+            b.context = Some(info.clone());
+            b
+        });
+        let span = batch.append(bytes, kind, tag);
+        batch.spans.push(span);
+        self.bytes += bytes.len() as u64;
+    }
+
+    fn finish(&mut self) {
+        if let Some(b) = self.batch.take() {
+            self.out.push(b);
+        }
+    }
+}

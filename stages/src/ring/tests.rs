@@ -1,0 +1,283 @@
+//! Unit tests of the `ring` stage on synthetic streams, decoded and fed through the harness.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+use perfpipe_core::{harness, Batch, Flow, Out, Stage, StageError};
+
+use super::{Ring, RingConfig};
+use crate::decode::DecodeConfig;
+use crate::format::RecordType;
+use crate::synth::SynthStream;
+
+/// `stream` decoded into framed batches of about `chunk` input bytes each.
+fn decoded(stream: &[u8], chunk: usize) -> Vec<Batch> {
+    let raw: Vec<Batch> = stream
+        .chunks(chunk)
+        .scan(0u64, |off, c| {
+            let b = Batch {
+                data: c.to_vec(),
+                stream_offset: *off,
+                ..Batch::default()
+            };
+            *off += c.len() as u64;
+            Some(b)
+        })
+        .collect();
+    harness::run_stage(&mut DecodeConfig::default().build(), raw).expect("decodes")
+}
+
+/// The streams in `batches`' output, split at each pipe header, as (type, bytes) records.
+fn streams(batches: &[Batch]) -> Vec<Vec<(u32, Vec<u8>)>> {
+    let mut out: Vec<Vec<(u32, Vec<u8>)>> = Vec::new();
+    for b in batches {
+        for s in &b.spans {
+            if s.kind == crate::format::PIPE_HEADER_KIND {
+                out.push(Vec::new());
+            }
+            out.last_mut()
+                .expect("a stream starts with its header")
+                .push((s.kind, b.bytes(s).to_vec()));
+        }
+    }
+    out
+}
+
+fn u32_at(b: &[u8], at: usize) -> u32 {
+    u32::from_le_bytes(b[at..at + 4].try_into().unwrap())
+}
+
+fn u64_at(b: &[u8], at: usize) -> u64 {
+    u64::from_le_bytes(b[at..at + 8].try_into().unwrap())
+}
+
+/// Sample time (synth layout: ip, pid/tid, time).
+fn sample_time(rec: &[u8]) -> u64 {
+    u64_at(rec, 24)
+}
+
+fn config(size: usize) -> RingConfig {
+    RingConfig::parse(&size.to_string()).unwrap()
+}
+
+/// Two processes set up long before the window (a fork copies the parent's maps), then many
+/// samples of the child; returns the stream and every sample time.
+fn long_stream(samples: u64) -> (Vec<u8>, Vec<u64>) {
+    let mut s = SynthStream::new();
+    s.comm(100, 100, "parent", true, 1_000);
+    s.mmap2(100, 0x40_0000, 0x1000, "/usr/bin/parent", 7, 1_100);
+    s.mmap2(
+        100,
+        0x7f00_0000_0000,
+        0x8_0000,
+        "/usr/lib/libc.so.6",
+        8,
+        1_200,
+    );
+    s.fork(200, 100, 2_000);
+    s.comm(200, 200, "child", false, 2_100);
+    let mut times = Vec::new();
+    for i in 0..samples {
+        // Two cpus interleave slightly out of order within a round.
+        let t = 10_000 + i * 1000 + if i % 2 == 0 { 500 } else { 0 };
+        s.sample(200, 200, t, (i % 2) as u32, 0x7f00_0000_0100, &[]);
+        times.push(t);
+        if i % 100 == 99 {
+            s.finished_round();
+        }
+    }
+    (s.into_bytes(), times)
+}
+
+#[test]
+fn end_of_input_dumps_the_newest_window_with_its_side_band() {
+    let (stream, times) = long_stream(5000);
+    let mut ring = config(16 << 10).build();
+    let out = harness::run_stage(&mut ring, decoded(&stream, 4096)).unwrap();
+    let dumps = streams(&out);
+    assert_eq!(dumps.len(), 1);
+    let d = &dumps[0];
+    // Header first: the pipe header, then the attr.
+    assert_eq!(d[0].0, crate::format::PIPE_HEADER_KIND);
+    assert_eq!(d[1].0, RecordType::HEADER_ATTR.0);
+    // Side-band of the child, rewritten from its parent: COMM, then both maps under pid 200.
+    let side: Vec<&(u32, Vec<u8>)> = d
+        .iter()
+        .filter(|(t, _)| *t == RecordType::COMM.0 || *t == RecordType::MMAP2.0)
+        .collect();
+    assert_eq!(side.len(), 3, "{side:?}");
+    assert_eq!(side[0].0, RecordType::COMM.0);
+    assert_eq!(&side[0].1[16..21], b"child");
+    for (t, rec) in &side[1..] {
+        assert_eq!(*t, RecordType::MMAP2.0);
+        assert_eq!((u32_at(rec, 8), u32_at(rec, 12)), (200, 200));
+        // The trailer's pid/tid too (TID, TIME, ID, CPU: 32 bytes from the end).
+        assert_eq!(u32_at(rec, rec.len() - 32), 200);
+    }
+    // The samples: the newest that fit in 16 KiB, sorted by time, ending with the last.
+    let kept: Vec<u64> = d
+        .iter()
+        .filter(|(t, _)| *t == RecordType::SAMPLE.0)
+        .map(|(_, r)| sample_time(r))
+        .collect();
+    let bytes: usize = d
+        .iter()
+        .filter(|(t, _)| *t == RecordType::SAMPLE.0)
+        .map(|(_, r)| r.len() + super::buffer::PREFIX)
+        .sum();
+    assert!(bytes <= 16 << 10 && bytes > (16 << 10) - 200, "{bytes}");
+    assert!(kept.windows(2).all(|w| w[0] <= w[1]), "not sorted");
+    let mut newest = times[times.len() - kept.len()..].to_vec();
+    newest.sort_unstable();
+    assert_eq!(kept, newest);
+    // It ends with one FINISHED_ROUND.
+    assert_eq!(d.last().unwrap().0, RecordType::FINISHED_ROUND.0);
+    assert!(ring.events_dropped.get() > 4000);
+    assert_eq!(ring.dumps.get(), 1);
+    assert!(ring.ring_bytes.get() <= 16 << 10);
+    assert!(ring.sideband_bytes.get() > 0);
+}
+
+/// Sets the request flag before the batches numbered in `at`.
+struct Signaller {
+    ring: Ring,
+    flag: Arc<AtomicBool>,
+    at: Vec<usize>,
+    n: usize,
+}
+
+impl Stage for Signaller {
+    fn process(&mut self, batch: Batch, out: &mut Out<'_>) -> Result<Flow, StageError> {
+        self.n += 1;
+        if self.at.contains(&self.n) {
+            self.flag.store(true, Ordering::Relaxed);
+        }
+        self.ring.process(batch, out)
+    }
+    fn flush(&mut self, out: &mut Out<'_>) -> Result<(), StageError> {
+        self.ring.flush(out)
+    }
+}
+
+#[test]
+fn requests_give_consecutive_windows_and_the_end_gives_the_last() {
+    let (stream, _) = long_stream(3000);
+    let flag = Arc::new(AtomicBool::new(false));
+    let mut cfg = config(1 << 20);
+    cfg.requests = Some(flag.clone());
+    let input = decoded(&stream, 8192);
+    let n = input.len();
+    let mut s = Signaller {
+        ring: cfg.build(),
+        flag,
+        at: vec![n / 3, 2 * n / 3],
+        n: 0,
+    };
+    let out = harness::run_stage(&mut s, input).unwrap();
+    let dumps = streams(&out);
+    assert_eq!(dumps.len(), 3);
+    let mut all = Vec::new();
+    for d in &dumps {
+        assert_eq!(d[1].0, RecordType::HEADER_ATTR.0);
+        let t: Vec<u64> = d
+            .iter()
+            .filter(|(t, _)| *t == RecordType::SAMPLE.0)
+            .map(|(_, r)| sample_time(r))
+            .collect();
+        assert!(!t.is_empty());
+        // Every dump replays the child's side-band, recorded before any window.
+        assert!(d
+            .iter()
+            .any(|(t, r)| *t == RecordType::COMM.0 && &r[16..21] == b"child"));
+        all.push(t);
+    }
+    // Consecutive: nothing lost, nothing twice (the ring is larger than the stream).
+    let total: usize = all.iter().map(Vec::len).sum();
+    assert_eq!(total, 3000);
+    assert!(all[0].last() < all[1].first() || all[0].last().unwrap() - all[1][0] <= 500);
+}
+
+#[test]
+fn a_trigger_expression_dumps_at_the_matching_sample_and_once_stops() {
+    let mut s = SynthStream::new();
+    s.comm(5, 5, "w", true, 10);
+    for i in 0..100u64 {
+        let pid = if i == 60 { 6 } else { 5 };
+        s.sample(pid, pid, 1000 + i, 0, 0x1000, &[]);
+    }
+    let stream = s.into_bytes();
+    let mut ring = RingConfig::parse("64K,once,trigger=pid == 6")
+        .unwrap()
+        .build();
+    let out = harness::run_stage(&mut ring, decoded(&stream, 1 << 20)).unwrap();
+    let dumps = streams(&out);
+    assert_eq!(dumps.len(), 1, "once: one dump only");
+    let t: Vec<u64> = dumps[0]
+        .iter()
+        .filter(|(t, _)| *t == RecordType::SAMPLE.0)
+        .map(|(_, r)| sample_time(r))
+        .collect();
+    assert_eq!(t, (1000..=1060).collect::<Vec<u64>>());
+
+    // With --ring-after 20ns (event time) and no `once`: the dump waits for time >= 1080, then the
+    // end of input dumps the rest.
+    let mut ring = RingConfig::parse("64K,after=20ns,trigger=pid == 6")
+        .unwrap()
+        .build();
+    let out = harness::run_stage(&mut ring, decoded(&stream, 1 << 20)).unwrap();
+    let dumps = streams(&out);
+    assert_eq!(dumps.len(), 2);
+    let last = |d: &Vec<(u32, Vec<u8>)>| {
+        d.iter()
+            .filter(|(t, _)| *t == RecordType::SAMPLE.0)
+            .map(|(_, r)| sample_time(r))
+            .max()
+    };
+    assert_eq!(last(&dumps[0]), Some(1079));
+    assert_eq!(last(&dumps[1]), Some(1099));
+}
+
+#[test]
+fn values_parse_and_bad_ones_are_refused() {
+    let c = RingConfig::parse("64M").unwrap();
+    assert_eq!((c.size, c.once, c.after), (64 << 20, false, None));
+    let c =
+        RingConfig::parse("1M,once,after=1.5s,trigger=comm == \"a,b\" && cpu in [0, 1]").unwrap();
+    assert!(c.once && c.trigger.is_some());
+    assert_eq!(c.after, Some(std::time::Duration::from_millis(1500)));
+    for bad in [
+        "",
+        "lots",
+        "100",
+        "1M,sometimes",
+        "1M,after=2s",
+        "1M,trigger=pid ==",
+        "1M,after=x,trigger=pid == 1",
+    ] {
+        assert!(RingConfig::parse(bad).is_err(), "{bad}");
+    }
+    assert_eq!(
+        super::parse_duration("250ms").unwrap(),
+        std::time::Duration::from_millis(250)
+    );
+}
+
+#[test]
+fn malformed_side_band_never_panics() {
+    // Records cut short or with odd sizes in every side-band type, then samples.
+    let mut stream = SynthStream::new().into_bytes();
+    for t in [1u32, 3, 4, 7, 10, 9, 82, 68] {
+        for len in [8usize, 16, 24, 40, 72] {
+            let mut rec = vec![0u8; len];
+            rec[..4].copy_from_slice(&t.to_le_bytes());
+            rec[6..8].copy_from_slice(&(len as u16).to_le_bytes());
+            for (i, b) in rec[8..].iter_mut().enumerate() {
+                *b = (i * 37) as u8;
+            }
+            stream.extend_from_slice(&rec);
+        }
+    }
+    let mut ring = config(4096).build();
+    let out = harness::run_stage(&mut ring, decoded(&stream, 64)).unwrap();
+    assert_eq!(streams(&out).len(), 1);
+}
