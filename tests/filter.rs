@@ -441,3 +441,30 @@ pipetest!(prune_sideband_keeps_what_kept_samples_need, |_dir| {
         perf_on(&["report", "--stats"], &pruned);
     }
 });
+
+pipetest!(every_batch_size_gives_the_same_output, |_dir| {
+    // Held batches (comm), the first-sample time, attr recompiles and released side-band must not
+    // depend on where batches end.
+    for name in [
+        "multiproc.pipe.data",
+        "two-events.pipe.data",
+        "compressed.pipe.data",
+    ] {
+        let input = fixture_bytes(name);
+        for args in [
+            &["--filter", "comm == \"gzip\" || time < +30ms"][..],
+            &["--filter", "event == \"task-clock\" || dso == \"*libc*\""][..],
+            &["--comm", "bash", "--prune-sideband"][..],
+        ] {
+            let want = filtered(args, &input);
+            for batch in ["4096", "64K", "1M"] {
+                let mut a = args.to_vec();
+                a.extend(["--batch-size", batch]);
+                assert!(
+                    filtered(&a, &input) == want,
+                    "{name} {args:?} --batch-size {batch}"
+                );
+            }
+        }
+    }
+});

@@ -660,6 +660,23 @@ mod tests {
         }
     }
 
+    proptest::proptest! {
+        #[test]
+        fn any_input_parses_or_errors_inside_it(src in "[ -~]{0,40}") {
+            if let Err(e) = parse(&src) {
+                proptest::prop_assert!(e.column >= 1 && e.column <= src.chars().count() + 1);
+                proptest::prop_assert!(e.hint.is_some());
+            }
+        }
+
+        #[test]
+        fn near_misses_of_valid_expressions_never_panic(
+            src in r#"(pid|comm|time|cpu|event|dso|!|\(|\)|==|<=|&&|\|\||in|\[|\]|,|"g\*"|1\.5s|\+2ms|0x1f| ){0,12}"#
+        ) {
+            let _ = parse(&src);
+        }
+    }
+
     #[test]
     fn times_are_exact() {
         assert_eq!(decimal_scaled("12345.678901", 9), Some(12_345_678_901_000));

@@ -178,3 +178,34 @@ impl Events {
         Some(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn comm_is_looked_up_by_time_through_fork_links() {
+        let mut t = Threads::default();
+        let name = |s: &str| Name::Set(s.as_bytes().into());
+        t.set(1, 0, name("bash"));
+        // The child's exec COMM arrives before its FORK (another cpu), but is later in time.
+        t.set(2, 300, name("gzip"));
+        t.set(2, 200, Name::Parent(1));
+        // The parent renames itself after the fork: the child keeps the name at fork time.
+        t.set(1, 250, name("sh"));
+        let g = |p: &str| Glob::new(p);
+        assert!(
+            t.comm_matches(2, 100, &g(":2")),
+            "before the fork: never named"
+        );
+        assert!(t.comm_matches(2, 200, &g("bash")));
+        assert!(t.comm_matches(2, 299, &g("bash")));
+        assert!(t.comm_matches(2, 300, &g("gzip")));
+        assert!(t.comm_matches(1, 260, &g("sh")));
+        assert!(t.comm_matches(0, 5, &g("swapper")));
+        // A FORK cycle (corrupt input) ends.
+        t.set(3, 10, Name::Parent(4));
+        t.set(4, 10, Name::Parent(3));
+        assert!(t.comm_matches(3, 20, &g(":3")));
+    }
+}
