@@ -10,43 +10,15 @@
 use std::sync::Arc;
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
-use perfpipe_core::{
-    Batch, Flow, Out, Parallel, Pipeline, Settings, Sink, Source, Stage, StageError,
-};
+use perfpipe_core::{Batch, Flow, Out, Parallel, Pipeline, Settings, Stage, StageError};
 use perfpipe_stages::decode::DecodeConfig;
-use perfpipe_stages::read::HEADROOM;
+use perfpipe_stages::read::Memory;
 use perfpipe_stages::registry;
-
-struct Memory(Arc<Vec<u8>>, usize);
-
-impl Source for Memory {
-    fn produce(&mut self, out: &mut Out<'_>) -> Result<Flow, StageError> {
-        if self.1 == self.0.len() {
-            return Ok(Flow::Stop);
-        }
-        let end = (self.1 + out.batch_bytes()).min(self.0.len());
-        let mut b = out.take();
-        b.data.resize(HEADROOM, 0);
-        b.data.extend_from_slice(&self.0[self.1..end]);
-        b.start = HEADROOM;
-        self.1 = end;
-        out.push(b);
-        Ok(Flow::Continue)
-    }
-}
-
-struct Discard;
-
-impl Sink for Discard {
-    fn consume(&mut self, batch: &Batch) -> Result<Flow, StageError> {
-        std::hint::black_box(batch.spans.len());
-        Ok(Flow::Continue)
-    }
-}
+use perfpipe_stages::write::Discard;
 
 fn run(data: &Arc<Vec<u8>>, transforms: &[(&str, Option<&str>)]) {
     let mut p = Pipeline::new(Settings::default())
-        .source("memory", Memory(data.clone(), 0))
+        .source("memory", Memory::new(data.clone()))
         .stage("decode", DecodeConfig::default().build());
     for (name, value) in transforms {
         let spec = registry::find(name).expect("registered");
@@ -111,7 +83,7 @@ fn parallel(c: &mut Criterion) {
                     Box::new(Parallel::new(workers, || Heavy))
                 };
                 let report = Pipeline::new(Settings::default())
-                    .source("memory", Memory(data.clone(), 0))
+                    .source("memory", Memory::new(data.clone()))
                     .stage("decode", DecodeConfig::default().build())
                     .boxed_stage("heavy", stage)
                     .sink("discard", Discard)

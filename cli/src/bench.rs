@@ -12,9 +12,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use clap::{Args, Subcommand};
-use perfpipe_core::{render_table, Batch, Flow, Out, Pipeline, Settings, Sink, Source, StageError};
-use perfpipe_stages::read::HEADROOM;
+use perfpipe_core::{render_table, Pipeline, Settings};
+use perfpipe_stages::read::Memory;
 use perfpipe_stages::registry::Registry;
+use perfpipe_stages::write::Discard;
 
 use crate::{chain, parse_size, EXIT_FAILURE};
 
@@ -45,39 +46,6 @@ pub(crate) struct PipelineBench {
     /// Batches per channel.
     #[arg(long, value_name = "N", default_value_t = 4, value_parser = clap::value_parser!(u16).range(1..))]
     queue: u16,
-}
-
-/// Emits an in-memory stream in batch-size chunks, with the headroom `read` leaves.
-struct Memory {
-    data: Arc<Vec<u8>>,
-    pos: usize,
-}
-
-impl Source for Memory {
-    fn produce(&mut self, out: &mut Out<'_>) -> Result<Flow, StageError> {
-        if self.pos == self.data.len() {
-            return Ok(Flow::Stop);
-        }
-        let end = (self.pos + out.batch_bytes()).min(self.data.len());
-        let mut b = out.take();
-        b.data.resize(HEADROOM, 0);
-        b.data.extend_from_slice(&self.data[self.pos..end]);
-        b.start = HEADROOM;
-        b.stream_offset = self.pos as u64;
-        self.pos = end;
-        out.push(b);
-        Ok(Flow::Continue)
-    }
-}
-
-/// Discards what it gets.
-struct Discard;
-
-impl Sink for Discard {
-    fn consume(&mut self, batch: &Batch) -> Result<Flow, StageError> {
-        std::hint::black_box(batch.spans.len());
-        Ok(Flow::Continue)
-    }
 }
 
 fn median(mut v: Vec<Duration>) -> Duration {
@@ -139,13 +107,7 @@ fn pipeline(
                 queue_capacity: usize::from(args.queue),
                 measure,
             };
-            let mut p = Pipeline::new(settings).source(
-                "memory",
-                Memory {
-                    data: data.clone(),
-                    pos: 0,
-                },
-            );
+            let mut p = Pipeline::new(settings).source("memory", Memory::new(data.clone()));
             for (name, stage) in chain(registry, stages)? {
                 p = p.boxed_stage(name, stage);
             }

@@ -158,3 +158,36 @@ impl Source for Read {
         std::mem::take(&mut self.waited)
     }
 }
+
+/// A source over a stream already in memory, emitted in batch-size chunks with the same headroom as
+/// [`Read`]: for benchmarks (`perfpipe bench pipeline`, `benches/`) and tests, where pipes and
+/// disks would only add noise.
+#[derive(Debug)]
+pub struct Memory {
+    data: std::sync::Arc<Vec<u8>>,
+    pos: usize,
+}
+
+impl Memory {
+    /// A source emitting `data` from its start.
+    pub fn new(data: std::sync::Arc<Vec<u8>>) -> Memory {
+        Memory { data, pos: 0 }
+    }
+}
+
+impl Source for Memory {
+    fn produce(&mut self, out: &mut Out<'_>) -> Result<Flow, StageError> {
+        if self.pos == self.data.len() {
+            return Ok(Flow::Stop);
+        }
+        let end = (self.pos + out.batch_bytes()).min(self.data.len());
+        let mut b = out.take();
+        b.data.resize(HEADROOM, 0);
+        b.data.extend_from_slice(&self.data[self.pos..end]);
+        b.start = HEADROOM;
+        b.stream_offset = self.pos as u64;
+        self.pos = end;
+        out.push(b);
+        Ok(Flow::Continue)
+    }
+}

@@ -136,3 +136,14 @@ impl Sink for Write {
         std::mem::take(&mut self.waited)
     }
 }
+
+/// A sink that discards everything: for benchmarks, to measure the stages without an output.
+#[derive(Debug, Default)]
+pub struct Discard;
+
+impl Sink for Discard {
+    fn consume(&mut self, batch: &Batch) -> Result<Flow, StageError> {
+        std::hint::black_box(batch.spans.len());
+        Ok(Flow::Continue)
+    }
+}
