@@ -26,7 +26,8 @@
 //! - **Offsets**: data batches carry their *file* offsets as [`Batch::stream_offset`], so every
 //!   error about a record names its byte offset in the file. The preamble counts from 0.
 //! - **Buffering**: one batch at a time, copied from the map in batch-size chunks with
-//!   [`HEADROOM`](crate::read::HEADROOM) before each, like `read`.
+//!   [`HEADROOM`](crate::read::HEADROOM) before each, like `read`; each chunk's pages are released
+//!   (`MADV_DONTNEED`) once copied, so resident memory does not grow with the file.
 //! - **EOF**: [`Flow::Stop`] after the end of the data section. A data size of 0 (a `perf record`
 //!   that did not finish) means the data runs to the end of the file, as perf processes it.
 //!
@@ -494,6 +495,15 @@ impl Source for ReadFile {
         batch.stream_offset = self.pos;
         let from = self.pos as usize;
         batch.data.extend_from_slice(&self.map[from..from + want]);
+        // The chunk has been copied: drop its pages from our address space so that RSS stays at
+        // a few batches instead of growing to the file's size (they stay in the page cache).
+        // SAFETY: MADV_DONTNEED on a read-only shared file mapping only unmaps the pages; a later
+        // access (there is none: nothing borrows the map past this copy) would fault the same
+        // file contents back in.
+        let _ = unsafe {
+            self.map
+                .unchecked_advise_range(memmap2::UncheckedAdvice::DontNeed, from, want)
+        };
         self.pos += want as u64;
         self.data_bytes.add(want as u64);
         out.push(batch);
