@@ -14,6 +14,7 @@ use perfpipe_stages::read_file::Input;
 use perfpipe_stages::registry::{Registry, BUILTIN};
 use perfpipe_stages::write::WriteConfig;
 use perfpipe_stages::write_file::{Output, OutputMode};
+use perfpipe_stages::write_split::WriteSplitConfig;
 
 mod bench;
 mod bench_inject;
@@ -103,6 +104,12 @@ pub struct RunArgs {
     /// Grow the input and output pipes' kernel buffers to SIZE (Linux F_SETPIPE_SZ; 0 to leave them).
     #[arg(long, value_name = "SIZE", default_value = "1M", value_parser = parse_size)]
     pipe_buffer: usize,
+    /// With --ring: dump when a sample matches EXPR (the --filter language), e.g. 'comm == "db*"'.
+    #[arg(long, value_name = "EXPR")]
+    ring_trigger: Option<String>,
+    /// With --ring-trigger: keep recording for DURATION of event time after the trigger (500ms, 2s).
+    #[arg(long, value_name = "DURATION")]
+    ring_after: Option<String>,
 }
 
 impl RunArgs {
@@ -121,6 +128,8 @@ impl RunArgs {
             batch_size: 256 << 10,
             queue: 4,
             pipe_buffer: 0,
+            ring_trigger: None,
+            ring_after: None,
         }
     }
 }
@@ -296,14 +305,20 @@ pub fn build(
         path: path_or_std(&args.input),
         pipe_buffer: args.pipe_buffer,
     })?;
-    let write = Output::open(
-        &WriteConfig {
-            path: path_or_std(&args.output),
-            pipe_buffer: args.pipe_buffer,
-        },
-        args.output_mode(),
-    )?;
-    let nodes = chain(registry, stages)?;
+    let split = WriteSplitConfig::is_pattern(&args.output);
+    let stages = ring_value(args, stages, split)?;
+    let write = if split {
+        None
+    } else {
+        Some(Output::open(
+            &WriteConfig {
+                path: path_or_std(&args.output),
+                pipe_buffer: args.pipe_buffer,
+            },
+            args.output_mode(),
+        )?)
+    };
+    let nodes = chain(registry, &stages)?;
     let mut pipeline = Pipeline::new(settings).source("read", read);
     let mut taps = run::Taps::new(&args.tap)?;
     if let Some(tap) = taps.take("read")? {
@@ -317,7 +332,51 @@ pub fn build(
         }
     }
     taps.check_all_used()?;
-    Ok(pipeline.sink("write", write))
+    Ok(match write {
+        Some(w) => pipeline.sink("write", w),
+        None => pipeline.sink(
+            "write",
+            WriteSplitConfig {
+                pattern: args.output.clone(),
+                mode: args.output_mode(),
+                pipe_buffer: args.pipe_buffer,
+            }
+            .build()?,
+        ),
+    })
+}
+
+/// `stages` with `--ring`'s value completed from `--ring-trigger` and `--ring-after`, and with
+/// `once` when the output is a single stream (`split` false): perf reads one stream per pipe or
+/// file, so one output takes one dump.
+///
+/// # Errors
+/// `--ring-trigger`/`--ring-after` without `--ring`.
+fn ring_value(
+    args: &RunArgs,
+    stages: &[(&'static str, Option<String>)],
+    split: bool,
+) -> anyhow::Result<Vec<(&'static str, Option<String>)>> {
+    let mut stages = stages.to_vec();
+    let ring = stages.iter_mut().find(|(n, _)| *n == "ring");
+    let Some((_, value)) = ring else {
+        if args.ring_trigger.is_some() || args.ring_after.is_some() {
+            anyhow::bail!("--ring-trigger and --ring-after need --ring SIZE");
+        }
+        return Ok(stages);
+    };
+    let mut v = value.take().unwrap_or_default();
+    if !split {
+        v.push_str(",once");
+    }
+    if let Some(d) = &args.ring_after {
+        v.push_str(&format!(",after={d}"));
+    }
+    if let Some(e) = &args.ring_trigger {
+        v.push_str(&format!(",trigger={e}"));
+    }
+    *value = Some(v);
+    Ok(stages)
 }
 
 /// Runs the command line with the built-in stages; the whole of `main`.
@@ -384,6 +443,9 @@ pub fn main_with(registry: Registry) -> ExitCode {
             return ExitCode::from(EXIT_FAILURE);
         }
     };
+    if stages.iter().any(|(n, _)| *n == "ring") {
+        run::watch_dump_requests();
+    }
     run::run(pipeline, &cli.run)
 }
 

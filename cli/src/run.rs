@@ -7,6 +7,9 @@
 //!   gets the same Ctrl-C, flushes and closes its output, so perfpipe then writes everything it
 //!   received and ends normally (status 0 if nothing else went wrong).
 //! - **Second SIGINT or SIGTERM**: stop at once, print the figures so far, exit 130.
+//! - **SIGUSR2** (only with `--ring`): ask the `ring` stage for a dump now
+//!   ([`perfpipe_stages::ring::requests`]); it answers within a batch, or within its tick on a quiet
+//!   input.
 
 use std::fs::File;
 use std::io::{BufWriter, IsTerminal as _, Write as _};
@@ -221,4 +224,13 @@ fn watch_signals(
             }
         })
         .ok();
+}
+
+/// SIGUSR2 sets the `ring` stage's dump request flag. Without `--ring` SIGUSR2 keeps its default
+/// action (terminate), as before.
+pub(crate) fn watch_dump_requests() {
+    let flag = perfpipe_stages::ring::requests();
+    if let Err(e) = signal_hook::flag::register(signal_hook::consts::SIGUSR2, flag) {
+        eprintln!("perfpipe: cannot handle SIGUSR2 ({e}); dumps happen only at the end");
+    }
 }

@@ -19,6 +19,7 @@
 //! - [`prune_sideband`]: removes the side-band of processes without samples (`--prune-sideband`).
 //! - [`write`]: sink; standard output or a file, with `writev`.
 //! - [`write_file`]: sink; a file-mode `perf.data` (header, attrs, data, features), renamed at the end.
+//! - [`write_split`]: sink; one file per stream (`-o dump-%n.data`, for `ring`'s dumps).
 //!
 //! Shared models: [`machine`], the per-process address spaces (maps by pid, fork/exec/exit).
 //!
@@ -66,5 +67,6 @@ pub mod ring;
 pub mod synth;
 pub mod write;
 pub mod write_file;
+pub mod write_split;
 
 pub use error::Error;

@@ -15,7 +15,12 @@
 //! A dump is: the preamble; the side-band state of every process the window references (samples'
 //! pids, side-band records' pids and parents), kernel maps first; FINISHED_INIT if the input had
 //! one; the window sorted by time (records without a time keep the time of the record before
-//! them); one FINISHED_ROUND. The ring is then emptied into the side-band state, so the next dump
+//! them); one FINISHED_ROUND.
+//!
+//! "Newest" is in arrival order, as in the kernel's own overwrite buffers: perf drains one cpu's
+//! buffer after another, so each cpu's records arrive in time order but cpus interleave by
+//! rounds, and a window starts at a slightly different time on each cpu. Every record of a cpu
+//! after its first kept one is in the window. The ring is then emptied into the side-band state, so the next dump
 //! covers the events after this one.
 
 use std::collections::HashSet;
