@@ -20,6 +20,7 @@ mod bench;
 mod bench_inject;
 mod inject;
 mod progress;
+mod record;
 mod run;
 
 /// Exit status when the pipeline failed (bad input, I/O error, a stage error).
@@ -59,6 +60,8 @@ enum Command {
     },
     /// A drop-in for `perf inject`: -i, -o, -b, --buildid-all, --known-build-ids, -v.
     Inject(inject::InjectArgs),
+    /// Record with perf_event_open itself: -e, -c/-F, -g, -a/-p/-- CMD, --overwrite, stage flags.
+    Record(record::RecordArgs),
 }
 
 /// Options of a pipeline run.
@@ -168,10 +171,12 @@ pub fn command() -> clap::Command {
 /// The clap command: the derived options plus one flag per stage of `registry` and the generic
 /// `--stage`, on the main command and on `bench pipeline`.
 pub fn command_with(registry: &Registry) -> clap::Command {
-    stage_args(Cli::command(), registry).mut_subcommand("bench", |b| {
-        b.mut_subcommand("pipeline", |p| stage_args(p, registry))
-            .subcommand(bench_inject::command())
-    })
+    stage_args(Cli::command(), registry)
+        .mut_subcommand("bench", |b| {
+            b.mut_subcommand("pipeline", |p| stage_args(p, registry))
+                .subcommand(bench_inject::command())
+        })
+        .mut_subcommand("record", |r| stage_args(r, registry))
 }
 
 /// Adds one flag per registered transform stage, and `--stage`.
@@ -427,6 +432,12 @@ pub fn main_with(registry: Registry) -> ExitCode {
             };
         }
         Some(Command::Inject(args)) => return inject::main(args),
+        Some(Command::Record(args)) => {
+            let sub = matches
+                .subcommand_matches("record")
+                .expect("record has its matches");
+            return record::main(args, sub, &registry);
+        }
         None => {}
     }
     let stages = match stage_flags(&matches, &registry) {

@@ -165,6 +165,17 @@ pub enum Error {
         #[source]
         source: std::io::Error,
     },
+    /// A perf_event_open(2), mmap(2) or ioctl(2) of the native capture source (`record`) failed.
+    #[error("{op} {what}: {source}")]
+    Perf {
+        /// The call ("perf_event_open", "mmap", "ioctl ID"…).
+        op: &'static str,
+        /// What it was for (the event and cpu, the process…).
+        what: String,
+        /// The OS error.
+        #[source]
+        source: std::io::Error,
+    },
 }
 
 impl std::error::Error for AttrError {}
@@ -193,7 +204,10 @@ impl Error {
             | Error::BadFileHeader { offset, .. }
             | Error::SectionOutOfBounds { offset, .. }
             | Error::Decompress { offset, .. } => Some(*offset),
-            Error::Io { .. } | Error::BadOption { .. } | Error::BadExpression(_) => None,
+            Error::Io { .. }
+            | Error::Perf { .. }
+            | Error::BadOption { .. }
+            | Error::BadExpression(_) => None,
         }
     }
 }

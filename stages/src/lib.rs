@@ -8,6 +8,7 @@
 //! Stages, one file each, named after their CLI name:
 //! - [`read`]: source; standard input or a file, in large reads.
 //! - [`read_file`]: source; a file-mode `perf.data`, mapped and presented as the pipe stream.
+//! - [`record`]: source; opens perf events itself (`perfpipe record`), forward or overwrite rings.
 //! - [`decode`]: frames records, validates the header, tracks attrs.
 //! - [`encode`]: records back to bytes (byte for byte when unchanged); record builders.
 //! - [`decompress`]: replaces COMPRESSED records (`perf record -z`) with the records they hold.
@@ -62,6 +63,7 @@ pub mod machine;
 pub mod prune_sideband;
 pub mod read;
 pub mod read_file;
+pub mod record;
 pub mod registry;
 pub mod ring;
 pub mod synth;

@@ -1,0 +1,341 @@
+//! The raw perf interface, behind a small safe API: `struct perf_event_attr` as
+//! `include/uapi/linux/perf_event.h` lays it out, `perf_event_open(2)`, the ioctls the source
+//! uses, and the mmap of an event's ring (`struct perf_event_mmap_page` + data pages).
+//!
+//! All `unsafe` of the `record` source lives here and in [`Mmap`]'s accessors.
+
+use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// `PERF_TYPE_SOFTWARE`
+pub const TYPE_SOFTWARE: u32 = 1;
+/// `PERF_COUNT_SW_CPU_CLOCK`
+pub const SW_CPU_CLOCK: u64 = 0;
+/// `PERF_COUNT_SW_TASK_CLOCK`
+pub const SW_TASK_CLOCK: u64 = 1;
+/// `PERF_COUNT_SW_PAGE_FAULTS`
+pub const SW_PAGE_FAULTS: u64 = 2;
+/// `PERF_COUNT_SW_DUMMY`: an event that never counts, used to carry side-band records.
+pub const SW_DUMMY: u64 = 9;
+
+/// Bits of the `perf_event_attr` flags word (C bitfield order, little-endian allocation).
+pub mod flag {
+    /// `disabled`
+    pub const DISABLED: u64 = 1 << 0;
+    /// `inherit`
+    pub const INHERIT: u64 = 1 << 1;
+    /// `mmap`
+    pub const MMAP: u64 = 1 << 8;
+    /// `comm`
+    pub const COMM: u64 = 1 << 9;
+    /// `freq`
+    pub const FREQ: u64 = 1 << 10;
+    /// `enable_on_exec`
+    pub const ENABLE_ON_EXEC: u64 = 1 << 12;
+    /// `task`
+    pub const TASK: u64 = 1 << 13;
+    /// `watermark`
+    pub const WATERMARK: u64 = 1 << 14;
+    /// `sample_id_all`
+    pub const SAMPLE_ID_ALL: u64 = 1 << 18;
+    /// `mmap2`
+    pub const MMAP2: u64 = 1 << 23;
+    /// `comm_exec`
+    pub const COMM_EXEC: u64 = 1 << 24;
+    /// `write_backward`
+    pub const WRITE_BACKWARD: u64 = 1 << 27;
+}
+
+/// `struct perf_event_attr`, `PERF_ATTR_SIZE_VER7` (128 bytes, up to `sig_data`): the size perf 6.1
+/// writes, so its readers take our HEADER_ATTR as their own. Unions are named after their first
+/// member (`sample_period` also holds `sample_freq`, `wakeup_events` also `wakeup_watermark`,
+/// `config1` also `bp_addr`, `config2` also `bp_len`); the bitfield is the `flags` word.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[allow(missing_docs)]
+pub struct perf_event_attr {
+    pub type_: u32,
+    pub size: u32,
+    pub config: u64,
+    pub sample_period: u64,
+    pub sample_type: u64,
+    pub read_format: u64,
+    pub flags: u64,
+    pub wakeup_events: u32,
+    pub bp_type: u32,
+    pub config1: u64,
+    pub config2: u64,
+    pub branch_sample_type: u64,
+    pub sample_regs_user: u64,
+    pub sample_stack_user: u32,
+    pub clockid: i32,
+    pub sample_regs_intr: u64,
+    pub aux_watermark: u32,
+    pub sample_max_stack: u16,
+    pub reserved_2: u16,
+    pub aux_sample_size: u32,
+    pub reserved_3: u32,
+    pub sig_data: u64,
+}
+
+/// `sizeof(struct perf_event_attr)` as written here.
+pub const ATTR_SIZE: u32 = 128;
+const _: () = assert!(std::mem::size_of::<perf_event_attr>() == ATTR_SIZE as usize);
+
+impl perf_event_attr {
+    /// The attr's bytes as a little-endian machine lays them out (the HEADER_ATTR body).
+    pub fn to_bytes(&self) -> Vec<u8> {
+        let mut b = Vec::with_capacity(ATTR_SIZE as usize);
+        b.extend_from_slice(&self.type_.to_ne_bytes());
+        b.extend_from_slice(&self.size.to_ne_bytes());
+        for v in [
+            self.config,
+            self.sample_period,
+            self.sample_type,
+            self.read_format,
+            self.flags,
+        ] {
+            b.extend_from_slice(&v.to_ne_bytes());
+        }
+        b.extend_from_slice(&self.wakeup_events.to_ne_bytes());
+        b.extend_from_slice(&self.bp_type.to_ne_bytes());
+        for v in [
+            self.config1,
+            self.config2,
+            self.branch_sample_type,
+            self.sample_regs_user,
+        ] {
+            b.extend_from_slice(&v.to_ne_bytes());
+        }
+        b.extend_from_slice(&self.sample_stack_user.to_ne_bytes());
+        b.extend_from_slice(&self.clockid.to_ne_bytes());
+        b.extend_from_slice(&self.sample_regs_intr.to_ne_bytes());
+        b.extend_from_slice(&self.aux_watermark.to_ne_bytes());
+        b.extend_from_slice(&self.sample_max_stack.to_ne_bytes());
+        b.extend_from_slice(&self.reserved_2.to_ne_bytes());
+        b.extend_from_slice(&self.aux_sample_size.to_ne_bytes());
+        b.extend_from_slice(&self.reserved_3.to_ne_bytes());
+        b.extend_from_slice(&self.sig_data.to_ne_bytes());
+        b
+    }
+}
+
+// ioctl numbers: _IO('$', n), _IOW('$', n, T), _IOR('$', n, T) on x86/arm64 encodings.
+const IOC_ENABLE: libc::c_ulong = 0x2400;
+const IOC_DISABLE: libc::c_ulong = 0x2401;
+const IOC_SET_OUTPUT: libc::c_ulong = 0x2405;
+const IOC_ID: libc::c_ulong = 0x8008_2407;
+const IOC_PAUSE_OUTPUT: libc::c_ulong = 0x4004_2409;
+
+/// An open perf event.
+#[derive(Debug)]
+pub struct Event {
+    fd: OwnedFd,
+}
+
+impl Event {
+    /// `perf_event_open(attr, pid, cpu, -1, PERF_FLAG_FD_CLOEXEC)`.
+    ///
+    /// # Errors
+    /// The OS error (EACCES/EPERM under `perf_event_paranoid`, ENOENT for an unknown event,
+    /// ESRCH for a gone pid…).
+    pub fn open(attr: &perf_event_attr, pid: i32, cpu: i32) -> io::Result<Event> {
+        const PERF_FLAG_FD_CLOEXEC: libc::c_ulong = 1 << 3;
+        // SAFETY: the kernel reads `attr.size` bytes from a valid, initialised struct of that size;
+        // the other arguments are plain integers.
+        let fd = unsafe {
+            libc::syscall(
+                libc::SYS_perf_event_open,
+                attr as *const perf_event_attr,
+                pid as libc::c_long,
+                cpu as libc::c_long,
+                -1 as libc::c_long,
+                PERF_FLAG_FD_CLOEXEC,
+            )
+        };
+        if fd < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: the syscall returned a new fd that nothing else owns.
+        Ok(Event {
+            fd: unsafe { OwnedFd::from_raw_fd(fd as RawFd) },
+        })
+    }
+
+    fn ioctl(&self, req: libc::c_ulong, arg: libc::c_ulong) -> io::Result<()> {
+        // SAFETY: the perf ioctls used here take an integer argument (or, for ID, a pointer that
+        // `id()` passes); the fd is ours.
+        let r = unsafe { libc::ioctl(self.fd.as_raw_fd(), req as _, arg) };
+        if r < 0 {
+            Err(io::Error::last_os_error())
+        } else {
+            Ok(())
+        }
+    }
+
+    /// `PERF_EVENT_IOC_ID`: the id the kernel puts in this event's records.
+    ///
+    /// # Errors
+    /// The OS error.
+    pub fn id(&self) -> io::Result<u64> {
+        let mut id = 0u64;
+        // SAFETY: IOC_ID writes one u64 through the pointer, which is valid for the call.
+        let r = unsafe { libc::ioctl(self.fd.as_raw_fd(), IOC_ID as _, &mut id as *mut u64) };
+        if r < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(id)
+    }
+
+    /// `PERF_EVENT_IOC_ENABLE`.
+    ///
+    /// # Errors
+    /// The OS error.
+    pub fn enable(&self) -> io::Result<()> {
+        self.ioctl(IOC_ENABLE, 0)
+    }
+
+    /// `PERF_EVENT_IOC_DISABLE`.
+    ///
+    /// # Errors
+    /// The OS error.
+    pub fn disable(&self) -> io::Result<()> {
+        self.ioctl(IOC_DISABLE, 0)
+    }
+
+    /// `PERF_EVENT_IOC_SET_OUTPUT`: write this event's records into `target`'s ring.
+    ///
+    /// # Errors
+    /// The OS error (EINVAL when the two differ in cpu or direction).
+    pub fn set_output(&self, target: &Event) -> io::Result<()> {
+        self.ioctl(IOC_SET_OUTPUT, target.fd.as_raw_fd() as libc::c_ulong)
+    }
+
+    /// `PERF_EVENT_IOC_PAUSE_OUTPUT`: stop (`true`) or resume writing into the ring.
+    ///
+    /// # Errors
+    /// The OS error.
+    pub fn pause_output(&self, pause: bool) -> io::Result<()> {
+        self.ioctl(IOC_PAUSE_OUTPUT, libc::c_ulong::from(pause))
+    }
+
+    /// The raw fd, for poll(2).
+    pub fn raw_fd(&self) -> RawFd {
+        self.fd.as_raw_fd()
+    }
+}
+
+/// The size of a page.
+pub fn page_size() -> usize {
+    // SAFETY: sysconf has no memory-safety preconditions.
+    let n = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    usize::try_from(n).unwrap_or(4096)
+}
+
+/// An event's mapped ring: one `perf_event_mmap_page` then `2^n` data pages.
+#[derive(Debug)]
+pub struct Mmap {
+    base: *mut u8,
+    len: usize,
+    data_size: usize,
+    page: usize,
+    writable: bool,
+}
+
+// SAFETY: the mapping is owned by this value and only read/written through &self/&mut self
+// methods; the kernel side is synchronised by the head/tail protocol.
+unsafe impl Send for Mmap {}
+
+/// Offsets in `struct perf_event_mmap_page`.
+const DATA_HEAD: usize = 1024;
+const DATA_TAIL: usize = 1032;
+
+impl Mmap {
+    /// Maps `data_pages` (a power of two) data pages of `event`'s ring; writable (forward mode:
+    /// we own `data_tail`) or read-only (overwrite mode: the kernel ignores `data_tail`).
+    ///
+    /// # Errors
+    /// The OS error (EPERM/ENOMEM above `perf_event_mlock_kb`, EINVAL for a bad page count).
+    pub fn new(event: &Event, data_pages: usize, writable: bool) -> io::Result<Mmap> {
+        let page = page_size();
+        let data_size = data_pages * page;
+        let len = data_size + page;
+        let prot = if writable {
+            libc::PROT_READ | libc::PROT_WRITE
+        } else {
+            libc::PROT_READ
+        };
+        // SAFETY: a fresh shared mapping of the event fd; the kernel validates the length.
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                prot,
+                libc::MAP_SHARED,
+                event.raw_fd(),
+                0,
+            )
+        };
+        if p == libc::MAP_FAILED {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(Mmap {
+            base: p.cast(),
+            len,
+            data_size,
+            page,
+            writable,
+        })
+    }
+
+    fn word(&self, off: usize) -> &AtomicU64 {
+        // SAFETY: `off` is 8-aligned inside the first (control) page, which stays mapped while
+        // `self` lives; the kernel updates it concurrently, hence atomic access.
+        unsafe { &*(self.base.add(off) as *const AtomicU64) }
+    }
+
+    /// `data_head`, read with acquire semantics (the `smp_rmb()` after it in perf's
+    /// `perf_mmap__read_head()`): every record before it is fully written.
+    pub fn head(&self) -> u64 {
+        self.word(DATA_HEAD).load(Ordering::Acquire)
+    }
+
+    /// `data_tail`.
+    pub fn tail(&self) -> u64 {
+        self.word(DATA_TAIL).load(Ordering::Relaxed)
+    }
+
+    /// Publishes `data_tail` with release semantics (`perf_mmap__write_tail()`): the kernel may
+    /// overwrite what lies before it only after our reads of it are done.
+    ///
+    /// # Panics
+    /// If the ring was mapped read-only.
+    pub fn set_tail(&self, tail: u64) {
+        assert!(self.writable, "data_tail of a read-only ring");
+        self.word(DATA_TAIL).store(tail, Ordering::Release);
+    }
+
+    /// Size of the data area (a power of two).
+    pub fn data_size(&self) -> usize {
+        self.data_size
+    }
+
+    /// The data area. Bytes the kernel may be writing concurrently must not be relied on: read
+    /// only the ranges the head/tail protocol (or a paused ring) makes stable.
+    pub fn data(&self) -> &[u8] {
+        // SAFETY: the data pages follow the control page and stay mapped while `self` lives.
+        // The kernel writes only outside the [tail, head) range the callers read (or not at all
+        // while the ring is paused), so the bytes they read are not being modified.
+        unsafe { std::slice::from_raw_parts(self.base.add(self.page), self.data_size) }
+    }
+}
+
+impl Drop for Mmap {
+    fn drop(&mut self) {
+        // SAFETY: unmapping the mapping this value created, exactly once.
+        unsafe {
+            libc::munmap(self.base.cast(), self.len);
+        }
+    }
+}
