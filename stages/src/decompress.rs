@@ -210,6 +210,10 @@ impl Decompress {
             pos += size;
         }
         self.buf.drain(..pos);
+        // Give back the memory of an unusually large record once it is framed.
+        if self.buf.capacity() > 8 << 20 && self.buf.len() < 1 << 20 {
+            self.buf.shrink_to(1 << 20);
+        }
         if !self.buf.is_empty() && pos != 0 {
             (self.rem_offset, self.rem_type) = at;
         }

@@ -307,7 +307,12 @@ fn count_samples(batch: &Batch) -> usize {
 impl Stage for Filter {
     fn process(&mut self, batch: Batch, out: &mut Out<'_>) -> Result<Flow, StageError> {
         let Some(info) = StreamInfo::shared(&batch) else {
-            out.push(batch);
+            // Not decoded perf data (cannot happen after `decode`): pass it, behind held batches.
+            if self.held.is_empty() {
+                out.push(batch);
+            } else {
+                self.held.push_back((batch, self.rounds));
+            }
             return Ok(Flow::Continue);
         };
         self.observe_all(&batch, &info);
