@@ -531,3 +531,150 @@ impl Sink for Output {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use super::*;
+    use crate::encode::record;
+    use crate::read_file::{FileHeader, FileSection};
+
+    fn dir(name: &str) -> PathBuf {
+        let d = std::env::temp_dir().join(format!("perfpipe-wf-{name}-{}", std::process::id()));
+        std::fs::create_dir_all(&d).unwrap();
+        d
+    }
+
+    fn push(b: &mut Batch, bytes: &[u8], kind: u32) {
+        let s = b.append(bytes, kind, 0);
+        b.spans.push(s);
+    }
+
+    fn batch() -> Batch {
+        let mut b = Batch {
+            context: Some(Arc::new(StreamInfo::new(Endian::Little))),
+            ..Batch::default()
+        };
+        let mut hdr = PIPE_MAGIC.to_le_bytes().to_vec();
+        hdr.extend_from_slice(&16u64.to_le_bytes());
+        push(&mut b, &hdr, PIPE_HEADER_KIND);
+        b
+    }
+
+    /// A HEADER_ATTR with a 64-byte attr (size 64) and the ids 7 and 8.
+    fn attr() -> Vec<u8> {
+        let mut body = vec![0u8; 64];
+        body[4..8].copy_from_slice(&64u32.to_le_bytes());
+        body.extend_from_slice(&7u64.to_le_bytes());
+        body.extend_from_slice(&8u64.to_le_bytes());
+        record(64, 0, &body, false, Endian::Little)
+    }
+
+    fn section<'a>(f: &'a [u8], s: &FileSection) -> &'a [u8] {
+        &f[s.offset as usize..(s.offset + s.size) as usize]
+    }
+
+    #[test]
+    fn header_records_go_to_the_header_and_the_rest_to_the_data() {
+        let d = dir("layout");
+        let path = d.join("out.data");
+        let e = Endian::Little;
+        let round = record(68, 0, &[], true, e);
+        let mut b = batch();
+        push(&mut b, &attr(), 64);
+        let mut feat = 3u64.to_le_bytes().to_vec();
+        feat.extend_from_slice(b"host");
+        push(&mut b, &record(80, 0, &feat, false, e), 80);
+        push(&mut b, &record(80, 0, &32u64.to_le_bytes(), false, e), 80);
+        push(&mut b, &round, 68);
+        let mut bid = (-1i32).to_le_bytes().to_vec();
+        bid.extend_from_slice(&[0xab; 20]);
+        bid.extend_from_slice(&[20, 0, 0, 0]);
+        bid.extend_from_slice(b"/bin/x\0");
+        let bid = record(67, 0x8002, &bid, true, e);
+        push(&mut b, &bid, 67);
+        push(&mut b, &bid, 67); // the same id twice: one table entry
+        push(&mut b, &round, 68);
+
+        let mut w = WriteFileConfig { path: path.clone() }.build().unwrap();
+        assert_eq!(w.consume(&b).unwrap(), Flow::Continue);
+        w.finish().unwrap();
+        let f = std::fs::read(&path).unwrap();
+        let h = FileHeader::parse(&f).unwrap();
+        assert_eq!(section(&f, &h.data), [round.clone(), round].concat());
+        assert_eq!((h.attr_size, h.attrs.size), (80, 80));
+        let ids_at = (h.attrs.offset + 64) as usize;
+        let ids = FileSection {
+            offset: e.u64(&f, ids_at).unwrap(),
+            size: e.u64(&f, ids_at + 8).unwrap(),
+        };
+        assert_eq!(
+            section(&f, &ids),
+            [7u64.to_le_bytes(), 8u64.to_le_bytes()].concat()
+        );
+        let feats = h.feature_sections(&f).unwrap();
+        assert_eq!(feats.iter().map(|(id, _)| *id).collect::<Vec<_>>(), [2, 3]);
+        assert_eq!(section(&f, &feats[1].1), b"host");
+        let table = section(&f, &feats[0].1);
+        assert_eq!(table.len(), 36 + 64, "one entry, name padded to 64");
+        assert_eq!(&table[36..43], b"/bin/x\0");
+        assert_eq!(e.u16(table, 4), Some(0x8002));
+        assert!(
+            std::fs::read_dir(&d).unwrap().count() == 1,
+            "no temporary file left"
+        );
+        std::fs::remove_dir_all(&d).unwrap();
+    }
+
+    #[test]
+    fn attrs_after_the_data_go_after_the_features() {
+        let d = dir("late");
+        let path = d.join("out.data");
+        let round = record(68, 0, &[], true, Endian::Little);
+        let mut first = batch();
+        push(&mut first, &round, 68);
+        let mut second = batch();
+        second.spans.clear();
+        second.data.clear();
+        push(&mut second, &attr(), 64);
+        let mut w = WriteFileConfig { path: path.clone() }.build().unwrap();
+        assert_eq!(w.consume(&first).unwrap(), Flow::Continue);
+        assert_eq!(w.consume(&second).unwrap(), Flow::Continue);
+        w.finish().unwrap();
+        let f = std::fs::read(&path).unwrap();
+        let h = FileHeader::parse(&f).unwrap();
+        assert_eq!(section(&f, &h.data), round);
+        assert_eq!(h.attrs.size, 80);
+        assert!(h.attrs.offset >= h.data.offset + h.data.size);
+        std::fs::remove_dir_all(&d).unwrap();
+    }
+
+    #[test]
+    fn no_file_without_a_stream_and_none_left_when_dropped() {
+        let d = dir("empty");
+        let path = d.join("out.data");
+        let mut w = WriteFileConfig { path: path.clone() }.build().unwrap();
+        w.finish().unwrap();
+        assert!(!path.exists());
+        let w = WriteFileConfig { path: path.clone() }.build().unwrap();
+        drop(w);
+        assert_eq!(std::fs::read_dir(&d).unwrap().count(), 0);
+        std::fs::remove_dir_all(&d).unwrap();
+    }
+
+    #[test]
+    fn output_mode_follows_the_path() {
+        let d = dir("mode");
+        let regular = d.join("x.data");
+        std::fs::write(&regular, b"").unwrap();
+        let null = Path::new("/dev/null");
+        assert!(OutputMode::Auto.is_file(Some(&regular)));
+        assert!(OutputMode::Auto.is_file(Some(&d.join("new.data"))));
+        assert!(!OutputMode::Auto.is_file(Some(null)));
+        assert!(!OutputMode::Auto.is_file(None));
+        assert!(OutputMode::File.is_file(Some(null)));
+        assert!(!OutputMode::Pipe.is_file(Some(&regular)));
+        std::fs::remove_dir_all(&d).unwrap();
+    }
+}
