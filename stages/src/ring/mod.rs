@@ -19,9 +19,8 @@
 //! **Order**: a dump is the stream's header records, then side-band, then the window sorted by
 //! time. **Buffering**: SIZE bytes of events plus the side-band state (bounded by live processes),
 //! reported as `ring_bytes` and `sideband_bytes` (high-water marks; the latter counts the kept
-//! header records too); while a dump is built, its
-//! batches add up to its size once more. **EOF**: dumps what it holds, unless it stopped after
-//! its one dump.
+//! header records too); while a dump is built, its batches add up to its size once more.
+//! **EOF**: dumps what it holds, unless it stopped after its one dump.
 //!
 //! Value syntax (`--ring` or `--stage ring:`): `SIZE[,once][,after=DURATION][,trigger=EXPR]`, the
 //! trigger last because an expression may hold commas; the CLI builds it from `--ring`,
