@@ -143,6 +143,7 @@ struct Inner {
     queue_fill_max: AtomicU64,
     queue_capacity: u64,
     counters: Vec<(&'static str, Counter)>,
+    lifetime_ns: AtomicU64,
 }
 
 impl StageMetrics {
@@ -166,6 +167,7 @@ impl StageMetrics {
                 queue_fill_max: AtomicU64::new(0),
                 queue_capacity: queue_capacity as u64,
                 counters,
+                lifetime_ns: AtomicU64::new(0),
             }),
         }
     }
@@ -181,6 +183,9 @@ impl StageMetrics {
         i.working_ns.fetch_add(working.as_nanos() as u64, Relaxed);
         i.starved_ns.fetch_add(starved.as_nanos() as u64, Relaxed);
         i.blocked_ns.fetch_add(blocked.as_nanos() as u64, Relaxed);
+    }
+    pub(crate) fn set_lifetime(&self, d: Duration) {
+        self.inner.lifetime_ns.store(d.as_nanos() as u64, Relaxed);
     }
     pub(crate) fn sample_queue(&self, len: usize) {
         let i = &self.inner;
@@ -220,6 +225,7 @@ impl StageMetrics {
             },
             queue_fill_max: i.queue_fill_max.load(Relaxed),
             counters: i.counters.iter().map(|(n, c)| (*n, c.get())).collect(),
+            lifetime: Duration::from_nanos(i.lifetime_ns.load(Relaxed)),
         }
     }
 }
@@ -261,6 +267,9 @@ pub struct StageSnapshot {
     pub queue_fill_max: u64,
     /// The stage's own counters.
     pub counters: Vec<(&'static str, u64)>,
+    /// How long the stage's thread ran, start to end; zero while it runs. The time split
+    /// (working + starved + blocked) covers it but for the thread's first and last instants.
+    pub lifetime: Duration,
 }
 
 impl StageSnapshot {

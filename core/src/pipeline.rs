@@ -303,6 +303,7 @@ impl Pipeline {
             let done = done_tx.clone();
             let thread_name = name.clone();
             let body = move || {
+                let born = Instant::now();
                 let result = catch_unwind(AssertUnwindSafe(|| match node {
                     Node::Source(s) => run_source(s, tx.expect("source has output"), &ctx),
                     Node::Stage(s) => run_stage(
@@ -330,9 +331,11 @@ impl Pipeline {
                         }),
                     ),
                 };
-                if end == End::Failed || end == End::Stopped || end == End::DownstreamClosed {
-                    ctx.cancel.store(true, Ordering::Relaxed);
-                }
+                // No cancel flag here: a stage that ends drops its input, and the stages before it
+                // stop at their next send without flushing. Stopping the source directly instead
+                // would hand the stages in between an early end of stream, which they would take
+                // for a truncated input.
+                ctx.metrics.set_lifetime(born.elapsed());
                 let _ = done.send(Done { index, end, error });
             };
             match std::thread::Builder::new()
