@@ -21,9 +21,10 @@ use std::sync::Arc;
 use perfpipe_core::{Batch, Counter, Flow, Out, Span, Stage, StageError};
 
 use crate::format::{
-    Attr, Endian, EventHeader, RecordType, StreamInfo, EVENT_HEADER_SIZE, FILE_HEADER_SIZE,
-    PIPE_HEADER_KIND, PIPE_HEADER_SIZE, PIPE_MAGIC,
+    Attr, AttrError, Endian, EventHeader, RecordType, StreamInfo, EVENT_HEADER_SIZE,
+    FILE_HEADER_SIZE, MAX_ATTRS, PIPE_HEADER_KIND, PIPE_HEADER_SIZE, PIPE_MAGIC,
 };
+
 use crate::Error;
 
 /// Largest payload accepted after a HEADER_TRACING_DATA or AUXTRACE record.
@@ -226,7 +227,16 @@ impl Decode {
             let rec = &data[pos..pos + size];
             if rt == RecordType::HEADER_ATTR {
                 match Attr::parse(&rec[EVENT_HEADER_SIZE..], e) {
-                    Ok(attr) => Arc::make_mut(info).add_attr(attr),
+                    // A repeated attr changes nothing: no copy of the shared info.
+                    Ok(attr) if info.has_attr(&attr) => {}
+                    Ok(attr) => {
+                        if !Arc::make_mut(info).add_attr(attr) {
+                            return Framed::Failed(Error::BadAttr {
+                                offset: at(pos),
+                                source: AttrError::TooMany(MAX_ATTRS),
+                            });
+                        }
+                    }
                     Err(source) => {
                         return Framed::Failed(Error::BadAttr {
                             offset: at(pos),

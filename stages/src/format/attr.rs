@@ -48,6 +48,8 @@ pub enum AttrError {
     },
     /// `attr.size` is smaller than version 0 or not a multiple of 8.
     BadSize(u32),
+    /// A new attr when the stream already declared this many distinct ones (the limit).
+    TooMany(usize),
 }
 
 impl std::fmt::Display for AttrError {
@@ -57,6 +59,7 @@ impl std::fmt::Display for AttrError {
                 write!(f, "attr body of {have} bytes is shorter than {need}")
             }
             AttrError::BadSize(s) => write!(f, "attr.size {s} is not a valid perf_event_attr size"),
+            AttrError::TooMany(n) => write!(f, "more than {n} distinct attrs in one stream"),
         }
     }
 }

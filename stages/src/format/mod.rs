@@ -16,4 +16,4 @@ pub use constants::{
 };
 pub use endian::{Endian, EventHeader};
 pub use record::{Callchain, Comm, FileId, Mmap, Record, Sample, SampleId, Task};
-pub use stream::StreamInfo;
+pub use stream::{StreamInfo, MAX_ATTRS};

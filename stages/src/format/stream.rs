@@ -11,6 +11,9 @@ use super::attr::Attr;
 use super::endian::Endian;
 use super::record::Record;
 
+/// Most distinct attrs a stream may declare: a span's `tag` indexes them as a `u16`.
+pub const MAX_ATTRS: usize = u16::MAX as usize;
+
 /// Byte order and attrs of a stream.
 #[derive(Clone, Debug, Default)]
 pub struct StreamInfo {
@@ -23,6 +26,25 @@ pub struct StreamInfo {
     /// knows it after an earlier one dropped that sample.
     pub first_sample_time: Arc<OnceLock<u64>>,
     ids: HashMap<u64, u16>,
+    /// First attr of each [`attr_hash`], to find repeated attrs in constant time.
+    by_hash: HashMap<u64, u16>,
+}
+
+/// A hash of the fields that make an attr (the layout derives from them).
+fn attr_hash(a: &Attr) -> u64 {
+    use std::hash::{Hash as _, Hasher as _};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    (
+        a.type_,
+        a.size,
+        a.config,
+        a.sample_type,
+        a.read_format,
+        a.flags,
+    )
+        .hash(&mut h);
+    a.ids.hash(&mut h);
+    h.finish()
 }
 
 impl StreamInfo {
@@ -44,13 +66,32 @@ impl StreamInfo {
         batch.context.clone()?.downcast::<StreamInfo>().ok()
     }
 
-    /// Adds an attr and indexes its ids.
-    pub fn add_attr(&mut self, attr: Attr) {
+    /// Adds an attr and indexes its ids. An attr equal to one already known (same fields, same
+    /// ids: a stream that repeats its preamble, like concatenated recordings) is not added again,
+    /// so the table does not grow with repetitions (found by the soak: it grew by one attr per
+    /// repetition and every batch copied it). Returns `false`, adding nothing, when the attr is
+    /// new and the table already holds [`MAX_ATTRS`].
+    pub fn add_attr(&mut self, attr: Attr) -> bool {
+        if self.has_attr(&attr) {
+            return true;
+        }
+        if self.attrs.len() >= MAX_ATTRS {
+            return false;
+        }
         let index = self.attrs.len() as u16;
+        self.by_hash.entry(attr_hash(&attr)).or_insert(index);
         for &id in &attr.ids {
             self.ids.entry(id).or_insert(index);
         }
         self.attrs.push(attr);
+        true
+    }
+
+    /// Whether `attr` is already in the table.
+    pub fn has_attr(&self, attr: &Attr) -> bool {
+        self.by_hash
+            .get(&attr_hash(attr))
+            .is_some_and(|&i| self.attrs[usize::from(i)] == *attr)
     }
 
     /// Index of the attr a record belongs to, as perf's `evlist__event2evsel()` decides: the only
