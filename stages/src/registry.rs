@@ -120,7 +120,7 @@ impl Registry {
 pub const BUILTIN: &[(&str, &str)] = &[
     (
         "read",
-        "source: read standard input or -i FILE in large chunks",
+        "source: read standard input or -i FILE in large chunks; a file-mode perf.data is mapped and presented as the pipe stream",
     ),
     (
         "decode",
@@ -128,7 +128,7 @@ pub const BUILTIN: &[(&str, &str)] = &[
     ),
     (
         "write",
-        "sink: encode records (unchanged ones byte for byte) to standard output or -o FILE",
+        "sink: encode records (unchanged ones byte for byte) to standard output or -o FILE (a regular file in file mode)",
     ),
 ];
 
