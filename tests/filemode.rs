@@ -457,3 +457,23 @@ pipetest!(
     assert!(plain(&out) == plain(&le), "perf script differs");
     eqnice!(stats(&le), stats(&out));
 });
+
+pipetest!(
+    /// `perfpipe < perf.data` maps standard input when it is a regular file; a file-mode header
+    /// arriving through a real pipe gets an error that says to use `-i FILE`.
+    stdin_redirect_is_file_mode_and_a_pipe_is_not, |dir| {
+    let input = fixture("plain.file.data");
+    let out = dir.path("out.data");
+    let r = Command::new(crate::util::bin())
+        .args(["-o", s(&out)])
+        .stdin(std::fs::File::open(&input).unwrap())
+        .output()
+        .unwrap();
+    ok(&r);
+    let (want, got) = (fixture_bytes("plain.file.data"), std::fs::read(&out).unwrap());
+    assert!(data_section(&want) == data_section(&got));
+    let piped = perfpipe(&["-o", "/dev/null"], &fixture_bytes("plain.file.data"));
+    assert_eq!(piped.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&piped.stderr);
+    assert!(err.contains("offset 0") && err.contains("-i FILE"), "{err}");
+});

@@ -1,7 +1,8 @@
 //! `read`, file mode: a file-mode `perf.data` presented as the record stream a pipe gives, so that
 //! `decode` and every stage after it work unchanged.
 //!
-//! The file is memory-mapped. Only its header sections are parsed (header, attrs with their ids,
+//! `-i FILE` is read this way when its first bytes are a file-mode header, whatever its name; so is
+//! standard input when it is a regular file (`perfpipe < perf.data`). The file is memory-mapped. Only its header sections are parsed (header, attrs with their ids,
 //! the feature table), never the data section ahead of time: the first batch is a synthesized pipe
 //! preamble and the data section then flows in large chunks, as [`read`](crate::read) reads a pipe.
 //!
@@ -35,6 +36,8 @@
 
 use std::fs::File;
 use std::io::Read as _;
+use std::os::fd::AsFd as _;
+use std::os::unix::fs::FileExt as _;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -288,6 +291,17 @@ pub fn is_file_mode(path: &Path) -> bool {
         && FileHeader::detect(&head)
 }
 
+/// Standard input, when it is a regular file holding a file-mode `perf.data` (`perfpipe <
+/// perf.data`): it is mapped like `-i FILE`.
+fn stdin_file() -> Option<File> {
+    let file = File::from(std::io::stdin().as_fd().try_clone_to_owned().ok()?);
+    let mut head = [0u8; 16];
+    (file.metadata().ok()?.is_file()
+        && file.read_exact_at(&mut head, 0).is_ok()
+        && FileHeader::detect(&head))
+    .then_some(file)
+}
+
 /// Configuration of the file-mode `read` source.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct ReadFileConfig {
@@ -307,9 +321,23 @@ impl ReadFileConfig {
             move |source| Error::Io { op, path, source }
         };
         let file = File::open(&self.path).map_err(io("open"))?;
+        ReadFile::from_file(&file, &self.path)
+    }
+}
+
+impl ReadFile {
+    /// Maps an open file-mode `perf.data` (`name` is for errors) and checks its header.
+    ///
+    /// # Errors
+    /// As [`ReadFileConfig::build`].
+    pub fn from_file(file: &File, name: &Path) -> Result<ReadFile, Error> {
         // SAFETY: the map is read-only. A file truncated underneath us while mapped would raise
         // SIGBUS, as it would for perf itself; recordings are not modified while being read.
-        let map = unsafe { Mmap::map(&file) }.map_err(io("mmap"))?;
+        let map = unsafe { Mmap::map(file) }.map_err(|source| Error::Io {
+            op: "mmap",
+            path: name.to_path_buf(),
+            source,
+        })?;
         let _ = map.advise(memmap2::Advice::Sequential);
         let header = FileHeader::parse(&map)?;
         let features = header.feature_sections(&map)?;
@@ -540,6 +568,10 @@ impl Input {
             Some(p) if is_file_mode(p) => {
                 Ok(Input::File(ReadFileConfig { path: p.clone() }.build()?))
             }
+            None => match stdin_file() {
+                Some(f) => Ok(Input::File(ReadFile::from_file(&f, Path::new("-"))?)),
+                None => Ok(Input::Pipe(cfg.build()?)),
+            },
             _ => Ok(Input::Pipe(cfg.build()?)),
         }
     }
