@@ -399,6 +399,11 @@ live_test!(
     ["W", "single", "2"]
 );
 live_test!(
+    live_two_events,
+    ["-e", "cpu-clock,task-clock", "-c", "200000"],
+    ["W", "single", "1"]
+);
+live_test!(
     live_system_wide_switch,
     ["-a", "--switch-events", "-e", "cpu-clock", "-c", "200000"],
     ["sleep", "0.3"]
