@@ -21,7 +21,8 @@ pub fn chunks(data: &[u8], seed: u64) -> Vec<Batch> {
     let mut off = 0usize;
     while off < data.len() {
         let r = next();
-        let n = match r % 4 {
+        // At most 64 batches (each may carry 64 KiB of headroom): the last takes the rest.
+        let n = match if out.len() == 63 { 0 } else { r % 4 } {
             0 => data.len() - off,
             1 => 1 + (r >> 8) as usize % 16,
             _ => 1 + (r >> 8) as usize % 4096,
