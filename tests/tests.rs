@@ -12,6 +12,7 @@
 //! - `malformed`: the catalogue of malformed input (issue 7), each row under a timeout and a memory limit.
 //! - `ends`: every kind of end (signals, closed downstream, killed upstream, full disk) loses no complete record.
 //! - `regression`: fuzz crashes turned into tests (`r7_*`).
+//! - `record`: `perfpipe record` (native capture) against `perf record`: counts, symbols, forks, tiny rings, lost events, overwrite dumps.
 //! - `ring`: the flight recorder: newest window, side-band, SIGUSR2 dumps, bounded memory over 1 GiB.
 //! - `memory`: RSS stays under the stated bound behind a throttled reader; a stalled producer costs no CPU.
 
@@ -29,6 +30,7 @@ mod filter;
 mod malformed;
 mod memory;
 mod passthrough;
+mod record;
 mod regression;
 mod ring;
 mod stats;

@@ -20,6 +20,7 @@ use perfpipe_stages::record::{Period, RecordConfig, Target};
 use perfpipe_stages::registry::Registry;
 use perfpipe_stages::write::WriteConfig;
 use perfpipe_stages::write_file::{Output, OutputMode};
+use perfpipe_stages::write_split::WriteSplitConfig;
 
 use crate::{chain, path_or_std, stage_flags, RunArgs, EXIT_FAILURE, EXIT_USAGE};
 
@@ -62,8 +63,9 @@ pub(crate) struct RecordArgs {
         default_value_t = 128
     )]
     mmap_pages: usize,
-    /// Output; `-` is standard output. A regular file gets a file-mode perf.data (not with
-    /// --overwrite, whose dumps are pipe-mode streams one after another).
+    /// Output; `-` is standard output; a regular file gets a file-mode perf.data. With
+    /// --overwrite, a single output takes one dump (the first SIGUSR2 or the end) and ends the
+    /// recording; `NAME-%n.data` writes one file per dump and records until the end.
     #[arg(short, long, value_name = "FILE", default_value = "-")]
     output: PathBuf,
     /// Print the per-stage table (with lost_events) on stderr at the end.
@@ -130,19 +132,13 @@ fn pipeline(
         dumps: Some(dumps),
         ..args.config(target)
     };
-    let source = cfg.build()?;
-    let mode = if args.overwrite {
-        OutputMode::Pipe
-    } else {
-        OutputMode::Auto
+    let split = WriteSplitConfig::is_pattern(&args.output);
+    let cfg = RecordConfig {
+        // One output holds one stream: the first dump ends the recording.
+        once: !split,
+        ..cfg
     };
-    let write = Output::open(
-        &WriteConfig {
-            path: path_or_std(&args.output),
-            pipe_buffer: 1 << 20,
-        },
-        mode,
-    )?;
+    let source = cfg.build()?;
     let mut nodes = chain(registry, stages)?;
     if args.overwrite {
         // The dumps arrive framed, with their stream info: decode has nothing to do.
@@ -152,6 +148,22 @@ fn pipeline(
     for (name, stage) in nodes {
         p = p.boxed_stage(name, stage);
     }
+    if split {
+        let sink = WriteSplitConfig {
+            pattern: args.output.clone(),
+            mode: OutputMode::Auto,
+            pipe_buffer: 0,
+        }
+        .build()?;
+        return Ok(p.sink("write", sink));
+    }
+    let write = Output::open(
+        &WriteConfig {
+            path: path_or_std(&args.output),
+            pipe_buffer: 1 << 20,
+        },
+        OutputMode::Auto,
+    )?;
     Ok(p.sink("write", write))
 }
 

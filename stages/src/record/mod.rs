@@ -9,7 +9,7 @@
 //! then the kernel's records, every ring drained once per pass and a FINISHED_ROUND after each
 //! pass, which is the ordering perf's readers sort by.
 //!
-//! Samples carry `IDENTIFIER|IP|TID|TIME|CPU|PERIOD` (`CALLCHAIN` with `-g`) and every record a
+//! Samples carry `IDENTIFIER|IP|TID|TIME|CPU` (`PERIOD` with `-F`, `CALLCHAIN` with `-g`) and every record a
 //! `sample_id` trailer; the identifier lets several attrs share the stream (overwrite mode).
 //!
 //! - **Forward mode** (default): see [`ring::read_forward`]. LOST records pass through and are
@@ -91,6 +91,8 @@ pub struct RecordConfig {
     pub stop: Option<Arc<AtomicBool>>,
     /// Asks for a dump when set (overwrite mode); the source clears it.
     pub dumps: Option<Arc<AtomicBool>>,
+    /// Overwrite mode: end the recording after the first dump (the output holds one stream).
+    pub once: bool,
     /// Send the workload's standard output to standard error (when the stream goes to stdout).
     pub workload_stdout_to_stderr: bool,
     /// The command line, for the CMDLINE feature.
@@ -108,6 +110,7 @@ impl Default for RecordConfig {
             mmap_pages: 128,
             stop: None,
             dumps: None,
+            once: false,
             workload_stdout_to_stderr: false,
             cmdline: Vec::new(),
         }
@@ -188,12 +191,14 @@ struct CpuRings {
 
 impl RecordConfig {
     fn attr(&self, config: u64, tracking: bool, backward: bool, pages: usize) -> perf_event_attr {
-        let mut sample_type = sample::IDENTIFIER
-            | sample::IP
-            | sample::TID
-            | sample::TIME
-            | sample::CPU
-            | sample::PERIOD;
+        let mut sample_type =
+            sample::IDENTIFIER | sample::IP | sample::TID | sample::TIME | sample::CPU;
+        // Only with a frequency, as perf does: a software event that samples PERIOD with a fixed
+        // period writes a sample for *every* event (`perf_swevent_event()` in
+        // kernel/events/core.c), whatever `sample_period` says.
+        if matches!(self.period, Period::Freq(_)) {
+            sample_type |= sample::PERIOD;
+        }
         if self.callchain {
             sample_type |= sample::CALLCHAIN;
         }
@@ -428,6 +433,7 @@ impl RecordConfig {
             started: false,
             stop: self.stop.clone(),
             dumps: self.dumps.clone(),
+            once: self.once,
             recorder,
             offset: 0,
             waited: Duration::ZERO,
@@ -481,6 +487,7 @@ pub struct Record {
     started: bool,
     stop: Option<Arc<AtomicBool>>,
     dumps: Option<Arc<AtomicBool>>,
+    once: bool,
     recorder: Option<(Recorder, Arc<StreamInfo>)>,
     offset: u64,
     waited: Duration,
@@ -671,6 +678,10 @@ impl Source for Record {
                 .is_some_and(|d| d.swap(false, Ordering::Relaxed));
             if ended || asked {
                 self.dump(out)?;
+                if self.once && !ended {
+                    self.finish()?;
+                    return Ok(Flow::Stop);
+                }
             } else {
                 let mut side = Vec::new();
                 self.drain(&mut side);
@@ -730,6 +741,8 @@ mod tests {
         assert_ne!(a.flags & flag::INHERIT, 0);
         assert_ne!(a.sample_type & sample::CALLCHAIN, 0);
         assert_eq!(a.flags & flag::FREQ, 0);
+        // A fixed period must not sample PERIOD: software events would then sample every event.
+        assert_eq!(a.sample_type & sample::PERIOD, 0);
         assert_eq!(a.sample_period, 10_000);
         c.target = Target::System;
         let b = c.attr(sys::SW_CPU_CLOCK, false, true, 8);

@@ -1,0 +1,491 @@
+//! `perfpipe record` (issue 10): the native capture source, checked against `perf record` with the
+//! same event, period and workload, and read back by `perf script`/`perf report`.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use crate::util::{bin, have_perf, perf_on, perf_record, workload, Dir};
+
+/// A C workload with symbols of its own: `spin_a` does twice the work of `spin_b`.
+const SPIN_C: &str = r#"
+#include <stdlib.h>
+volatile unsigned long sink;
+__attribute__((noinline)) void spin_a(long n) { for (long i = 0; i < n; i++) sink += i * i; }
+__attribute__((noinline)) void spin_b(long n) { for (long i = 0; i < n; i++) sink ^= i * 7; }
+int main(int argc, char **argv) {
+    long n = argc > 1 ? atol(argv[1]) : 60000000;
+    spin_a(2 * n);
+    spin_b(n);
+    return 0;
+}
+"#;
+
+/// Compiles the spin workload into `dir`; `None` (test skipped) without a C compiler.
+fn spin(dir: &Dir) -> Option<PathBuf> {
+    let src = dir.write("spin.c", SPIN_C.as_bytes());
+    let exe = dir.path("spin");
+    let ok = Command::new("cc")
+        .args(["-O1", "-g", "-o"])
+        .arg(&exe)
+        .arg(&src)
+        .status()
+        .is_ok_and(|s| s.success());
+    if !ok {
+        eprintln!("skipping: no C compiler for the spin workload");
+    }
+    ok.then_some(exe)
+}
+
+/// `perfpipe record ARGS -- WORKLOAD…`: the stream on stdout and stderr, asserting success.
+fn record(args: &[&str], work: &[&str]) -> (Vec<u8>, String) {
+    let out = Command::new(bin())
+        .arg("record")
+        .args(args)
+        .arg("--")
+        .args(work)
+        .stdin(Stdio::null())
+        .output()
+        .expect("perfpipe record");
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(out.status.success(), "perfpipe record {args:?}: {err}");
+    (out.stdout, err)
+}
+
+/// Record counts by name from `perf report --stats` (the aggregated section).
+fn stats(stream: &[u8]) -> HashMap<String, u64> {
+    stats_in(&perf_on(&["report", "--stats"], stream))
+}
+
+fn stats_in(text: &str) -> HashMap<String, u64> {
+    let mut m = HashMap::new();
+    // The aggregate section, up to the per-event sections.
+    let lines = text
+        .lines()
+        .skip_while(|l| !l.contains("Aggregated stats:"));
+    for line in lines.skip(1) {
+        if line.contains(" stats:") {
+            break;
+        }
+        if let Some((name, rest)) = line.trim().split_once(" events:") {
+            let n = rest.split_whitespace().next().and_then(|n| n.parse().ok());
+            m.insert(name.trim().to_string(), n.unwrap_or(0));
+        }
+    }
+    m
+}
+
+fn samples(stream: &[u8]) -> u64 {
+    stats(stream).get("SAMPLE").copied().unwrap_or(0)
+}
+
+fn samples_in(report_stats: &str) -> u64 {
+    stats_in(report_stats).get("SAMPLE").copied().unwrap_or(0)
+}
+
+/// `symbol → percent of samples` from `perf report --sort sym`.
+fn symbols(stream: &[u8]) -> HashMap<String, f64> {
+    let text = perf_on(
+        &[
+            "report",
+            "--stdio",
+            "--no-children",
+            "-g",
+            "none",
+            "-q",
+            "--sort",
+            "sym",
+        ],
+        stream,
+    );
+    text.lines()
+        .filter_map(|l| {
+            let mut f = l.split_whitespace();
+            let pct: f64 = f.next()?.trim_end_matches('%').parse().ok()?;
+            let _mode = f.next()?;
+            Some((f.next()?.to_string(), pct))
+        })
+        .collect()
+}
+
+/// The `stage counter = value` line of `--stats`.
+fn counter(stderr: &str, name: &str) -> u64 {
+    stderr
+        .lines()
+        .find_map(|l| l.trim().strip_prefix(&format!("{name} = "))?.parse().ok())
+        .unwrap_or_else(|| panic!("no {name} in:\n{stderr}"))
+}
+
+fn close(a: u64, b: u64, pct: f64) -> bool {
+    (a as f64 - b as f64).abs() <= pct / 100.0 * a.max(b) as f64
+}
+
+pipetest!(record_page_faults_count_like_perf_record, |dir| {
+    if !have_perf() {
+        return;
+    }
+    let _ = &dir;
+    // Page faults of a fixed workload are nearly deterministic, so the counts must agree closely.
+    let w = workload();
+    let (ours, _) = record(&["-e", "page-faults", "-c", "10"], &[&w, "single", "2"]);
+    let theirs = perf_record(&["-e", "page-faults", "-c", "10"], &[&w, "single", "2"]);
+    let (a, b) = (samples(&ours), samples(&theirs));
+    assert!(b > 50, "perf record took {b} samples");
+    assert!(close(a, b, 3.0), "perfpipe {a} samples, perf record {b}");
+});
+
+pipetest!(
+    record_resolves_the_workloads_symbols_like_perf_record,
+    |dir| {
+        if !have_perf() {
+            return;
+        }
+        let Some(exe) = spin(&dir) else { return };
+        let exe = exe.to_string_lossy().into_owned();
+        let args = ["-e", "cpu-clock", "-c", "100000", "-g"];
+        // Interleaved, two of each: the machine is shared and CPU time drifts between runs.
+        let mut ours = Vec::new();
+        let mut theirs = Vec::new();
+        for _ in 0..2 {
+            ours.push(record(&args, &[&exe]).0);
+            theirs.push(perf_record(&args, &[&exe]));
+        }
+        let a: u64 = ours.iter().map(|s| samples(s)).sum();
+        let b: u64 = theirs.iter().map(|s| samples(s)).sum();
+        assert!(b > 200, "perf record took {b} samples");
+        assert!(close(a, b, 10.0), "perfpipe {a} samples, perf record {b}");
+        // perf script reads the stream whole, callchains included.
+        let script = perf_on(&["script"], &ours[0]);
+        assert!(
+            script.contains("spin_a"),
+            "{}",
+            &script[..script.len().min(2000)]
+        );
+        // The workload's own functions take (nearly) all samples in both; their split between
+        // spin_a and spin_b drifts by ±7 points from run to run with either tool, so it is the
+        // resolved share that is compared.
+        let (sa, sb) = (symbols(&ours[0]), symbols(&theirs[0]));
+        let own = |m: &HashMap<String, f64>| {
+            m.get("spin_a").unwrap_or(&0.0) + m.get("spin_b").unwrap_or(&0.0)
+        };
+        assert!(own(&sa) > 90.0, "ours {sa:?}");
+        assert!(
+            (own(&sa) - own(&sb)).abs() < 3.0,
+            "ours {sa:?}\ntheirs {sb:?}"
+        );
+        assert!(sa["spin_a"] > sa["spin_b"], "{sa:?}");
+    }
+);
+
+pipetest!(record_follows_forks_and_execs, |dir| {
+    if !have_perf() {
+        return;
+    }
+    let _ = &dir;
+    let w = workload();
+    let (s, _) = record(&["-e", "cpu-clock", "-c", "200000"], &[&w, "multi", "2"]);
+    let script = perf_on(
+        &["script", "--show-task-events", "-F", "comm,pid,event"],
+        &s,
+    );
+    let mut pids = std::collections::HashSet::new();
+    for l in script.lines() {
+        if l.contains("cpu-clock") {
+            if let Some(pid) = l.split_whitespace().nth(1) {
+                pids.insert(pid.to_string());
+            }
+        }
+    }
+    // The three forked shells, and the programs they exec.
+    assert!(pids.len() >= 4, "sampled pids {pids:?}");
+    for comm in ["gzip", "sha256sum"] {
+        assert!(
+            script
+                .lines()
+                .any(|l| l.trim_start().starts_with(comm) && l.contains("cpu-clock")),
+            "no {comm} samples"
+        );
+    }
+    assert!(script.contains("PERF_RECORD_FORK"), "no FORK");
+    assert!(script.contains("PERF_RECORD_COMM exec"), "no COMM exec");
+    let st = stats(&s);
+    assert!(st.get("EXIT").copied().unwrap_or(0) >= 3, "{st:?}");
+});
+
+pipetest!(record_tiny_rings_wrap_and_lose_nothing_silently, |dir| {
+    if !have_perf() {
+        return;
+    }
+    let _ = &dir;
+    // One 4 KiB page per cpu: callchain samples (~150 B) wrap the ring every few dozen records,
+    // so records straddling the end are the common case. decode (in the pipeline) and perf both
+    // reject a torn record; what the ring could not hold must come back as LOST.
+    let w = workload();
+    let (s, err) = record(
+        &["-e", "cpu-clock", "-c", "50000", "-g", "-m", "1", "--stats"],
+        &[&w, "single", "3"],
+    );
+    let st = stats(&s);
+    let got = st.get("SAMPLE").copied().unwrap_or(0);
+    let lost_records = st.get("LOST").copied().unwrap_or(0);
+    let lost = counter(&err, "lost_events");
+    assert!(got > 500, "{st:?}");
+    assert_eq!(lost_records > 0, lost > 0, "{st:?} lost_events={lost}");
+    // Every record read was whole: the kernel record count equals what perf counted.
+    let kernel: u64 = st
+        .iter()
+        .filter(|(k, _)| {
+            matches!(
+                k.as_str(),
+                "MMAP2" | "COMM" | "EXIT" | "FORK" | "SAMPLE" | "LOST" | "THROTTLE" | "UNTHROTTLE"
+            )
+        })
+        .map(|(_, v)| v)
+        .sum();
+    // Plus the one COMM perfpipe synthesizes for the forked workload before its exec.
+    assert_eq!(kernel, counter(&err, "kernel_records") + 1, "{st:?}");
+    let script = perf_on(&["script"], &s);
+    assert!(script.contains("cpu-clock"));
+});
+
+pipetest!(record_reports_lost_events, |dir| {
+    if !have_perf() {
+        return;
+    }
+    let _ = &dir;
+    // 100 kHz callchain samples on both cpus into one page per cpu: more than the reader can keep
+    // up with between wakeups, so the kernel drops records and says so.
+    let w = workload();
+    let (s, err) = record(
+        &["-e", "cpu-clock", "-c", "10000", "-g", "-m", "1", "--stats"],
+        &[&w, "multi", "2"],
+    );
+    let lost = counter(&err, "lost_events");
+    let st = stats(&s);
+    assert!(lost > 0, "no events lost: {st:?}");
+    assert!(st.get("LOST").copied().unwrap_or(0) > 0, "{st:?}");
+    // perf report shows the same total as lost.
+    let report = perf_on(&["report", "--stats"], &s);
+    assert!(report.contains("LOST"), "{report}");
+});
+
+fn signal(child: &Child, sig: libc::c_int) {
+    // SAFETY: kill(2) on our own child's pid.
+    assert_eq!(unsafe { libc::kill(child.id() as libc::pid_t, sig) }, 0);
+}
+
+/// Sample times of a stream, as `perf script` prints them.
+fn sample_times(stream: &[u8]) -> Vec<f64> {
+    times_in(&perf_on(&["script", "-F", "time"], stream))
+}
+
+fn times_in(script: &str) -> Vec<f64> {
+    script
+        .lines()
+        .filter_map(|l| l.trim().trim_end_matches(':').parse().ok())
+        .collect()
+}
+
+fn wait_for(child: &mut Child, limit: Duration) -> std::process::ExitStatus {
+    let t0 = Instant::now();
+    loop {
+        if let Some(s) = child.try_wait().expect("wait") {
+            return s;
+        }
+        assert!(t0.elapsed() < limit, "perfpipe record did not end");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+pipetest!(record_overwrite_dumps_on_sigusr2_as_valid_streams, |dir| {
+    if !have_perf() {
+        return;
+    }
+    let Some(exe) = spin(&dir) else { return };
+    let pattern = dir.path("dump-%n.data");
+    let mut child = Command::new(bin())
+        .args([
+            "record",
+            "--overwrite",
+            "-e",
+            "cpu-clock",
+            "-c",
+            "100000",
+            "-g",
+        ])
+        .args(["-m", "4", "-o"])
+        .arg(&pattern)
+        .arg("--")
+        .arg(&exe)
+        .arg("400000000")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    std::thread::sleep(Duration::from_millis(700));
+    signal(&child, libc::SIGUSR2);
+    std::thread::sleep(Duration::from_millis(700));
+    signal(&child, libc::SIGUSR2);
+    let status = wait_for(&mut child, Duration::from_secs(120));
+    assert!(status.success(), "{status:?}");
+    let files: Vec<PathBuf> = (1..=3)
+        .map(|n| dir.path(&format!("dump-{n}.data")))
+        .collect();
+    let mut last_end = 0.0f64;
+    for f in &files {
+        assert!(Path::new(f).exists(), "{} missing", f.display());
+        // Each dump is a whole stream on its own (written as a perf.data), read by perf.
+        let n = samples_in(&perf_file(&["report", "--stats"], f));
+        assert!(n > 20, "{}: {n} samples", f.display());
+        // 4 pages per cpu hold at most ~16 KiB / 60 B of samples: the kernel kept only the newest.
+        assert!(n < 2 * 16 * 1024 / 48, "{}: {n} samples", f.display());
+        let syms = perf_file(&["report", "--stdio", "-q", "--sort", "sym"], f);
+        assert!(
+            syms.contains("spin_a") || syms.contains("spin_b"),
+            "{}: {syms}",
+            f.display()
+        );
+        let times = times_in(&perf_file(&["script", "-F", "time"], f));
+        let (lo, hi) = times
+            .iter()
+            .fold((f64::MAX, 0.0f64), |(lo, hi), &t| (lo.min(t), hi.max(t)));
+        // Consecutive windows: each dump starts after the previous one ended.
+        assert!(
+            lo >= last_end,
+            "{}: window {lo}..{hi} overlaps {last_end}",
+            f.display()
+        );
+        last_end = hi;
+    }
+    assert!(!dir.path("dump-4.data").exists());
+});
+
+pipetest!(record_overwrite_single_output_keeps_the_newest, |dir| {
+    if !have_perf() {
+        return;
+    }
+    let Some(exe) = spin(&dir) else { return };
+    let exe = exe.to_string_lossy().into_owned();
+    let args = ["-e", "cpu-clock", "-c", "100000", "-g"];
+    let (full, _) = record(&args, &[&exe]);
+    let (dump, err) = record(
+        &[&args[..], &["--overwrite", "-m", "4", "--stats"]].concat(),
+        &[&exe],
+    );
+    assert_eq!(counter(&err, "dumps"), 1);
+    let (nf, nd) = (samples(&full), samples(&dump));
+    assert!(nd > 20 && nd * 2 < nf, "dump {nd}, full {nf}");
+    // The program ends in spin_b: the newest samples are all there.
+    let syms = symbols(&dump);
+    assert!(
+        syms.get("spin_b").copied().unwrap_or(0.0) > 90.0,
+        "{syms:?}"
+    );
+    // Time order is restored inside the dump.
+    let times = sample_times(&dump);
+    assert!(
+        times.windows(2).all(|w| w[0] <= w[1]),
+        "dump not in time order"
+    );
+});
+
+pipetest!(record_system_wide_until_sigint, |dir| {
+    if !have_perf() {
+        return;
+    }
+    let _ = &dir;
+    let mut child = Command::new(bin())
+        .args(["record", "-a", "-e", "cpu-clock", "-c", "1000000"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn");
+    // The preamble is written when sampling starts (after /proc has been read, which takes a
+    // while on a loaded machine): interrupt one second after it arrives.
+    let mut stdout = child.stdout.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    let reader = std::thread::spawn(move || {
+        let mut all = Vec::new();
+        let mut buf = vec![0u8; 1 << 16];
+        loop {
+            match std::io::Read::read(&mut stdout, &mut buf) {
+                Ok(0) | Err(_) => break,
+                Ok(n) => {
+                    all.extend_from_slice(&buf[..n]);
+                    let _ = tx.send(());
+                }
+            }
+        }
+        all
+    });
+    rx.recv_timeout(Duration::from_secs(60))
+        .expect("no preamble");
+    std::thread::sleep(Duration::from_secs(1));
+    signal(&child, libc::SIGINT);
+    let status = wait_for(&mut child, Duration::from_secs(30));
+    assert!(status.success(), "{status:?}");
+    let bytes = reader.join().unwrap();
+    let st = stats(&bytes);
+    assert!(st.get("SAMPLE").copied().unwrap_or(0) > 100, "{st:?}");
+    // Processes that ran before the recording have their synthesized COMM and MMAP2 (this
+    // test's among them).
+    let script = perf_on(
+        &["script", "--show-task-events", "--show-mmap-events"],
+        &bytes,
+    );
+    assert!(script.contains("PERF_RECORD_COMM"), "{st:?}");
+    let me = std::process::id();
+    assert!(
+        script.contains(&format!("PERF_RECORD_MMAP2 {me}/{me}:")),
+        "no map of the test process {me}: {st:?}"
+    );
+});
+
+pipetest!(record_a_running_process_until_it_exits, |dir| {
+    if !have_perf() {
+        return;
+    }
+    let Some(exe) = spin(&dir) else { return };
+    let mut target = Command::new(&exe)
+        .arg("600000000")
+        .spawn()
+        .expect("spawn spin");
+    std::thread::sleep(Duration::from_millis(200));
+    let pid = target.id().to_string();
+    let out = Command::new(bin())
+        .args(["record", "-e", "cpu-clock", "-c", "100000", "-p", &pid])
+        .stdin(Stdio::null())
+        .output()
+        .expect("perfpipe record -p");
+    target.wait().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // The process's maps came from /proc: its samples resolve to its own functions.
+    let syms = symbols(&out.stdout);
+    assert!(
+        syms.contains_key("spin_a") || syms.contains_key("spin_b"),
+        "{syms:?}"
+    );
+});
+
+/// Runs `perf ARGS -i FILE`, asserting success; returns stdout.
+fn perf_file(args: &[&str], file: &Path) -> String {
+    let out = Command::new("perf")
+        .args(args)
+        .arg("-i")
+        .arg(file)
+        .output()
+        .expect("perf");
+    assert!(
+        out.status.success(),
+        "perf {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
