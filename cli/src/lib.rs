@@ -104,6 +104,10 @@ pub struct RunArgs {
     /// Batches each channel between two stages holds.
     #[arg(long, value_name = "N", default_value_t = 4, value_parser = clap::value_parser!(u16).range(1..))]
     queue: u16,
+    /// Do not count or time anything (--stats then shows zeros): only to measure what measuring
+    /// costs, side by side with a normal run (benches/passthrough.sh does).
+    #[arg(long)]
+    no_measure: bool,
     /// Grow the input and output pipes' kernel buffers to SIZE (Linux F_SETPIPE_SZ; 0 to leave them).
     #[arg(long, value_name = "SIZE", default_value = "1M", value_parser = parse_size)]
     pipe_buffer: usize,
@@ -128,6 +132,7 @@ impl RunArgs {
             progress: false,
             no_progress: true,
             tap: Vec::new(),
+            no_measure: false,
             batch_size: 256 << 10,
             queue: 4,
             pipe_buffer: 0,
@@ -304,7 +309,7 @@ pub fn build(
     let settings = Settings {
         batch_bytes: args.batch_size.max(4096),
         queue_capacity: usize::from(args.queue),
-        ..Settings::default()
+        measure: !args.no_measure,
     };
     let read = Input::open(&ReadConfig {
         path: path_or_std(&args.input),
