@@ -397,8 +397,8 @@ pipetest!(record_overwrite_single_output_keeps_the_newest, |dir| {
     let script = perf_on(&["script", "-F", "time,ip,sym", "-G"], &dump);
     let last = script
         .lines()
-        .filter(|l| l.contains("spin_a") || l.contains("spin_b"))
-        .last()
+        .rev()
+        .find(|l| l.contains("spin_a") || l.contains("spin_b"))
         .unwrap_or("");
     assert!(last.contains("spin_b"), "last sample in spin_*: {last}");
     // Time order is restored inside the dump.
