@@ -93,6 +93,9 @@ impl BuildidConfig {
             injected: Counter::new(),
             missing: Counter::new(),
             no_id: Counter::new(),
+            vdso: None,
+            info: None,
+            vdso_unhit: Counter::new(),
         }
     }
 }
@@ -111,6 +114,12 @@ pub struct Buildid {
     injected: Counter,
     missing: Counter,
     no_id: Counter,
+    /// The first `[vdso]` map seen (dso, pid): listed at the end even if no sample hit it.
+    vdso: Option<(DsoId, u32)>,
+    /// The stream's info, for the batch `flush` emits.
+    info: Option<std::sync::Arc<StreamInfo>>,
+    /// BUILD_ID records of a vdso no sample hit, emitted at the end.
+    vdso_unhit: Counter,
 }
 
 /// Per-batch tallies, added to the counters once per batch.
@@ -240,6 +249,9 @@ impl Stage for Buildid {
                     if let Some(dso) = self.machine.apply(&rec) {
                         let pid = rec.mmap().map_or(u32::MAX, |m| m.pid);
                         self.resolver.prefetch(dso, self.machine.dso(dso), pid);
+                        if self.vdso.is_none() && self.machine.dso(dso).name == b"[vdso]" {
+                            self.vdso = Some((dso, pid));
+                        }
                     }
                 }
                 RecordType::FORK
@@ -262,13 +274,38 @@ impl Stage for Buildid {
         }
         apply_inserts(&mut batch, inserts);
         t.flush(&self.injected, &self.missing, &self.no_id);
-        drop(info);
+        self.info = Some(info);
         out.push(batch);
         Ok(Flow::Continue)
     }
 
+    /// perf's build-id table always lists the vdso (`write_buildid()`), hit or not: at the end,
+    /// a vdso that was mapped but never hit gets its record too, so a file-mode output's table
+    /// lists what `perf inject -b` lists. perf's pipe readers ignore it (no sample needs it).
+    fn flush(&mut self, out: &mut Out<'_>) -> Result<(), StageError> {
+        let (Some((dso, pid)), Some(info)) = (self.vdso, self.info.clone()) else {
+            return Ok(());
+        };
+        if !self.is_new_hit(dso) || self.present.contains(&b"[vdso]"[..]) {
+            return Ok(());
+        }
+        let d = self.machine.dso(dso);
+        if let Outcome::Found(id) = self.resolver.resolve(dso, d, pid) {
+            let bytes = record::build_id(&id, &d.name, d.kernel, info.endian);
+            let mut batch = out.take();
+            let span = batch.append(&bytes, RecordType::HEADER_BUILD_ID.0, 0);
+            batch.spans.push(span);
+            batch.context = Some(info);
+            out.push(batch);
+            self.vdso_unhit.add(1);
+        }
+        Ok(())
+    }
+
     fn counters(&self) -> Vec<(&'static str, Counter)> {
-        counters(&self.injected, &self.missing, &self.no_id)
+        let mut c = counters(&self.injected, &self.missing, &self.no_id);
+        c.push(("vdso_listed_unhit", self.vdso_unhit.clone()));
+        c
     }
 }
 
