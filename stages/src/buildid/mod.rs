@@ -96,6 +96,7 @@ impl BuildidConfig {
             vdso: None,
             info: None,
             vdso_unhit: Counter::new(),
+            pending: Vec::new(),
         }
     }
 }
@@ -120,7 +121,16 @@ pub struct Buildid {
     info: Option<std::sync::Arc<StreamInfo>>,
     /// BUILD_ID records of a vdso no sample hit, emitted at the end.
     vdso_unhit: Counter,
+    /// Samples whose ip fell in no map when they arrived: (pid, cpumode, ip, rounds left).
+    /// Records are ordered by time only between FINISHED_ROUNDs, so a sample from one CPU can
+    /// come before the MMAP (from another CPU) that it falls in; perf, which sorts, resolves it.
+    /// Retried at each FINISHED_ROUND for two rounds, and the BUILD_ID goes before that round's
+    /// end, where perf's reader still has the sample queued.
+    pending: Vec<(u32, u16, u64, u8)>,
 }
+
+/// Most unresolved samples kept for a retry.
+const MAX_PENDING: usize = 4096;
 
 /// Per-batch tallies, added to the counters once per batch.
 #[derive(Default)]
@@ -192,6 +202,21 @@ impl Buildid {
         }
     }
 
+    /// Retries the samples that fell in no map; returns the BUILD_ID records of new hits.
+    fn retry_pending(&mut self, e: crate::format::Endian, t: &mut Tally) -> Vec<Vec<u8>> {
+        let mut records = Vec::new();
+        let pending = std::mem::take(&mut self.pending);
+        for (pid, mode, ip, left) in pending {
+            match self.machine.find(pid, mode, ip).map(|m| m.dso) {
+                Some(dso) if self.is_new_hit(dso) => records.extend(self.hit(dso, pid, e, t)),
+                Some(_) => {}
+                None if left > 1 => self.pending.push((pid, mode, ip, left - 1)),
+                None => {}
+            }
+        }
+        records
+    }
+
     #[inline]
     fn is_new_hit(&self, dso: DsoId) -> bool {
         !self.hit.get(dso.0 as usize).copied().unwrap_or(false)
@@ -216,9 +241,14 @@ impl Stage for Buildid {
                     let pid = s.pid().unwrap_or(u32::MAX);
                     let mode = s.cpumode();
                     hits.clear();
-                    if let Some(m) = s.ip().and_then(|ip| self.machine.find(pid, mode, ip)) {
-                        if self.is_new_hit(m.dso) {
-                            hits.push((m.dso, pid));
+                    if let Some(ip) = s.ip() {
+                        match self.machine.find(pid, mode, ip) {
+                            Some(m) if self.is_new_hit(m.dso) => hits.push((m.dso, pid)),
+                            Some(_) => {}
+                            None if self.pending.len() < MAX_PENDING => {
+                                self.pending.push((pid, mode, ip, 2));
+                            }
+                            None => {}
                         }
                     }
                     if self.callchain {
@@ -254,10 +284,13 @@ impl Stage for Buildid {
                         }
                     }
                 }
-                RecordType::FORK
-                | RecordType::EXIT
-                | RecordType::COMM
-                | RecordType::FINISHED_ROUND => {
+                RecordType::FINISHED_ROUND => {
+                    for r in self.retry_pending(e, &mut t) {
+                        inserts.push((i, r));
+                    }
+                    self.machine.apply(&info.record(&batch, span));
+                }
+                RecordType::FORK | RecordType::EXIT | RecordType::COMM => {
                     self.machine.apply(&info.record(&batch, span));
                 }
                 RecordType::HEADER_FEATURE => {
