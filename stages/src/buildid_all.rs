@@ -19,7 +19,7 @@ use std::collections::HashSet;
 use perfpipe_core::{Batch, Counter, Flow, Out, Stage, StageError};
 
 use crate::buildid::source::{Outcome, Resolver};
-use crate::buildid::{apply_inserts, counters, record, BuildidConfig, Inserts, Tally};
+use crate::buildid::{apply_inserts, counters, note_header, record, BuildidConfig, Inserts, Tally};
 use crate::format::{misc, RecordType, StreamInfo};
 use crate::machine::{DsoId, Identity, Machine, KERNEL_PID};
 
@@ -81,14 +81,8 @@ impl Stage for BuildidAll {
                         fresh.push((i, dso, m.pid));
                     }
                 }
-                RecordType::HEADER_FEATURE => {
-                    let b = batch.bytes(span);
-                    self.resolver.note_feature(&b[8.min(b.len())..], e);
-                }
-                RecordType::HEADER_BUILD_ID => {
-                    if let Some((_, name, _)) = record::parse(batch.bytes(span), e) {
-                        self.present.insert(name.to_vec());
-                    }
+                RecordType::HEADER_FEATURE | RecordType::HEADER_BUILD_ID => {
+                    note_header(&mut self.resolver, &mut self.present, batch.bytes(span), e)
                 }
                 _ => {}
             }

@@ -37,17 +37,7 @@ impl ReadConfig {
     /// [`Error::Io`] if the file cannot be opened or standard input cannot be duplicated.
     pub fn build(&self) -> Result<Read, Error> {
         let (fd, name): (OwnedFd, PathBuf) = match &self.path {
-            None => {
-                let fd = std::io::stdin()
-                    .as_fd()
-                    .try_clone_to_owned()
-                    .map_err(|source| Error::Io {
-                        op: "open",
-                        path: "-".into(),
-                        source,
-                    })?;
-                (fd, "-".into())
-            }
+            None => (dup_std(std::io::stdin().as_fd())?, "-".into()),
             Some(p) => {
                 let f = File::open(p).map_err(|source| Error::Io {
                     op: "open",
@@ -67,6 +57,15 @@ impl ReadConfig {
             waited: Duration::ZERO,
         })
     }
+}
+
+/// Duplicates standard input or output into an fd of our own (`-` in errors).
+pub(crate) fn dup_std(fd: std::os::fd::BorrowedFd<'_>) -> Result<OwnedFd, Error> {
+    fd.try_clone_to_owned().map_err(|source| Error::Io {
+        op: "open",
+        path: "-".into(),
+        source,
+    })
 }
 
 /// Grows a pipe's kernel buffer; a no-op (and no error) for anything but a pipe.

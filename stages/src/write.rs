@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 
 use perfpipe_core::{Batch, Flow, Sink, StageError};
 
-use crate::read::grow_pipe;
+use crate::read::{dup_std, grow_pipe};
 use crate::Error;
 
 /// Configuration of the `write` sink.
@@ -34,17 +34,10 @@ impl WriteConfig {
     /// [`Error::Io`] if the file cannot be created or standard output cannot be duplicated.
     pub fn build(&self) -> Result<Write, Error> {
         let (file, name) = match &self.path {
-            None => {
-                let fd = std::io::stdout()
-                    .as_fd()
-                    .try_clone_to_owned()
-                    .map_err(|source| Error::Io {
-                        op: "open",
-                        path: "-".into(),
-                        source,
-                    })?;
-                (File::from(fd), PathBuf::from("-"))
-            }
+            None => (
+                File::from(dup_std(std::io::stdout().as_fd())?),
+                PathBuf::from("-"),
+            ),
             Some(p) => {
                 let f = File::create(p).map_err(|source| Error::Io {
                     op: "create",

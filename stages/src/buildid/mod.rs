@@ -143,6 +143,25 @@ pub(crate) struct Tally {
 /// New records to insert into a batch: (index of the span they go before, bytes).
 pub(crate) type Inserts = Vec<(usize, Vec<u8>)>;
 
+/// What both build-id stages learn from header records: the host a FEATURE names (hostname,
+/// kernel release) and the names that already have a BUILD_ID record, not to be injected again.
+pub(crate) fn note_header(
+    resolver: &mut Resolver,
+    present: &mut HashSet<Vec<u8>>,
+    rec: &[u8],
+    e: crate::format::Endian,
+) {
+    match crate::format::EventHeader::parse(rec, e).map(|h| RecordType(h.type_)) {
+        Some(RecordType::HEADER_FEATURE) => resolver.note_feature(&rec[8.min(rec.len())..], e),
+        Some(RecordType::HEADER_BUILD_ID) => {
+            if let Some((_, name, _)) = record::parse(rec, e) {
+                present.insert(name.to_vec());
+            }
+        }
+        _ => {}
+    }
+}
+
 /// Places new records before the spans they precede, keeping the other spans as they are.
 pub(crate) fn apply_inserts(batch: &mut Batch, inserts: Inserts) {
     if inserts.is_empty() {
@@ -293,14 +312,8 @@ impl Stage for Buildid {
                 RecordType::FORK | RecordType::EXIT | RecordType::COMM => {
                     self.machine.apply(&info.record(&batch, span));
                 }
-                RecordType::HEADER_FEATURE => {
-                    let b = batch.bytes(span);
-                    self.resolver.note_feature(&b[8.min(b.len())..], e);
-                }
-                RecordType::HEADER_BUILD_ID => {
-                    if let Some((_, name, _)) = record::parse(batch.bytes(span), e) {
-                        self.present.insert(name.to_vec());
-                    }
+                RecordType::HEADER_FEATURE | RecordType::HEADER_BUILD_ID => {
+                    note_header(&mut self.resolver, &mut self.present, batch.bytes(span), e)
                 }
                 _ => {}
             }
