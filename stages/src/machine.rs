@@ -9,7 +9,9 @@
 //! - **FORK** with `pid != ppid` creates a process whose maps are a copy of the parent's (copied
 //!   lazily: the two share one list until either changes it). A FORK with `pid == ppid` is a new
 //!   thread. A FORK of a pid that still exists replaces it (pid reuse).
-//! - **COMM with `COMM_EXEC`** starts a fresh image: the process's maps are dropped.
+//! - **COMM with `COMM_EXEC`** changes nothing here: perf keeps the old image's maps after an exec
+//!   (`____thread__set_comm()` only flushes unwind caches), and the new image's MMAPs replace what
+//!   they overlap. Samples taken inside `execve()` after its COMM still resolve to the old libc.
 //! - **EXIT** of a process's main thread retires the process, but only after two more
 //!   FINISHED_ROUND records: records are ordered between rounds, not within one, so a sample of the
 //!   process may still come after its EXIT in the same round or the next. This bounds memory (in a
@@ -39,8 +41,6 @@
 //! let pid = m.pid_of(12).unwrap(); // samples carry the pid; threads map to theirs
 //! assert_eq!(m.find(pid, misc::USER, 0x7010).map(|map| map.dso), Some(libc));
 //! assert_eq!(m.find(11, misc::USER, 0x7010).map(|map| map.dso), Some(libc));
-//! m.exec(11);
-//! assert!(m.find(11, misc::USER, 0x7010).is_none());
 //! assert_eq!(m.dso(libc).name, b"/usr/lib/libc.so.6");
 //! ```
 
@@ -277,9 +277,6 @@ impl Machine {
             RecordType::COMM => {
                 let c = rec.comm()?;
                 self.threads.entry(c.tid).or_insert(c.pid);
-                if c.exec {
-                    self.exec(c.pid);
-                }
                 None
             }
             RecordType::FINISHED_ROUND => {
@@ -342,11 +339,6 @@ impl Machine {
             self.processes.entry(pid).or_default();
         }
         self.threads.insert(tid, pid);
-    }
-
-    /// COMM with `COMM_EXEC`: process `pid` runs a new image.
-    pub fn exec(&mut self, pid: u32) {
-        self.processes.insert(pid, Arc::default());
     }
 
     /// EXIT of thread `tid` of `pid`. The main thread's exit retires the process two rounds later.
@@ -424,6 +416,7 @@ impl Machine {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::format::Endian;
 
     fn map(m: &mut Machine, pid: u32, start: u64, len: u64, name: &str) -> DsoId {
         m.mmap(&MapEvent {
@@ -435,6 +428,22 @@ mod tests {
             identity: Identity::None,
             cpumode: misc::USER,
         })
+    }
+
+    /// A COMM record with `COMM_EXEC` for thread `pid` of `pid`.
+    fn comm_exec(pid: u32, name: &str) -> Vec<u8> {
+        let mut body = Vec::new();
+        body.extend_from_slice(&pid.to_le_bytes());
+        body.extend_from_slice(&pid.to_le_bytes());
+        body.extend_from_slice(name.as_bytes());
+        body.push(0);
+        crate::encode::record(
+            RecordType::COMM.0,
+            misc::COMM_EXEC,
+            &body,
+            true,
+            Endian::Little,
+        )
     }
 
     fn dso_at(m: &Machine, pid: u32, addr: u64) -> Option<String> {
@@ -468,15 +477,17 @@ mod tests {
     }
 
     #[test]
-    fn exec_resets_the_image() {
+    fn exec_keeps_the_old_image_like_perf() {
         let mut m = Machine::new();
         map(&mut m, 1, 0x1000, 0x1000, "/bin/sh");
         m.fork(2, 1, 2);
-        m.exec(2);
-        map(&mut m, 2, 0x2000, 0x1000, "/bin/gzip");
-        assert_eq!(dso_at(&m, 2, 0x1000), None);
-        assert_eq!(dso_at(&m, 2, 0x2000).as_deref(), Some("/bin/gzip"));
-        assert_eq!(dso_at(&m, 1, 0x1000).as_deref(), Some("/bin/sh"));
+        let exec = comm_exec(2, "gzip");
+        assert!(m.apply(&Record::new(&exec, Endian::Little, None)).is_none());
+        map(&mut m, 2, 0x1800, 0x1000, "/bin/gzip");
+        // The part the new image does not cover still resolves to the old one, as in perf.
+        assert_eq!(dso_at(&m, 2, 0x1000).as_deref(), Some("/bin/sh"));
+        assert_eq!(dso_at(&m, 2, 0x1800).as_deref(), Some("/bin/gzip"));
+        assert_eq!(dso_at(&m, 1, 0x1800).as_deref(), Some("/bin/sh"));
     }
 
     #[test]

@@ -10,7 +10,9 @@
 //!   child's pid and tid (body and `sample_id` trailer), so the child replays without its parent.
 //!   A FORK of a thread adds a thread named like its creator.
 //! - COMM names a thread (creating the process lazily, as perf does for streams that attach
-//!   mid-run); with COMM_EXEC the process starts a fresh image: its maps are forgotten.
+//!   mid-run). COMM_EXEC keeps the maps: perf keeps the old image's maps after an exec (samples
+//!   taken inside `execve()` after its COMM resolve to the old libc), and the new image's MMAPs
+//!   replace what they cover.
 //! - EXIT of a thread forgets it; of the main thread, moves the process to a small retired list
 //!   ([`RETIRED_MAX`]), still replayed when a window references it (perf keeps exited threads for
 //!   the samples that arrive late in the same round).
@@ -181,11 +183,6 @@ impl Sideband {
         let Some(c) = rec.comm() else { return false };
         let mut bytes = self.bytes;
         let p = self.process(c.pid);
-        if c.exec {
-            for m in p.maps.drain(..) {
-                bytes -= m.bytes.len() + OVERHEAD;
-            }
-        }
         if let Some(old) = p.threads.insert(c.tid, rec.bytes.to_vec()) {
             bytes -= old.len() + OVERHEAD;
         }
