@@ -10,12 +10,17 @@
 //! - the **ring** of the newest events ([`RecordRing`]), side-band records (COMM, MMAP, FORK…)
 //!   included, so that a window replays the changes made during it;
 //! - the **side-band state** at the start of the window ([`Sideband`]): the preamble's process
-//!   records, and every side-band record as it leaves the ring.
+//!   records, and the side-band records that left the ring, applied **in time order** and only once
+//!   they are older than every record still in the ring. Records arrive in rounds, one cpu after
+//!   another, so a child's COMM and MMAPs can arrive before the parent's FORK that creates it;
+//!   applied in arrival order, the FORK would then replace the child's image with a copy of the
+//!   parent's. Records that left the ring but are not yet older than all of it wait in a small
+//!   pending heap (bounded by [`PENDING_MAX`]) and are replayed with the window.
 //!
 //! A dump is: the preamble; the side-band state of every process the window references (samples'
 //! pids, side-band records' pids and parents), kernel maps first; FINISHED_INIT if the input had
-//! one; the window sorted by time (records without a time keep the time of the record before
-//! them); one FINISHED_ROUND.
+//! one; the pending side-band and the window sorted by time (records without a time keep the time
+//! of the record before them); one FINISHED_ROUND.
 //!
 //! "Newest" is in arrival order, as in the kernel's own overwrite buffers: perf drains one cpu's
 //! buffer after another, so each cpu's records arrive in time order but cpus interleave by
@@ -23,7 +28,8 @@
 //! after its first kept one is in the window. The ring is then emptied into the side-band state, so the next dump
 //! covers the events after this one.
 
-use std::collections::HashSet;
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashSet, VecDeque};
 
 use perfpipe_core::Batch;
 
@@ -38,6 +44,101 @@ struct Kept {
     bytes: Vec<u8>,
     kind: u32,
     tag: u32,
+}
+
+/// Most side-band records kept pending (left the ring, not yet older than all of it); past it the
+/// oldest is applied to the state early.
+pub const PENDING_MAX: usize = 4096;
+
+/// A side-band record that left the ring, waiting to be applied in time order.
+#[derive(Debug, PartialEq, Eq, PartialOrd, Ord)]
+struct Pending {
+    time: u64,
+    seq: u64,
+    bytes: Vec<u8>,
+    tag: u32,
+}
+
+/// Side-band records that left the ring, applied to the state in time order once no record left in
+/// the ring is older.
+#[derive(Debug, Default)]
+struct Reorder {
+    /// (time, seq) of ring records with a time, times increasing: the front is the ring's oldest.
+    min: VecDeque<(u64, u64)>,
+    /// Arrival number of the next record pushed into the ring, and of the next to leave it.
+    pushed: u64,
+    popped: u64,
+    heap: BinaryHeap<Reverse<Pending>>,
+    bytes: usize,
+}
+
+impl Reorder {
+    /// Notes a record entering the ring.
+    #[inline(always)]
+    fn entered(&mut self, time: Option<u64>) {
+        if let Some(t) = time {
+            while self.min.back().is_some_and(|&(b, _)| b >= t) {
+                self.min.pop_back();
+            }
+            self.min.push_back((t, self.pushed));
+        }
+        self.pushed += 1;
+    }
+
+    /// Notes the oldest record leaving the ring; a side-band one with a time waits in the heap,
+    /// one without is applied at once (there is no order to restore).
+    #[inline(always)]
+    fn left(&mut self, entry: Entry<'_>, e: Endian, info: &StreamInfo, sideband: &mut Sideband) {
+        let seq = self.popped;
+        self.popped += 1;
+        if self.min.front().is_some_and(|&(_, s)| s == seq) {
+            self.min.pop_front();
+        }
+        if is_sideband(RecordType(entry.kind)) {
+            self.hold(entry, e, info, sideband);
+        }
+    }
+
+    fn hold(&mut self, entry: Entry<'_>, e: Endian, info: &StreamInfo, sideband: &mut Sideband) {
+        let seq = self.popped - 1;
+        let (rec, tag) = (
+            Record::new(entry.bytes, e, info.attr(entry.tag as u16)),
+            entry.tag,
+        );
+        match time_of(&rec) {
+            Some(time) => {
+                self.bytes += rec.bytes.len();
+                self.heap.push(Reverse(Pending {
+                    time,
+                    seq,
+                    bytes: rec.bytes.to_vec(),
+                    tag,
+                }));
+            }
+            None => {
+                sideband.apply(&rec);
+            }
+        }
+    }
+
+    /// Applies the pending records older than every record in the ring (all of them when
+    /// `everything`), oldest first, and the oldest beyond [`PENDING_MAX`].
+    #[inline]
+    fn settle(&mut self, everything: bool, sideband: &mut Sideband, e: Endian, info: &StreamInfo) {
+        let horizon = if everything {
+            u64::MAX
+        } else {
+            self.min.front().map_or(u64::MAX, |&(t, _)| t)
+        };
+        while let Some(Reverse(p)) = self.heap.peek() {
+            if p.time >= horizon && self.heap.len() <= PENDING_MAX {
+                break;
+            }
+            let Reverse(p) = self.heap.pop().expect("peeked");
+            self.bytes -= p.bytes.len();
+            sideband.apply(&Record::new(&p.bytes, e, info.attr(p.tag as u16)));
+        }
+    }
 }
 
 /// What one dump held.
@@ -60,6 +161,7 @@ pub struct Recorder {
     finished_init: Option<Vec<u8>>,
     ring: RecordRing,
     sideband: Sideband,
+    reorder: Reorder,
     dropped: u64,
 }
 
@@ -101,6 +203,7 @@ impl Recorder {
             finished_init: None,
             ring: RecordRing::new(size),
             sideband: Sideband::new(),
+            reorder: Reorder::default(),
             dropped: 0,
         }
     }
@@ -110,9 +213,9 @@ impl Recorder {
         self.ring.held()
     }
 
-    /// Bytes of the side-band state and the preamble.
+    /// Bytes of the side-band state (pending records included) and the preamble.
     pub fn sideband_bytes(&self) -> usize {
-        self.sideband.bytes() + self.preamble_bytes
+        self.sideband.bytes() + self.reorder.bytes + self.preamble_bytes
     }
 
     /// Records held in the ring.
@@ -152,14 +255,20 @@ impl Recorder {
             | RecordType::COMPRESSED
             | RecordType::COMPRESSED2 => {}
             _ => {
-                let (endian, sideband, dropped) =
-                    (info.endian, &mut self.sideband, &mut self.dropped);
-                self.ring.push(bytes, kind, tag, &mut |e: Entry<'_>| {
+                let (endian, sideband, reorder, dropped) = (
+                    info.endian,
+                    &mut self.sideband,
+                    &mut self.reorder,
+                    &mut self.dropped,
+                );
+                reorder.entered(time_of(&rec));
+                self.ring.push(bytes, kind, tag, &mut |entry: Entry<'_>| {
                     *dropped += 1;
-                    if is_sideband(RecordType(e.kind)) {
-                        sideband.apply(&Record::new(e.bytes, endian, info.attr(e.tag as u16)));
-                    }
+                    reorder.left(entry, endian, info, sideband);
                 });
+                if !reorder.heap.is_empty() {
+                    reorder.settle(false, sideband, endian, info);
+                }
             }
         }
     }
@@ -199,12 +308,30 @@ impl Recorder {
         // The processes the window references, in first-reference order.
         let mut seen = HashSet::new();
         let mut pids = Vec::new();
-        let mut times = Vec::with_capacity(self.ring.len());
+        // The window: pending side-band (earlier arrivals: first among equal times), then the ring.
+        let pending: Vec<&Pending> = self.reorder.heap.iter().map(|Reverse(p)| p).collect();
+        let mut times = Vec::with_capacity(pending.len() + self.ring.len());
+        times.extend(
+            pending
+                .iter()
+                .enumerate()
+                .map(|(i, p)| (p.time, 0, p.seq, i)),
+        );
+        let pending_at = times.len();
         let mut last = 0u64;
-        for (seq, entry) in self.ring.iter().enumerate() {
-            let rec = Record::new(entry.bytes, e, attr(entry.tag));
-            last = time_of(&rec).unwrap_or(last);
-            times.push((last, seq));
+        let window = pending
+            .iter()
+            .map(|p| Record::new(&p.bytes, e, attr(p.tag)))
+            .chain(
+                self.ring
+                    .iter()
+                    .map(|entry| Record::new(entry.bytes, e, attr(entry.tag))),
+            );
+        for (i, rec) in window.enumerate() {
+            if i >= pending_at {
+                last = time_of(&rec).unwrap_or(last);
+                times.push((last, 1, i as u64, i - pending_at));
+            }
             let mut note = |pid: Option<u32>| {
                 if let Some(p) = pid.filter(|&p| p != u32::MAX && seen.insert(p)) {
                     pids.push(p);
@@ -233,9 +360,16 @@ impl Recorder {
         }
         times.sort_unstable();
         let entries: Vec<Entry<'_>> = self.ring.iter().collect();
-        for &(_, seq) in &times {
-            let entry = entries[seq];
-            w.put(entry.bytes, entry.kind, entry.tag);
+        for &(_, class, _, at) in &times {
+            if class == 0 {
+                let p = pending[at];
+                let kind = kind_of(&p.bytes, e);
+                w.put(&p.bytes, kind, p.tag);
+                stats.sideband += 1;
+            } else {
+                let entry = entries[at];
+                w.put(entry.bytes, entry.kind, entry.tag);
+            }
         }
         stats.events = entries.len() as u64;
         let round = encode::record(RecordType::FINISHED_ROUND.0, 0, &[], true, e);
@@ -243,12 +377,11 @@ impl Recorder {
         w.finish();
         stats.bytes = w.bytes;
         drop(entries);
-        let sideband = &mut self.sideband;
-        self.ring.clear(&mut |entry: Entry<'_>| {
-            if is_sideband(RecordType(entry.kind)) {
-                sideband.apply(&Record::new(entry.bytes, e, attr(entry.tag)));
-            }
-        });
+        drop(pending);
+        let (sideband, reorder) = (&mut self.sideband, &mut self.reorder);
+        self.ring
+            .clear(&mut |entry: Entry<'_>| reorder.left(entry, e, info, sideband));
+        reorder.settle(true, sideband, e, info);
         stats
     }
 }

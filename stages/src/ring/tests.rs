@@ -138,6 +138,50 @@ fn end_of_input_dumps_the_newest_window_with_its_side_band() {
     assert!(ring.sideband_bytes.get() > 0);
 }
 
+/// The MMAP2 file names and COMM names the dump replays for `pid`.
+fn replayed(dump: &[(u32, Vec<u8>)], pid: u32) -> (Vec<String>, Vec<String>) {
+    let name = |b: &[u8]| {
+        let end = b.iter().position(|&c| c == 0).unwrap_or(b.len());
+        String::from_utf8_lossy(&b[..end]).into_owned()
+    };
+    let of_pid = |t: u32| {
+        dump.iter()
+            .filter(move |(k, r)| *k == t && u32_at(r, 8) == pid)
+            .map(|(_, r)| r)
+    };
+    let maps = of_pid(RecordType::MMAP2.0)
+        .map(|r| name(&r[72..]))
+        .collect();
+    let comms = of_pid(RecordType::COMM.0).map(|r| name(&r[16..])).collect();
+    (maps, comms)
+}
+
+#[test]
+fn side_band_that_arrives_before_its_fork_is_applied_in_time_order() {
+    // perf drains one cpu's buffer after another: here cpu 1's records of a new process (its exec
+    // and its map) arrive before cpu 0's FORK that created it, which is earlier in time. All of
+    // them leave the ring before the window; the state must still be the child's own image.
+    let mut s = SynthStream::new();
+    s.comm(100, 100, "parent", true, 1_000);
+    s.mmap2(100, 0x40_0000, 0x1000, "/usr/bin/parent", 7, 1_100);
+    s.sample(100, 100, 1_500, 0, 0x40_0100, &[]);
+    s.comm(200, 200, "child", true, 2_100);
+    s.mmap2(200, 0x50_0000, 0x1000, "/usr/bin/child", 9, 2_200);
+    s.fork(200, 100, 2_000);
+    s.finished_round();
+    for i in 0..3000 {
+        s.sample(200, 200, 10_000 + i * 1000, 0, 0x50_0100, &[]);
+    }
+    let mut ring = config(16 << 10).build();
+    let out = harness::run_stage(&mut ring, decoded(&s.into_bytes(), 4096)).unwrap();
+    let dumps = streams(&out);
+    let (maps, comms) = replayed(&dumps[0], 200);
+    // The child's own map, and its parent's, which perf keeps after an exec.
+    assert_eq!(maps, ["/usr/bin/parent", "/usr/bin/child"]);
+    assert_eq!(comms, ["child"]);
+    assert!(ring.events_dropped.get() > 2000);
+}
+
 /// Sets the request flag before the batches numbered in `at`.
 struct Signaller {
     ring: Ring,
