@@ -61,6 +61,11 @@ pub struct Batch {
     pub stream_offset: u64,
     /// Context attached by an upstream stage, if any.
     pub context: Option<BatchContext>,
+    /// This batch ends a logical stream (one snapshot, one file's worth) that a stage emitted
+    /// whole: a sink that writes one file per stream finishes the file now rather than at the
+    /// start of the next stream, which may be hours away. Stages that pass batches on keep the
+    /// flag; the runtime never reads it.
+    pub ends_stream: bool,
 }
 
 impl std::fmt::Debug for Batch {
@@ -71,6 +76,7 @@ impl std::fmt::Debug for Batch {
             .field("spans", &self.spans.len())
             .field("stream_offset", &self.stream_offset)
             .field("context", &self.context.is_some())
+            .field("ends_stream", &self.ends_stream)
             .finish()
     }
 }
@@ -91,6 +97,7 @@ impl Batch {
         self.start = 0;
         self.stream_offset = 0;
         self.context = None;
+        self.ends_stream = false;
     }
 
     /// Whether the batch holds framed records (as opposed to a raw payload).

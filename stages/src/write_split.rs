@@ -9,8 +9,10 @@
 //!
 //! - **Order**: records in stream order, each stream in its own file.
 //! - **Buffering**: as the format's sink ([`crate::write`], [`crate::write_file`]).
-//! - **EOF**: finishes the current file (a file-mode one is renamed into place then). Records
-//!   before the first pipe header go to the first file.
+//! - **EOF**, or a batch that [ends its stream](perfpipe_core::Batch::ends_stream) (the last of
+//!   a dump): finishes the current file (a file-mode one is renamed into place then), so a dump's
+//!   file is there as soon as the dump is written. Records before the first pipe header go to the
+//!   first file; records after an ended stream without a header of their own, to the next.
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -108,10 +110,9 @@ impl WriteSplit {
         }
         self.current.as_mut().expect("opened").consume(batch)
     }
-}
 
-impl Sink for WriteSplit {
-    fn consume(&mut self, batch: &Batch) -> Result<Flow, StageError> {
+    /// Writes the records of `batch`, each stream that starts in it to the next file.
+    fn split(&mut self, batch: &Batch) -> Result<Flow, StageError> {
         let starts: Vec<usize> = batch
             .spans
             .iter()
@@ -147,6 +148,18 @@ impl Sink for WriteSplit {
             }
         }
         Ok(Flow::Continue)
+    }
+}
+
+impl Sink for WriteSplit {
+    fn consume(&mut self, batch: &Batch) -> Result<Flow, StageError> {
+        let flow = self.split(batch)?;
+        if batch.ends_stream {
+            if let Some(mut done) = self.current.take() {
+                done.finish()?;
+            }
+        }
+        Ok(flow)
     }
 
     fn finish(&mut self) -> Result<(), StageError> {
@@ -224,6 +237,39 @@ mod tests {
         assert_eq!(read(3), b"H3cc");
         assert!(!config.path(4).exists());
         assert_eq!(sink.files.get(), 3);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn a_batch_that_ends_its_stream_finishes_the_file_at_once() {
+        let dir = std::env::temp_dir().join(format!("perfpipe-split-end-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let config = WriteSplitConfig {
+            pattern: dir.join("dump-%n.data"),
+            mode: OutputMode::Pipe,
+            pipe_buffer: 0,
+        };
+        let mut sink = config.build().unwrap();
+        let b = Batch {
+            data: b"H1aa".to_vec(),
+            spans: vec![span(0, 2, PIPE_HEADER_KIND), span(2, 2, 9)],
+            ends_stream: true,
+            ..Batch::default()
+        };
+        assert_eq!(sink.consume(&b).unwrap(), Flow::Continue);
+        // Finished without waiting for the next stream or the end.
+        assert!(sink.current.is_none());
+        assert_eq!(std::fs::read(config.path(1)).unwrap(), b"H1aa");
+        // What follows goes to the next file, header or not.
+        let c = Batch {
+            data: b"zz".to_vec(),
+            spans: vec![span(0, 2, 9)],
+            ..Batch::default()
+        };
+        assert_eq!(sink.consume(&c).unwrap(), Flow::Continue);
+        sink.finish().unwrap();
+        assert_eq!(std::fs::read(config.path(2)).unwrap(), b"zz");
+        assert_eq!(sink.files.get(), 2);
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

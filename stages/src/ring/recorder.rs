@@ -283,7 +283,8 @@ impl Recorder {
     }
 
     /// Writes a dump as a complete stream into batches of about `batch_bytes` (each from `take`,
-    /// carrying `info` as context), then empties the ring into the side-band state.
+    /// carrying `info` as context; the last marked [`Batch::ends_stream`]), then empties the ring
+    /// into the side-band state.
     pub fn dump(
         &mut self,
         info: &std::sync::Arc<StreamInfo>,
@@ -374,6 +375,9 @@ impl Recorder {
         stats.events = entries.len() as u64;
         let round = encode::record(RecordType::FINISHED_ROUND.0, 0, &[], true, e);
         w.put(&round, RecordType::FINISHED_ROUND.0, 0);
+        if let Some(last) = &mut w.batch {
+            last.ends_stream = true;
+        }
         w.finish();
         stats.bytes = w.bytes;
         drop(entries);
