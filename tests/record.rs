@@ -8,9 +8,13 @@ use std::time::{Duration, Instant};
 
 use crate::util::{bin, have_perf, perf_on, perf_record, workload, Dir};
 
-/// A C workload with symbols of its own: `spin_a` does twice the work of `spin_b`.
+/// A C workload with symbols of its own: `spin_a` does twice the work of `spin_b`. At the end it
+/// writes the CPU time it used to standard error (`spin cpu_ns=N`), so a sample count can be
+/// compared with what the workload really ran: that time varies by 2× between runs on a shared VM.
 const SPIN_C: &str = r#"
+#include <stdio.h>
 #include <stdlib.h>
+#include <time.h>
 volatile unsigned long sink;
 __attribute__((noinline)) void spin_a(long n) { for (long i = 0; i < n; i++) sink += i * i; }
 __attribute__((noinline)) void spin_b(long n) { for (long i = 0; i < n; i++) sink ^= i * 7; }
@@ -18,9 +22,35 @@ int main(int argc, char **argv) {
     long n = argc > 1 ? atol(argv[1]) : 60000000;
     spin_a(2 * n);
     spin_b(n);
+    struct timespec t;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
+    fprintf(stderr, "spin cpu_ns=%lld\n", (long long)t.tv_sec * 1000000000LL + t.tv_nsec);
     return 0;
 }
 "#;
+
+/// The CPU time the spin workload reported on standard error.
+fn spin_cpu_ns(stderr: &str) -> u64 {
+    stderr
+        .lines()
+        .find_map(|l| l.strip_prefix("spin cpu_ns=")?.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no cpu_ns in:\n{stderr}"))
+}
+
+/// `perf record ARGS -o - -- WORKLOAD…`: the stream and perf's standard error.
+fn perf_record_err(args: &[&str], work: &[&str]) -> (Vec<u8>, String) {
+    let out = Command::new("perf")
+        .arg("record")
+        .args(args)
+        .args(["-o", "-", "--"])
+        .args(work)
+        .stdin(Stdio::null())
+        .output()
+        .expect("perf record");
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(out.status.success(), "perf record {args:?}: {err}");
+    (out.stdout, err)
+}
 
 /// Compiles the spin workload into `dir`; `None` (test skipped) without a C compiler.
 fn spin(dir: &Dir) -> Option<PathBuf> {
@@ -136,10 +166,6 @@ pipetest!(record_page_faults_count_like_perf_record, |dir| {
 });
 
 pipetest!(
-    // Flaky under the parallel load of the full test binary (CI saw 790 vs 945 cpu-clock samples,
-    // 16 % apart): perfpipe record may lose samples when its reader falls behind. Issue 10 stays
-    // open on it; run with `cargo test -- --ignored record_` on a quiet machine.
-    #[ignore = "flaky under load: cpu-clock sample count vs perf record (issue 10 open)"]
     record_resolves_the_workloads_symbols_like_perf_record,
     |dir| {
         if !have_perf() {
@@ -147,24 +173,40 @@ pipetest!(
         }
         let Some(exe) = spin(&dir) else { return };
         let exe = exe.to_string_lossy().into_owned();
+        let period = 100_000u64;
         let args = ["-e", "cpu-clock", "-c", "100000", "-g"];
-        // Interleaved, three of each, medians: the machine is shared and the workload's CPU time
-        // drifts between runs (by up to ~20 % when the other tests run alongside). The tight
-        // count comparison is the page-fault test's.
+        // A cpu-clock sample every 100 µs of the workload's CPU time: samples × period over the
+        // CPU time the workload reports is the share of its running time that was sampled. Raw
+        // counts cannot be compared: the same workload takes 0.10 to 0.17 s of CPU from run to
+        // run here. Interleaved, three of each, medians.
         let mut ours = Vec::new();
         let mut theirs = Vec::new();
-        for _ in 0..3 {
-            ours.push(record(&args, &[&exe]).0);
-            theirs.push(perf_record(&args, &[&exe]));
-        }
-        let median = |v: &[Vec<u8>]| {
-            let mut n: Vec<u64> = v.iter().map(|s| samples(s)).collect();
-            n.sort_unstable();
-            n[1]
+        let share = |stream: &[u8], err: &str| {
+            samples(stream) as f64 * period as f64 / spin_cpu_ns(err) as f64
         };
-        let (a, b) = (median(&ours), median(&theirs));
-        assert!(b > 200, "perf record took {b} samples");
-        assert!(close(a, b, 15.0), "perfpipe {a} samples, perf record {b}");
+        let (mut a, mut b) = (Vec::new(), Vec::new());
+        for _ in 0..3 {
+            let (s, err) = record(&args, &[&exe]);
+            a.push(share(&s, &err));
+            ours.push(s);
+            let (s, err) = perf_record_err(&args, &[&exe]);
+            b.push(share(&s, &err));
+            theirs.push(s);
+        }
+        let median = |v: &mut Vec<f64>| {
+            v.sort_by(f64::total_cmp);
+            v[1]
+        };
+        let (a, b) = (median(&mut a), median(&mut b));
+        // Measured: perfpipe 0.981–0.999, perf record 0.939–0.995 (quiet and with 3 busy loops).
+        assert!(
+            b > 0.8,
+            "perf record sampled {b:.3} of the workload's CPU time"
+        );
+        assert!(
+            a > b - 0.03 && a < 1.03,
+            "perfpipe sampled {a:.3} of the workload's CPU time, perf record {b:.3}"
+        );
         // perf script reads the stream whole, callchains included.
         let script = perf_on(&["script"], &ours[0]);
         assert!(
@@ -173,17 +215,24 @@ pipetest!(
             &script[..script.len().min(2000)]
         );
         // The workload's own functions take (nearly) all samples in both; their split between
-        // spin_a and spin_b drifts by ±7 points from run to run with either tool, so it is the
-        // resolved share that is compared.
-        let (sa, sb) = (symbols(&ours[0]), symbols(&theirs[0]));
+        // spin_a and spin_b drifts by ±7 points from run to run with either tool, and the kernel's
+        // share (interrupt exits, scheduling) grows with the machine's load, so it is the median
+        // resolved share of the three runs that is compared.
         let own = |m: &HashMap<String, f64>| {
             m.get("spin_a").unwrap_or(&0.0) + m.get("spin_b").unwrap_or(&0.0)
         };
-        assert!(own(&sa) > 90.0, "ours {sa:?}");
+        let median_own = |runs: &[Vec<u8>]| {
+            let mut v: Vec<f64> = runs.iter().map(|s| own(&symbols(s))).collect();
+            v.sort_by(f64::total_cmp);
+            v[1]
+        };
+        let (oa, ob) = (median_own(&ours), median_own(&theirs));
+        assert!(oa > 90.0, "ours resolve {oa:.2} % to spin_a/spin_b");
         assert!(
-            (own(&sa) - own(&sb)).abs() < 3.0,
-            "ours {sa:?}\ntheirs {sb:?}"
+            (oa - ob).abs() < 5.0,
+            "ours {oa:.2} %, perf record {ob:.2} %"
         );
+        let sa = symbols(&ours[0]);
         assert!(sa["spin_a"] > sa["spin_b"], "{sa:?}");
     }
 );
@@ -308,75 +357,96 @@ fn wait_for(child: &mut Child, limit: Duration) -> std::process::ExitStatus {
     }
 }
 
-pipetest!(
-    // Flaky under the parallel load of the full test binary (CI saw the third dump missing): the
-    // signal-to-dump timing is not yet robust. Issue 10 stays open on it.
-    #[ignore = "flaky under load: third SIGUSR2 dump missing (issue 10 open)"]
-    record_overwrite_dumps_on_sigusr2_as_valid_streams,
-    |dir| {
-        if !have_perf() {
-            return;
-        }
-        let Some(exe) = spin(&dir) else { return };
-        let pattern = dir.path("dump-%n.data");
-        let mut child = Command::new(bin())
-            .args([
-                "record",
-                "--overwrite",
-                "-e",
-                "cpu-clock",
-                "-c",
-                "100000",
-                "-g",
-            ])
-            .args(["-m", "4", "-o"])
-            .arg(&pattern)
-            .arg("--")
-            .arg(&exe)
-            .arg("400000000")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("spawn");
-        std::thread::sleep(Duration::from_millis(700));
-        signal(&child, libc::SIGUSR2);
-        std::thread::sleep(Duration::from_millis(700));
-        signal(&child, libc::SIGUSR2);
-        let status = wait_for(&mut child, Duration::from_secs(120));
-        assert!(status.success(), "{status:?}");
-        let files: Vec<PathBuf> = (1..=3)
-            .map(|n| dir.path(&format!("dump-{n}.data")))
-            .collect();
-        let mut last_end = 0.0f64;
-        for f in &files {
-            assert!(Path::new(f).exists(), "{} missing", f.display());
-            // Each dump is a whole stream on its own (written as a perf.data), read by perf.
-            let n = samples_in(&perf_file(&["report", "--stats"], f));
-            assert!(n > 20, "{}: {n} samples", f.display());
-            // 4 pages per cpu hold at most ~16 KiB / 60 B of samples: the kernel kept only the newest.
-            assert!(n < 2 * 16 * 1024 / 48, "{}: {n} samples", f.display());
-            let syms = perf_file(&["report", "--stdio", "-q", "--sort", "sym"], f);
-            assert!(
-                syms.contains("spin_a") || syms.contains("spin_b"),
-                "{}: {syms}",
-                f.display()
-            );
-            let times = times_in(&perf_file(&["script", "-F", "time"], f));
-            let (lo, hi) = times
-                .iter()
-                .fold((f64::MAX, 0.0f64), |(lo, hi), &t| (lo.min(t), hi.max(t)));
-            // Consecutive windows: each dump starts after the previous one ended.
-            assert!(
-                lo >= last_end,
-                "{}: window {lo}..{hi} overlaps {last_end}",
-                f.display()
-            );
-            last_end = hi;
-        }
-        assert!(!dir.path("dump-4.data").exists());
+pipetest!(record_overwrite_dumps_on_sigusr2_as_valid_streams, |dir| {
+    if !have_perf() {
+        return;
     }
-);
+    let Some(exe) = spin(&dir) else { return };
+    let pattern = dir.path("dump-%n.data");
+    // A workload far longer than the test (about a minute of CPU): two SIGUSR2 dumps while it
+    // runs, each awaited by its file (its first version used fixed sleeps, and a fast machine
+    // ran the whole workload before the second signal), then SIGINT: the last dump, and the
+    // workload ended with SIGTERM as perf record ends it.
+    let mut child = Command::new(bin())
+        .args([
+            "record",
+            "--overwrite",
+            "-e",
+            "cpu-clock",
+            "-c",
+            "100000",
+            "-g",
+        ])
+        .args(["-m", "4", "-o"])
+        .arg(&pattern)
+        .arg("--")
+        .arg(&exe)
+        .arg("20000000000")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    let appears = |n: u32| {
+        let f = dir.path(&format!("dump-{n}.data"));
+        let t0 = Instant::now();
+        while !f.exists() {
+            assert!(t0.elapsed() < Duration::from_secs(60), "no dump-{n}.data");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    };
+    std::thread::sleep(Duration::from_millis(500));
+    signal(&child, libc::SIGUSR2);
+    appears(1);
+    std::thread::sleep(Duration::from_millis(300));
+    signal(&child, libc::SIGUSR2);
+    appears(2);
+    std::thread::sleep(Duration::from_millis(300));
+    signal(&child, libc::SIGINT);
+    let status = wait_for(&mut child, Duration::from_secs(60));
+    assert!(status.success(), "{status:?}");
+    let files: Vec<PathBuf> = (1..=3)
+        .map(|n| dir.path(&format!("dump-{n}.data")))
+        .collect();
+    let mut last_end = 0.0f64;
+    for f in &files {
+        assert!(Path::new(f).exists(), "{} missing", f.display());
+        // Each dump is a whole stream on its own (written as a perf.data), read by perf.
+        let n = samples_in(&perf_file(&["report", "--stats"], f));
+        assert!(n > 20, "{}: {n} samples", f.display());
+        // 4 pages per cpu hold at most ~16 KiB / 60 B of samples: the kernel kept only the newest.
+        assert!(n < 2 * 16 * 1024 / 48, "{}: {n} samples", f.display());
+        let syms = perf_file(&["report", "--stdio", "-q", "--sort", "sym"], f);
+        assert!(
+            syms.contains("spin_a") || syms.contains("spin_b"),
+            "{}: {syms}",
+            f.display()
+        );
+        let times = times_in(&perf_file(&["script", "-F", "time"], f));
+        let (lo, hi) = times
+            .iter()
+            .fold((f64::MAX, 0.0f64), |(lo, hi), &t| (lo.min(t), hi.max(t)));
+        // Consecutive windows: each dump starts after the previous one ended.
+        assert!(
+            lo >= last_end,
+            "{}: window {lo}..{hi} overlaps {last_end}",
+            f.display()
+        );
+        last_end = hi;
+    }
+    assert!(!dir.path("dump-4.data").exists());
+    // The workload is gone (terminated and reaped), not left spinning.
+    let pids = perf_file(&["script", "-F", "pid"], &files[2]);
+    let pid: u32 = pids
+        .split_whitespace()
+        .next()
+        .and_then(|p| p.parse().ok())
+        .expect("a sample pid");
+    assert!(
+        !Path::new(&format!("/proc/{pid}")).exists(),
+        "the workload {pid} still runs"
+    );
+});
 
 pipetest!(record_overwrite_single_output_keeps_the_newest, |dir| {
     if !have_perf() {
@@ -517,3 +587,88 @@ fn perf_file(args: &[&str], file: &Path) -> String {
     );
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
+
+pipetest!(record_overwrite_dumps_when_the_trigger_matches, |dir| {
+    if !have_perf() {
+        return;
+    }
+    let Some(exe) = spin(&dir) else { return };
+    // A shell that sleeps, then becomes `spin` for about 2 s of CPU: the trigger is the first
+    // sample of `spin`, the dump follows 200 ms later, while the workload still runs; the end
+    // gives the second dump.
+    let script = format!("sleep 0.3; exec {} 1000000000", exe.display());
+    let pattern = dir.path("dump-%n.data");
+    let json = dir.path("stats.json");
+    let t0 = Instant::now();
+    let mut child = Command::new(bin())
+        .args(["record", "--overwrite", "-e", "cpu-clock", "-c", "100000"])
+        .args(["-m", "4", "--stats", "--ring-trigger", "comm == \"spin\""])
+        .args(["--ring-after", "200ms", "--stats-json"])
+        .arg(&json)
+        .arg("-o")
+        .arg(&pattern)
+        .args(["--", "bash", "-c", &script])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    let first = dir.path("dump-1.data");
+    while !first.exists() {
+        assert!(t0.elapsed() < Duration::from_secs(60), "no dump-1.data");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let dumped_while_running = child.try_wait().expect("wait").is_none();
+    let status = wait_for(&mut child, Duration::from_secs(120));
+    let mut err = String::new();
+    std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut err).unwrap();
+    assert!(status.success(), "{err}");
+    assert!(dumped_while_running, "dump-1 came only at the end:\n{err}");
+    assert_eq!(counter(&err, "triggers"), 1, "{err}");
+    assert_eq!(counter(&err, "dumps"), 2, "{err}");
+    // The first dump holds samples of spin (the trigger's process), read by perf on its own.
+    let comms = perf_file(&["script", "-F", "comm"], &first);
+    assert!(comms.lines().any(|l| l.trim() == "spin"), "{comms}");
+    assert!(samples_in(&perf_file(&["report", "--stats"], &first)) > 20);
+    assert!(dir.path("dump-2.data").exists());
+    assert!(!dir.path("dump-3.data").exists());
+    // --stats-json carries the source's counters too.
+    let stats: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&json).expect("stats json")).unwrap();
+    let record = &stats["stages"][0];
+    assert_eq!(record["name"], "record", "{stats}");
+    assert_eq!(record["counters"]["triggers"], 1, "{stats}");
+});
+
+pipetest!(record_taps_and_refuses_a_trigger_without_overwrite, |dir| {
+    if !have_perf() {
+        return;
+    }
+    // --tap: the stream as decode leaves it, which perf reads like the output itself.
+    let tap = dir.path("decoded.data");
+    let tap_arg = format!("decode={}", tap.display());
+    let w = workload();
+    let (s, _) = record(
+        &["-e", "page-faults", "-c", "10", "--tap", &tap_arg],
+        &[&w, "single", "1"],
+    );
+    let tapped = std::fs::read(&tap).expect("the tap file");
+    assert_eq!(tapped, s, "decode passes the stream unchanged");
+    assert!(samples(&tapped) > 20);
+    // A trigger needs something to trigger: --overwrite or a --ring stage.
+    let out = Command::new(bin())
+        .args(["record", "--ring-trigger", "pid == 1", "--", "true"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("--overwrite"), "{err}");
+    // A tap on a stage that is not there is refused, naming the stages.
+    let out = Command::new(bin())
+        .args(["record", "--tap", "nosuch=/dev/null", "--", "true"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("record, decode"), "{err}");
+});

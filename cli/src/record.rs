@@ -71,12 +71,46 @@ pub(crate) struct RecordArgs {
     /// Print the per-stage table (with lost_events) on stderr at the end.
     #[arg(long)]
     stats: bool,
+    /// Write the figures of --stats as JSON to FILE (docs/stats.schema.json).
+    #[arg(long, value_name = "FILE")]
+    stats_json: Option<PathBuf>,
+    /// Live per-stage progress on stderr (default: on when stderr is a terminal).
+    #[arg(long, conflicts_with = "no_progress")]
+    progress: bool,
+    /// Never show live progress.
+    #[arg(long)]
+    no_progress: bool,
+    /// Copy the stream as it leaves STAGE (record, decode, a stage flag's name) to FILE, a
+    /// pipe-mode stream `perf script -i FILE` reads. Repeatable.
+    #[arg(long, value_name = "STAGE=FILE", value_parser = crate::run::parse_tap)]
+    tap: Vec<(String, PathBuf)>,
+    /// Dump when a sample matches EXPR (the --filter language): with --overwrite, the kernel's
+    /// rings are looked at after each poll; with a --ring stage, that stage's trigger.
+    #[arg(long, value_name = "EXPR")]
+    ring_trigger: Option<String>,
+    /// With --ring-trigger: keep recording for DURATION after the match before the dump.
+    #[arg(long, value_name = "DURATION")]
+    ring_after: Option<String>,
     /// The command to record, after `--`.
     #[arg(last = true, value_name = "CMD")]
     command: Vec<String>,
 }
 
 impl RecordArgs {
+    /// The reporting options, as the main command's run takes them.
+    fn run_args(&self) -> RunArgs {
+        let mut run = RunArgs::quiet();
+        run.output = self.output.clone();
+        run.stats = self.stats;
+        run.stats_json = self.stats_json.clone();
+        run.progress = self.progress;
+        run.no_progress = self.no_progress;
+        run.tap = self.tap.clone();
+        run.ring_trigger = self.ring_trigger.clone();
+        run.ring_after = self.ring_after.clone();
+        run
+    }
+
     fn target(&self) -> Result<Target, String> {
         match (self.all, self.pid, self.command.is_empty()) {
             (true, None, true) => Ok(Target::System),
@@ -138,16 +172,50 @@ fn pipeline(
         once: !split,
         ..cfg
     };
+    let run = args.run_args();
+    // The trigger drives a --ring stage when there is one, else the --overwrite dumps.
+    let has_ring = stages.iter().any(|(n, _)| *n == "ring");
+    let stages = if has_ring {
+        crate::ring_value(&run, stages, split)?
+    } else {
+        stages.to_vec()
+    };
+    let cfg = if has_ring {
+        cfg
+    } else {
+        RecordConfig {
+            trigger: args
+                .ring_trigger
+                .as_deref()
+                .map(perfpipe_stages::filter::parse)
+                .transpose()?,
+            after: args
+                .ring_after
+                .as_deref()
+                .map(perfpipe_stages::ring::parse_duration)
+                .transpose()?,
+            ..cfg
+        }
+    };
     let source = cfg.build()?;
-    let mut nodes = chain(registry, stages)?;
+    let mut nodes = chain(registry, &stages)?;
     if args.overwrite {
         // The dumps arrive framed, with their stream info: decode has nothing to do.
         nodes.retain(|(name, _)| name != "decode");
     }
     let mut p = Pipeline::new(Settings::default()).source("record", source);
-    for (name, stage) in nodes {
-        p = p.boxed_stage(name, stage);
+    let mut taps = crate::run::Taps::new(&args.tap)?;
+    if let Some(tap) = taps.take("record")? {
+        p = p.stage("tap:record", tap);
     }
+    for (name, stage) in nodes {
+        let tap = taps.take(&name)?;
+        p = p.boxed_stage(name.clone(), stage);
+        if let Some(tap) = tap {
+            p = p.stage(format!("tap:{name}"), tap);
+        }
+    }
+    taps.check_all_used()?;
     if split {
         let sink = WriteSplitConfig {
             pattern: args.output.clone(),
@@ -190,10 +258,10 @@ pub(crate) fn main(args: &RecordArgs, matches: &ArgMatches, registry: &Registry)
             return ExitCode::from(EXIT_FAILURE);
         }
     };
-    let mut run_args = RunArgs::quiet();
-    run_args.output = args.output.clone();
-    run_args.stats = args.stats;
-    crate::run::run(p, &run_args)
+    if stages.iter().any(|(n, _)| *n == "ring") {
+        crate::run::watch_dump_requests();
+    }
+    crate::run::run(p, &args.run_args())
 }
 
 #[cfg(test)]

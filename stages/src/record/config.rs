@@ -10,7 +10,8 @@ use perfpipe_core::Counter;
 use super::synth::{self, EventDesc, IdEntry};
 use super::sys::{self, flag, perf_event_attr, Event, Mmap};
 use super::workload::Workload;
-use super::{perf_err, CpuRings, Record};
+use super::{perf_err, Backward, CpuRings, Record};
+use crate::filter::{Expr, FilterConfig};
 use crate::format::{sample, Attr, EventHeader, RecordType, StreamInfo, PIPE_HEADER_KIND};
 use crate::ring::Recorder;
 use crate::Error;
@@ -56,6 +57,12 @@ pub struct RecordConfig {
     pub dumps: Option<Arc<AtomicBool>>,
     /// Overwrite mode: end the recording after the first dump (the output holds one stream).
     pub once: bool,
+    /// Overwrite mode: dump when a sample matches this expression (`--ring-trigger`; once, at the
+    /// first match). The new samples are looked at after each poll (at least every 100 ms),
+    /// without being taken out.
+    pub trigger: Option<Expr>,
+    /// With `trigger`: keep recording this long (wall time) after the match before the dump.
+    pub after: Option<Duration>,
     /// Send the workload's standard output to standard error (when the stream goes to stdout).
     pub workload_stdout_to_stderr: bool,
     /// The command line, for the CMDLINE feature.
@@ -74,6 +81,8 @@ impl Default for RecordConfig {
             stop: None,
             dumps: None,
             once: false,
+            trigger: None,
+            after: None,
             workload_stdout_to_stderr: false,
             cmdline: Vec::new(),
         }
@@ -138,7 +147,8 @@ impl RecordConfig {
         if backward {
             flags |= flag::WRITE_BACKWARD;
         } else {
-            // Wake the poll when a quarter of the ring is used.
+            // Wake the poll when half the ring is used, as perf record's rings do (the kernel's
+            // default watermark): a quarter woke the reader twice as often for nothing.
             flags |= flag::WATERMARK;
         }
         if matches!(self.target, Target::Command(_) | Target::Pid(_)) {
@@ -169,7 +179,7 @@ impl RecordConfig {
             wakeup_events: if backward {
                 0
             } else {
-                (pages * sys::page_size() / 4) as u32
+                (pages * sys::page_size() / 2) as u32
             },
             ..perf_event_attr::default()
         }
@@ -183,6 +193,18 @@ impl RecordConfig {
     /// [`Error::Perf`] when an event cannot be opened or mapped (permissions, limits).
     pub fn build(&self) -> Result<Record, Error> {
         let (config, name) = parse_event(&self.event)?;
+        if (self.trigger.is_some() || self.after.is_some()) && !self.overwrite {
+            return Err(Error::BadOption {
+                option: "--ring-trigger",
+                message: "a trigger drives --overwrite dumps (or a --ring stage): give one".into(),
+            });
+        }
+        if self.after.is_some() && self.trigger.is_none() {
+            return Err(Error::BadOption {
+                option: "--ring-after",
+                message: "needs --ring-trigger".into(),
+            });
+        }
         if !self.mmap_pages.is_power_of_two() {
             return Err(Error::BadOption {
                 option: "-m",
@@ -270,7 +292,12 @@ impl RecordConfig {
             let fwd_owner = owners[fwd_idx].expect("one fd per cpu");
             let backward = if self.overwrite {
                 let o = owners[0].expect("one fd per cpu");
-                Some((map(o, false)?, o, 0))
+                Some(Backward {
+                    map: map(o, false)?,
+                    owner: o,
+                    dumped: 0,
+                    peeked: 0,
+                })
             } else {
                 None
             };
@@ -364,10 +391,14 @@ impl RecordConfig {
             dumps: self.dumps.clone(),
             once: self.once,
             recorder,
+            trigger: self.trigger.clone().map(|e| FilterConfig::new(e).build()),
+            after: self.after,
+            pending: None,
             offset: 0,
             waited: Duration::ZERO,
             lost: Counter::new(),
             dumped: Counter::new(),
+            triggers: Counter::new(),
             records: Counter::new(),
         })
     }

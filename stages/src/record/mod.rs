@@ -18,7 +18,9 @@
 //!   read-only maps (the kernel keeps the newest samples, overwriting the oldest); a `dummy` event
 //!   in forward rings carries the side-band (COMM, MMAP2, FORK, EXIT), drained continuously into a
 //!   [`Recorder`], the flight recorder's state. On a dump request
-//!   ([`RecordConfig::dumps`], SIGUSR2 in the CLI) and at the end, every ring is paused, read
+//!   ([`RecordConfig::dumps`], SIGUSR2 in the CLI), a [trigger](RecordConfig::trigger) (the
+//!   samples written since the last look are copied out, paused, after each poll and matched,
+//!   then left in the ring; [`RecordConfig::after`] later) and at the end, every ring is paused, read
 //!   newest-first ([`ring::read_backward`]), resumed, and the recorder writes a **complete stream**:
 //!   header records, the side-band of the processes the window references, the window in time
 //!   order. Dumps are emitted as framed batches (what `decode` would give), so the CLI runs the
@@ -30,7 +32,8 @@
 //! kernel rings (`mmap_pages` pages per cpu and direction), one pass of records, and in overwrite
 //! mode the recorder (side-band since the last dump plus one dump's samples). **End**: the
 //! workload exits, the `-p` process exits, or the stop flag is set (SIGINT in the CLI): the events
-//! are disabled, the rings drained (or dumped), then [`Flow::Stop`].
+//! are disabled (a workload still running gets SIGTERM, as from `perf record`), the rings drained
+//! (or dumped), then [`Flow::Stop`].
 
 mod config;
 mod ring;
@@ -42,14 +45,15 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use perfpipe_core::{Counter, Flow, Out, Source, StageError};
+use perfpipe_core::{Batch, Counter, Flow, Out, Source, StageError};
 
 pub use config::{parse_event, Period, RecordConfig, Target};
 pub use ring::{read_backward, read_forward, ReadStats};
 pub use sys::{perf_event_attr, Event, Mmap};
 pub use workload::Workload;
 
-use crate::format::{EventHeader, RecordType, StreamInfo};
+use crate::filter::Filter;
+use crate::format::{Endian, EventHeader, RecordType, StreamInfo};
 use crate::read::HEADROOM;
 use crate::ring::Recorder;
 use crate::Error;
@@ -76,6 +80,33 @@ fn alive(pid: i32) -> bool {
     !matches!(state, Some('Z' | 'X') | None)
 }
 
+/// The backward ring of one cpu's sampling event (overwrite mode).
+#[derive(Debug)]
+struct Backward {
+    map: Mmap,
+    /// Index in `Record::events` of the event that owns the ring (paused and resumed).
+    owner: usize,
+    /// The head at the previous dump: the next dump reads what was written since.
+    dumped: u64,
+    /// The head at the previous look for a trigger.
+    peeked: u64,
+}
+
+impl Backward {
+    /// Pauses the ring, reads the records written since `since` (oldest first), resumes it.
+    /// Returns them with the head to read from next time.
+    fn read(&self, events: &[Event], since: u64) -> Result<(Vec<Vec<u8>>, u64, ReadStats), Error> {
+        let ev = &events[self.owner];
+        ev.pause_output(true)
+            .map_err(|e| perf_err("ioctl PAUSE_OUTPUT", "pause", e))?;
+        let (mut recs, head, stats) = read_backward(&self.map, since);
+        ev.pause_output(false)
+            .map_err(|e| perf_err("ioctl PAUSE_OUTPUT", "resume", e))?;
+        recs.reverse(); // oldest first
+        Ok((recs, head, stats))
+    }
+}
+
 /// One cpu's rings.
 #[derive(Debug)]
 struct CpuRings {
@@ -83,9 +114,8 @@ struct CpuRings {
     forward: Mmap,
     /// The fd that owns `forward`, for poll(2).
     forward_fd: i32,
-    /// The backward ring of the sampling event (overwrite mode), its owner, and the head of the
-    /// previous read.
-    backward: Option<(Mmap, usize, u64)>,
+    /// The backward ring of the sampling event (overwrite mode).
+    backward: Option<Backward>,
 }
 
 /// The running `record` source.
@@ -101,10 +131,15 @@ pub struct Record {
     dumps: Option<Arc<AtomicBool>>,
     once: bool,
     recorder: Option<(Recorder, Arc<StreamInfo>)>,
+    trigger: Option<Filter>,
+    after: Option<Duration>,
+    /// A trigger fired; the dump is due at this instant (`after` later).
+    pending: Option<Instant>,
     offset: u64,
     waited: Duration,
     lost: Counter,
     dumped: Counter,
+    triggers: Counter,
     records: Counter,
 }
 
@@ -121,13 +156,15 @@ impl Record {
         Ok(())
     }
 
-    /// Whether the recording should end: workload or process gone, or stop requested.
-    fn ended(&mut self) -> bool {
-        if self
-            .stop
+    fn stop_requested(&self) -> bool {
+        self.stop
             .as_ref()
             .is_some_and(|s| s.load(Ordering::Relaxed))
-        {
+    }
+
+    /// Whether the recording should end: workload or process gone, or stop requested.
+    fn ended(&mut self) -> bool {
+        if self.stop_requested() {
             return true;
         }
         if let Some(w) = &mut self.workload {
@@ -210,19 +247,13 @@ impl Record {
         for_each_side(&side, info, rec);
         let mut samples: Vec<Vec<u8>> = Vec::new();
         for r in &mut self.rings {
-            let Some((map, owner, prev)) = &mut r.backward else {
+            let Some(b) = &mut r.backward else {
                 continue;
             };
-            let ev = &self.events[*owner];
-            ev.pause_output(true)
-                .map_err(|e| perf_err("ioctl PAUSE_OUTPUT", "pause", e))?;
-            let (mut recs, head, stats) = read_backward(map, *prev);
-            ev.pause_output(false)
-                .map_err(|e| perf_err("ioctl PAUSE_OUTPUT", "resume", e))?;
-            *prev = head;
+            let (mut recs, head, stats) = b.read(&self.events, b.dumped)?;
+            (b.dumped, b.peeked) = (head, head);
             self.lost.add(stats.lost);
             self.records.add(stats.records);
-            recs.reverse(); // oldest first
             samples.append(&mut recs);
         }
         for bytes in &samples {
@@ -238,33 +269,73 @@ impl Record {
             out.push(b);
         }
         self.dumped.add(1);
+        self.pending = None;
         Ok(())
     }
 
+    /// Overwrite mode with a trigger: whether a sample written since the last look (or a dump)
+    /// matches. The filter sees `side` (the side-band just drained, so that `comm` and `dso`
+    /// resolve) and then each ring's new samples; the rings are paused only while copied.
+    fn triggered(&mut self, side: &[u8]) -> Result<bool, Error> {
+        let (Some(filter), Some((_, info))) = (&mut self.trigger, &self.recorder) else {
+            return Ok(false);
+        };
+        let mut batch = Batch {
+            context: Some(info.clone()),
+            ..Batch::default()
+        };
+        let mut add = |bytes: &[u8]| {
+            let kind = EventHeader::parse(bytes, info.endian).map_or(0, |h| h.type_);
+            let span = batch.append(bytes, kind, u32::from(info.attr_index(kind, bytes)));
+            batch.spans.push(span);
+        };
+        for_each_whole(side, info.endian, &mut add);
+        for r in &mut self.rings {
+            let Some(b) = &mut r.backward else {
+                continue;
+            };
+            let (recs, head, _) = b.read(&self.events, b.peeked)?;
+            b.peeked = head;
+            recs.iter().for_each(|r| add(r));
+        }
+        Ok(filter.first_match(&batch).is_some())
+    }
+
+    /// Disables the events; on a stop request, also ends a `-- CMD` workload that still runs,
+    /// as `perf record` does (after the first dump of a single output it runs on, unrecorded).
     fn finish(&mut self) -> Result<(), Error> {
         for ev in &self.events {
             // A task's events may be gone with it; nothing to do then.
             let _ = ev.disable();
         }
+        if self.stop_requested() {
+            if let Some(w) = &mut self.workload {
+                w.terminate();
+            }
+        }
         Ok(())
+    }
+}
+
+/// Calls `f` on each record of `bytes`, a run of whole records.
+fn for_each_whole(bytes: &[u8], e: Endian, f: &mut impl FnMut(&[u8])) {
+    let mut pos = 0;
+    while let Some(h) = bytes.get(pos..).and_then(|b| EventHeader::parse(b, e)) {
+        let size = usize::from(h.size);
+        if size < 8 || pos + size > bytes.len() {
+            break;
+        }
+        f(&bytes[pos..pos + size]);
+        pos += size;
     }
 }
 
 /// Pushes the side-band records of `bytes` (a run of whole records) into the recorder.
 fn for_each_side(bytes: &[u8], info: &Arc<StreamInfo>, rec: &mut Recorder) {
-    let mut pos = 0;
-    while let Some(h) = bytes
-        .get(pos..)
-        .and_then(|b| EventHeader::parse(b, info.endian))
-    {
-        let size = usize::from(h.size);
-        if size < 8 || pos + size > bytes.len() {
-            break;
-        }
-        let r = &bytes[pos..pos + size];
-        rec.push(info, r, h.type_, u32::from(info.attr_index(h.type_, r)));
-        pos += size;
-    }
+    for_each_whole(bytes, info.endian, &mut |r| {
+        let kind = EventHeader::parse(r, info.endian).map_or(0, |h| h.type_);
+        rec.push(info, r, kind, u32::from(info.attr_index(kind, r)));
+    });
 }
 
 impl Source for Record {
@@ -288,23 +359,44 @@ impl Source for Record {
                 .dumps
                 .as_ref()
                 .is_some_and(|d| d.swap(false, Ordering::Relaxed));
-            if ended || asked {
-                self.dump(out)?;
-                if self.once && !ended {
-                    self.finish()?;
-                    return Ok(Flow::Stop);
-                }
-            } else {
+            let due = self.pending.is_some_and(|at| Instant::now() >= at);
+            let mut fire = ended || asked || due;
+            if !fire {
                 let mut side = Vec::new();
                 self.drain(&mut side);
                 if let Some((rec, info)) = &mut self.recorder {
                     for_each_side(&side, info, rec);
                 }
+                if self.pending.is_none() && self.triggered(&side)? {
+                    // Once, as the ring stage's trigger: later matches do not dump again.
+                    self.trigger = None;
+                    self.triggers.add(1);
+                    match self.after {
+                        None => fire = true,
+                        Some(after) => self.pending = Some(Instant::now() + after),
+                    }
+                }
+            }
+            if fire {
+                self.dump(out)?;
+                if self.once && !ended {
+                    self.finish()?;
+                    return Ok(Flow::Stop);
+                }
             }
         } else {
-            let mut buf = Vec::new();
-            self.drain(&mut buf);
-            self.emit_raw(out, &buf);
+            // Straight from the rings into a pooled batch, after decode's headroom.
+            let mut batch = out.take();
+            batch.data.resize(HEADROOM, 0);
+            self.drain(&mut batch.data);
+            if batch.data.len() > HEADROOM {
+                batch.start = HEADROOM;
+                batch.stream_offset = self.offset;
+                self.offset += (batch.data.len() - HEADROOM) as u64;
+                out.push(batch);
+            } else {
+                out.recycle(batch);
+            }
         }
         Ok(if ended { Flow::Stop } else { Flow::Continue })
     }
@@ -318,6 +410,7 @@ impl Source for Record {
             ("kernel_records", self.records.clone()),
             ("lost_events", self.lost.clone()),
             ("dumps", self.dumped.clone()),
+            ("triggers", self.triggers.clone()),
         ]
     }
 }

@@ -5,6 +5,7 @@
 use std::ffi::CString;
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::time::{Duration, Instant};
 
 /// A forked workload waiting to exec.
 #[derive(Debug)]
@@ -101,6 +102,21 @@ impl Workload {
             self.status = Some(status);
         }
         self.status.is_some()
+    }
+
+    /// Ends a started workload that still runs when the recording is stopped: SIGTERM, as
+    /// `perf record` sends it, then reaps it if it is gone within a second (a workload that
+    /// ignores SIGTERM is left running rather than waited for without end).
+    pub fn terminate(&mut self) {
+        if self.go.is_some() || self.exited() {
+            return;
+        }
+        // SAFETY: signalling our own child, which we have not reaped (so the pid is still ours).
+        unsafe { libc::kill(self.pid, libc::SIGTERM) };
+        let t0 = Instant::now();
+        while !self.exited() && t0.elapsed() < Duration::from_secs(1) {
+            std::thread::sleep(Duration::from_millis(5));
+        }
     }
 
     /// The exit code, once exited normally.

@@ -54,7 +54,7 @@ pub const TICK: Duration = Duration::from_millis(50);
 pub struct RingConfig {
     /// Bytes of events to keep.
     pub size: usize,
-    /// Dump when a sample matches this expression.
+    /// Dump when a sample matches this expression (once: the first match).
     pub trigger: Option<Expr>,
     /// After a trigger, keep recording this long (event time) before the dump.
     pub after: Option<Duration>,
@@ -272,6 +272,11 @@ impl Stage for Ring {
             Some(f) => f.first_match(&batch),
             None => None,
         };
+        if matched.is_some() {
+            // A trigger fires once: a condition that holds for a while would otherwise dump
+            // every batch. SIGUSR2 and the end still dump.
+            self.trigger = None;
+        }
         let mut flow = Flow::Continue;
         for (i, span) in batch.spans.iter().enumerate() {
             let bytes = batch.bytes(span);

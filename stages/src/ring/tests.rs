@@ -279,6 +279,15 @@ fn a_trigger_expression_dumps_at_the_matching_sample_and_once_stops() {
     };
     assert_eq!(last(&dumps[0]), Some(1079));
     assert_eq!(last(&dumps[1]), Some(1099));
+
+    // A trigger fires once: every sample of pid 5 matches, in batches of a few records, yet
+    // there is one trigger dump (at the first sample) and the end's.
+    let mut ring = RingConfig::parse("64K,trigger=pid == 5").unwrap().build();
+    let out = harness::run_stage(&mut ring, decoded(&stream, 256)).unwrap();
+    let dumps = streams(&out);
+    assert_eq!(dumps.len(), 2);
+    assert_eq!(last(&dumps[0]), Some(1000));
+    assert_eq!(last(&dumps[1]), Some(1099));
 }
 
 #[test]
