@@ -7,6 +7,7 @@
 #   benches/record-overhead.sh [ROUNDS]          # default 5 rounds
 #   EVENT='-e cpu-clock -c 20000 -g' WORKLOAD='tests/fixtures/workload.sh multi 4' \
 #     benches/record-overhead.sh 7
+#   BASELINE=/tmp/perfpipe-before benches/record-overhead.sh   # + PERFPIPE-BASELINE: a before/after
 #
 # The time measured is the workload's own wall time, taken inside the recorded command (a bash
 # wrapper reads the clock before and after the workload), so recorder start-up and the final
@@ -43,6 +44,8 @@ EOF
 chmod +x "$tmp/timed.sh"
 
 names=(BASE PERF PERFPIPE PERFPIPE-OVWRT PERF-OVWRT)
+baseline=${BASELINE:-}
+[[ -n $baseline ]] && names+=(PERFPIPE-BASELINE)
 run() {
     # shellcheck disable=SC2086 # $event is a list of words
     case $1 in
@@ -52,6 +55,7 @@ run() {
     PERFPIPE-OVWRT)
         "$perfpipe" record --overwrite $event -m "$pages" -- "$tmp/timed.sh" >/dev/null 2>"$tmp/err"
         ;;
+    PERFPIPE-BASELINE) "$baseline" record $event -m "$pages" -- "$tmp/timed.sh" >/dev/null 2>"$tmp/err" ;;
     PERF-OVWRT)
         perf record --overwrite $event -m "$pages" -o "$tmp/ov.data" -- "$tmp/timed.sh" \
             >/dev/null 2>"$tmp/err"
@@ -70,16 +74,24 @@ for ((r = 0; r < rounds; r++)); do
     done
 done
 
-awk -v order="${names[*]}" '
-    { n[$1]++; s[$1] += $2 / 1e9; q[$1] += ($2 / 1e9) ^ 2 }
-    END {
-        split(order, o, " ")
-        base = s["BASE"] / n["BASE"]
-        printf "%-15s %6s %10s %9s %9s\n", "variant", "runs", "mean (s)", "stdev", "slowdown"
-        for (i = 1; i <= length(o); i++) {
-            k = o[i]; m = s[k] / n[k]
-            var = n[k] > 1 ? (q[k] - n[k] * m * m) / (n[k] - 1) : 0
+# Per variant: median, mean and standard deviation of the wall time; slowdowns against BASE's
+# median (the figure to quote on a noisy machine) and mean.
+median() { grep "^$1 " "$tmp/results" | awk '{print $2 / 1e9}' | sort -g |
+    awk '{v[NR] = $1} END {print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2}'; }
+base_median=$(median BASE)
+printf "%-15s %5s %10s %10s %8s %16s %14s\n" variant runs "median (s)" "mean (s)" stdev \
+    "slowdown median" "slowdown mean"
+for v in "${names[@]}"; do
+    med=$(median "$v")
+    grep "^$v " "$tmp/results" | awk -v k="$v" -v med="$med" -v bmed="$base_median" -v bmean="$(
+        grep '^BASE ' "$tmp/results" | awk '{s += $2 / 1e9} END {print s / NR}'
+    )" '
+        { n++; s += $2 / 1e9; q += ($2 / 1e9) ^ 2 }
+        END {
+            m = s / n
+            var = n > 1 ? (q - n * m * m) / (n - 1) : 0
             if (var < 0) var = 0
-            printf "%-15s %6d %10.3f %9.3f %8.1f%%\n", k, n[k], m, sqrt(var), (m / base - 1) * 100
-        }
-    }' "$tmp/results"
+            printf "%-15s %5d %10.3f %10.3f %8.3f %15.1f%% %13.1f%%\n", k, n, med, m, sqrt(var),
+                (med / bmed - 1) * 100, (m / bmean - 1) * 100
+        }'
+done
