@@ -145,6 +145,11 @@ pub fn perf_script(input: &[u8]) -> String {
 
 /// Records `perf record ARGS -o - -- WORKLOAD…` and returns the pipe stream.
 pub fn perf_record(args: &[&str], workload: &[&str]) -> Vec<u8> {
+    perf_record_err(args, workload).0
+}
+
+/// [`perf_record`], with perf's standard error (where the workload's own goes too).
+pub fn perf_record_err(args: &[&str], workload: &[&str]) -> (Vec<u8>, String) {
     let out = Command::new("perf")
         .arg("record")
         .args(args)
@@ -153,13 +158,10 @@ pub fn perf_record(args: &[&str], workload: &[&str]) -> Vec<u8> {
         .stdin(Stdio::null())
         .output()
         .expect("perf record");
-    assert!(
-        out.status.success(),
-        "perf record {args:?} failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(out.status.success(), "perf record {args:?} failed: {err}");
     assert!(out.stdout.len() > 16, "perf record wrote nothing");
-    out.stdout
+    (out.stdout, err)
 }
 
 /// The fixtures' workload script (`single` or `multi`), for live recordings.
