@@ -58,6 +58,18 @@ struct View {
     last_at: Instant,
 }
 
+/// Bytes a stage moved between two snapshots: output bytes once it has sent something, else
+/// input bytes (a sink). Decided on the newer snapshot and used for both, so a stage that sends
+/// its first batch between two ticks does not subtract its input from its output (an overflow
+/// CI caught); counters are read one by one, never all at once, so it saturates.
+fn bytes_since(new: &StageSnapshot, old: &StageSnapshot) -> u64 {
+    if new.output.batches > 0 {
+        new.output.bytes.saturating_sub(old.output.bytes)
+    } else {
+        new.input.bytes.saturating_sub(old.input.bytes)
+    }
+}
+
 impl View {
     fn new(metrics: Vec<StageMetrics>, input_size: Option<u64>) -> View {
         let last = metrics.iter().map(StageMetrics::snapshot).collect();
@@ -78,14 +90,7 @@ impl View {
             .iter()
             .zip(&self.last)
             .map(|(n, l)| {
-                let bytes = |s: &StageSnapshot| {
-                    if s.output.batches > 0 {
-                        s.output.bytes
-                    } else {
-                        s.input.bytes
-                    }
-                };
-                let rate = (bytes(n) - bytes(l)) as f64 / 1e6 / dt;
+                let rate = bytes_since(n, l) as f64 / 1e6 / dt;
                 let w = n.working.saturating_sub(l.working);
                 let st = n.starved.saturating_sub(l.starved);
                 let b = n.blocked.saturating_sub(l.blocked);
@@ -212,5 +217,47 @@ fn sleep_unless(stop: &AtomicBool, d: Duration) {
     let until = Instant::now() + d;
     while Instant::now() < until && !stop.load(Ordering::SeqCst) {
         std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use perfpipe_core::FlowSnapshot;
+
+    fn snap(input: u64, output: u64, batches_out: u64) -> StageSnapshot {
+        StageSnapshot {
+            name: "decode".into(),
+            input: FlowSnapshot {
+                bytes: input,
+                ..FlowSnapshot::default()
+            },
+            output: FlowSnapshot {
+                bytes: output,
+                batches: batches_out,
+                ..FlowSnapshot::default()
+            },
+            working: Duration::ZERO,
+            starved: Duration::ZERO,
+            blocked: Duration::ZERO,
+            queue_capacity: 4,
+            queue_fill_avg: 0.0,
+            queue_fill_max: 0,
+            counters: Vec::new(),
+            lifetime: Duration::ZERO,
+        }
+    }
+
+    #[test]
+    fn a_first_batch_between_two_ticks_is_no_underflow() {
+        // Had read 1 MB, sent nothing; now sent its first 256 KiB.
+        assert_eq!(
+            bytes_since(&snap(1 << 20, 256 << 10, 1), &snap(1 << 20, 0, 0)),
+            256 << 10
+        );
+        // A sink: input only.
+        assert_eq!(bytes_since(&snap(3000, 0, 0), &snap(1000, 0, 0)), 2000);
+        // Counters read at slightly different instants can look like going back.
+        assert_eq!(bytes_since(&snap(10, 5, 1), &snap(10, 7, 1)), 0);
     }
 }
