@@ -641,20 +641,19 @@ pipetest!(record_taps_and_refuses_a_trigger_without_overwrite, |dir| {
     let tapped = std::fs::read(&tap).expect("the tap file");
     assert_eq!(tapped, s, "decode passes the stream unchanged");
     assert!(samples(&tapped) > 20);
-    // A trigger needs something to trigger: --overwrite or a --ring stage.
-    let out = Command::new(bin())
-        .args(["record", "--ring-trigger", "pid == 1", "--", "true"])
-        .output()
-        .unwrap();
-    assert!(!out.status.success());
-    let err = String::from_utf8_lossy(&out.stderr);
+    // Refused with a message: a trigger with nothing to trigger (--overwrite or a --ring stage),
+    // a tap on a stage that is not there (the message names the stages).
+    let refused = |args: &[&str]| {
+        let out = Command::new(bin())
+            .arg("record")
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(!out.status.success(), "{args:?} accepted");
+        String::from_utf8_lossy(&out.stderr).into_owned()
+    };
+    let err = refused(&["--ring-trigger", "pid == 1", "--", "true"]);
     assert!(err.contains("--overwrite"), "{err}");
-    // A tap on a stage that is not there is refused, naming the stages.
-    let out = Command::new(bin())
-        .args(["record", "--tap", "nosuch=/dev/null", "--", "true"])
-        .output()
-        .unwrap();
-    assert!(!out.status.success());
-    let err = String::from_utf8_lossy(&out.stderr);
+    let err = refused(&["--tap", "nosuch=/dev/null", "--", "true"]);
     assert!(err.contains("record, decode"), "{err}");
 });
