@@ -11,16 +11,6 @@ use std::time::{Duration, Instant};
 
 use crate::util::*;
 
-/// The callgraph fixture with its records repeated `times` more times after the first copy.
-fn big_stream(times: usize) -> Vec<u8> {
-    let input = fixture_bytes("callgraph.pipe.data");
-    let mut big = input.clone();
-    for _ in 0..times {
-        big.extend_from_slice(&input[16..]);
-    }
-    big
-}
-
 /// Offsets of every record boundary of a little-endian stream without payloads outside
 /// `header.size` (16 = end of the pipe header, …, the stream's length).
 fn boundaries(stream: &[u8]) -> Vec<usize> {
@@ -37,11 +27,6 @@ fn boundaries(stream: &[u8]) -> Vec<usize> {
 
 fn is_record_prefix(input: &[u8], got: &[u8]) -> bool {
     input.starts_with(got) && (got.is_empty() || boundaries(input).contains(&got.len()))
-}
-
-fn signal(child: &Child, sig: libc::c_int) {
-    // SAFETY: kill(2) on our own child's pid.
-    assert_eq!(unsafe { libc::kill(child.id() as libc::pid_t, sig) }, 0);
 }
 
 /// Waits for the child at most `limit`; kills it and fails the test if it is still running.
@@ -67,16 +52,6 @@ fn drain<R: std::io::Read + Send + 'static>(mut r: R) -> std::thread::JoinHandle
         let _ = r.read_to_end(&mut v);
         v
     })
-}
-
-fn spawn(args: &[&str]) -> Child {
-    Command::new(bin())
-        .args(args)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap()
 }
 
 /// First SIGINT or SIGTERM while the input is still coming: perfpipe keeps draining, says why

@@ -10,7 +10,6 @@
 //! and allocator slack (a run with 4 KiB batches peaks near 7 MiB in total).
 
 use std::io::{Read as _, Write as _};
-use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use perfpipe_core::Settings;
@@ -21,17 +20,6 @@ use crate::util::*;
 /// RSS beyond the batch buffers: code, libc, stacks, allocator slack, metrics.
 const ALLOWANCE: u64 = 16 << 20;
 
-/// `VmHWM` (peak RSS) of a process, in bytes.
-fn vm_hwm(pid: u32) -> u64 {
-    let s = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
-    let kb: u64 = s
-        .lines()
-        .find_map(|l| l.strip_prefix("VmHWM:"))
-        .and_then(|v| v.split_whitespace().next()?.parse().ok())
-        .expect("VmHWM");
-    kb * 1024
-}
-
 /// utime + stime of a process, in clock ticks.
 fn cpu_ticks(pid: u32) -> u64 {
     let s = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
@@ -39,16 +27,6 @@ fn cpu_ticks(pid: u32) -> u64 {
     let f: Vec<&str> = rest.split_whitespace().collect();
     // Fields 14 and 15 of stat(5); `rest` starts at field 3.
     f[11].parse::<u64>().unwrap() + f[12].parse::<u64>().unwrap()
-}
-
-fn spawn(args: &[&str]) -> Child {
-    Command::new(bin())
-        .args(args)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap()
 }
 
 /// Writes the callgraph fixture then its records `times` more times; returns the bytes written.

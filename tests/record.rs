@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use crate::util::{bin, have_perf, perf_on, perf_record, perf_record_err, workload, Dir};
+use crate::util::{bin, have_perf, perf_on, perf_record, perf_record_err, signal, workload, Dir};
 
 /// A C workload with symbols of its own: `spin_a` does twice the work of `spin_b`. At the end it
 /// writes the CPU time it used to standard error (`spin cpu_ns=N`), so a sample count can be
@@ -313,11 +313,6 @@ pipetest!(record_reports_lost_events, |dir| {
     let report = perf_on(&["report", "--stats"], &s);
     assert!(report.contains("LOST"), "{report}");
 });
-
-fn signal(child: &Child, sig: libc::c_int) {
-    // SAFETY: kill(2) on our own child's pid.
-    assert_eq!(unsafe { libc::kill(child.id() as libc::pid_t, sig) }, 0);
-}
 
 /// Sample times of a stream, as `perf script` prints them.
 fn sample_times(stream: &[u8]) -> Vec<f64> {

@@ -3,7 +3,7 @@
 
 use std::collections::HashMap;
 use std::io::{Read as _, Write as _};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use crate::util::*;
@@ -198,17 +198,6 @@ impl OutputWith for Command {
     }
 }
 
-/// `VmHWM` (peak RSS) of a live process, in bytes.
-fn vm_hwm(pid: u32) -> u64 {
-    let s = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
-    let kb: u64 = s
-        .lines()
-        .find_map(|l| l.strip_prefix("VmHWM:"))
-        .and_then(|v| v.split_whitespace().next()?.parse().ok())
-        .expect("VmHWM");
-    kb << 10
-}
-
 pipetest!(
     ring_memory_is_bounded_while_a_gigabyte_streams_through,
     |_dir| {
@@ -294,11 +283,6 @@ pipetest!(
         assert!(side > 0 && side < 256 << 10, "sideband_bytes {side}");
     }
 );
-
-fn signal(child: &Child, sig: libc::c_int) {
-    // SAFETY: kill(2) on our own child's pid.
-    assert_eq!(unsafe { libc::kill(child.id() as libc::pid_t, sig) }, 0);
-}
 
 /// Waits until `path` exists and stops growing, at most 10 s.
 fn settled(path: &std::path::Path) -> Vec<u8> {

@@ -11,16 +11,6 @@ use serde_json::Value;
 
 use crate::util::*;
 
-/// Several MB of valid stream: a fixture's records repeated.
-fn big_stream(times: usize) -> Vec<u8> {
-    let input = fixture_bytes("callgraph.pipe.data");
-    let mut big = input.clone();
-    for _ in 0..times {
-        big.extend_from_slice(&input[16..]);
-    }
-    big
-}
-
 fn verdict_line(stderr: &[u8]) -> String {
     String::from_utf8_lossy(stderr)
         .lines()

@@ -2,7 +2,7 @@
 
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+use std::process::{Child, Command, Output, Stdio};
 
 /// Prints expected vs got between rulers when they differ.
 #[macro_export]
@@ -184,4 +184,42 @@ pub fn count_samples(script: &str) -> usize {
         .lines()
         .filter(|l| !l.contains("PERF_RECORD_") && !l.trim().is_empty())
         .count()
+}
+
+/// The callgraph fixture with its records repeated `times` more times after the first copy.
+pub fn big_stream(times: usize) -> Vec<u8> {
+    let input = fixture_bytes("callgraph.pipe.data");
+    let mut big = input.clone();
+    for _ in 0..times {
+        big.extend_from_slice(&input[16..]);
+    }
+    big
+}
+
+/// Starts perfpipe with `args`, its three standard streams piped.
+pub fn spawn(args: &[&str]) -> Child {
+    Command::new(bin())
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
+/// Sends `sig` to a child.
+pub fn signal(child: &Child, sig: libc::c_int) {
+    // SAFETY: kill(2) on our own child's pid.
+    assert_eq!(unsafe { libc::kill(child.id() as libc::pid_t, sig) }, 0);
+}
+
+/// `VmHWM` (peak RSS) of a live process, in bytes.
+pub fn vm_hwm(pid: u32) -> u64 {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let kb: u64 = s
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.split_whitespace().next()?.parse().ok())
+        .expect("VmHWM");
+    kb * 1024
 }

@@ -46,17 +46,10 @@ use perfpipe_core::{Counter, Flow, Out, Source, StageError};
 
 use crate::encode;
 use crate::format::{
-    Attr, Endian, EventHeader, RecordType, EVENT_HEADER_SIZE, FILE_HEADER_SIZE, PIPE_MAGIC,
+    feature, Attr, Endian, EventHeader, RecordType, EVENT_HEADER_SIZE, FILE_HEADER_SIZE, PIPE_MAGIC,
 };
 use crate::read::{Read, ReadConfig, HEADROOM};
 use crate::Error;
-
-/// `HEADER_TRACING_DATA`, the first feature bit.
-pub const FEAT_TRACING_DATA: u32 = 1;
-/// `HEADER_BUILD_ID`.
-pub const FEAT_BUILD_ID: u32 = 2;
-/// `HEADER_LAST_FEATURE` of perf 6.1: the feature id of the end mark in a pipe.
-pub const FEAT_LAST: u32 = 32;
 
 /// Feature names (`enum` in `tools/perf/util/header.h`), index = feature id.
 const FEATURE_NAMES: [&str; 32] = [
@@ -104,7 +97,7 @@ pub fn feature_name(feat: u32) -> String {
 /// Whether perf sends this feature as a HEADER_FEATURE record in a pipe (`feat_ops[].synthesize`,
 /// i.e. declared with `FEAT_OPR` in `tools/perf/util/header.c`).
 pub fn synthesized_in_pipe(feat: u32) -> bool {
-    (3..FEAT_LAST).contains(&feat) && !matches!(feat, 15 | 18 | 19 | 20 | 24 | 30)
+    (3..feature::LAST).contains(&feat) && !matches!(feat, 15 | 18 | 19 | 20 | 24 | 30)
 }
 
 /// `struct perf_file_section`: `{u64 offset, size}`.
@@ -444,11 +437,11 @@ impl ReadFile {
             }
             .to_bytes(e),
         );
-        out.extend_from_slice(&e.put_u64(u64::from(FEAT_LAST)));
+        out.extend_from_slice(&e.put_u64(u64::from(feature::LAST)));
 
         for (feat, s) in &self.features {
             match *feat {
-                FEAT_TRACING_DATA => {
+                feature::TRACING_DATA => {
                     // header.size 16 as perf 6.1 writes it (u32 size + 4 bytes of padding); the
                     // blob follows, zero-padded to 8, its padded size in `size`
                     // (`perf_event__synthesize_tracing_data()`).
@@ -469,7 +462,7 @@ impl ReadFile {
                     out.extend_from_slice(bytes(s));
                     out.resize(out.len() + (padded - s.size) as usize, 0);
                 }
-                FEAT_BUILD_ID => self.build_ids(s, &mut out)?,
+                feature::BUILD_ID => self.build_ids(s, &mut out)?,
                 _ => {}
             }
         }

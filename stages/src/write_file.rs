@@ -39,9 +39,9 @@ use std::time::{Duration, Instant};
 use perfpipe_core::{Batch, Counter, Flow, Sink, StageError};
 
 use crate::format::{
-    Endian, EventHeader, RecordType, StreamInfo, FILE_HEADER_SIZE, PIPE_HEADER_KIND, PIPE_MAGIC,
+    feature, Endian, EventHeader, RecordType, StreamInfo, FILE_HEADER_SIZE, PIPE_HEADER_KIND,
+    PIPE_MAGIC,
 };
-use crate::read_file::{FEAT_BUILD_ID, FEAT_LAST, FEAT_TRACING_DATA};
 use crate::write::{Write, WriteConfig};
 use crate::Error;
 
@@ -241,7 +241,7 @@ impl WriteFile {
         };
         let body = &rec[16..];
         // The end mark: an empty feature at or past perf 6.1's HEADER_LAST_FEATURE.
-        if (body.is_empty() && feat >= u64::from(FEAT_LAST)) || feat >= 256 {
+        if (body.is_empty() && feat >= u64::from(feature::LAST)) || feat >= 256 {
             return;
         }
         self.features.insert(feat as u32, body.to_vec());
@@ -310,10 +310,10 @@ impl WriteFile {
     fn feature_sections(&mut self) -> BTreeMap<u32, Vec<u8>> {
         let mut all = std::mem::take(&mut self.features);
         if let Some(t) = self.tracing.take() {
-            all.insert(FEAT_TRACING_DATA, t);
+            all.insert(feature::TRACING_DATA, t);
         }
         if !self.build_ids.is_empty() {
-            all.insert(FEAT_BUILD_ID, std::mem::take(&mut self.build_ids));
+            all.insert(feature::BUILD_ID, std::mem::take(&mut self.build_ids));
         }
         all
     }

@@ -22,12 +22,12 @@ use std::hash::Hasher as _;
 
 use perfpipe_core::{Batch, Counter, Flow, Out, Stage, StageError};
 use perfpipe_stages::encode;
-use perfpipe_stages::format::{Endian, EventHeader, RecordType, StreamInfo};
+use perfpipe_stages::format::{feature, Endian, EventHeader, RecordType, StreamInfo};
 use perfpipe_stages::registry::{options, StageOption, StageSpec};
 use siphasher::sip::SipHasher13;
 
-/// `HEADER_HOSTNAME`, `HEADER_CMDLINE` feature ids (`tools/perf/util/header.h`).
-const DROPPED_FEATURES: [u64; 2] = [3, 11];
+/// Features that name the machine or the command line.
+const DROPPED_FEATURES: [u32; 2] = [feature::HOSTNAME, feature::CMDLINE];
 
 /// The running `redact` stage.
 #[derive(Debug)]
@@ -145,7 +145,10 @@ impl Redact {
             }
             RecordType::HEADER_FEATURE => {
                 let feat = e.u64(rec, 8)?;
-                DROPPED_FEATURES.contains(&feat).then_some(None)
+                DROPPED_FEATURES
+                    .iter()
+                    .any(|&f| u64::from(f) == feat)
+                    .then_some(None)
             }
             _ => None,
         }

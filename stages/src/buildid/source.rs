@@ -12,6 +12,7 @@ use std::os::unix::fs::OpenOptionsExt as _;
 use std::path::{Path, PathBuf};
 use std::sync::mpsc;
 
+use crate::format::feature;
 use crate::machine::{Dso, DsoId, Identity};
 
 /// A build id: up to 20 bytes (a GNU build id is 20 with SHA-1, 16 with MD5, 8 with xxhash).
@@ -328,11 +329,6 @@ pub struct Resolver {
     rx: mpsc::Receiver<(DsoId, Outcome)>,
 }
 
-/// `HEADER_HOSTNAME` feature id.
-const FEAT_HOSTNAME: u64 = 3;
-/// `HEADER_OSRELEASE` feature id.
-const FEAT_OSRELEASE: u64 = 4;
-
 impl Resolver {
     /// A resolver with user-supplied ids (`--known-build-ids`) and the host's ids.
     pub fn new(known: HashMap<Vec<u8>, BuildId>, host: HostIds, mode: HostMode) -> Resolver {
@@ -352,14 +348,15 @@ impl Resolver {
     /// Notes a HEADER_FEATURE record's body (`u64 feat_id` then the feature data), to tell
     /// whether the stream was recorded on this host.
     pub fn note_feature(&mut self, body: &[u8], e: crate::format::Endian) {
+        let (host, release) = (feature::HOSTNAME.into(), feature::OSRELEASE.into());
         let Some(id) = e.u64(body, 0) else { return };
-        if id != FEAT_HOSTNAME && id != FEAT_OSRELEASE {
+        if id != host && id != release {
             return;
         }
         // A perf string: u32 len (NUL and padding included), then the bytes.
         let Some(len) = e.u32(body, 8) else { return };
         let s = body.get(12..12 + len as usize).map(|s| cstr(s).to_vec());
-        if id == FEAT_HOSTNAME {
+        if id == host {
             self.stream_host = s;
         } else {
             self.stream_release = s;

@@ -6,10 +6,8 @@ use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::Arc;
 
 use super::program::Glob;
-use crate::format::{Endian, Record, RecordType, StreamInfo};
+use crate::format::{feature, Endian, Record, RecordType, StreamInfo};
 
-/// `HEADER_EVENT_DESC`, the feature id of the event descriptions (`tools/perf/util/header.h`).
-const FEAT_EVENT_DESC: u64 = 12;
 /// `PERF_EVENT_UPDATE__NAME`, the EVENT_UPDATE type that carries an event name.
 const EVENT_UPDATE_NAME: u64 = 2;
 
@@ -150,7 +148,9 @@ impl Events {
                 None => return,
             };
             self.set(index, name);
-        } else if rt == RecordType::HEADER_FEATURE && e.u64(rec, 8) == Some(FEAT_EVENT_DESC) {
+        } else if rt == RecordType::HEADER_FEATURE
+            && e.u64(rec, 8) == Some(feature::EVENT_DESC.into())
+        {
             self.event_desc(&rec[16.min(rec.len())..], e, info);
         }
     }

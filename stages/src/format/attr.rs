@@ -3,7 +3,7 @@
 //! A [`SampleLayout`] is computed once per attr: the offsets of the fixed sample fields, and of the
 //! `sample_id` trailer that non-sample records carry when `sample_id_all` is set.
 
-use super::constants::{read_format, sample};
+use super::constants::{flag, read_format, sample};
 use super::endian::Endian;
 
 /// The fields of `struct perf_event_attr` that perfpipe uses. Offsets are those of the uapi struct.
@@ -27,11 +27,6 @@ pub struct Attr {
     /// The derived layout.
     pub layout: SampleLayout,
 }
-
-/// Bit of `Attr::flags`: `sample_id_all`.
-pub const FLAG_SAMPLE_ID_ALL: u64 = 1 << 18;
-/// Bit of `Attr::flags`: `build_id` (MMAP2 records carry build ids).
-pub const FLAG_BUILD_ID: u64 = 1 << 34;
 
 /// Size of `perf_event_attr` version 0, the smallest a stream may carry.
 pub const ATTR_SIZE_VER0: u32 = 64;
@@ -112,13 +107,13 @@ impl Attr {
             read_format,
             flags,
             ids,
-            layout: SampleLayout::new(sample_type, read_format, flags & FLAG_SAMPLE_ID_ALL != 0),
+            layout: SampleLayout::new(sample_type, read_format, flags & flag::SAMPLE_ID_ALL != 0),
         })
     }
 
     /// Whether non-sample records of this attr carry a `sample_id` trailer.
     pub fn sample_id_all(&self) -> bool {
-        self.flags & FLAG_SAMPLE_ID_ALL != 0
+        self.flags & flag::SAMPLE_ID_ALL != 0
     }
 }
 

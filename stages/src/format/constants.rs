@@ -105,6 +105,62 @@ impl std::fmt::Display for RecordType {
 /// It is 255, above every real type, and stays below the runtime's 256 counted kinds.
 pub const PIPE_HEADER_KIND: u32 = RecordType::PIPE_HEADER.0;
 
+/// Bits of the `perf_event_attr` flags word (C bitfield order, little-endian allocation).
+pub mod flag {
+    /// `disabled`
+    pub const DISABLED: u64 = 1 << 0;
+    /// `inherit`
+    pub const INHERIT: u64 = 1 << 1;
+    /// `mmap`
+    pub const MMAP: u64 = 1 << 8;
+    /// `comm`
+    pub const COMM: u64 = 1 << 9;
+    /// `freq`
+    pub const FREQ: u64 = 1 << 10;
+    /// `enable_on_exec`
+    pub const ENABLE_ON_EXEC: u64 = 1 << 12;
+    /// `task`
+    pub const TASK: u64 = 1 << 13;
+    /// `watermark`
+    pub const WATERMARK: u64 = 1 << 14;
+    /// `sample_id_all`
+    pub const SAMPLE_ID_ALL: u64 = 1 << 18;
+    /// `mmap2`
+    pub const MMAP2: u64 = 1 << 23;
+    /// `comm_exec`
+    pub const COMM_EXEC: u64 = 1 << 24;
+    /// `write_backward`
+    pub const WRITE_BACKWARD: u64 = 1 << 27;
+    /// `build_id`: MMAP2 records carry build ids instead of device and inode.
+    pub const BUILD_ID: u64 = 1 << 34;
+}
+
+/// Feature ids of the file header's feature bitmap and of HEADER_FEATURE records (`enum HEADER_*`
+/// in `tools/perf/util/header.h`): the ones perfpipe reads or writes.
+pub mod feature {
+    /// `HEADER_TRACING_DATA`
+    pub const TRACING_DATA: u32 = 1;
+    /// `HEADER_BUILD_ID`
+    pub const BUILD_ID: u32 = 2;
+    /// `HEADER_HOSTNAME`
+    pub const HOSTNAME: u32 = 3;
+    /// `HEADER_OSRELEASE`
+    pub const OSRELEASE: u32 = 4;
+    /// `HEADER_VERSION`
+    pub const VERSION: u32 = 5;
+    /// `HEADER_ARCH`
+    pub const ARCH: u32 = 6;
+    /// `HEADER_NRCPUS`
+    pub const NRCPUS: u32 = 7;
+    /// `HEADER_CMDLINE`
+    pub const CMDLINE: u32 = 11;
+    /// `HEADER_EVENT_DESC`
+    pub const EVENT_DESC: u32 = 12;
+    /// `HEADER_LAST_FEATURE` (perf 6.1): the end of the bitmap's known range, and in pipe mode
+    /// the HEADER_FEATURE id that ends the feature records.
+    pub const LAST: u32 = 32;
+}
+
 /// `perf_event_header.misc` bits.
 pub mod misc {
     /// `PERF_RECORD_MISC_CPUMODE_MASK`

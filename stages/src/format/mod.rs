@@ -9,10 +9,10 @@ mod endian;
 mod record;
 mod stream;
 
-pub use attr::{Attr, AttrError, SampleLayout, TrailerLayout, FLAG_BUILD_ID, FLAG_SAMPLE_ID_ALL};
+pub use attr::{Attr, AttrError, SampleLayout, TrailerLayout};
 pub use constants::{
-    context, misc, read_format, sample, RecordType, EVENT_HEADER_SIZE, FILE_HEADER_SIZE,
-    PIPE_HEADER_KIND, PIPE_HEADER_SIZE, PIPE_MAGIC,
+    context, feature, flag, misc, read_format, sample, RecordType, EVENT_HEADER_SIZE,
+    FILE_HEADER_SIZE, PIPE_HEADER_KIND, PIPE_HEADER_SIZE, PIPE_MAGIC,
 };
 pub use endian::{Endian, EventHeader};
 pub use record::{Callchain, Comm, FileId, Mmap, Record, Sample, SampleId, Task};

@@ -12,7 +12,7 @@ use super::sys::{self, flag, perf_event_attr, Event, Mmap};
 use super::workload::Workload;
 use super::{perf_err, Backward, CpuRings, Record};
 use crate::filter::{Expr, FilterConfig};
-use crate::format::{sample, Attr, EventHeader, RecordType, StreamInfo, PIPE_HEADER_KIND};
+use crate::format::{feature, sample, Attr, EventHeader, RecordType, StreamInfo, PIPE_HEADER_KIND};
 use crate::ring::Recorder;
 use crate::Error;
 
@@ -316,13 +316,13 @@ impl RecordConfig {
             pre.extend_from_slice(&synth::header_attr(d));
         }
         let uts = uname();
-        pre.extend_from_slice(&synth::string_feature(synth::feat::HOSTNAME, &uts[0]));
-        pre.extend_from_slice(&synth::string_feature(synth::feat::OSRELEASE, &uts[1]));
+        pre.extend_from_slice(&synth::string_feature(feature::HOSTNAME, &uts[0]));
+        pre.extend_from_slice(&synth::string_feature(feature::OSRELEASE, &uts[1]));
         pre.extend_from_slice(&synth::string_feature(
-            synth::feat::VERSION,
+            feature::VERSION,
             concat!("perfpipe ", env!("CARGO_PKG_VERSION")),
         ));
-        pre.extend_from_slice(&synth::string_feature(synth::feat::ARCH, &uts[2]));
+        pre.extend_from_slice(&synth::string_feature(feature::ARCH, &uts[2]));
         pre.extend_from_slice(&synth::nrcpus(possible as u32, cpus.len() as u32));
         pre.extend_from_slice(&synth::cmdline(&self.cmdline));
         pre.extend_from_slice(&synth::event_desc(&descs));

@@ -6,26 +6,7 @@
 use std::fs;
 
 use crate::encode;
-use crate::format::{misc, Endian, RecordType};
-use crate::read_file::FEAT_LAST;
-
-/// Feature ids (`enum HEADER_*` in `tools/perf/util/header.h`).
-pub mod feat {
-    /// `HEADER_HOSTNAME`
-    pub const HOSTNAME: u64 = 3;
-    /// `HEADER_OSRELEASE`
-    pub const OSRELEASE: u64 = 4;
-    /// `HEADER_VERSION`
-    pub const VERSION: u64 = 5;
-    /// `HEADER_ARCH`
-    pub const ARCH: u64 = 6;
-    /// `HEADER_NRCPUS`
-    pub const NRCPUS: u64 = 7;
-    /// `HEADER_CMDLINE`
-    pub const CMDLINE: u64 = 11;
-    /// `HEADER_EVENT_DESC`
-    pub const EVENT_DESC: u64 = 12;
-}
+use crate::format::{feature, misc, Endian, RecordType};
 
 const E: Endian = Endian::Little;
 
@@ -52,29 +33,30 @@ pub fn string(out: &mut Vec<u8>, s: &str) {
 }
 
 /// A HEADER_FEATURE record: `u64 feat_id` then the section bytes, not padded (as perf writes it).
-pub fn feature(id: u64, data: &[u8]) -> Vec<u8> {
-    let mut body = id.to_ne_bytes().to_vec();
+/// `id` is one of [`feature`](crate::format::feature).
+pub fn feature_record(id: u32, data: &[u8]) -> Vec<u8> {
+    let mut body = u64::from(id).to_ne_bytes().to_vec();
     body.extend_from_slice(data);
     encode::record(RecordType::HEADER_FEATURE.0, 0, &body, false, endian())
 }
 
 /// The HEADER_FEATURE end mark (`HEADER_LAST_FEATURE`).
 pub fn last_feature() -> Vec<u8> {
-    feature(u64::from(FEAT_LAST), &[])
+    feature_record(feature::LAST, &[])
 }
 
 /// A string feature (HOSTNAME, OSRELEASE, VERSION, ARCH).
-pub fn string_feature(id: u64, s: &str) -> Vec<u8> {
+pub fn string_feature(id: u32, s: &str) -> Vec<u8> {
     let mut d = Vec::new();
     string(&mut d, s);
-    feature(id, &d)
+    feature_record(id, &d)
 }
 
 /// NRCPUS: `u32 nr_cpus_available, nr_cpus_online`.
 pub fn nrcpus(available: u32, online: u32) -> Vec<u8> {
     let mut d = available.to_ne_bytes().to_vec();
     d.extend_from_slice(&online.to_ne_bytes());
-    feature(feat::NRCPUS, &d)
+    feature_record(feature::NRCPUS, &d)
 }
 
 /// CMDLINE: `u32 nr`, then `nr` strings.
@@ -83,7 +65,7 @@ pub fn cmdline(args: &[String]) -> Vec<u8> {
     for a in args {
         string(&mut d, a);
     }
-    feature(feat::CMDLINE, &d)
+    feature_record(feature::CMDLINE, &d)
 }
 
 /// One event of EVENT_DESC and HEADER_ATTR: the attr bytes, its name, its ids.
@@ -110,7 +92,7 @@ pub fn event_desc(events: &[EventDesc]) -> Vec<u8> {
             d.extend_from_slice(&id.to_ne_bytes());
         }
     }
-    feature(feat::EVENT_DESC, &d)
+    feature_record(feature::EVENT_DESC, &d)
 }
 
 /// HEADER_ATTR: the attr then its ids.

@@ -19,33 +19,7 @@ pub const SW_PAGE_FAULTS: u64 = 2;
 /// `PERF_COUNT_SW_DUMMY`: an event that never counts, used to carry side-band records.
 pub const SW_DUMMY: u64 = 9;
 
-/// Bits of the `perf_event_attr` flags word (C bitfield order, little-endian allocation).
-pub mod flag {
-    /// `disabled`
-    pub const DISABLED: u64 = 1 << 0;
-    /// `inherit`
-    pub const INHERIT: u64 = 1 << 1;
-    /// `mmap`
-    pub const MMAP: u64 = 1 << 8;
-    /// `comm`
-    pub const COMM: u64 = 1 << 9;
-    /// `freq`
-    pub const FREQ: u64 = 1 << 10;
-    /// `enable_on_exec`
-    pub const ENABLE_ON_EXEC: u64 = 1 << 12;
-    /// `task`
-    pub const TASK: u64 = 1 << 13;
-    /// `watermark`
-    pub const WATERMARK: u64 = 1 << 14;
-    /// `sample_id_all`
-    pub const SAMPLE_ID_ALL: u64 = 1 << 18;
-    /// `mmap2`
-    pub const MMAP2: u64 = 1 << 23;
-    /// `comm_exec`
-    pub const COMM_EXEC: u64 = 1 << 24;
-    /// `write_backward`
-    pub const WRITE_BACKWARD: u64 = 1 << 27;
-}
+pub use crate::format::flag;
 
 /// `struct perf_event_attr`, `PERF_ATTR_SIZE_VER7` (128 bytes, up to `sig_data`): the size perf 6.1
 /// writes, so its readers take our HEADER_ATTR as their own. Unions are named after their first
