@@ -21,8 +21,10 @@ fn run(data: &Arc<Vec<u8>>, transforms: &[(&str, Option<&str>)]) {
         .source("memory", Memory::new(data.clone()))
         .stage("decode", DecodeConfig::default().build());
     for (name, value) in transforms {
-        let spec = registry::find(name).expect("registered");
-        p = p.boxed_stage(*name, (spec.build)(*value).expect("builds"));
+        let stage = registry::Registry::builtin()
+            .build_flag(name, *value, &registry::BuildCtx::default())
+            .expect("builds");
+        p = p.boxed_stage(*name, stage);
     }
     let report = p.sink("discard", Discard).run();
     assert!(report.is_ok(), "{:?}", report.errors);

@@ -89,9 +89,11 @@ fn stages(c: &mut Criterion) {
     });
     let framed = framed_batches();
     for (name, value) in TRANSFORMS {
-        let spec = registry::find(name).unwrap_or_else(|| panic!("stage {name} is not registered"));
+        let registry = registry::Registry::builtin();
         bench_stage(c, &name.replace('-', "_"), &framed, || {
-            (spec.build)(*value).expect("stage builds")
+            registry
+                .build_flag(name, *value, &registry::BuildCtx::default())
+                .unwrap_or_else(|e| panic!("--{name}: {e}"))
         });
     }
 }

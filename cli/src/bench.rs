@@ -12,12 +12,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use clap::{Args, Subcommand};
-use perfpipe_core::{render_table, Pipeline, Settings};
-use perfpipe_stages::read::Memory;
+use perfpipe_core::{render_table, Requests};
 use perfpipe_stages::registry::Registry;
-use perfpipe_stages::write::Discard;
 
-use crate::{chain, parse_size, EXIT_FAILURE};
+use crate::args::{parse_size, BatchArgs};
+use crate::chain::{Chain, Plan, SinkSpec, SourceSpec};
+use crate::EXIT_FAILURE;
 
 /// What to benchmark.
 #[derive(Debug, Subcommand)]
@@ -40,12 +40,8 @@ pub(crate) struct PipelineBench {
     /// Rounds; each runs the chain measured and unmeasured. Medians are reported.
     #[arg(long, value_name = "N", default_value_t = 5, value_parser = clap::value_parser!(u32).range(1..))]
     rounds: u32,
-    /// Bytes per batch.
-    #[arg(long, value_name = "SIZE", default_value = "256K", value_parser = parse_size)]
-    batch_size: usize,
-    /// Batches per channel.
-    #[arg(long, value_name = "N", default_value_t = 4, value_parser = clap::value_parser!(u16).range(1..))]
-    queue: u16,
+    #[command(flatten)]
+    batch: BatchArgs,
 }
 
 fn median(mut v: Vec<Duration>) -> Duration {
@@ -54,13 +50,9 @@ fn median(mut v: Vec<Duration>) -> Duration {
 }
 
 /// Runs `bench` with the stage flags given; returns the exit status.
-pub(crate) fn run(
-    what: &BenchCommand,
-    registry: &Registry,
-    stages: &[(&'static str, Option<String>)],
-) -> ExitCode {
+pub(crate) fn run(what: &BenchCommand, registry: &Registry, plan: &Plan) -> ExitCode {
     let BenchCommand::Pipeline(args) = what;
-    match pipeline(args, registry, stages) {
+    match pipeline(args, registry, plan) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("perfpipe bench: {e:#}");
@@ -69,11 +61,8 @@ pub(crate) fn run(
     }
 }
 
-fn pipeline(
-    args: &PipelineBench,
-    registry: &Registry,
-    stages: &[(&'static str, Option<String>)],
-) -> anyhow::Result<()> {
+fn pipeline(args: &PipelineBench, registry: &Registry, plan: &Plan) -> anyhow::Result<()> {
+    plan.check_attached(registry)?;
     let (data, what) = match &args.input {
         Some(p) => (
             std::fs::read(p).map_err(|e| anyhow::anyhow!("{}: {e}", p.display()))?,
@@ -85,7 +74,11 @@ fn pipeline(
         ),
     };
     let data = Arc::new(data);
-    let names: Vec<String> = stages.iter().map(|(n, _)| format!("--{n}")).collect();
+    let names: Vec<String> = plan
+        .stages
+        .iter()
+        .map(|s| format!("--{}", s.label.split('#').next().unwrap_or_default()))
+        .collect();
     println!(
         "input: {what}, {:.1} MB; chain: decode {}; {} rounds",
         data.len() as f64 / 1e6,
@@ -102,16 +95,15 @@ fn pipeline(
             [false, true]
         };
         for measure in order {
-            let settings = Settings {
-                batch_bytes: args.batch_size.max(4096),
-                queue_capacity: usize::from(args.queue),
-                measure,
+            let chain = Chain {
+                settings: args.batch.settings(measure),
+                source: SourceSpec::Memory(data.clone()),
+                plan: plan.clone(),
+                taps: &[],
+                sink: SinkSpec::Discard,
+                requests: Requests::default(),
             };
-            let mut p = Pipeline::new(settings).source("memory", Memory::new(data.clone()));
-            for (name, stage) in chain(registry, stages)? {
-                p = p.boxed_stage(name, stage);
-            }
-            let report = p.sink("discard", Discard).run();
+            let report = chain.build(registry)?.run();
             if let Some(e) = report.errors.first() {
                 anyhow::bail!("{e}");
             }

@@ -8,17 +8,13 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::Args;
-use perfpipe_core::{Pipeline, Settings, Stage};
-use perfpipe_stages::buildid::source::HostMode;
-use perfpipe_stages::buildid::BuildidConfig;
-use perfpipe_stages::decode::DecodeConfig;
-use perfpipe_stages::decompress::DecompressConfig;
-use perfpipe_stages::read::ReadConfig;
-use perfpipe_stages::read_file::Input;
-use perfpipe_stages::write::WriteConfig;
-use perfpipe_stages::write_file::{Output, OutputMode};
+use perfpipe_core::{Requests, Settings};
+use perfpipe_stages::registry::{Options, Registry};
+use perfpipe_stages::write_file::OutputMode;
 
-use crate::{path_or_std, RunArgs, EXIT_FAILURE};
+use crate::args::ReportArgs;
+use crate::chain::{Chain, Plan, SinkSpec, SourceSpec};
+use crate::EXIT_FAILURE;
 
 /// Options of `perfpipe inject`, named as `perf inject` names them.
 #[derive(Debug, Args)]
@@ -44,87 +40,85 @@ pub(crate) struct InjectArgs {
     callchain: bool,
     /// Whether `[kernel.kallsyms]` and `[vdso]` get this host's build ids: `auto` (unless the
     /// stream's hostname or kernel release feature names another host), `yes` or `no`.
-    #[arg(long = "host-ids", value_name = "WHEN", default_value = "auto", value_parser = parse_host)]
-    host_ids: HostMode,
+    #[arg(long = "host-ids", value_name = "WHEN", default_value = "auto", value_parser = ["auto", "yes", "no"])]
+    host_ids: String,
     /// Print the per-stage table with the build-id counters on stderr at the end.
     #[arg(short, long)]
     verbose: bool,
 }
 
-fn parse_host(s: &str) -> Result<HostMode, String> {
-    match s {
-        "auto" => Ok(HostMode::Auto),
-        "yes" | "always" => Ok(HostMode::Yes),
-        "no" | "never" => Ok(HostMode::No),
-        _ => Err(format!("`{s}`: expected auto, yes or no")),
+/// The build-id stage these flags ask for, if any: (its row name, its options).
+fn stage(args: &InjectArgs, registry: &Registry) -> anyhow::Result<Option<Plan>> {
+    let wanted =
+        args.buildid_all || args.build_ids || args.known_build_ids.is_some() || args.callchain;
+    if !wanted {
+        return Ok(None);
     }
-}
-
-fn pipeline(args: &InjectArgs) -> anyhow::Result<Pipeline> {
-    let known = args
-        .known_build_ids
-        .as_deref()
-        .map(BuildidConfig::parse_known)
-        .transpose()?
-        .unwrap_or_default();
-    let cfg = BuildidConfig {
-        callchain: args.callchain,
-        known,
-        host: args.host_ids,
-    };
-    let stage: Option<Box<dyn Stage>> = if args.buildid_all {
-        Some(Box::new(cfg.build_all()))
-    } else if args.build_ids || args.known_build_ids.is_some() || args.callchain {
-        Some(Box::new(cfg.build()))
-    } else {
-        None
-    };
-    let read = Input::open(&ReadConfig {
-        path: path_or_std(&args.input),
-        pipe_buffer: 1 << 20,
-    })?;
-    let mode = if args.input == std::path::Path::new("-") {
-        OutputMode::Pipe
-    } else {
-        OutputMode::Auto
-    };
-    let write = Output::open(
-        &WriteConfig {
-            path: path_or_std(&args.output),
-            pipe_buffer: 1 << 20,
-        },
-        mode,
-    )?;
-    let mut p = Pipeline::new(Settings::default())
-        .source("read", read)
-        .stage("decode", DecodeConfig::default().build());
-    if let Some(stage) = stage {
-        let name = if args.buildid_all {
-            "buildid-all"
-        } else {
-            "buildid"
-        };
-        p = p
-            .stage("decompress", DecompressConfig::default().build()?)
-            .boxed_stage(name, stage);
+    let spec = *registry
+        .find("buildid")
+        .ok_or_else(|| anyhow::anyhow!("no buildid stage registered"))?;
+    let mut options = Options::new();
+    let mut set = |key: &str, value: &str| spec.parse_option(&mut options, key, value);
+    set("host", &args.host_ids)?;
+    if args.callchain {
+        set("callchain", "yes")?;
     }
-    Ok(p.sink("write", write))
+    if let Some(list) = &args.known_build_ids {
+        set("known", list)?;
+    }
+    let label = if args.buildid_all {
+        set("all", "yes")?;
+        "buildid-all"
+    } else {
+        "buildid"
+    };
+    let mut plan = Plan::default();
+    plan.push(label, spec, options);
+    Ok(Some(plan))
 }
 
 /// Runs `perfpipe inject`.
-pub(crate) fn main(args: &InjectArgs) -> ExitCode {
-    let p = match pipeline(args) {
-        Ok(p) => p,
+pub(crate) fn main(args: &InjectArgs, registry: &Registry) -> ExitCode {
+    let plan = match stage(args, registry) {
+        Ok(p) => p.unwrap_or_default(),
         Err(e) => {
             eprintln!("perfpipe inject: {e:#}");
             return ExitCode::from(EXIT_FAILURE);
         }
     };
-    let mut run_args = RunArgs::quiet();
-    run_args.input = args.input.clone();
-    run_args.output = args.output.clone();
-    run_args.stats = args.verbose;
-    crate::run::run(p, &run_args)
+    // As perf inject decides: pipe output for a pipe input, else by the output file.
+    let mode = if args.input == std::path::Path::new("-") {
+        OutputMode::Pipe
+    } else {
+        OutputMode::Auto
+    };
+    let chain = Chain {
+        settings: Settings::default(),
+        source: SourceSpec::Input {
+            path: args.input.clone(),
+            pipe_buffer: 1 << 20,
+        },
+        plan,
+        taps: &[],
+        sink: SinkSpec::Output {
+            path: args.output.clone(),
+            mode,
+            pipe_buffer: 1 << 20,
+        },
+        requests: Requests::default(),
+    };
+    let report = ReportArgs {
+        stats: args.verbose,
+        no_progress: true,
+        ..ReportArgs::default()
+    };
+    crate::build_and_run(
+        chain,
+        registry,
+        &report,
+        Some(&args.input),
+        "perfpipe inject",
+    )
 }
 
 #[cfg(test)]
@@ -147,9 +141,22 @@ mod tests {
         let t = T::try_parse_from(["x", "--buildid-all", "--known-build-ids", "/a=01"]).unwrap();
         assert!(t.a.buildid_all);
         assert_eq!(t.a.known_build_ids.as_deref(), Some("/a=01"));
-        assert_eq!(t.a.host_ids, HostMode::Auto);
+        assert_eq!(t.a.host_ids, "auto");
         let t = T::try_parse_from(["x", "-b", "--host-ids", "no"]).unwrap();
-        assert_eq!(t.a.host_ids, HostMode::No);
+        assert_eq!(t.a.host_ids, "no");
+        let plan = stage(&t.a, &Registry::builtin()).unwrap().unwrap();
+        assert_eq!(plan.stages[0].label, "buildid");
+        assert_eq!(plan.stages[0].options.text("host"), Some("no"));
+        let t =
+            T::try_parse_from(["x", "--buildid-all", "--known-build-ids", "/a=01,/b=02"]).unwrap();
+        let plan = stage(&t.a, &Registry::builtin()).unwrap().unwrap();
+        assert_eq!(plan.stages[0].label, "buildid-all");
+        assert_eq!(plan.stages[0].options.text("known"), Some("/a=01,/b=02"));
+        assert!(
+            stage(&T::try_parse_from(["x"]).unwrap().a, &Registry::builtin())
+                .unwrap()
+                .is_none()
+        );
         assert!(T::try_parse_from(["x", "-b", "--buildid-all"]).is_err());
         assert!(T::try_parse_from(["x", "--host-ids", "maybe"]).is_err());
     }

@@ -1,27 +1,29 @@
 //! The `perfpipe` command line: turns argv into a pipeline of stages and runs it. It holds no record
 //! logic; everything it runs lives in `perfpipe-stages`.
+//!
+//! - [`args`]: the option groups commands share (output, reporting, batches, pipes);
+//! - [`chain`]: the one way a pipeline is assembled, from a source, the stage flags and a sink;
+//! - this file: the commands, the stage flags generated from the registry, and `main`.
 
 use std::io::Write as _;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use anyhow::Context as _;
-use clap::{ArgMatches, Args, CommandFactory, FromArgMatches, Parser, Subcommand};
-use perfpipe_core::{Pipeline, Settings};
-use perfpipe_stages::decode::DecodeConfig;
-use perfpipe_stages::read::ReadConfig;
-use perfpipe_stages::read_file::Input;
-use perfpipe_stages::registry::{Registry, BUILTIN};
-use perfpipe_stages::write::WriteConfig;
-use perfpipe_stages::write_file::{Output, OutputMode};
-use perfpipe_stages::write_split::WriteSplitConfig;
+use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand};
+use perfpipe_core::Requests;
+use perfpipe_stages::registry::{FlagValue, Kind, Registry, BUILTIN};
 
+pub mod args;
 mod bench;
 mod bench_inject;
+pub mod chain;
 mod inject;
 mod progress;
 mod record;
 mod run;
+
+use args::{BatchArgs, IoArgs, OutputArgs, ReportArgs};
+use chain::{Chain, Plan, PlanError, SinkSpec, SourceSpec};
 
 /// Exit status when the pipeline failed (bad input, I/O error, a stage error).
 pub const EXIT_FAILURE: u8 = 1;
@@ -51,7 +53,7 @@ pub struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
-    /// List the stages, one line each.
+    /// List the stages, one line each, with their flags and options.
     Stages,
     /// Measure stage chains on in-memory workloads.
     Bench {
@@ -71,101 +73,14 @@ pub struct RunArgs {
     /// a pipe-mode stream; `-` is standard input (pipe mode).
     #[arg(short, long, value_name = "FILE", default_value = "-")]
     input: PathBuf,
-    /// Output; `-` is standard output. A regular file is written in file mode (perf.data, under a
-    /// temporary name renamed at the end), a FIFO or device in pipe mode; see --pipe and --file.
-    #[arg(short, long, value_name = "FILE", default_value = "-")]
-    output: PathBuf,
-    /// Write pipe mode even to a regular file.
-    #[arg(long, conflicts_with = "file")]
-    pipe: bool,
-    /// Write file mode (perf.data) even to a FIFO or device; needs -o FILE.
-    #[arg(long)]
-    file: bool,
-    /// Print a per-stage table (records, MB/s, working/starved/blocked time, the bottleneck) on
-    /// stderr at the end, whatever the end: input exhausted, error, interrupt, closed downstream.
-    #[arg(long)]
-    stats: bool,
-    /// Write the same figures as JSON to FILE at the end (schema: docs/stats.schema.json).
-    #[arg(long, value_name = "FILE")]
-    stats_json: Option<PathBuf>,
-    /// Show live per-stage progress on stderr (default: only when stderr is a terminal).
-    #[arg(long, overrides_with = "no_progress")]
-    progress: bool,
-    /// Never show live progress.
-    #[arg(long)]
-    no_progress: bool,
-    /// Copy the stream as it leaves STAGE (read, decode, a stage flag's name; `name#2` for a
-    /// repeated one) to FILE, a pipe-mode stream that `perf script -i FILE` reads. Repeatable.
-    #[arg(long, value_name = "STAGE=FILE", value_parser = run::parse_tap)]
-    tap: Vec<(String, PathBuf)>,
-    /// Bytes per batch (suffixes K, M): the size of each read and of the unit passed between stages.
-    #[arg(long, value_name = "SIZE", default_value = "256K", value_parser = parse_size)]
-    batch_size: usize,
-    /// Batches each channel between two stages holds.
-    #[arg(long, value_name = "N", default_value_t = 4, value_parser = clap::value_parser!(u16).range(1..))]
-    queue: u16,
-    /// Do not count or time anything (--stats then shows zeros): only to measure what measuring
-    /// costs, side by side with a normal run (benches/passthrough.sh does).
-    #[arg(long)]
-    no_measure: bool,
-    /// Grow the input and output pipes' kernel buffers to SIZE (Linux F_SETPIPE_SZ; 0 to leave them).
-    #[arg(long, value_name = "SIZE", default_value = "1M", value_parser = parse_size)]
-    pipe_buffer: usize,
-    /// With --ring: dump when a sample matches EXPR (the --filter language), e.g. 'comm == "db*"'.
-    #[arg(long, value_name = "EXPR")]
-    ring_trigger: Option<String>,
-    /// With --ring-trigger: keep recording for DURATION of event time after the trigger (500ms, 2s).
-    #[arg(long, value_name = "DURATION")]
-    ring_after: Option<String>,
-}
-
-impl RunArgs {
-    /// Defaults with no reporting, for building a report-only copy.
-    fn quiet() -> RunArgs {
-        RunArgs {
-            input: "-".into(),
-            output: "-".into(),
-            pipe: false,
-            file: false,
-            stats: false,
-            stats_json: None,
-            progress: false,
-            no_progress: true,
-            tap: Vec::new(),
-            no_measure: false,
-            batch_size: 256 << 10,
-            queue: 4,
-            pipe_buffer: 0,
-            ring_trigger: None,
-            ring_after: None,
-        }
-    }
-}
-
-impl RunArgs {
-    /// The output format that --pipe / --file ask for.
-    fn output_mode(&self) -> OutputMode {
-        match (self.pipe, self.file) {
-            (true, _) => OutputMode::Pipe,
-            (_, true) => OutputMode::File,
-            _ => OutputMode::Auto,
-        }
-    }
-}
-
-/// Parses `256K`, `1M`, `4096`.
-fn parse_size(s: &str) -> Result<usize, String> {
-    let (digits, mult) = match s.as_bytes().last() {
-        Some(b'k' | b'K') => (&s[..s.len() - 1], 1 << 10),
-        Some(b'm' | b'M') => (&s[..s.len() - 1], 1 << 20),
-        Some(b'g' | b'G') => (&s[..s.len() - 1], 1 << 30),
-        _ => (s, 1),
-    };
-    let n: usize = digits
-        .parse()
-        .map_err(|_| format!("`{s}` is not a size like 4096, 256K or 1M"))?;
-    n.checked_mul(mult)
-        .ok_or_else(|| format!("`{s}` is too large"))
+    #[command(flatten)]
+    output: OutputArgs,
+    #[command(flatten)]
+    report: ReportArgs,
+    #[command(flatten)]
+    batch: BatchArgs,
+    #[command(flatten)]
+    io: IoArgs,
 }
 
 /// The clap command of the built-in registry.
@@ -173,8 +88,8 @@ pub fn command() -> clap::Command {
     command_with(&Registry::builtin())
 }
 
-/// The clap command: the derived options plus one flag per stage of `registry` and the generic
-/// `--stage`, on the main command and on `bench pipeline`.
+/// The clap command: the derived options plus every flag the stages of `registry` declare and the
+/// generic `--stage`, on the main command, `record` and `bench pipeline`.
 pub fn command_with(registry: &Registry) -> clap::Command {
     stage_args(Cli::command(), registry)
         .mut_subcommand("bench", |b| {
@@ -184,209 +99,74 @@ pub fn command_with(registry: &Registry) -> clap::Command {
         .mut_subcommand("record", |r| stage_args(r, registry))
 }
 
-/// Adds one flag per registered transform stage, and `--stage`.
+/// Adds the flags the registered stages declare, and `--stage`.
 fn stage_args(mut cmd: clap::Command, registry: &Registry) -> clap::Command {
     const HEADING: &str = "Stages (run in command-line order)";
     for spec in registry.specs() {
-        let mut arg = clap::Arg::new(spec.name)
-            .long(spec.name)
-            .help(spec.help)
-            .help_heading(HEADING)
-            .action(clap::ArgAction::Append);
-        arg = match spec.value {
-            Some(v) => arg.value_name(v).num_args(1),
-            None => arg.num_args(0).default_missing_value(""),
-        };
-        cmd = cmd.arg(arg);
+        for flag in spec.flags {
+            let mut arg = clap::Arg::new(flag.name)
+                .long(flag.name)
+                .help(flag.help)
+                .help_heading(HEADING)
+                .action(clap::ArgAction::Append);
+            arg = match (spec.value_name(flag), flag.value) {
+                // A list of options may be empty: `--count` alone takes the defaults.
+                (Some(v), FlagValue::Options) => {
+                    arg.value_name(v).num_args(0..=1).default_missing_value("")
+                }
+                (Some(v), _) => arg.value_name(v).num_args(1),
+                (None, _) => arg.num_args(0).default_missing_value(""),
+            };
+            if let FlagValue::Option(key) = flag.value {
+                if let Some(Kind::Choice(words)) = spec.option(key).map(|o| o.kind) {
+                    arg = arg.value_parser(clap::builder::PossibleValuesParser::new(words.iter()));
+                }
+            }
+            cmd = cmd.arg(arg);
+        }
     }
     cmd.arg(
         clap::Arg::new("stage")
             .long("stage")
             .value_name("NAME[:VALUE]")
-            .help("run any registered stage: NAME, or NAME:VALUE with what its flag takes (e.g. drop:switch, count:top=5); see `perfpipe stages`")
+            .help("run any registered stage: NAME, or NAME:VALUE with what its flag takes (e.g. drop:switch, ring:64M), or for a flag without a value NAME:key=value,… of its options (e.g. buildid:host=no); see `perfpipe stages`")
             .help_heading(HEADING)
             .action(clap::ArgAction::Append),
     )
 }
 
-/// The transform stages named on the command line (by their flags or by `--stage`), in
-/// command-line order, with their values.
-///
-/// # Errors
-/// A `--stage` that names no registered stage, or gives a value to a stage that takes none.
-pub fn stage_flags(
-    matches: &ArgMatches,
-    registry: &Registry,
-) -> Result<Vec<(&'static str, Option<String>)>, String> {
-    let mut flags = Vec::new();
-    for spec in registry.specs() {
-        let Some(indices) = matches.indices_of(spec.name) else {
-            continue;
-        };
-        let values: Vec<Option<String>> = match spec.value {
-            Some(_) => matches
-                .get_many::<String>(spec.name)
-                .into_iter()
-                .flatten()
-                .map(|v| Some(v.clone()))
-                .collect(),
-            None => indices.clone().map(|_| None).collect(),
-        };
-        flags.extend(indices.zip(values).map(|(i, v)| (i, spec.name, v)));
-    }
-    if let (Some(indices), Some(values)) = (
-        matches.indices_of("stage"),
-        matches.get_many::<String>("stage"),
-    ) {
-        for (i, arg) in indices.zip(values) {
-            let (name, value) = match arg.split_once(':') {
-                Some((n, v)) => (n, Some(v.to_string())),
-                None => (arg.as_str(), None),
-            };
-            let Some(spec) = registry.find(name) else {
-                let known: Vec<&str> = registry.specs().iter().map(|s| s.name).collect();
-                return Err(format!(
-                    "--stage {arg}: no stage named `{name}` (stages: {})",
-                    known.join(", ")
-                ));
-            };
-            if spec.value.is_none() && value.is_some() {
-                return Err(format!("--stage {arg}: `{name}` takes no value"));
-            }
-            flags.push((i, spec.name, value));
+/// The plan of a command line's stage flags, or the exit status for a bad one.
+fn plan(matches: &clap::ArgMatches, registry: &Registry, who: &str) -> Result<Plan, ExitCode> {
+    Plan::from_matches(matches, registry).map_err(|e| match e {
+        PlanError::Usage(e) => {
+            eprintln!("{who}: {e}");
+            ExitCode::from(EXIT_USAGE)
         }
-    }
-    flags.sort_by_key(|(i, _, _)| *i);
-    Ok(flags.into_iter().map(|(_, n, v)| (n, v)).collect())
-}
-
-fn path_or_std(p: &std::path::Path) -> Option<PathBuf> {
-    (p != std::path::Path::new("-")).then(|| p.to_path_buf())
-}
-
-/// The stages after `read`: `decode`, then the named transforms in order (with `decompress` put in
-/// front of the first that needs decompressed input). A stage named twice is labelled `name#2`.
-///
-/// # Errors
-/// When a stage cannot be built from its flag's value.
-pub fn chain(
-    registry: &Registry,
-    stages: &[(&'static str, Option<String>)],
-) -> anyhow::Result<Vec<(String, Box<dyn perfpipe_core::Stage>)>> {
-    let mut stages = stages.to_vec();
-    registry.insert_decompress(&mut stages, None);
-    let mut nodes: Vec<(String, Box<dyn perfpipe_core::Stage>)> = vec![(
-        "decode".to_string(),
-        Box::new(DecodeConfig::default().build()),
-    )];
-    for (name, value) in &stages {
-        let spec = registry.find(name).expect("flags come from the registry");
-        let stage = (spec.build)(value.as_deref()).with_context(|| format!("--{name}"))?;
-        // A stage named twice gets `#2`, `#3`… so that rows and taps can tell them apart.
-        let seen = nodes
-            .iter()
-            .filter(|(n, _)| n.split('#').next() == Some(*name))
-            .count();
-        let label = if seen == 0 {
-            name.to_string()
-        } else {
-            format!("{name}#{}", seen + 1)
-        };
-        nodes.push((label, stage));
-    }
-    Ok(nodes)
-}
-
-/// Builds the pipeline for a run.
-///
-/// # Errors
-/// When the input or output cannot be opened or a stage cannot be built.
-pub fn build(
-    registry: &Registry,
-    args: &RunArgs,
-    stages: &[(&'static str, Option<String>)],
-) -> anyhow::Result<Pipeline> {
-    let settings = Settings {
-        batch_bytes: args.batch_size.max(4096),
-        queue_capacity: usize::from(args.queue),
-        measure: !args.no_measure,
-    };
-    let read = Input::open(&ReadConfig {
-        path: path_or_std(&args.input),
-        pipe_buffer: args.pipe_buffer,
-    })?;
-    let split = WriteSplitConfig::is_pattern(&args.output);
-    let stages = ring_value(args, stages, split)?;
-    let write = if split {
-        None
-    } else {
-        Some(Output::open(
-            &WriteConfig {
-                path: path_or_std(&args.output),
-                pipe_buffer: args.pipe_buffer,
-            },
-            args.output_mode(),
-        )?)
-    };
-    let nodes = chain(registry, &stages)?;
-    let mut pipeline = Pipeline::new(settings).source("read", read);
-    let mut taps = run::Taps::new(&args.tap)?;
-    if let Some(tap) = taps.take("read")? {
-        pipeline = pipeline.stage("tap:read", tap);
-    }
-    for (name, stage) in nodes {
-        let tap = taps.take(&name)?;
-        pipeline = pipeline.boxed_stage(name.clone(), stage);
-        if let Some(tap) = tap {
-            pipeline = pipeline.stage(format!("tap:{name}"), tap);
+        PlanError::Value(e) => {
+            eprintln!("{who}: {e:#}");
+            ExitCode::from(EXIT_FAILURE)
         }
-    }
-    taps.check_all_used()?;
-    Ok(match write {
-        Some(w) => pipeline.sink("write", w),
-        None => pipeline.sink(
-            "write",
-            WriteSplitConfig {
-                pattern: args.output.clone(),
-                mode: args.output_mode(),
-                pipe_buffer: args.pipe_buffer,
-            }
-            .build()?,
-        ),
     })
 }
 
-/// `stages` with `--ring`'s value completed from `--ring-trigger` and `--ring-after`, and with
-/// `once` when the output is a single stream (`split` false): perf reads one stream per pipe or
-/// file, so one output takes one dump.
-///
-/// # Errors
-/// `--ring-trigger`/`--ring-after` without `--ring`.
-fn ring_value(
-    args: &RunArgs,
-    stages: &[(&'static str, Option<String>)],
-    split: bool,
-) -> anyhow::Result<Vec<(&'static str, Option<String>)>> {
-    let mut stages = stages.to_vec();
-    let ring = stages.iter_mut().find(|(n, _)| *n == "ring");
-    let Some((_, value)) = ring else {
-        if args.ring_trigger.is_some() || args.ring_after.is_some() {
-            anyhow::bail!("--ring-trigger and --ring-after need --ring SIZE");
+/// Builds the chain and runs it; `input` is the input file, for the progress bar.
+fn build_and_run(
+    chain: Chain<'_>,
+    registry: &Registry,
+    report: &ReportArgs,
+    input: Option<&std::path::Path>,
+    who: &str,
+) -> ExitCode {
+    let requests = chain.requests.clone();
+    let pipeline = match chain.build(registry) {
+        Ok(p) => p,
+        Err(e) => {
+            eprintln!("{who}: {e:#}");
+            return ExitCode::from(EXIT_FAILURE);
         }
-        return Ok(stages);
     };
-    let mut v = value.take().unwrap_or_default();
-    if !split {
-        v.push_str(",once");
-    }
-    if let Some(d) = &args.ring_after {
-        v.push_str(&format!(",after={d}"));
-    }
-    if let Some(e) = &args.ring_trigger {
-        v.push_str(&format!(",trigger={e}"));
-    }
-    *value = Some(v);
-    Ok(stages)
+    run::watch_requests(&requests);
+    run::run(pipeline, report, input)
 }
 
 /// Runs the command line with the built-in stages; the whole of `main`.
@@ -396,7 +176,7 @@ pub fn main() -> ExitCode {
 
 /// Runs the command line with the stages of `registry`: a program of your own adds its stages to
 /// [`Registry::builtin`] and gets the whole CLI (flags, `--stage`, `perfpipe stages`, `--stats`,
-/// `bench pipeline`) with them. See `docs/custom-stages.md`.
+/// `bench pipeline`, `record`) with them. See `docs/custom-stages.md`.
 pub fn main_with(registry: Registry) -> ExitCode {
     let matches = match command_with(&registry).try_get_matches() {
         Ok(m) => m,
@@ -428,41 +208,48 @@ pub fn main_with(registry: Registry) -> ExitCode {
                 .subcommand_matches("bench")
                 .and_then(|m| m.subcommand().map(|(_, m)| m))
                 .expect("bench has a subcommand");
-            return match stage_flags(sub, &registry) {
-                Ok(flags) => bench::run(what, &registry, &flags),
-                Err(e) => {
-                    eprintln!("perfpipe: {e}");
-                    ExitCode::from(EXIT_USAGE)
-                }
+            return match plan(sub, &registry, "perfpipe bench") {
+                Ok(plan) => bench::run(what, &registry, &plan),
+                Err(code) => code,
             };
         }
-        Some(Command::Inject(args)) => return inject::main(args),
+        Some(Command::Inject(args)) => return inject::main(args, &registry),
         Some(Command::Record(args)) => {
             let sub = matches
                 .subcommand_matches("record")
                 .expect("record has its matches");
-            return record::main(args, sub, &registry);
+            return match plan(sub, &registry, "perfpipe record") {
+                Ok(plan) => record::main(args, plan, &registry),
+                Err(code) => code,
+            };
         }
         None => {}
     }
-    let stages = match stage_flags(&matches, &registry) {
-        Ok(s) => s,
-        Err(e) => {
-            eprintln!("perfpipe: {e}");
-            return ExitCode::from(EXIT_USAGE);
-        }
-    };
-    let pipeline = match build(&registry, &cli.run, &stages) {
+    let plan = match plan(&matches, &registry, "perfpipe") {
         Ok(p) => p,
-        Err(e) => {
-            eprintln!("perfpipe: {e:#}");
-            return ExitCode::from(EXIT_FAILURE);
-        }
+        Err(code) => return code,
     };
-    if stages.iter().any(|(n, _)| *n == "ring") {
-        run::watch_dump_requests();
+    if let Err(e) = plan.check_attached(&registry) {
+        eprintln!("perfpipe: {e:#}");
+        return ExitCode::from(EXIT_FAILURE);
     }
-    run::run(pipeline, &cli.run)
+    let run = &cli.run;
+    let chain = Chain {
+        settings: run.batch.settings(!run.io.no_measure),
+        source: SourceSpec::Input {
+            path: run.input.clone(),
+            pipe_buffer: run.io.pipe_buffer,
+        },
+        plan,
+        taps: &run.report.tap,
+        sink: SinkSpec::Output {
+            path: run.output.output.clone(),
+            mode: run.output.mode(),
+            pipe_buffer: run.io.pipe_buffer,
+        },
+        requests: Requests::default(),
+    };
+    build_and_run(chain, &registry, &run.report, Some(&run.input), "perfpipe")
 }
 
 fn print_stages(registry: &Registry) {
@@ -472,13 +259,23 @@ fn print_stages(registry: &Registry) {
         let _ = writeln!(out, "{name:<24} {help}");
     }
     for spec in registry.specs() {
-        let flag = match spec.value {
-            Some(v) => format!("--{} {v}", spec.name),
-            None => format!("--{}", spec.name),
-        };
-        let _ = writeln!(out, "{flag:<24} {}", spec.help);
+        for (i, flag) in spec.flags.iter().enumerate() {
+            let usage = match spec.value_name(flag) {
+                Some(v) => format!("--{} {v}", flag.name),
+                None => format!("--{}", flag.name),
+            };
+            let indent = if i == 0 { "" } else { "  " };
+            let _ = writeln!(out, "{indent}{usage:<24} {}", flag.help);
+        }
         for o in spec.options {
-            let _ = writeln!(out, "{:<24}   {}=…  {}", "", o.key, o.help);
+            let _ = writeln!(
+                out,
+                "{:<24}   {}={}  {}",
+                "",
+                o.key,
+                o.kind.value_name(),
+                o.help
+            );
         }
     }
     for (name, help) in rest {
@@ -489,30 +286,26 @@ fn print_stages(registry: &Registry) {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn sizes_parse_with_suffixes() {
-        assert_eq!(parse_size("4096"), Ok(4096));
-        assert_eq!(parse_size("256K"), Ok(256 << 10));
-        assert_eq!(parse_size("1m"), Ok(1 << 20));
-        assert!(parse_size("lots").is_err());
-    }
+    use perfpipe_stages::write_file::OutputMode;
 
     #[test]
     fn defaults_are_stdin_stdout() {
         let m = command().try_get_matches_from(["perfpipe"]).unwrap();
         let cli = Cli::from_arg_matches(&m).unwrap();
         assert_eq!(cli.run.input, PathBuf::from("-"));
-        assert_eq!(cli.run.output, PathBuf::from("-"));
-        assert_eq!(cli.run.batch_size, 256 << 10);
-        assert!(stage_flags(&m, &Registry::builtin()).unwrap().is_empty());
+        assert_eq!(cli.run.output.output, PathBuf::from("-"));
+        assert_eq!(cli.run.batch.batch_size, 256 << 10);
+        assert!(Plan::from_matches(&m, &Registry::builtin())
+            .unwrap()
+            .stages
+            .is_empty());
     }
 
     #[test]
     fn pipe_and_file_pick_the_output_format() {
         let mode = |argv: &[&str]| {
             let m = command().try_get_matches_from(argv).unwrap();
-            Cli::from_arg_matches(&m).unwrap().run.output_mode()
+            Cli::from_arg_matches(&m).unwrap().run.output.mode()
         };
         assert_eq!(mode(&["perfpipe", "-o", "x.data"]), OutputMode::Auto);
         assert_eq!(mode(&["perfpipe", "--pipe", "-o", "x"]), OutputMode::Pipe);
@@ -522,46 +315,61 @@ mod tests {
             .is_err());
     }
 
+    /// A stage added by a program: its flags, its option flag and `--stage` come from its spec
+    /// alone, with nothing in this crate naming it.
     #[test]
-    fn stage_flags_and_generic_stage_keep_command_line_order() {
-        let r = Registry::builtin();
-        let argv = [
-            "perfpipe",
-            "--drop",
-            "lost",
-            "--stage",
-            "buildid-all",
-            "--stage",
-            "drop:switch",
-            "--buildid",
-        ];
-        let m = command_with(&r).try_get_matches_from(argv).unwrap();
-        let flags = stage_flags(&m, &r).unwrap();
-        assert_eq!(
-            flags,
-            vec![
-                ("drop", Some("lost".to_string())),
-                ("buildid-all", None),
-                ("drop", Some("switch".to_string())),
-                ("buildid", None),
-            ]
-        );
-        let bad = command_with(&r)
-            .try_get_matches_from(["perfpipe", "--stage", "nope"])
-            .unwrap();
-        assert!(stage_flags(&bad, &r)
-            .unwrap_err()
-            .contains("no stage named `nope`"));
-        let bad = command_with(&r)
-            .try_get_matches_from(["perfpipe", "--stage", "buildid:x"])
-            .unwrap();
-        assert!(stage_flags(&bad, &r)
-            .unwrap_err()
-            .contains("takes no value"));
+    fn a_registered_stage_gets_its_flags_from_its_spec() {
+        use perfpipe_stages::registry::{Flag, StageOption, StageSpec};
+        const SPEC: StageSpec = StageSpec {
+            name: "tally",
+            help: "count",
+            flags: &[
+                Flag::stage_options("tally", "count things"),
+                Flag::option("tally-top", "top", "rows"),
+            ],
+            options: &[StageOption {
+                key: "top",
+                kind: Kind::Count,
+                help: "rows",
+            }],
+            build: |_, o| {
+                assert_eq!(o.count("top"), Some(3));
+                Ok(Box::new(
+                    perfpipe_stages::drop::DropConfig { types: vec![] }.build(),
+                ))
+            },
+            needs_decompressed: false,
+        };
+        let mut r = Registry::builtin();
+        r.add(SPEC);
+        let help = command_with(&r).render_long_help().to_string();
+        assert!(help.contains("--tally [<top=N>]"), "{help}");
+        assert!(help.contains("--tally-top <N>"), "{help}");
+        for argv in [
+            &["perfpipe", "--tally-top", "3", "--tally"][..],
+            &["perfpipe", "--stage", "tally:top=3"],
+            &["perfpipe", "--tally", "top=3"],
+        ] {
+            let m = command_with(&r).try_get_matches_from(argv).unwrap();
+            let plan = Plan::from_matches(&m, &r).unwrap();
+            assert_eq!(plan.stages.len(), 1, "{argv:?}");
+            let s = &plan.stages[0];
+            assert!((s.spec.build)(&Default::default(), &s.options).is_ok());
+        }
     }
 
     #[test]
-    fn help_lists_every_option() {
+    fn choices_are_checked_by_the_parser() {
+        assert!(command()
+            .try_get_matches_from(["perfpipe", "--buildid", "--host-ids", "maybe"])
+            .is_err());
+        assert!(command()
+            .try_get_matches_from(["perfpipe", "--buildid", "--host-ids", "no"])
+            .is_ok());
+    }
+
+    #[test]
+    fn help_lists_every_option_and_every_stage_flag() {
         let help = command().render_long_help().to_string();
         for flag in [
             "--input",
@@ -572,6 +380,15 @@ mod tests {
             "--pipe-buffer",
         ] {
             assert!(help.contains(flag), "{flag} missing from --help");
+        }
+        for spec in Registry::builtin().specs() {
+            for flag in spec.flags {
+                assert!(
+                    help.contains(&format!("--{}", flag.name)),
+                    "--{}",
+                    flag.name
+                );
+            }
         }
         assert!(help.contains("Exit status"));
     }

@@ -9,20 +9,18 @@
 //! completed); a second one stops at once (see `run`). SIGUSR2 asks `--overwrite` for a dump (and
 //! any `--ring` stage, like the main command).
 
-use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 
-use clap::{ArgMatches, Args};
-use perfpipe_core::{Pipeline, Settings};
+use clap::Args;
+use perfpipe_core::Requests;
 use perfpipe_stages::record::{Period, RecordConfig, Target};
 use perfpipe_stages::registry::Registry;
-use perfpipe_stages::write::WriteConfig;
-use perfpipe_stages::write_file::{Output, OutputMode};
-use perfpipe_stages::write_split::WriteSplitConfig;
 
-use crate::{chain, path_or_std, stage_flags, RunArgs, EXIT_FAILURE, EXIT_USAGE};
+use crate::args::{BatchArgs, IoArgs, OutputArgs, ReportArgs};
+use crate::chain::{Chain, Plan, SinkSpec, SourceSpec};
+use crate::{EXIT_FAILURE, EXIT_USAGE};
 
 /// Options of `perfpipe record`, named as `perf record` names them.
 #[derive(Debug, Args)]
@@ -52,7 +50,9 @@ pub(crate) struct RecordArgs {
     )]
     pid: Option<i32>,
     /// Keep only the newest samples in the kernel's backward rings; dump on SIGUSR2 and at the
-    /// end, each dump a complete stream.
+    /// end, each dump a complete stream. --ring-trigger/--ring-after drive these dumps unless a
+    /// --ring stage is in the chain. A single output takes one dump (the first SIGUSR2, trigger
+    /// or the end) and ends the recording; `-o NAME-%n.data` writes one file per dump.
     #[arg(long)]
     overwrite: bool,
     /// Data pages per ring (a power of two; 128 = 512 KiB).
@@ -63,54 +63,20 @@ pub(crate) struct RecordArgs {
         default_value_t = 128
     )]
     mmap_pages: usize,
-    /// Output; `-` is standard output; a regular file gets a file-mode perf.data. With
-    /// --overwrite, a single output takes one dump (the first SIGUSR2 or the end) and ends the
-    /// recording; `NAME-%n.data` writes one file per dump and records until the end.
-    #[arg(short, long, value_name = "FILE", default_value = "-")]
-    output: PathBuf,
-    /// Print the per-stage table (with lost_events) on stderr at the end.
-    #[arg(long)]
-    stats: bool,
-    /// Write the figures of --stats as JSON to FILE (docs/stats.schema.json).
-    #[arg(long, value_name = "FILE")]
-    stats_json: Option<PathBuf>,
-    /// Live per-stage progress on stderr (default: on when stderr is a terminal).
-    #[arg(long, conflicts_with = "no_progress")]
-    progress: bool,
-    /// Never show live progress.
-    #[arg(long)]
-    no_progress: bool,
-    /// Copy the stream as it leaves STAGE (record, decode, a stage flag's name) to FILE, a
-    /// pipe-mode stream `perf script -i FILE` reads. Repeatable.
-    #[arg(long, value_name = "STAGE=FILE", value_parser = crate::run::parse_tap)]
-    tap: Vec<(String, PathBuf)>,
-    /// Dump when a sample matches EXPR (the --filter language): with --overwrite, the kernel's
-    /// rings are looked at after each poll; with a --ring stage, that stage's trigger.
-    #[arg(long, value_name = "EXPR")]
-    ring_trigger: Option<String>,
-    /// With --ring-trigger: keep recording for DURATION after the match before the dump.
-    #[arg(long, value_name = "DURATION")]
-    ring_after: Option<String>,
+    #[command(flatten)]
+    output: OutputArgs,
+    #[command(flatten)]
+    report: ReportArgs,
+    #[command(flatten)]
+    batch: BatchArgs,
+    #[command(flatten)]
+    io: IoArgs,
     /// The command to record, after `--`.
     #[arg(last = true, value_name = "CMD")]
     command: Vec<String>,
 }
 
 impl RecordArgs {
-    /// The reporting options, as the main command's run takes them.
-    fn run_args(&self) -> RunArgs {
-        let mut run = RunArgs::quiet();
-        run.output = self.output.clone();
-        run.stats = self.stats;
-        run.stats_json = self.stats_json.clone();
-        run.progress = self.progress;
-        run.no_progress = self.no_progress;
-        run.tap = self.tap.clone();
-        run.ring_trigger = self.ring_trigger.clone();
-        run.ring_after = self.ring_after.clone();
-        run
-    }
-
     fn target(&self) -> Result<Target, String> {
         match (self.all, self.pid, self.command.is_empty()) {
             (true, None, true) => Ok(Target::System),
@@ -133,7 +99,7 @@ impl RecordArgs {
             target,
             overwrite: self.overwrite,
             mmap_pages: self.mmap_pages,
-            workload_stdout_to_stderr: self.output == std::path::Path::new("-"),
+            workload_stdout_to_stderr: self.output.output == std::path::Path::new("-"),
             cmdline: std::env::args().collect(),
             ..RecordConfig::default()
         }
@@ -149,94 +115,8 @@ fn on_signals(signals: &[i32], flag: &Arc<AtomicBool>) {
     }
 }
 
-fn pipeline(
-    args: &RecordArgs,
-    target: Target,
-    registry: &Registry,
-    stages: &[(&'static str, Option<String>)],
-) -> anyhow::Result<Pipeline> {
-    use signal_hook::consts::{SIGINT, SIGTERM, SIGUSR2};
-    let stop = Arc::new(AtomicBool::new(false));
-    let dumps = Arc::new(AtomicBool::new(false));
-    on_signals(&[SIGINT, SIGTERM], &stop);
-    on_signals(&[SIGUSR2], &dumps);
-    on_signals(&[SIGUSR2], &perfpipe_stages::ring::requests());
-    let cfg = RecordConfig {
-        stop: Some(stop),
-        dumps: Some(dumps),
-        ..args.config(target)
-    };
-    let split = WriteSplitConfig::is_pattern(&args.output);
-    let cfg = RecordConfig {
-        // One output holds one stream: the first dump ends the recording.
-        once: !split,
-        ..cfg
-    };
-    let run = args.run_args();
-    // The trigger drives a --ring stage when there is one, else the --overwrite dumps.
-    let has_ring = stages.iter().any(|(n, _)| *n == "ring");
-    let stages = if has_ring {
-        crate::ring_value(&run, stages, split)?
-    } else {
-        stages.to_vec()
-    };
-    let cfg = if has_ring {
-        cfg
-    } else {
-        RecordConfig {
-            trigger: args
-                .ring_trigger
-                .as_deref()
-                .map(perfpipe_stages::filter::parse)
-                .transpose()?,
-            after: args
-                .ring_after
-                .as_deref()
-                .map(perfpipe_stages::ring::parse_duration)
-                .transpose()?,
-            ..cfg
-        }
-    };
-    let source = cfg.build()?;
-    let mut nodes = chain(registry, &stages)?;
-    if args.overwrite {
-        // The dumps arrive framed, with their stream info: decode has nothing to do.
-        nodes.retain(|(name, _)| name != "decode");
-    }
-    let mut p = Pipeline::new(Settings::default()).source("record", source);
-    let mut taps = crate::run::Taps::new(&args.tap)?;
-    if let Some(tap) = taps.take("record")? {
-        p = p.stage("tap:record", tap);
-    }
-    for (name, stage) in nodes {
-        let tap = taps.take(&name)?;
-        p = p.boxed_stage(name.clone(), stage);
-        if let Some(tap) = tap {
-            p = p.stage(format!("tap:{name}"), tap);
-        }
-    }
-    taps.check_all_used()?;
-    if split {
-        let sink = WriteSplitConfig {
-            pattern: args.output.clone(),
-            mode: OutputMode::Auto,
-            pipe_buffer: 0,
-        }
-        .build()?;
-        return Ok(p.sink("write", sink));
-    }
-    let write = Output::open(
-        &WriteConfig {
-            path: path_or_std(&args.output),
-            pipe_buffer: 1 << 20,
-        },
-        OutputMode::Auto,
-    )?;
-    Ok(p.sink("write", write))
-}
-
-/// Runs `perfpipe record`; `matches` are the subcommand's, for the stage flags.
-pub(crate) fn main(args: &RecordArgs, matches: &ArgMatches, registry: &Registry) -> ExitCode {
+/// Runs `perfpipe record` with the stages of `plan`.
+pub(crate) fn main(args: &RecordArgs, mut plan: Plan, registry: &Registry) -> ExitCode {
     let target = match args.target() {
         Ok(t) => t,
         Err(e) => {
@@ -244,24 +124,47 @@ pub(crate) fn main(args: &RecordArgs, matches: &ArgMatches, registry: &Registry)
             return ExitCode::from(EXIT_USAGE);
         }
     };
-    let stages = match stage_flags(matches, registry) {
-        Ok(s) => s,
+    let requests = Requests::default();
+    let sink = SinkSpec::Output {
+        path: args.output.output.clone(),
+        mode: args.output.mode(),
+        pipe_buffer: args.io.pipe_buffer,
+    };
+    // The trigger flags drive a --ring stage when there is one, else the --overwrite dumps.
+    let trigger = match plan
+        .take_unattached("ring")
+        .map(|o| perfpipe_stages::ring::trigger_of(&o))
+        .transpose()
+    {
+        Ok(t) => t.unwrap_or_default(),
         Err(e) => {
             eprintln!("perfpipe record: {e}");
-            return ExitCode::from(EXIT_USAGE);
-        }
-    };
-    let p = match pipeline(args, target, registry, &stages) {
-        Ok(p) => p,
-        Err(e) => {
-            eprintln!("perfpipe record: {e:#}");
             return ExitCode::from(EXIT_FAILURE);
         }
     };
-    if stages.iter().any(|(n, _)| *n == "ring") {
-        crate::run::watch_dump_requests();
-    }
-    crate::run::run(p, &args.run_args())
+    let stop = Arc::new(AtomicBool::new(false));
+    use signal_hook::consts::{SIGINT, SIGTERM};
+    on_signals(&[SIGINT, SIGTERM], &stop);
+    let config = RecordConfig {
+        stop: Some(stop),
+        dumps: args
+            .overwrite
+            .then(|| requests.subscribe(perfpipe_core::DUMP)),
+        // One output holds one stream: the first dump ends the recording.
+        once: sink.single_output(),
+        trigger: trigger.0,
+        after: trigger.1,
+        ..args.config(target)
+    };
+    let chain = Chain {
+        settings: args.batch.settings(!args.io.no_measure),
+        source: SourceSpec::Record(Box::new(config)),
+        plan,
+        taps: &args.report.tap,
+        sink,
+        requests,
+    };
+    crate::build_and_run(chain, registry, &args.report, None, "perfpipe record")
 }
 
 #[cfg(test)]
@@ -316,12 +219,24 @@ mod tests {
     fn stage_flags_follow_record() {
         let r = Registry::builtin();
         let m = crate::command_with(&r)
-            .try_get_matches_from(["perfpipe", "record", "-a", "--drop", "lost"])
+            .try_get_matches_from([
+                "perfpipe",
+                "record",
+                "-a",
+                "--drop",
+                "lost",
+                "--batch-size",
+                "64K",
+            ])
             .unwrap();
         let m = m.subcommand_matches("record").unwrap();
+        let plan = Plan::from_matches(m, &r).unwrap();
+        assert_eq!(plan.stages.len(), 1);
+        assert_eq!(plan.stages[0].options.text("types"), Some("lost"));
+        use clap::FromArgMatches;
         assert_eq!(
-            stage_flags(m, &r).unwrap(),
-            vec![("drop", Some("lost".to_string()))]
+            RecordArgs::from_arg_matches(m).unwrap().batch.batch_size,
+            64 << 10
         );
     }
 }

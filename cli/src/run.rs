@@ -7,38 +7,27 @@
 //!   gets the same Ctrl-C, flushes and closes its output, so perfpipe then writes everything it
 //!   received and ends normally (status 0 if nothing else went wrong).
 //! - **Second SIGINT or SIGTERM**: stop at once, print the figures so far, exit 130.
-//! - **SIGUSR2** (only with `--ring`): ask the `ring` stage for a dump now
-//!   ([`perfpipe_stages::ring::requests`]); it answers within a batch, or within its tick on a quiet
-//!   input.
+//! - **SIGUSR2** (only when a stage or the source subscribed to the
+//!   [`DUMP`](perfpipe_core::DUMP) request: `--ring`, `record --overwrite`): a dump now; the ring
+//!   answers within a batch, or within its tick on a quiet input.
 
 use std::fs::File;
 use std::io::{BufWriter, IsTerminal as _, Write as _};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context as _;
-use perfpipe_core::{render_json, render_table, Pipeline, Report, StageMetrics, Tap};
+use perfpipe_core::{render_json, render_table, Pipeline, Report, Requests, StageMetrics, Tap};
 
+use crate::args::ReportArgs;
 use crate::progress::Progress;
-use crate::{RunArgs, EXIT_FAILURE};
+use crate::EXIT_FAILURE;
 
 /// Exit status after a second interrupt (128 + SIGINT).
 pub const EXIT_INTERRUPTED: u8 = 130;
-
-/// Parses `STAGE=FILE` for `--tap`.
-pub(crate) fn parse_tap(s: &str) -> Result<(String, PathBuf), String> {
-    match s.split_once('=') {
-        Some((stage, file)) if !stage.is_empty() && !file.is_empty() => {
-            Ok((stage.to_string(), PathBuf::from(file)))
-        }
-        _ => Err(format!(
-            "`{s}` is not STAGE=FILE (e.g. decode=/tmp/decoded.data)"
-        )),
-    }
-}
 
 /// The `--tap` requests, consumed as the pipeline is built.
 pub(crate) struct Taps {
@@ -47,14 +36,14 @@ pub(crate) struct Taps {
 }
 
 impl Taps {
-    pub(crate) fn new(taps: &[(String, PathBuf)]) -> anyhow::Result<Taps> {
-        Ok(Taps {
+    pub(crate) fn new(taps: &[(String, PathBuf)]) -> Taps {
+        Taps {
             wanted: taps
                 .iter()
                 .map(|(s, p)| (s.clone(), p.clone(), false))
                 .collect(),
             seen: Vec::new(),
-        })
+        }
     }
 
     /// A tap for the stage `name`, if one was asked for.
@@ -107,7 +96,7 @@ fn is_broken_pipe(err: &(dyn std::error::Error + 'static)) -> bool {
 }
 
 /// Writes the end-of-run figures that were asked for.
-fn report_figures(report: &Report, args: &RunArgs) {
+fn report_figures(report: &Report, args: &ReportArgs) {
     if args.stats {
         let _ = writeln!(
             std::io::stderr().lock(),
@@ -132,8 +121,9 @@ fn snapshot(metrics: &[StageMetrics], wall: Duration) -> Report {
     }
 }
 
-/// Runs the pipeline to its end and reports; returns the exit status.
-pub(crate) fn run(pipeline: Pipeline, args: &RunArgs) -> ExitCode {
+/// Runs the pipeline to its end and reports; returns the exit status. `input` is the input file,
+/// if there is one, for the progress bar.
+pub(crate) fn run(pipeline: Pipeline, args: &ReportArgs, input: Option<&Path>) -> ExitCode {
     let running = match pipeline.spawn() {
         Ok(r) => r,
         Err(e) => {
@@ -147,9 +137,10 @@ pub(crate) fn run(pipeline: Pipeline, args: &RunArgs) -> ExitCode {
     watch_signals(metrics.clone(), args, started, done.clone());
 
     let show = !args.no_progress && (args.progress || std::io::stderr().is_terminal());
-    let input_size = (args.input != std::path::Path::new("-"))
-        .then(|| std::fs::metadata(&args.input).ok().map(|m| m.len()))
-        .flatten();
+    let input_size = input
+        .filter(|p| *p != Path::new("-"))
+        .and_then(|p| std::fs::metadata(p).ok())
+        .map(|m| m.len());
     let progress = show.then(|| Progress::start(metrics, input_size));
 
     let report = running.wait();
@@ -181,7 +172,7 @@ pub(crate) fn run(pipeline: Pipeline, args: &RunArgs) -> ExitCode {
 /// First SIGINT/SIGTERM: note it and let the pipeline drain; second: report and exit 130.
 fn watch_signals(
     metrics: Vec<StageMetrics>,
-    args: &RunArgs,
+    args: &ReportArgs,
     started: std::time::Instant,
     done: Arc<AtomicBool>,
 ) {
@@ -189,12 +180,10 @@ fn watch_signals(
     let Ok(mut signals) = signal_hook::iterator::Signals::new([SIGINT, SIGTERM]) else {
         return; // Without the handler the default action (terminate) applies.
     };
-    let stats = args.stats;
-    let stats_json = args.stats_json.clone();
-    let args_for_report = RunArgs {
-        stats,
-        stats_json,
-        ..RunArgs::quiet()
+    let args_for_report = ReportArgs {
+        stats: args.stats,
+        stats_json: args.stats_json.clone(),
+        ..ReportArgs::default()
     };
     std::thread::Builder::new()
         .name("signals".into())
@@ -226,11 +215,12 @@ fn watch_signals(
         .ok();
 }
 
-/// SIGUSR2 sets the `ring` stage's dump request flag. Without `--ring` SIGUSR2 keeps its default
-/// action (terminate), as before.
-pub(crate) fn watch_dump_requests() {
-    let flag = perfpipe_stages::ring::requests();
-    if let Err(e) = signal_hook::flag::register(signal_hook::consts::SIGUSR2, flag) {
-        eprintln!("perfpipe: cannot handle SIGUSR2 ({e}); dumps happen only at the end");
+/// SIGUSR2 raises the [`DUMP`](perfpipe_core::DUMP) request of the stages (and sources) that
+/// subscribed to it. With no subscriber SIGUSR2 keeps its default action (terminate), as before.
+pub(crate) fn watch_requests(requests: &Requests) {
+    for flag in requests.flags(perfpipe_core::DUMP) {
+        if let Err(e) = signal_hook::flag::register(signal_hook::consts::SIGUSR2, flag) {
+            eprintln!("perfpipe: cannot handle SIGUSR2 ({e}); dumps happen only at the end");
+        }
     }
 }

@@ -33,6 +33,7 @@ use zstd::stream::raw::{Decoder, InBuffer, Operation, OutBuffer};
 
 use crate::decode::OTHER_KIND;
 use crate::format::{Endian, EventHeader, RecordType, StreamInfo, EVENT_HEADER_SIZE};
+use crate::registry::{Flag, StageSpec};
 use crate::Error;
 
 /// Most bytes one COMPRESSED record may decompress to; more is reported as corrupt input.
@@ -41,6 +42,20 @@ pub const MAX_DECOMPRESSED: usize = 64 << 20;
 /// Least decompressed bytes an output batch takes before the next records go to a new batch; the
 /// limit is the pipeline's batch size or this, whichever is larger.
 pub const SPILL_MIN: usize = 64 << 10;
+
+/// How `decompress` appears on the command line: `--decompress`. Stages that read what COMPRESSED
+/// records hide get one in front of them automatically.
+pub const SPEC: StageSpec = StageSpec {
+    name: "decompress",
+    help: "replace COMPRESSED records (perf record -z) with the records they hold",
+    flags: &[Flag::stage(
+        "decompress",
+        "replace COMPRESSED records (perf record -z) with the records they hold",
+    )],
+    options: &[],
+    build: |_, _| Ok(Box::new(DecompressConfig::default().build()?)),
+    needs_decompressed: false,
+};
 
 /// Configuration of the `decompress` stage (it has no options).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]

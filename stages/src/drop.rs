@@ -11,7 +11,30 @@ use perfpipe_core::{Batch, Counter, Flow, Out, Stage, StageError};
 
 use crate::decode::OTHER_KIND;
 use crate::format::RecordType;
+use crate::registry::{Flag, Kind, StageOption, StageSpec};
 use crate::Error;
+
+/// How `drop` appears on the command line: `--drop TYPES`.
+pub const SPEC: StageSpec = StageSpec {
+    name: "drop",
+    help: "remove every record of these types: switch,lost,... (perf report --stats names)",
+    flags: &[Flag::stage_value(
+        "drop",
+        "types",
+        "remove every record of these types: switch,lost,... (perf report --stats names)",
+    )],
+    options: &[StageOption {
+        key: "types",
+        kind: Kind::Text("TYPES"),
+        help: "record types, by perf report --stats name or number, comma-separated",
+    }],
+    build: |_, o| {
+        Ok(Box::new(
+            DropConfig::parse(o.text("types").unwrap_or_default())?.build(),
+        ))
+    },
+    needs_decompressed: true,
+};
 
 /// Configuration of a `drop` stage: the record types to remove.
 #[derive(Clone, Debug, PartialEq, Eq)]

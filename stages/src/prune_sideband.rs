@@ -22,9 +22,23 @@ use std::collections::{HashMap, HashSet, VecDeque};
 use perfpipe_core::{Batch, Counter, Flow, Out, Span, Stage, StageError};
 
 use crate::format::{Record, RecordType, StreamInfo};
+use crate::registry::{Flag, StageSpec};
 
 /// Most bytes of side-band held at once.
 pub const MAX_HELD_BYTES: usize = 256 << 20;
+
+/// How `prune-sideband` appears on the command line: `--prune-sideband` (after the filters).
+pub const SPEC: StageSpec = StageSpec {
+    name: "prune-sideband",
+    help: "remove MMAP/COMM/FORK/EXIT records of processes without samples (after the filters)",
+    flags: &[Flag::stage(
+        "prune-sideband",
+        "remove MMAP/COMM/FORK/EXIT records of processes without samples (after the filters)",
+    )],
+    options: &[],
+    build: |_, _| Ok(Box::new(PruneSidebandConfig::default().build())),
+    needs_decompressed: true,
+};
 
 /// Configuration of the `prune-sideband` stage (it has no options).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]

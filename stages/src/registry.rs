@@ -1,74 +1,472 @@
-//! The stage registry: every transform stage the CLI can chain, with its flag, help, option schema
-//! and constructor, in one place. The CLI builds its stage flags, the generic `--stage NAME[:VALUE]`
-//! flag and `perfpipe stages` from a [`Registry`]; a program of your own adds its stages to
+//! The stage registry: every transform stage a pipeline can chain, each declared once by the stage
+//! itself as a [`StageSpec`] (its flags, its typed options, its constructor).
+//!
+//! From the same declarations the command line generates its stage flags, the generic
+//! `--stage NAME[:VALUE]`, `perfpipe stages` and the help; a program of your own adds its stages to
 //! [`Registry::builtin`] and hands the result to `perfpipe::main_with` to get the whole CLI.
+//!
+//! - A stage has **options**, each with a key, a [`Kind`] (switch, text, size, duration, count or
+//!   one of a few words) and one line of help. They are parsed and checked once, into [`Options`],
+//!   before anything is built.
+//! - A stage has **flags**. Most add an instance of the stage to the chain, where they stand on the
+//!   command line: `--filter EXPR` (the value is option `expr`), the shorthands `--pid LIST` or
+//!   `--comm LIST` (options `pid`, `comm` of the same filter stage), `--buildid-all` (the buildid
+//!   stage with `all` set). Others set an option of the stage wherever it is in the chain:
+//!   `--ring-trigger EXPR` sets `trigger` of the `ring` stage, `--host-ids WHEN` sets `host` of
+//!   every build-id stage.
+//! - The constructor gets a [`BuildCtx`]: the pipeline's settings, whether the output takes a
+//!   single stream, the [`Requests`] a stage can subscribe to (SIGUSR2 raises
+//!   [`perfpipe_core::DUMP`]) and the worker pool the pipeline's stages share.
+//!
+//! ```
+//! use perfpipe_stages::registry::{BuildCtx, Registry};
+//!
+//! let registry = Registry::builtin();
+//! let (spec, flag) = registry.flag("pid").unwrap();
+//! assert_eq!(spec.name, "filter");
+//! let options = spec.options_of(flag, Some("1,2")).unwrap();
+//! assert_eq!(options.text("pid"), Some("1,2"));
+//! let stage = (spec.build)(&BuildCtx::default(), &options).unwrap();
+//! # drop(stage);
+//! ```
 
-use perfpipe_core::Stage;
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
 
-/// Builds a stage from its flag's value.
-pub type BuildFn = fn(Option<&str>) -> Result<Box<dyn Stage>, crate::Error>;
+use perfpipe_core::{Requests, Settings, Stage};
 
-/// How a stage is offered on the command line.
+use crate::Error;
+
+/// Builds a stage from its checked options.
+pub type BuildFn = fn(&BuildCtx, &Options) -> Result<Box<dyn Stage>, Error>;
+
+/// What a stage's constructor gets besides its options.
+#[derive(Clone, Debug, Default)]
+pub struct BuildCtx {
+    /// The pipeline's settings (batch size, queue length).
+    pub settings: Settings,
+    /// The output takes a single stream (standard output, one file): a stage that emits several
+    /// complete streams (the flight recorder's dumps) emits one and stops. False for an output
+    /// that writes one file per stream (`-o dump-%n.data`).
+    pub single_output: bool,
+    /// Requests from outside the pipeline; a stage subscribes to those it acts on.
+    pub requests: Requests,
+    /// The worker pool the pipeline's stages share.
+    pub workers: Workers,
+}
+
+/// A pool of worker threads shared by the stages of one pipeline, started when a stage first asks
+/// for it. Cloning shares the pool.
+#[derive(Clone, Debug, Default)]
+pub struct Workers {
+    pool: Arc<OnceLock<Result<Arc<rayon::ThreadPool>, String>>>,
+    threads: usize,
+}
+
+impl Workers {
+    /// A pool of `threads` workers (0: one per cpu), not started yet.
+    pub fn new(threads: usize) -> Workers {
+        Workers {
+            pool: Arc::default(),
+            threads,
+        }
+    }
+
+    /// The pool, started on first use.
+    ///
+    /// # Errors
+    /// [`Error::BadOption`] when its threads cannot be started.
+    pub fn pool(&self) -> Result<Arc<rayon::ThreadPool>, Error> {
+        self.pool
+            .get_or_init(|| {
+                rayon::ThreadPoolBuilder::new()
+                    .num_threads(self.threads)
+                    .thread_name(|i| format!("worker-{i}"))
+                    .build()
+                    .map(Arc::new)
+                    .map_err(|e| e.to_string())
+            })
+            .clone()
+            .map_err(|message| Error::BadOption {
+                option: "workers",
+                message: format!("cannot start the worker threads: {message}"),
+            })
+    }
+}
+
+/// How a stage is offered on the command line: its flags, its options and its constructor.
 #[derive(Clone, Copy, Debug)]
 pub struct StageSpec {
-    /// The stage's name (a verb); also its flag, `--<name>`, and its file, `src/<name>.rs`.
+    /// The stage's name (a verb), also the name of its file or folder in `stages/src/`.
     pub name: &'static str,
     /// One line of help.
     pub help: &'static str,
-    /// The value the flag takes, if any (e.g. `EXPR`).
-    pub value: Option<&'static str>,
-    /// The `key=value` options the value may hold (for stages that take options rather than one
-    /// value); parse them with [`options`]. Empty when the value is not a list of options.
+    /// The flags that add the stage or set its options; the first is the stage's own (`--name`).
+    pub flags: &'static [Flag],
+    /// The options the stage takes.
     pub options: &'static [StageOption],
-    /// Builds the stage from the flag's value.
+    /// Builds the stage.
     pub build: BuildFn,
     /// The stage reads records that `perf record -z` hides inside COMPRESSED records (samples,
-    /// MMAPs, COMMs…): the CLI puts one `decompress` stage before the first such stage, unless
-    /// `--decompress` was given earlier.
+    /// MMAPs, COMMs…): one `decompress` stage is put before the first such stage, unless a
+    /// `decompress` already runs earlier.
     pub needs_decompressed: bool,
 }
 
-/// One `key=value` option a stage accepts.
+/// One command-line flag of a stage.
+#[derive(Clone, Copy, Debug)]
+pub struct Flag {
+    /// The long name, without `--`.
+    pub name: &'static str,
+    /// One line of help.
+    pub help: &'static str,
+    /// What its value is.
+    pub value: FlagValue,
+    /// Options it sets besides its value, as `key=value` (e.g. `all=yes`).
+    pub set: &'static [(&'static str, &'static str)],
+    /// Whether it adds an instance of the stage (where it stands in the command line) or sets an
+    /// option of the stage wherever it is in the chain.
+    pub adds_stage: bool,
+}
+
+/// What a [`Flag`] takes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FlagValue {
+    /// Nothing: a switch.
+    None,
+    /// The value of this option.
+    Option(&'static str),
+    /// A list `key=value,…` of the stage's options.
+    Options,
+}
+
+impl Flag {
+    /// A switch that adds the stage.
+    pub const fn stage(name: &'static str, help: &'static str) -> Flag {
+        Flag {
+            name,
+            help,
+            value: FlagValue::None,
+            set: &[],
+            adds_stage: true,
+        }
+    }
+
+    /// A flag that adds the stage with its value as option `key`.
+    pub const fn stage_value(name: &'static str, key: &'static str, help: &'static str) -> Flag {
+        Flag {
+            value: FlagValue::Option(key),
+            ..Flag::stage(name, help)
+        }
+    }
+
+    /// A flag that adds the stage with a `key=value,…` list of its options.
+    pub const fn stage_options(name: &'static str, help: &'static str) -> Flag {
+        Flag {
+            value: FlagValue::Options,
+            ..Flag::stage(name, help)
+        }
+    }
+
+    /// A flag that sets option `key` of the stage wherever it is in the chain.
+    pub const fn option(name: &'static str, key: &'static str, help: &'static str) -> Flag {
+        Flag {
+            value: FlagValue::Option(key),
+            adds_stage: false,
+            ..Flag::stage(name, help)
+        }
+    }
+
+    /// The same flag, also setting these options.
+    pub const fn setting(self, set: &'static [(&'static str, &'static str)]) -> Flag {
+        Flag { set, ..self }
+    }
+}
+
+/// One option a stage takes.
 #[derive(Clone, Copy, Debug)]
 pub struct StageOption {
-    /// The key.
+    /// The key, as in `key=value`.
     pub key: &'static str,
+    /// Its type.
+    pub kind: Kind,
     /// One line of help.
     pub help: &'static str,
 }
 
-/// Splits a stage's value `key=value,key=value` into pairs, checking every key against `schema`.
-/// `None` or an empty value gives no pairs.
+/// The type of an option's value.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kind {
+    /// `yes`/`no` (also `true`/`false`, `1`/`0`); a bare key in a list means yes.
+    Switch,
+    /// Free text, shown in the help as this name (`EXPR`, `LIST`).
+    Text(&'static str),
+    /// A size in bytes with an optional suffix `K`, `M`, `G`.
+    Size,
+    /// A duration with a unit: `500ms`, `2s`, `1m` (`ns`, `us`, `ms`, `s`, `m`; no unit: seconds).
+    Duration,
+    /// A whole number.
+    Count,
+    /// One of these words.
+    Choice(&'static [&'static str]),
+}
+
+impl Kind {
+    /// The name of the value in the help.
+    pub fn value_name(self) -> String {
+        match self {
+            Kind::Switch => "yes|no".into(),
+            Kind::Text(name) => name.into(),
+            Kind::Size => "SIZE".into(),
+            Kind::Duration => "DURATION".into(),
+            Kind::Count => "N".into(),
+            Kind::Choice(words) => words.join("|"),
+        }
+    }
+
+    fn parse(self, text: &str) -> Result<Value, String> {
+        Ok(match self {
+            Kind::Switch => match text {
+                "" | "yes" | "true" | "1" | "on" => Value::Switch(true),
+                "no" | "false" | "0" | "off" => Value::Switch(false),
+                _ => return Err(format!("`{text}` is not yes or no")),
+            },
+            Kind::Text(_) => Value::Text(text.to_string()),
+            Kind::Size => Value::Size(parse_size(text)?),
+            Kind::Duration => Value::Duration(parse_duration(text)?),
+            Kind::Count => Value::Count(
+                text.parse()
+                    .map_err(|_| format!("`{text}` is not a whole number"))?,
+            ),
+            Kind::Choice(words) => match words.iter().find(|w| **w == text) {
+                Some(w) => Value::Choice(w),
+                None => return Err(format!("`{text}`: expected {}", words.join(", "))),
+            },
+        })
+    }
+}
+
+/// Parses `4096`, `256K`, `64M`, `1G`.
 ///
 /// # Errors
-/// [`crate::Error::BadOption`] for an item without `=` or with a key the schema does not list.
-pub fn options<'a>(
-    value: Option<&'a str>,
-    schema: &[StageOption],
-) -> Result<Vec<(&'a str, &'a str)>, crate::Error> {
-    let mut pairs = Vec::new();
-    for item in value
-        .unwrap_or_default()
-        .split(',')
-        .filter(|i| !i.trim().is_empty())
-    {
-        let known = || schema.iter().map(|o| o.key).collect::<Vec<_>>().join(", ");
-        let Some((k, v)) = item.split_once('=') else {
-            return Err(crate::Error::BadOption {
-                option: "stage options",
-                message: format!("`{item}` is not key=value (keys: {})", known()),
+/// A message naming the text.
+pub fn parse_size(s: &str) -> Result<u64, String> {
+    let s = s.trim();
+    let (digits, mult) = match s.as_bytes().last() {
+        Some(b'k' | b'K') => (&s[..s.len() - 1], 1u64 << 10),
+        Some(b'm' | b'M') => (&s[..s.len() - 1], 1 << 20),
+        Some(b'g' | b'G') => (&s[..s.len() - 1], 1 << 30),
+        _ => (s, 1),
+    };
+    let n: u64 = digits
+        .parse()
+        .map_err(|_| format!("`{s}` is not a size like 4096, 256K or 1M"))?;
+    n.checked_mul(mult)
+        .ok_or_else(|| format!("`{s}` is too large"))
+}
+
+/// Parses `500ms`, `2s`, `1.5s`, `1m`, `250us`, `10ns` (no unit: seconds).
+///
+/// # Errors
+/// A message naming the text.
+pub fn parse_duration(s: &str) -> Result<Duration, String> {
+    let s = s.trim();
+    let split = s
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(s.len());
+    let (num, unit) = s.split_at(split);
+    let scale = match unit {
+        "ns" => 1e-9,
+        "us" => 1e-6,
+        "ms" => 1e-3,
+        "" | "s" => 1.0,
+        "m" => 60.0,
+        _ => f64::NAN,
+    };
+    num.parse::<f64>()
+        .ok()
+        .map(|n| n * scale)
+        .filter(|v| v.is_finite() && *v >= 0.0 && *v < 1e9)
+        .map(Duration::from_secs_f64)
+        .ok_or_else(|| format!("`{s}` is not a duration like 500ms, 2s or 1m"))
+}
+
+/// A checked option value.
+#[derive(Clone, Debug, PartialEq)]
+enum Value {
+    Switch(bool),
+    Text(String),
+    Size(u64),
+    Duration(Duration),
+    Count(u64),
+    Choice(&'static str),
+}
+
+/// A stage's options, parsed and checked against its [`StageSpec::options`]; read them with the
+/// typed getters. A key given twice keeps the last value.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Options {
+    values: Vec<(&'static str, Value)>,
+}
+
+impl Options {
+    /// No options.
+    pub fn new() -> Options {
+        Options::default()
+    }
+
+    fn get(&self, key: &str) -> Option<&Value> {
+        self.values
+            .iter()
+            .rev()
+            .find(|(k, _)| *k == key)
+            .map(|(_, v)| v)
+    }
+
+    /// Whether `key` was given.
+    pub fn has(&self, key: &str) -> bool {
+        self.get(key).is_some()
+    }
+
+    /// A switch: false unless given as yes.
+    pub fn switch(&self, key: &str) -> bool {
+        matches!(self.get(key), Some(Value::Switch(true)))
+    }
+
+    /// A text option (or a choice's word).
+    pub fn text(&self, key: &str) -> Option<&str> {
+        match self.get(key)? {
+            Value::Text(t) => Some(t),
+            Value::Choice(w) => Some(w),
+            _ => None,
+        }
+    }
+
+    /// A size option, in bytes.
+    pub fn size(&self, key: &str) -> Option<u64> {
+        match self.get(key)? {
+            Value::Size(n) => Some(*n),
+            _ => None,
+        }
+    }
+
+    /// A duration option.
+    pub fn duration(&self, key: &str) -> Option<Duration> {
+        match self.get(key)? {
+            Value::Duration(d) => Some(*d),
+            _ => None,
+        }
+    }
+
+    /// A count option.
+    pub fn count(&self, key: &str) -> Option<u64> {
+        match self.get(key)? {
+            Value::Count(n) => Some(*n),
+            _ => None,
+        }
+    }
+
+    /// The keys given, in order (a key given twice appears twice).
+    pub fn keys(&self) -> impl Iterator<Item = &'static str> + '_ {
+        self.values.iter().map(|(k, _)| *k)
+    }
+
+    /// Adds the options of `other` after these (so they win).
+    pub fn extend(&mut self, other: &Options) {
+        self.values.extend(other.values.iter().cloned());
+    }
+}
+
+impl StageSpec {
+    /// The stage's option `key`.
+    pub fn option(&self, key: &str) -> Option<&'static StageOption> {
+        self.options.iter().find(|o| o.key == key)
+    }
+
+    /// The stage's own flag, `--name`, the first of [`StageSpec::flags`].
+    pub fn main_flag(&self) -> Option<&'static Flag> {
+        self.flags.first()
+    }
+
+    /// Parses and checks one option.
+    ///
+    /// # Errors
+    /// [`Error::BadOption`] for a key the stage does not take or a value of the wrong type.
+    pub fn parse_option(&self, options: &mut Options, key: &str, text: &str) -> Result<(), Error> {
+        let Some(opt) = self.option(key) else {
+            let keys: Vec<&str> = self.options.iter().map(|o| o.key).collect();
+            return Err(Error::BadOption {
+                option: self.name,
+                message: format!("unknown option `{key}` (options: {})", keys.join(", ")),
             });
         };
-        let k = k.trim();
-        if !schema.iter().any(|o| o.key == k) {
-            return Err(crate::Error::BadOption {
-                option: "stage options",
-                message: format!("unknown option `{k}` (keys: {})", known()),
-            });
-        }
-        pairs.push((k, v.trim()));
+        let value = opt.kind.parse(text).map_err(|message| Error::BadOption {
+            option: self.name,
+            message: format!("{key}: {message}"),
+        })?;
+        options.values.push((opt.key, value));
+        Ok(())
     }
-    Ok(pairs)
+
+    /// Parses a `key=value,…` list (a bare `key` is a switch set to yes).
+    ///
+    /// # Errors
+    /// As [`StageSpec::parse_option`].
+    pub fn parse_list(&self, options: &mut Options, list: &str) -> Result<(), Error> {
+        for item in list.split(',').map(str::trim).filter(|i| !i.is_empty()) {
+            let (key, value) = item.split_once('=').unwrap_or((item, ""));
+            self.parse_option(options, key.trim(), value.trim())?;
+        }
+        Ok(())
+    }
+
+    /// The options that `flag` gives with `value` (what stands after it on the command line).
+    ///
+    /// # Errors
+    /// As [`StageSpec::parse_option`]; also a value for a switch, or none for a flag that takes
+    /// one.
+    pub fn options_of(&self, flag: &Flag, value: Option<&str>) -> Result<Options, Error> {
+        let mut options = Options::new();
+        for (k, v) in flag.set {
+            self.parse_option(&mut options, k, v)?;
+        }
+        let missing = || Error::BadOption {
+            option: flag.name,
+            message: "needs a value".into(),
+        };
+        match (flag.value, value) {
+            (FlagValue::None, None) => {}
+            (FlagValue::None, Some(v)) => {
+                return Err(Error::BadOption {
+                    option: flag.name,
+                    message: format!("takes no value (got `{v}`)"),
+                })
+            }
+            (FlagValue::Option(key), Some(v)) => self.parse_option(&mut options, key, v)?,
+            (FlagValue::Options, Some(v)) => self.parse_list(&mut options, v)?,
+            (FlagValue::Options, None) => {}
+            (FlagValue::Option(_), None) => return Err(missing()),
+        }
+        Ok(options)
+    }
+
+    /// What `flag` shows as its value in the help (`EXPR`, `SIZE`, `key=value,…`), if it takes one.
+    pub fn value_name(&self, flag: &Flag) -> Option<String> {
+        match flag.value {
+            FlagValue::None => None,
+            FlagValue::Option(key) => Some(
+                self.option(key)
+                    .map_or_else(|| "VALUE".into(), |o| o.kind.value_name()),
+            ),
+            FlagValue::Options => Some(
+                self.options
+                    .iter()
+                    .map(|o| format!("{}={}", o.key, o.kind.value_name()))
+                    .collect::<Vec<_>>()
+                    .join(","),
+            ),
+        }
+    }
 }
 
 /// A set of transform stages: the built-in ones plus any a program adds.
@@ -99,20 +497,37 @@ impl Registry {
         self.specs.iter().find(|s| s.name == name)
     }
 
+    /// The stage that declares the flag `--name`, and the flag.
+    pub fn flag(&self, name: &str) -> Option<(&StageSpec, &'static Flag)> {
+        self.specs
+            .iter()
+            .find_map(|s| s.flags.iter().find(|f| f.name == name).map(|f| (s, f)))
+    }
+
+    /// Builds the stage that `--name value` adds, as the command line would: for programs and
+    /// benchmarks that assemble a chain by hand.
+    ///
+    /// # Errors
+    /// [`Error::BadOption`] for a flag that names no stage or a value it does not take; what the
+    /// stage's constructor returns.
+    pub fn build_flag(
+        &self,
+        name: &str,
+        value: Option<&str>,
+        ctx: &BuildCtx,
+    ) -> Result<Box<dyn Stage>, Error> {
+        let Some((spec, flag)) = self.flag(name).filter(|(_, f)| f.adds_stage) else {
+            return Err(Error::BadOption {
+                option: "stage",
+                message: format!("no stage flag --{name}"),
+            });
+        };
+        (spec.build)(ctx, &spec.options_of(flag, value)?)
+    }
+
     /// Every registered stage, in registration order.
     pub fn specs(&self) -> &[StageSpec] {
         &self.specs
-    }
-
-    /// Like [`insert_decompress`], with this registry's stages.
-    pub fn insert_decompress<T>(
-        &self,
-        stages: &mut Vec<(&'static str, T)>,
-        value: T,
-    ) -> Option<usize> {
-        insert_before(stages, value, |name| {
-            self.find(name).is_some_and(|s| s.needs_decompressed)
-        })
     }
 }
 
@@ -132,252 +547,119 @@ pub const BUILTIN: &[(&str, &str)] = &[
     ),
 ];
 
-/// Transform stages, chained by their flags in command-line order.
+/// Transform stages, each declared in its own file; one line per stage.
 pub const TRANSFORMS: &[StageSpec] = &[
-    StageSpec {
-        name: "decompress",
-        help: "replace COMPRESSED records (perf record -z) with the records they hold",
-        value: None,
-        options: &[],
-        build: |_| {
-            Ok(Box::new(
-                crate::decompress::DecompressConfig::default().build()?,
-            ))
-        },
-        needs_decompressed: false,
-    },
-    StageSpec {
-        name: "buildid",
-        help:
-            "inject a BUILD_ID record before the first sample that hits each dso (perf inject -b)",
-        value: None,
-        options: &[],
-        build: |_| crate::buildid::build_stage(false, None),
-        needs_decompressed: true,
-    },
-    StageSpec {
-        name: "buildid-callchain",
-        help: "like --buildid, and every callchain frame's dso counts as hit (perf >= 6.12)",
-        value: None,
-        options: &[],
-        build: |_| crate::buildid::build_stage(true, None),
-        needs_decompressed: true,
-    },
-    StageSpec {
-        name: "known-build-ids",
-        help:
-            "like --buildid, with build ids given as PATH=HEXID,... (perf inject --known-build-ids)",
-        value: Some("LIST"),
-        options: &[],
-        build: |v| crate::buildid::build_stage(false, v),
-        needs_decompressed: true,
-    },
-    StageSpec {
-        name: "buildid-all",
-        help: "inject a BUILD_ID record before the MMAP of every dso (perf inject --buildid-all)",
-        value: None,
-        options: &[],
-        build: |_| {
-            Ok(Box::new(
-                crate::buildid::BuildidConfig::default().build_all(),
-            ))
-        },
-        needs_decompressed: true,
-    },
-    StageSpec {
-        name: "filter",
-        help:
-            "keep the samples for which EXPR holds, e.g. 'comm == \"gz*\" && cpu == 0' (repeatable)",
-        value: Some("EXPR"),
-        options: &[],
-        build: |v| crate::filter::build_stage(crate::filter::parse(v.unwrap_or_default())),
-        needs_decompressed: true,
-    },
-    StageSpec {
-        name: "pid",
-        help: "keep the samples of these processes: PID[,PID...] (perf script --pid)",
-        value: Some("LIST"),
-        options: &[],
-        build: |v| {
-            crate::filter::build_stage(crate::filter::id_list(
-                crate::filter::Field::Pid,
-                v.unwrap_or_default(),
-            ))
-        },
-        needs_decompressed: true,
-    },
-    StageSpec {
-        name: "tid",
-        help: "keep the samples of these threads: TID[,TID...] (perf script --tid)",
-        value: Some("LIST"),
-        options: &[],
-        build: |v| {
-            crate::filter::build_stage(crate::filter::id_list(
-                crate::filter::Field::Tid,
-                v.unwrap_or_default(),
-            ))
-        },
-        needs_decompressed: true,
-    },
-    StageSpec {
-        name: "comm",
-        help: "keep the samples of threads with these names: COMM[,COMM...] (perf script --comm)",
-        value: Some("LIST"),
-        options: &[],
-        build: |v| crate::filter::build_stage(crate::filter::name_list(v.unwrap_or_default())),
-        needs_decompressed: true,
-    },
-    StageSpec {
-        name: "cpu",
-        help: "keep the samples taken on these cpus: 0-2,5 (perf script --cpu)",
-        value: Some("LIST"),
-        options: &[],
-        build: |v| crate::filter::build_stage(crate::filter::cpu_list(v.unwrap_or_default())),
-        needs_decompressed: true,
-    },
-    StageSpec {
-        name: "time",
-        help: "keep the samples in START,END (seconds as perf script prints them; ends included)",
-        value: Some("START,END"),
-        options: &[],
-        build: |v| crate::filter::build_stage(crate::filter::time_range(v.unwrap_or_default())),
-        needs_decompressed: true,
-    },
-    StageSpec {
-        name: "drop",
-        help: "remove every record of these types: switch,lost,... (perf report --stats names)",
-        value: Some("TYPES"),
-        options: &[],
-        build: |v| {
-            Ok(Box::new(
-                crate::drop::DropConfig::parse(v.unwrap_or_default())?.build(),
-            ))
-        },
-        needs_decompressed: true,
-    },
-    StageSpec {
-        name: "prune-sideband",
-        help: "remove MMAP/COMM/FORK/EXIT records of processes without samples (after the filters)",
-        value: None,
-        options: &[],
-        build: |_| {
-            Ok(Box::new(
-                crate::prune_sideband::PruneSidebandConfig::default().build(),
-            ))
-        },
-        needs_decompressed: true,
-    },
-    StageSpec {
-        name: "ring",
-        help: "flight recorder: keep the newest SIZE bytes of events, dump a complete stream at \
-               the end, on SIGUSR2 or on --ring-trigger (-o NAME-%n.data: one file per dump)",
-        value: Some("SIZE"),
-        options: &[
-            StageOption {
-                key: "once",
-                help: "stop after the first dump (set for a single output)",
-            },
-            StageOption {
-                key: "after",
-                help: "after a trigger, record DURATION more (--ring-after)",
-            },
-            StageOption {
-                key: "trigger",
-                help: "dump when a sample matches EXPR (--ring-trigger; last, may hold commas)",
-            },
-        ],
-        build: crate::ring::build_stage,
-        needs_decompressed: true,
-    },
+    crate::decompress::SPEC,
+    crate::buildid::SPEC,
+    crate::filter::SPEC,
+    crate::drop::SPEC,
+    crate::prune_sideband::SPEC,
+    crate::ring::SPEC,
 ];
-
-/// The registered stage called `name`, if any.
-pub fn find(name: &str) -> Option<&'static StageSpec> {
-    TRANSFORMS.iter().find(|s| s.name == name)
-}
-
-/// `stages` (names in command-line order) with one `decompress` inserted before the first stage
-/// that [needs decompressed records](StageSpec::needs_decompressed), unless a `decompress` already
-/// runs before it. Returns the index at which it was inserted, if any.
-pub fn insert_decompress<T>(stages: &mut Vec<(&'static str, T)>, value: T) -> Option<usize> {
-    insert_before(stages, value, |name| {
-        find(name).is_some_and(|s| s.needs_decompressed)
-    })
-}
-
-fn insert_before<T>(
-    stages: &mut Vec<(&'static str, T)>,
-    value: T,
-    needs: impl Fn(&str) -> bool,
-) -> Option<usize> {
-    for (i, (name, _)) in stages.iter().enumerate() {
-        if *name == "decompress" {
-            return None;
-        }
-        if needs(name) {
-            stages.insert(i, ("decompress", value));
-            return Some(i);
-        }
-    }
-    None
-}
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    #[test]
-    fn decompress_goes_before_the_first_stage_that_needs_it() {
-        let needs = |n: &str| n.starts_with("needs");
-        let mut v = vec![("other", 0), ("needs-a", 1), ("needs-b", 2)];
-        assert_eq!(insert_before(&mut v, 9, needs), Some(1));
-        assert_eq!(
-            v,
-            vec![
-                ("other", 0),
-                ("decompress", 9),
-                ("needs-a", 1),
-                ("needs-b", 2)
-            ]
-        );
-        // Already there, earlier: nothing added.
-        let mut v = vec![("decompress", 0), ("needs-a", 1)];
-        assert_eq!(insert_before(&mut v, 9, needs), None);
-        // Only later than the first stage that needs it: one more goes before it.
-        let mut v = vec![("needs-a", 1), ("decompress", 0)];
-        assert_eq!(insert_before(&mut v, 9, needs), Some(0));
-        let mut v = vec![("other", 0)];
-        assert_eq!(insert_before(&mut v, 9, needs), None);
-        assert_eq!(v.len(), 1);
-    }
-
-    #[test]
-    fn options_are_checked_against_the_schema() {
-        const SCHEMA: &[StageOption] = &[
+    const SPEC: StageSpec = StageSpec {
+        name: "demo",
+        help: "",
+        flags: &[
+            Flag::stage_options("demo", ""),
+            Flag::stage_value("demo-size", "size", "").setting(&[("loud", "yes")]),
+            Flag::option("demo-after", "after", ""),
+        ],
+        options: &[
+            StageOption {
+                key: "size",
+                kind: Kind::Size,
+                help: "",
+            },
+            StageOption {
+                key: "loud",
+                kind: Kind::Switch,
+                help: "",
+            },
+            StageOption {
+                key: "after",
+                kind: Kind::Duration,
+                help: "",
+            },
+            StageOption {
+                key: "mode",
+                kind: Kind::Choice(&["a", "b"]),
+                help: "",
+            },
             StageOption {
                 key: "top",
+                kind: Kind::Count,
                 help: "",
             },
-            StageOption {
-                key: "key",
-                help: "",
-            },
-        ];
-        assert_eq!(
-            options(Some("top=5, key=ab"), SCHEMA).unwrap(),
-            vec![("top", "5"), ("key", "ab")]
-        );
-        assert!(options(None, SCHEMA).unwrap().is_empty());
-        let err = options(Some("colour=red"), SCHEMA).unwrap_err().to_string();
-        assert!(
-            err.contains("unknown option `colour` (keys: top, key)"),
-            "{err}"
-        );
-        assert!(options(Some("top"), SCHEMA).is_err());
+        ],
+        build: |_, _| Err(Error::EmptyInput),
+        needs_decompressed: false,
+    };
+
+    #[test]
+    fn options_are_typed_and_checked_against_the_schema() {
+        let o = SPEC
+            .options_of(
+                &SPEC.flags[0],
+                Some("size=64K, loud, after=500ms,mode=b,top=5"),
+            )
+            .unwrap();
+        assert_eq!(o.size("size"), Some(64 << 10));
+        assert!(o.switch("loud"));
+        assert_eq!(o.duration("after"), Some(Duration::from_millis(500)));
+        assert_eq!(o.text("mode"), Some("b"));
+        assert_eq!(o.count("top"), Some(5));
+        assert!(!o.has("nothing"));
+        let err = |v: &str| {
+            SPEC.options_of(&SPEC.flags[0], Some(v))
+                .unwrap_err()
+                .to_string()
+        };
+        assert!(err("colour=red")
+            .contains("unknown option `colour` (options: size, loud, after, mode, top)"));
+        assert!(err("size=lots").contains("is not a size"));
+        assert!(err("mode=c").contains("expected a, b"));
+        assert!(err("top=-1").contains("not a whole number"));
+        assert!(err("loud=maybe").contains("not yes or no"));
+        assert!(SPEC
+            .options_of(&SPEC.flags[0], None)
+            .unwrap()
+            .keys()
+            .next()
+            .is_none());
     }
 
     #[test]
-    fn registry_adds_and_replaces() {
+    fn a_flag_gives_its_value_and_its_fixed_options() {
+        let o = SPEC.options_of(&SPEC.flags[1], Some("1M")).unwrap();
+        assert_eq!((o.size("size"), o.switch("loud")), (Some(1 << 20), true));
+        assert!(SPEC.options_of(&SPEC.flags[1], None).is_err());
+        assert_eq!(SPEC.value_name(&SPEC.flags[1]).as_deref(), Some("SIZE"));
+        assert_eq!(SPEC.value_name(&SPEC.flags[2]).as_deref(), Some("DURATION"));
+        let switch = Flag::stage("x", "");
+        assert!(SPEC.options_of(&switch, Some("v")).is_err());
+        assert_eq!(SPEC.value_name(&switch), None);
+    }
+
+    #[test]
+    fn sizes_and_durations_parse() {
+        assert_eq!(parse_size("4096"), Ok(4096));
+        assert_eq!(parse_size("256K"), Ok(256 << 10));
+        assert_eq!(parse_size("1m"), Ok(1 << 20));
+        assert!(parse_size("lots").is_err());
+        assert!(parse_size("99999999999G").is_err());
+        assert_eq!(parse_duration("2s"), Ok(Duration::from_secs(2)));
+        assert_eq!(parse_duration("1m"), Ok(Duration::from_secs(60)));
+        assert_eq!(parse_duration("250us"), Ok(Duration::from_micros(250)));
+        assert!(parse_duration("soon").is_err());
+    }
+
+    #[test]
+    fn registry_adds_and_replaces_and_finds_flags() {
         let mut r = Registry::builtin();
         let n = r.specs().len();
         let mut spec = *r.find("drop").unwrap();
@@ -385,21 +667,48 @@ mod tests {
         r.add(spec);
         assert_eq!(r.specs().len(), n);
         assert_eq!(r.find("drop").unwrap().help, "replaced");
-        spec.name = "mine";
-        r.add(spec);
+        r.add(SPEC);
         assert_eq!(r.specs().len(), n + 1);
+        assert_eq!(r.flag("demo-after").unwrap().0.name, "demo");
+        assert_eq!(r.flag("ring-trigger").unwrap().0.name, "ring");
+        assert_eq!(r.flag("host-ids").unwrap().0.name, "buildid");
+        assert_eq!(r.flag("comm").unwrap().0.name, "filter");
+        assert!(r.flag("nope").is_none());
     }
 
     #[test]
-    fn every_stage_is_named_once_and_builds_with_no_value_when_it_takes_none() {
-        for (i, s) in TRANSFORMS.iter().enumerate() {
-            assert!(
-                TRANSFORMS[..i].iter().all(|t| t.name != s.name),
-                "{}",
-                s.name
-            );
-            if s.value.is_none() {
-                assert!((s.build)(None).is_ok(), "{}", s.name);
+    fn every_flag_is_declared_once_and_names_real_options() {
+        let r = Registry::builtin();
+        let flags: Vec<&str> = r
+            .specs()
+            .iter()
+            .flat_map(|s| s.flags.iter().map(|f| f.name))
+            .collect();
+        for (i, f) in flags.iter().enumerate() {
+            assert!(!flags[..i].contains(f), "--{f} declared twice");
+        }
+        for s in r.specs() {
+            assert!(s.main_flag().is_some_and(|f| f.adds_stage), "{}", s.name);
+            for f in s.flags {
+                if let FlagValue::Option(k) = f.value {
+                    assert!(s.option(k).is_some(), "--{} sets unknown `{k}`", f.name);
+                }
+                for (k, v) in f.set {
+                    assert!(s.parse_option(&mut Options::new(), k, v).is_ok(), "{k}={v}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn switch_stages_build_with_no_value() {
+        let ctx = BuildCtx::default();
+        for s in TRANSFORMS {
+            for f in s.flags.iter().filter(|f| f.adds_stage) {
+                if f.value == FlagValue::None {
+                    let o = s.options_of(f, None).unwrap();
+                    assert!((s.build)(&ctx, &o).is_ok(), "--{}", f.name);
+                }
             }
         }
     }

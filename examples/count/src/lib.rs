@@ -13,7 +13,7 @@ use std::io::Write as _;
 use perfpipe_core::{Batch, Counter, Flow, Out, Stage, StageError};
 use perfpipe_stages::format::{RecordType, StreamInfo};
 use perfpipe_stages::machine::Machine;
-use perfpipe_stages::registry::{options, StageOption, StageSpec};
+use perfpipe_stages::registry::{Flag, Kind, StageOption, StageSpec};
 
 /// The running `count` stage.
 pub struct Count {
@@ -127,26 +127,24 @@ impl Stage for Count {
 /// The options `count` takes.
 pub const OPTIONS: &[StageOption] = &[StageOption {
     key: "top",
+    kind: Kind::Count,
     help: "rows per table (default 10)",
 }];
 
-/// How `count` appears on the command line.
+const HELP: &str =
+    "count samples per comm and per dso; print the top N of each on stderr at the end";
+
+/// How `count` appears on the command line: `--count top=N`, or `--stage count:top=N`.
 pub const SPEC: StageSpec = StageSpec {
     name: "count",
-    help: "count samples per comm and per dso; print the top N of each on stderr at the end",
-    value: Some("top=N"),
+    help: HELP,
+    flags: &[Flag::stage_options("count", HELP)],
     options: OPTIONS,
-    build: |value| {
-        let mut top = 10;
-        for (key, v) in options(value, OPTIONS)? {
-            if key == "top" {
-                top = v.parse().map_err(|_| perfpipe_stages::Error::BadOption {
-                    option: "count",
-                    message: format!("top={v} is not a number"),
-                })?;
-            }
-        }
-        Ok(Box::new(Count::new(top)))
+    build: |_, o| {
+        let top = o.count("top").unwrap_or(10);
+        Ok(Box::new(Count::new(
+            usize::try_from(top).unwrap_or(usize::MAX),
+        )))
     },
     needs_decompressed: true,
 };

@@ -32,15 +32,22 @@ impl Stage for Hello {
 // guide:end stage
 
 // guide:begin spec
-use perfpipe_stages::registry::StageSpec;
+use perfpipe_stages::registry::{Flag, StageSpec};
 
 /// How `hello` appears on the command line: `--hello`, or `--stage hello`.
 pub const SPEC: StageSpec = StageSpec {
     name: "hello",
     help: "count the samples going by (a worked example)",
-    value: None,
+    // Its flags: `--hello` adds the stage where it stands on the command line.
+    flags: &[Flag::stage(
+        "hello",
+        "count the samples going by (a worked example)",
+    )],
+    // Its `key=value` options, typed (none here).
     options: &[],
-    build: |_| Ok(Box::new(Hello::default())),
+    // Builds it; the context has the settings, the requests and the worker pool.
+    build: |_ctx, _options| Ok(Box::new(Hello::default())),
+    // It reads samples, so `perf record -z` input is decompressed before it.
     needs_decompressed: true,
 };
 // guide:end spec

@@ -23,7 +23,7 @@ use std::hash::Hasher as _;
 use perfpipe_core::{Batch, Counter, Flow, Out, Stage, StageError};
 use perfpipe_stages::encode;
 use perfpipe_stages::format::{feature, Endian, EventHeader, RecordType, StreamInfo};
-use perfpipe_stages::registry::{options, StageOption, StageSpec};
+use perfpipe_stages::registry::{Flag, Kind, Options, StageOption, StageSpec};
 use siphasher::sip::SipHasher13;
 
 /// Features that name the machine or the command line.
@@ -193,10 +193,12 @@ impl Stage for Redact {
 pub const OPTIONS: &[StageOption] = &[
     StageOption {
         key: "key",
+        kind: Kind::Text("HEX32"),
         help: "32 hex digits: the hash key (default: random per run)",
     },
     StageOption {
         key: "keep",
+        kind: Kind::Text("PREFIX:…"),
         help: "colon-separated path prefixes to keep (e.g. /usr/lib:/lib)",
     },
 ];
@@ -228,34 +230,45 @@ fn bad(message: String) -> perfpipe_stages::Error {
 /// # Errors
 /// An unknown option, or a key that is not 32 hex digits.
 pub fn build(value: Option<&str>) -> Result<Redact, perfpipe_stages::Error> {
-    let mut key = None;
-    let mut keep = Vec::new();
-    for (k, v) in options(value, OPTIONS)? {
-        match k {
-            "key" => {
-                let n = u128::from_str_radix(v, 16)
-                    .ok()
-                    .filter(|_| v.len() == 32)
-                    .ok_or_else(|| bad(format!("key={v} is not 32 hex digits")))?;
-                key = Some(((n >> 64) as u64, n as u64));
-            }
-            "keep" => keep.extend(
-                v.split(':')
-                    .filter(|p| !p.is_empty())
-                    .map(|p| p.as_bytes().to_vec()),
-            ),
-            _ => unreachable!("options() checks keys"),
+    let mut options = Options::new();
+    SPEC.parse_list(&mut options, value.unwrap_or_default())?;
+    from_options(&options)
+}
+
+/// Builds the stage from its checked options.
+///
+/// # Errors
+/// A key that is not 32 hex digits.
+pub fn from_options(o: &Options) -> Result<Redact, perfpipe_stages::Error> {
+    let key = match o.text("key") {
+        Some(v) => {
+            let n = u128::from_str_radix(v, 16)
+                .ok()
+                .filter(|_| v.len() == 32)
+                .ok_or_else(|| bad(format!("key={v} is not 32 hex digits")))?;
+            Some(((n >> 64) as u64, n as u64))
         }
-    }
+        None => None,
+    };
+    let keep = o
+        .text("keep")
+        .unwrap_or_default()
+        .split(':')
+        .filter(|p| !p.is_empty())
+        .map(|p| p.as_bytes().to_vec())
+        .collect();
     Ok(Redact::new(key.unwrap_or_else(random_key), keep))
 }
 
-/// How `redact` appears on the command line.
+const HELP: &str =
+    "replace comm names and file paths with keyed pseudonyms; drop hostname and cmdline";
+
+/// How `redact` appears on the command line: `--redact key=HEX32,keep=PREFIX:…`.
 pub const SPEC: StageSpec = StageSpec {
     name: "redact",
-    help: "replace comm names and file paths with keyed pseudonyms; drop hostname and cmdline",
-    value: Some("key=HEX,keep=PREFIX:…"),
+    help: HELP,
+    flags: &[Flag::stage_options("redact", HELP)],
     options: OPTIONS,
-    build: |value| Ok(Box::new(build(value)?)),
+    build: |_, o| Ok(Box::new(from_options(o)?)),
     needs_decompressed: true,
 };

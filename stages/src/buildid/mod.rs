@@ -34,6 +34,7 @@ use perfpipe_core::{Batch, Counter, Flow, Out, Span, Stage, StageError};
 
 use crate::format::{misc, RecordType, StreamInfo};
 use crate::machine::{DsoId, Machine};
+use crate::registry::{Flag, Kind, Options, StageOption, StageSpec};
 use crate::Error;
 use source::{BuildId, HostIds, HostMode, Outcome, Resolver};
 
@@ -72,6 +73,26 @@ impl BuildidConfig {
                 Ok((path.trim().as_bytes().to_vec(), id))
             })
             .collect()
+    }
+
+    /// The configuration the `buildid` stage's options give.
+    ///
+    /// # Errors
+    /// [`Error::BadOption`] for a malformed `known` list.
+    pub fn from_options(o: &Options) -> Result<BuildidConfig, Error> {
+        Ok(BuildidConfig {
+            callchain: o.switch("callchain"),
+            known: o
+                .text("known")
+                .map(BuildidConfig::parse_known)
+                .transpose()?
+                .unwrap_or_default(),
+            host: match o.text("host") {
+                Some("yes") => HostMode::Yes,
+                Some("no") => HostMode::No,
+                _ => HostMode::Auto,
+            },
+        })
     }
 
     pub(crate) fn resolver(&self) -> Resolver {
@@ -390,21 +411,71 @@ pub(crate) fn misc_for(kernel: bool) -> u16 {
     }
 }
 
-/// Builds a stage for the registry: `buildid` (IP hits) or `buildid-callchain`.
-pub(crate) fn build_stage(callchain: bool, known: Option<&str>) -> Result<Box<dyn Stage>, Error> {
-    let known = known
-        .map(BuildidConfig::parse_known)
-        .transpose()?
-        .unwrap_or_default();
-    Ok(Box::new(
-        BuildidConfig {
-            callchain,
-            known,
-            host: HostMode::Auto,
-        }
-        .build(),
-    ))
-}
+/// How the build-id stages appear on the command line: `--buildid` (`perf inject -b`),
+/// `--buildid-callchain`, `--known-build-ids LIST` and `--buildid-all` each add a stage where they
+/// stand; `--host-ids WHEN` sets how every one of them treats the kernel and vdso.
+pub const SPEC: StageSpec = StageSpec {
+    name: "buildid",
+    help: "inject a BUILD_ID record before the first sample that hits each dso (perf inject -b)",
+    flags: &[
+        Flag::stage(
+            "buildid",
+            "inject a BUILD_ID record before the first sample that hits each dso (perf inject -b)",
+        ),
+        Flag::stage(
+            "buildid-callchain",
+            "like --buildid, and every callchain frame's dso counts as hit (perf >= 6.12)",
+        )
+        .setting(&[("callchain", "yes")]),
+        Flag::stage_value(
+            "known-build-ids",
+            "known",
+            "like --buildid, with build ids given as PATH=HEXID,... (perf inject --known-build-ids)",
+        ),
+        Flag::stage(
+            "buildid-all",
+            "inject a BUILD_ID record before the MMAP of every dso (perf inject --buildid-all)",
+        )
+        .setting(&[("all", "yes")]),
+        Flag::option(
+            "host-ids",
+            "host",
+            "whether [kernel.kallsyms] and [vdso] get this host's build ids: auto (unless the \
+             stream's hostname or kernel release names another host), yes or no",
+        ),
+    ],
+    options: &[
+        StageOption {
+            key: "callchain",
+            kind: Kind::Switch,
+            help: "every callchain frame's dso counts as hit, not only the sample ip's",
+        },
+        StageOption {
+            key: "known",
+            kind: Kind::Text("LIST"),
+            help: "build ids to use instead of reading the files: PATH=HEXID,...",
+        },
+        StageOption {
+            key: "all",
+            kind: Kind::Switch,
+            help: "every mapped dso, before its MMAP, hit or not (--buildid-all)",
+        },
+        StageOption {
+            key: "host",
+            kind: Kind::Choice(&["auto", "yes", "no"]),
+            help: "kernel and vdso ids from this host: auto, yes or no",
+        },
+    ],
+    build: |_, o| {
+        let config = BuildidConfig::from_options(o)?;
+        Ok(if o.switch("all") {
+            Box::new(config.build_all())
+        } else {
+            Box::new(config.build())
+        })
+    },
+    needs_decompressed: true,
+};
 
 #[cfg(test)]
 mod tests;

@@ -41,6 +41,7 @@ use rayon::prelude::*;
 
 use crate::format::{Record, RecordType, StreamInfo};
 use crate::machine::Machine;
+use crate::registry::{BuildCtx, Flag, Kind, Options, StageOption, StageSpec};
 pub use expr::{parse, Expr, ExprError, Field};
 use program::{Cx, Prog};
 pub use shorthand::{cpu_list, id_list, name_list, time_range};
@@ -104,26 +105,132 @@ impl FilterConfig {
             compiled_for: (usize::MAX, 0),
             kept: Counter::new(),
             dropped: Counter::new(),
+            pool: None,
         }
     }
 }
 
-/// Builds a filter stage from a parsed expression, for the registry. `PERFPIPE_FILTER_PARALLEL_MIN`
-/// (a number of samples) overrides [`PARALLEL_MIN_DEFAULT`], to measure the rayon path.
-///
-/// # Errors
-/// [`crate::Error::BadExpression`] when the expression did not parse.
-pub fn build_stage(
-    expr: Result<Expr, ExprError>,
-) -> Result<Box<dyn perfpipe_core::Stage>, crate::Error> {
-    let mut config = FilterConfig::new(expr?);
-    if let Some(n) = std::env::var("PERFPIPE_FILTER_PARALLEL_MIN")
-        .ok()
-        .and_then(|v| v.parse().ok())
-    {
-        config.parallel_min = n;
+const FILTER_HELP: &str =
+    "keep the samples for which EXPR holds, e.g. 'comm == \"gz*\" && cpu == 0' (repeatable)";
+
+/// How `filter` appears on the command line: `--filter EXPR`, and perf script's shorthands
+/// `--pid`, `--tid`, `--comm`, `--cpu`, `--time`, each a filter stage of its own where it stands.
+pub const SPEC: StageSpec = StageSpec {
+    name: "filter",
+    help: FILTER_HELP,
+    flags: &[
+        Flag::stage_value("filter", "expr", FILTER_HELP),
+        Flag::stage_value(
+            "pid",
+            "pid",
+            "keep the samples of these processes: PID[,PID...] (perf script --pid)",
+        ),
+        Flag::stage_value(
+            "tid",
+            "tid",
+            "keep the samples of these threads: TID[,TID...] (perf script --tid)",
+        ),
+        Flag::stage_value(
+            "comm",
+            "comm",
+            "keep the samples of threads with these names: COMM[,COMM...] (perf script --comm)",
+        ),
+        Flag::stage_value(
+            "cpu",
+            "cpu",
+            "keep the samples taken on these cpus: 0-2,5 (perf script --cpu)",
+        ),
+        Flag::stage_value(
+            "time",
+            "time",
+            "keep the samples in START,END (seconds as perf script prints them; ends included)",
+        ),
+        Flag::option(
+            "filter-parallel-min",
+            "parallel-min",
+            "evaluate batches with at least N samples on the worker pool (default: never; see the README)",
+        ),
+    ],
+    options: &[
+        StageOption {
+            key: "expr",
+            kind: Kind::Text("EXPR"),
+            help: "the expression samples must satisfy",
+        },
+        StageOption {
+            key: "pid",
+            kind: Kind::Text("LIST"),
+            help: "process ids, comma-separated",
+        },
+        StageOption {
+            key: "tid",
+            kind: Kind::Text("LIST"),
+            help: "thread ids, comma-separated",
+        },
+        StageOption {
+            key: "comm",
+            kind: Kind::Text("LIST"),
+            help: "exact thread names, comma-separated",
+        },
+        StageOption {
+            key: "cpu",
+            kind: Kind::Text("LIST"),
+            help: "cpus: 0-2,5",
+        },
+        StageOption {
+            key: "time",
+            kind: Kind::Text("START,END"),
+            help: "a time range in seconds, ends included",
+        },
+        StageOption {
+            key: "parallel-min",
+            kind: Kind::Count,
+            help: "samples per batch from which evaluation runs on the worker pool",
+        },
+    ],
+    build: build_stage,
+    needs_decompressed: true,
+};
+
+/// Builds a filter stage from its options: the conjunction of the expression and the shorthands
+/// given (one of them, from a flag).
+fn build_stage(ctx: &BuildCtx, o: &Options) -> Result<Box<dyn perfpipe_core::Stage>, crate::Error> {
+    let mut parts = Vec::new();
+    if let Some(e) = o.text("expr") {
+        parts.push(parse(e)?);
     }
-    Ok(Box::new(config.build()))
+    if let Some(v) = o.text("pid") {
+        parts.push(id_list(Field::Pid, v)?);
+    }
+    if let Some(v) = o.text("tid") {
+        parts.push(id_list(Field::Tid, v)?);
+    }
+    if let Some(v) = o.text("comm") {
+        parts.push(name_list(v)?);
+    }
+    if let Some(v) = o.text("cpu") {
+        parts.push(cpu_list(v)?);
+    }
+    if let Some(v) = o.text("time") {
+        parts.push(time_range(v)?);
+    }
+    let expr = parts
+        .into_iter()
+        .reduce(|a, b| Expr::And(Box::new(a), Box::new(b)))
+        .ok_or_else(|| crate::Error::BadOption {
+            option: "--filter",
+            message: "needs an expression".into(),
+        })?;
+    let mut config = FilterConfig::new(expr);
+    if let Some(n) = o.count("parallel-min") {
+        config.parallel_min = usize::try_from(n).unwrap_or(usize::MAX);
+    }
+    let filter = config.build();
+    Ok(Box::new(if config.parallel_min < usize::MAX {
+        filter.on_pool(ctx.workers.pool()?)
+    } else {
+        filter
+    }))
 }
 
 /// The running `filter` stage.
@@ -149,6 +256,19 @@ pub struct Filter {
     compiled_for: (usize, u64),
     kept: Counter,
     dropped: Counter,
+    /// Where batches of at least `parallel_min` samples are evaluated (rayon's global pool if
+    /// none).
+    pool: Option<std::sync::Arc<rayon::ThreadPool>>,
+}
+
+impl Filter {
+    /// The same filter, evaluating large batches on `pool`.
+    pub fn on_pool(self, pool: std::sync::Arc<rayon::ThreadPool>) -> Filter {
+        Filter {
+            pool: Some(pool),
+            ..self
+        }
+    }
 }
 
 impl Filter {
@@ -236,12 +356,18 @@ impl Filter {
         if samples < self.parallel_min {
             return batch.spans.iter().filter(|s| keep(s)).copied().collect();
         }
-        let keep: Vec<bool> = batch
-            .spans
-            .par_iter()
-            .with_min_len(1024)
-            .map(keep)
-            .collect();
+        let par = || -> Vec<bool> {
+            batch
+                .spans
+                .par_iter()
+                .with_min_len(1024)
+                .map(keep)
+                .collect()
+        };
+        let keep = match &self.pool {
+            Some(pool) => pool.install(par),
+            None => par(),
+        };
         batch
             .spans
             .iter()

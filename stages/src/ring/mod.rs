@@ -5,8 +5,8 @@
 //!
 //! Triggers:
 //! - **end of input**: the last window is dumped (also when no trigger fired at all);
-//! - **a dump request**: the shared flag of [`RingConfig::requests`] — the CLI sets it on SIGUSR2 —
-//!   polled at every batch and, while the input is quiet, every [`TICK`];
+//! - **a dump request**: the stage subscribes to the build context's
+//!   [`DUMP`](perfpipe_core::DUMP) request (the CLI raises it on SIGUSR2), polled at every batch and, while the input is quiet, every [`TICK`];
 //! - **`--ring-trigger EXPR`**: the first sample the filter expression selects (see
 //!   [`crate::filter`]); with `--ring-after DURATION` recording goes on until a record at least
 //!   DURATION later in event time arrives (or, on a quiet input, that long in wall time), then
@@ -22,9 +22,10 @@
 //! header records too); while a dump is built, its batches add up to its size once more.
 //! **EOF**: dumps what it holds, unless it stopped after its one dump.
 //!
-//! Value syntax (`--ring` or `--stage ring:`): `SIZE[,once][,after=DURATION][,trigger=EXPR]`, the
-//! trigger last because an expression may hold commas; the CLI builds it from `--ring`,
-//! `--ring-trigger` and `--ring-after`.
+//! Options ([`SPEC`]): `size` (`--ring SIZE`), `trigger` (`--ring-trigger EXPR`), `after`
+//! (`--ring-after DURATION`), `once` (set by the build context for a single output).
+//! [`RingConfig::parse`] reads them as one string, `SIZE[,once][,after=DURATION][,trigger=EXPR]`
+//! (the trigger last because an expression may hold commas), for tests and programs.
 
 mod buffer;
 mod recorder;
@@ -33,7 +34,7 @@ mod sideband;
 mod tests;
 
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use perfpipe_core::{Batch, Counter, Flow, Out, Stage, StageError};
@@ -44,6 +45,7 @@ pub use sideband::Sideband;
 
 use crate::filter::{Expr, Filter, FilterConfig};
 use crate::format::{Record, StreamInfo};
+use crate::registry::{Flag, Kind, Options, StageOption, StageSpec};
 use crate::Error;
 
 /// How often the stage looks at the dump request flag while its input is quiet.
@@ -64,14 +66,6 @@ pub struct RingConfig {
     pub requests: Option<Arc<AtomicBool>>,
 }
 
-/// The process-wide dump request flag that the CLI sets on SIGUSR2 and every `ring` built by the
-/// registry polls.
-pub fn requests() -> Arc<AtomicBool> {
-    static FLAG: OnceLock<Arc<AtomicBool>> = OnceLock::new();
-    FLAG.get_or_init(|| Arc::new(AtomicBool::new(false)))
-        .clone()
-}
-
 fn bad(message: String) -> Error {
     Error::BadOption {
         option: "--ring",
@@ -79,54 +73,76 @@ fn bad(message: String) -> Error {
     }
 }
 
-/// Parses `64M`, `512K`, `1G`, `4096`.
+/// Parses `64M`, `512K`, `1G`, `4096`: at least 4096 bytes.
 fn parse_size(s: &str) -> Result<usize, Error> {
-    let s = s.trim();
-    let (digits, mult) = match s.as_bytes().last() {
-        Some(b'k' | b'K') => (&s[..s.len() - 1], 1usize << 10),
-        Some(b'm' | b'M') => (&s[..s.len() - 1], 1 << 20),
-        Some(b'g' | b'G') => (&s[..s.len() - 1], 1 << 30),
-        _ => (s, 1),
-    };
-    digits
-        .parse::<usize>()
+    crate::registry::parse_size(s)
         .ok()
-        .and_then(|n| n.checked_mul(mult))
+        .and_then(|n| usize::try_from(n).ok())
         .filter(|&n| n >= 4096)
         .ok_or_else(|| {
             bad(format!(
-                "`{s}` is not a size of at least 4096 bytes like 64M"
+                "`{}` is not a size of at least 4096 bytes like 64M",
+                s.trim()
             ))
         })
 }
 
 /// Parses `500ms`, `2s`, `1.5s`, `100us`, `1m`; a bare number is seconds.
 pub fn parse_duration(s: &str) -> Result<Duration, Error> {
-    let s = s.trim();
-    let split = s
-        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-        .unwrap_or(s.len());
-    let (num, unit) = s.split_at(split);
-    let scale = match unit {
-        "ns" => 1e-9,
-        "us" => 1e-6,
-        "ms" => 1e-3,
-        "" | "s" => 1.0,
-        "m" => 60.0,
-        _ => f64::NAN,
-    };
-    num.parse::<f64>()
-        .ok()
-        .map(|n| n * scale)
-        .filter(|v| v.is_finite() && *v >= 0.0 && *v < 1e9)
-        .map(Duration::from_secs_f64)
-        .ok_or_else(|| Error::BadOption {
+    crate::registry::parse_duration(s).map_err(|message| Error::BadOption {
+        option: "--ring-after",
+        message,
+    })
+}
+
+/// The trigger that the `ring` stage's options `trigger` and `after` give, parsed; for a source
+/// that dumps on the same trigger (`record --overwrite`).
+///
+/// # Errors
+/// [`Error::BadExpression`] for a trigger that does not parse; [`Error::BadOption`] for `after`
+/// without `trigger`.
+pub fn trigger_of(o: &Options) -> Result<(Option<Expr>, Option<Duration>), Error> {
+    let trigger = o.text("trigger").map(crate::filter::parse).transpose()?;
+    let after = o.duration("after");
+    if after.is_some() && trigger.is_none() {
+        return Err(Error::BadOption {
             option: "--ring-after",
-            message: format!("`{s}` is not a duration like 500ms, 2s or 1m"),
-        })
+            message: "needs --ring-trigger".into(),
+        });
+    }
+    Ok((trigger, after))
 }
 
 impl RingConfig {
+    /// The configuration the `ring` stage's options give.
+    ///
+    /// # Errors
+    /// [`Error::BadOption`] for a size under 4096 bytes, or `after` without `trigger`;
+    /// [`Error::BadExpression`] for a trigger that does not parse.
+    pub fn from_options(o: &Options) -> Result<RingConfig, Error> {
+        let size = o.size("size").unwrap_or(0);
+        let (trigger, after) = trigger_of(o)?;
+        let config = RingConfig {
+            size: parse_size(&size.to_string())?,
+            trigger,
+            after,
+            once: o.switch("once"),
+            requests: None,
+        };
+        config.check()?;
+        Ok(config)
+    }
+
+    fn check(&self) -> Result<(), Error> {
+        if self.after.is_some() && self.trigger.is_none() {
+            return Err(Error::BadOption {
+                option: "--ring-after",
+                message: "needs --ring-trigger".into(),
+            });
+        }
+        Ok(())
+    }
+
     /// Parses the stage's value `SIZE[,once][,after=DURATION][,trigger=EXPR]`.
     ///
     /// # Errors
@@ -157,12 +173,7 @@ impl RingConfig {
                 }
             }
         }
-        if config.after.is_some() && config.trigger.is_none() {
-            return Err(Error::BadOption {
-                option: "--ring-after",
-                message: "needs --ring-trigger".into(),
-            });
-        }
+        config.check()?;
         Ok(config)
     }
 
@@ -185,15 +196,59 @@ impl RingConfig {
     }
 }
 
-/// Builds a `ring` stage from its flag's value, polling the process-wide [`requests`] flag.
-///
-/// # Errors
-/// As [`RingConfig::parse`].
-pub fn build_stage(value: Option<&str>) -> Result<Box<dyn Stage>, Error> {
-    let mut config = RingConfig::parse(value.unwrap_or_default())?;
-    config.requests = Some(requests());
-    Ok(Box::new(config.build()))
-}
+const RING_HELP: &str = "flight recorder: keep the newest SIZE bytes of events, dump a complete \
+    stream at the end, on SIGUSR2 or on --ring-trigger (-o NAME-%n.data: one file per dump)";
+
+/// How `ring` appears on the command line: `--ring SIZE`, with `--ring-trigger EXPR` and
+/// `--ring-after DURATION` setting its trigger wherever they stand. It listens to the
+/// [`DUMP`](perfpipe_core::DUMP) request (SIGUSR2 on the command line) and dumps once when the
+/// output takes a single stream.
+pub const SPEC: StageSpec = StageSpec {
+    name: "ring",
+    help: RING_HELP,
+    flags: &[
+        Flag::stage_value("ring", "size", RING_HELP),
+        Flag::option(
+            "ring-trigger",
+            "trigger",
+            "with --ring: dump when a sample matches EXPR (the --filter language), e.g. 'comm == \"db*\"'",
+        ),
+        Flag::option(
+            "ring-after",
+            "after",
+            "with --ring-trigger: keep recording for DURATION of event time after the trigger (500ms, 2s)",
+        ),
+    ],
+    options: &[
+        StageOption {
+            key: "size",
+            kind: Kind::Size,
+            help: "bytes of events to keep (at least 4096)",
+        },
+        StageOption {
+            key: "trigger",
+            kind: Kind::Text("EXPR"),
+            help: "dump when a sample matches EXPR (once)",
+        },
+        StageOption {
+            key: "after",
+            kind: Kind::Duration,
+            help: "after a trigger, record DURATION more",
+        },
+        StageOption {
+            key: "once",
+            kind: Kind::Switch,
+            help: "stop after the first dump (set for a single output)",
+        },
+    ],
+    build: |ctx, o| {
+        let mut config = RingConfig::from_options(o)?;
+        config.once |= ctx.single_output;
+        config.requests = Some(ctx.requests.subscribe(perfpipe_core::DUMP));
+        Ok(Box::new(config.build()))
+    },
+    needs_decompressed: true,
+};
 
 /// A trigger fired and the dump waits for `--ring-after`.
 #[derive(Clone, Copy, Debug)]
