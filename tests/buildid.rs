@@ -428,3 +428,114 @@ fn streams_before_input_ends() {
     assert!(out.len() > input.len(), "no BUILD_ID records added");
     assert!(out.windows(8).any(|w| w == b"/usr/bin"), "no BUILD_ID path");
 }
+
+// ---------------------------------------------------------------------------------------------
+// `perf record --buildid-mmap` (perf record's default since 6.17): the ids come in the MMAP2s.
+// `perf inject -b` marks every such dso hit at its MMAP2, so its file-mode build-id table lists
+// them all; `perf buildid-list` and `perf archive` on our file output must find at least those.
+
+/// `(build id, path)` pairs `perf buildid-list -i FILE` prints, without the dsos it lists with no id.
+fn file_pairs(file: &std::path::Path) -> BTreeSet<(String, String)> {
+    let out = run(
+        Command::new("perf").arg("buildid-list").arg("-i").arg(file),
+        b"",
+    );
+    assert!(
+        out.status.success(),
+        "perf buildid-list -i {}: {}",
+        file.display(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    pairs_of(&String::from_utf8_lossy(&out.stdout))
+}
+
+fn pairs_of(list: &str) -> BTreeSet<(String, String)> {
+    list.lines()
+        .filter_map(|l| {
+            let mut w = l.split_whitespace();
+            let (id, path) = (w.next()?, w.next()?);
+            Some((id.to_string(), path.to_string()))
+        })
+        .collect()
+}
+
+/// Runs a command on files, asserting success.
+fn run_ok(cmd: &mut Command) {
+    let out = run(cmd, b"");
+    assert!(
+        out.status.success(),
+        "{cmd:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// The multi-process `-g` recording both tests use, with `--buildid-mmap`.
+const MMAP_IDS: [&str; 6] = ["-e", "cpu-clock", "-c", "100000", "-g", "--buildid-mmap"];
+
+pipetest!(
+    /// A file-mode `--buildid-mmap` recording, file → file: `--buildid` and
+    /// `--buildid-callchain` list every (id, path) `perf inject -b` lists (and no more than kernel,
+    /// modules and vdso besides), `--buildid-all` every one `perf inject --buildid-all` lists.
+    buildid_mmap_file_lists_what_perf_inject_lists, |dir| {
+    if !have_perf() {
+        return;
+    }
+    let input = dir.path("in.data");
+    run_ok(
+        Command::new("perf")
+            .args(["record", "-q", "-o"])
+            .arg(&input)
+            .args(MMAP_IDS)
+            .arg("--")
+            .args([workload().as_str(), "multi", "2"])
+            .stdin(Stdio::null()),
+    );
+    for (ours_flag, perf_flag) in [
+        ("--buildid", "-b"),
+        ("--buildid-callchain", "-b"),
+        ("--buildid-all", "--buildid-all"),
+    ] {
+        let (ours, theirs) = (dir.path("ours.data"), dir.path("theirs.data"));
+        run_ok(Command::new(bin()).arg("-i").arg(&input).arg("-o").arg(&ours).arg(ours_flag));
+        run_ok(
+            Command::new("perf")
+                .args(["inject", perf_flag, "-i"])
+                .arg(&input)
+                .arg("-o")
+                .arg(&theirs),
+        );
+        let (ours, theirs) = (file_pairs(&ours), file_pairs(&theirs));
+        if perf_flag == "-b" {
+            superset(&ours, &theirs);
+        } else {
+            // perf inject --buildid-all writes no table: buildid-list then lists what samples
+            // hit, a subset of every mapped dso, which is what ours lists.
+            let missing: Vec<_> = theirs.difference(&ours).collect();
+            assert!(missing.is_empty(), "{ours_flag}: we lack {missing:?}\nours: {ours:?}");
+        }
+    }
+});
+
+pipetest!(
+    /// A pipe-mode `--buildid-mmap` recording: into a pipe (`perf buildid-list -i -`) and into a
+    /// file (`-o out.data`, the table), `--buildid` and `--buildid-callchain` list every (id, path)
+    /// `perf inject -b` lists for the same output mode.
+    buildid_mmap_pipe_lists_what_perf_inject_lists, |dir| {
+    if !have_perf() {
+        return;
+    }
+    let input = perf_record(&MMAP_IDS, &[&workload(), "multi", "2"]);
+    let pipe = dir.write("in.pipe", &input);
+    let theirs = pairs(&perf_inject(&["-b"], &input));
+    let theirs_file = dir.path("theirs.data");
+    // A pipe stream in a regular file: perf inject writes file mode, with the table.
+    run_ok(Command::new("perf").args(["inject", "-b", "-i"]).arg(&pipe).arg("-o").arg(&theirs_file));
+    let theirs_file = file_pairs(&theirs_file);
+    for flag in ["--buildid", "--buildid-callchain"] {
+        let (out, _) = ours(&[flag], &input);
+        superset(&pairs(&out), &theirs);
+        let ours_file = dir.path("ours.data");
+        run_ok(Command::new(bin()).arg(flag).arg("-i").arg(&pipe).arg("-o").arg(&ours_file));
+        superset(&file_pairs(&ours_file), &theirs_file);
+    }
+});

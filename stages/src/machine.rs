@@ -8,7 +8,11 @@
 //!   says which process it belongs to, so every thread of a process sees its maps.
 //! - **FORK** with `pid != ppid` creates a process whose maps are a copy of the parent's (copied
 //!   lazily: the two share one list until either changes it). A FORK with `pid == ppid` is a new
-//!   thread. A FORK of a pid that still exists replaces it (pid reuse).
+//!   thread. A FORK of a pid that still exists replaces it (pid reuse), unless that process was
+//!   created by its own records before its FORK arrived: records are ordered by time only across
+//!   rounds, so a child's COMM/MMAP2s (on the cpu it runs on) can come before the FORK (on the
+//!   parent's cpu). Then the FORK is late, not a new process: the child's own maps are kept on top
+//!   of the copy of the parent's, which is what perf, sorting by time, builds.
 //! - **COMM with `COMM_EXEC`** changes nothing here: perf keeps the old image's maps after an exec
 //!   (`____thread__set_comm()` only flushes unwind caches), and the new image's MMAPs replace what
 //!   they overlap. Samples taken inside `execve()` after its COMM still resolve to the old libc.
@@ -237,6 +241,8 @@ pub struct Machine {
     /// tid → pid.
     threads: IdMap<u32, u32>,
     kernel: Maps,
+    /// Processes created by their own records (an MMAP) before any FORK of them arrived.
+    unforked: IdMap<u32, ()>,
     /// Processes that exited, with the round count at which to drop them.
     retiring: Vec<(u32, u64)>,
     rounds: u64,
@@ -323,7 +329,11 @@ impl Machine {
             self.kernel.insert(map);
         } else {
             self.threads.entry(ev.pid).or_insert(ev.pid);
-            Arc::make_mut(self.processes.entry(ev.pid).or_default()).insert(map);
+            let maps = self.processes.entry(ev.pid).or_insert_with(|| {
+                self.unforked.insert(ev.pid, ());
+                Arc::default()
+            });
+            Arc::make_mut(maps).insert(map);
         }
         dso
     }
@@ -332,11 +342,26 @@ impl Machine {
     pub fn fork(&mut self, pid: u32, ppid: u32, tid: u32) {
         if pid != ppid && pid == tid {
             // A new process: a copy of the parent's maps (shared until either side changes).
-            let parent = self.processes.get(&ppid).cloned().unwrap_or_default();
-            self.processes.insert(pid, parent);
+            let mut maps = self.processes.get(&ppid).cloned().unwrap_or_default();
+            let exited = self.retiring.iter().any(|&(p, _)| p == pid);
+            if self.unforked.remove(&pid).is_some() && !exited {
+                // A late FORK (see the module doc): the child's maps came after the fork in
+                // time, so they go on top of what it inherited.
+                if let Some(own) = self.processes.get(&pid) {
+                    let merged = Arc::make_mut(&mut maps);
+                    for m in &own.0 {
+                        merged.insert(*m);
+                    }
+                }
+            }
+            self.processes.insert(pid, maps);
             self.retiring.retain(|&(p, _)| p != pid);
         } else {
-            self.processes.entry(pid).or_default();
+            // A thread: its process exists from now on, forked or not (yet).
+            self.processes.entry(pid).or_insert_with(|| {
+                self.unforked.insert(pid, ());
+                Arc::default()
+            });
         }
         self.threads.insert(tid, pid);
     }
@@ -350,6 +375,7 @@ impl Machine {
             if self.retiring.len() > MAX_RETIRING {
                 let (old, _) = self.retiring.remove(0);
                 self.processes.remove(&old);
+                self.unforked.remove(&old);
                 self.threads.retain(|_, p| *p != old);
             }
         } else {
@@ -361,12 +387,14 @@ impl Machine {
     pub fn finished_round(&mut self) {
         self.rounds += 1;
         let now = self.rounds;
-        let (processes, threads) = (&mut self.processes, &mut self.threads);
+        let (processes, threads, unforked) =
+            (&mut self.processes, &mut self.threads, &mut self.unforked);
         self.retiring.retain(|&(pid, due)| {
             if due > now {
                 return true;
             }
             processes.remove(&pid);
+            unforked.remove(&pid);
             threads.retain(|_, p| *p != pid);
             false
         });
@@ -535,6 +563,34 @@ mod tests {
         m.finished_round();
         m.finished_round();
         assert_eq!(dso_at(&m, 9, 0x1000).as_deref(), Some("/bin/init"));
+    }
+
+    #[test]
+    fn a_late_fork_keeps_the_maps_the_child_made_before_it_arrived() {
+        // Stream order of a child that runs on another cpu than its parent: its exec's MMAP2s
+        // come before its FORK (perf sorts them back by time).
+        let mut m = Machine::new();
+        map(&mut m, 1, 0x1000, 0x1000, "/bin/sh");
+        map(&mut m, 1, 0x7000, 0x1000, "/lib/libc.so.6");
+        map(&mut m, 2, 0x5000, 0x1000, "/usr/bin/perl");
+        map(&mut m, 2, 0x1800, 0x1000, "/lib/libcrypt.so.1");
+        m.fork(2, 1, 2);
+        assert_eq!(dso_at(&m, 2, 0x5000).as_deref(), Some("/usr/bin/perl"));
+        assert_eq!(dso_at(&m, 2, 0x1800).as_deref(), Some("/lib/libcrypt.so.1"));
+        assert_eq!(dso_at(&m, 2, 0x1000).as_deref(), Some("/bin/sh"));
+        assert_eq!(dso_at(&m, 2, 0x7000).as_deref(), Some("/lib/libc.so.6"));
+        assert_eq!(dso_at(&m, 1, 0x5000), None);
+        // The same when a thread's FORK came first and created the process.
+        m.fork(3, 3, 4);
+        map(&mut m, 3, 0x9000, 0x1000, "/bin/t");
+        m.fork(3, 1, 3);
+        assert_eq!(dso_at(&m, 3, 0x9000).as_deref(), Some("/bin/t"));
+        assert_eq!(dso_at(&m, 3, 0x1000).as_deref(), Some("/bin/sh"));
+        // A second FORK of a forked process is pid reuse: it starts from its parent again.
+        m.exit(2, 2);
+        m.fork(2, 1, 2);
+        assert_eq!(dso_at(&m, 2, 0x5000), None);
+        assert_eq!(dso_at(&m, 2, 0x1000).as_deref(), Some("/bin/sh"));
     }
 
     #[test]

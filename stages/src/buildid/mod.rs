@@ -21,8 +21,14 @@
 //! A dso whose name already has a BUILD_ID record earlier in the stream (a stream injected before,
 //! or an earlier build-id stage) gets no second one.
 //!
+//! A dso whose MMAP2 carried its build id is listed even if no sample hits it, as `perf inject -b`
+//! lists it (it marks such a dso hit at the MMAP2): at the end of the stream, so that a file-mode
+//! output's build-id table holds what perf's holds.
+//!
 //! **Order**: input order; BUILD_ID records are inserted. **Buffering**: none beyond the batch; state
-//! is one entry per live process and one per dso. **EOF**: nothing to flush.
+//! is one entry per live process and one per dso. **EOF**: one batch of BUILD_ID records: samples
+//! still waiting for their map, dsos whose MMAP2 carried an id and that no sample hit, and an unhit
+//! vdso (see [`Stage::flush`] of [`Buildid`]).
 
 pub mod record;
 pub mod source;
@@ -33,7 +39,7 @@ use std::collections::{HashMap, HashSet};
 use perfpipe_core::{Batch, Counter, Flow, Out, Span, Stage, StageError};
 
 use crate::format::{misc, RecordType, StreamInfo};
-use crate::machine::{DsoId, Machine};
+use crate::machine::{DsoId, Identity, Machine};
 use crate::registry::{Flag, Kind, Options, StageOption, StageSpec};
 use crate::Error;
 use source::{BuildId, HostIds, HostMode, Outcome, Resolver};
@@ -117,6 +123,7 @@ impl BuildidConfig {
             vdso: None,
             info: None,
             vdso_unhit: Counter::new(),
+            mmap2_unhit: Counter::new(),
             pending: Vec::new(),
         }
     }
@@ -142,6 +149,8 @@ pub struct Buildid {
     info: Option<std::sync::Arc<StreamInfo>>,
     /// BUILD_ID records of a vdso no sample hit, emitted at the end.
     vdso_unhit: Counter,
+    /// BUILD_ID records of dsos whose MMAP2 carried the id and that no sample hit, at the end.
+    mmap2_unhit: Counter,
     /// Samples whose ip fell in no map when they arrived: (pid, cpumode, ip, rounds left).
     /// Records are ordered by time only between FINISHED_ROUNDs, so a sample from one CPU can
     /// come before the MMAP (from another CPU) that it falls in; perf, which sorts, resolves it.
@@ -346,31 +355,64 @@ impl Stage for Buildid {
         Ok(Flow::Continue)
     }
 
-    /// perf's build-id table always lists the vdso (`write_buildid()`), hit or not: at the end,
-    /// a vdso that was mapped but never hit gets its record too, so a file-mode output's table
-    /// lists what `perf inject -b` lists. perf's pipe readers ignore it (no sample needs it).
+    /// At the end of the stream, in one batch of BUILD_ID records:
+    /// - the hits of samples still waiting for their map (the stream ended before the next
+    ///   FINISHED_ROUND could retry them);
+    /// - every dso whose MMAP2 carried a build id and that no sample hit: `perf inject -b` marks
+    ///   such a dso hit at its MMAP2 (so as not to inject it), and `write_buildid()` lists every
+    ///   hit dso, so its file-mode table lists them all (counter `mmap2_ids_listed_unhit`);
+    /// - the vdso, mapped but never hit: perf's table always lists it (counter
+    ///   `vdso_listed_unhit`).
+    ///
+    /// A file-mode output's table thus lists what `perf inject -b`'s lists. perf's pipe readers
+    /// ignore the unhit ones (no sample needs them).
     fn flush(&mut self, out: &mut Out<'_>) -> Result<(), StageError> {
-        let (Some((dso, pid)), Some(info)) = (self.vdso, self.info.clone()) else {
+        let Some(info) = self.info.clone() else {
             return Ok(());
         };
-        if !self.is_new_hit(dso) || self.present.contains(&b"[vdso]"[..]) {
-            return Ok(());
+        let e = info.endian;
+        let mut t = Tally::default();
+        let mut records = self.retry_pending(e, &mut t);
+        self.pending.clear();
+        t.flush(&self.injected, &self.missing, &self.no_id);
+
+        let mut unhit = Tally::default();
+        for i in 0..self.machine.dso_count() {
+            let dso = DsoId(u32::try_from(i).unwrap_or(u32::MAX));
+            let carries_id = matches!(self.machine.dso(dso).identity, Identity::BuildId(_));
+            if carries_id && self.is_new_hit(dso) {
+                records.extend(self.hit(dso, u32::MAX, e, &mut unhit));
+            }
         }
-        let d = self.machine.dso(dso);
-        if let Outcome::Found(id) = self.resolver.resolve(dso, d, pid) {
-            let bytes = record::build_id(&id, &d.name, d.kernel, info.endian);
+        if unhit.injected != 0 {
+            self.mmap2_unhit.add(unhit.injected);
+        }
+
+        if let Some((dso, pid)) = self.vdso {
+            let d = self.machine.dso(dso);
+            if self.is_new_hit(dso) && !self.present.contains(&d.name) {
+                if let Outcome::Found(id) = self.resolver.resolve(dso, d, pid) {
+                    records.push(record::build_id(&id, &d.name, d.kernel, e));
+                    self.vdso_unhit.add(1);
+                }
+            }
+        }
+
+        if !records.is_empty() {
             let mut batch = out.take();
-            let span = batch.append(&bytes, RecordType::HEADER_BUILD_ID.0, 0);
-            batch.spans.push(span);
+            for bytes in &records {
+                let span = batch.append(bytes, RecordType::HEADER_BUILD_ID.0, 0);
+                batch.spans.push(span);
+            }
             batch.context = Some(info);
             out.push(batch);
-            self.vdso_unhit.add(1);
         }
         Ok(())
     }
 
     fn counters(&self) -> Vec<(&'static str, Counter)> {
         let mut c = counters(&self.injected, &self.missing, &self.no_id);
+        c.push(("mmap2_ids_listed_unhit", self.mmap2_unhit.clone()));
         c.push(("vdso_listed_unhit", self.vdso_unhit.clone()));
         c
     }

@@ -5,10 +5,11 @@ use std::path::PathBuf;
 use perfpipe_core::{Pipeline, Settings, Stage};
 
 use super::record;
+use super::source::BuildId;
 use super::synth::{collect_dsos, generate, Rng, Shape};
 use super::BuildidConfig;
 use crate::decode::DecodeConfig;
-use crate::format::{Endian, RecordType};
+use crate::format::{misc, Endian, RecordType};
 use crate::read::ReadConfig;
 use crate::write::WriteConfig;
 
@@ -214,6 +215,175 @@ fn known_build_ids_override_files() {
     assert!(BuildidConfig::parse_known("nopair").is_err());
     assert!(BuildidConfig::parse_known("/a=xyz").is_err());
     assert_eq!(BuildidConfig::parse_known("/a=01,/b=02").unwrap().len(), 2);
+}
+
+/// Appends a record as the synthetic stream's generator writes them (little-endian, 32-byte
+/// sample_id trailer for non-samples).
+fn push(s: &mut Vec<u8>, t: RecordType, misc_: u16, body: &[u8]) {
+    s.extend_from_slice(&t.0.to_le_bytes());
+    s.extend_from_slice(&misc_.to_le_bytes());
+    s.extend_from_slice(&((8 + body.len()) as u16).to_le_bytes());
+    s.extend_from_slice(body);
+}
+
+/// An MMAP2 of `name` at `start` (4 KiB) in `pid`: in build-id form when `id` is given
+/// (`perf record --buildid-mmap`), else with zero device/inode.
+fn mmap2(s: &mut Vec<u8>, pid: u32, start: u64, name: &[u8], id: Option<&[u8]>) {
+    let mut body = Vec::new();
+    for v in [pid, pid] {
+        body.extend_from_slice(&v.to_le_bytes());
+    }
+    for v in [start, 4096, 0] {
+        body.extend_from_slice(&v.to_le_bytes());
+    }
+    let mut file_id = [0u8; 24];
+    if let Some(id) = id {
+        file_id[0] = id.len() as u8;
+        file_id[4..4 + id.len()].copy_from_slice(id);
+    }
+    body.extend_from_slice(&file_id);
+    body.extend_from_slice(&4u32.to_le_bytes()); // PROT_EXEC
+    body.extend_from_slice(&0u32.to_le_bytes());
+    body.extend_from_slice(name);
+    body.resize(body.len() + 8 - name.len() % 8, 0);
+    body.extend_from_slice(&[0; 32]);
+    let m = misc::USER | if id.is_some() { misc::MMAP_BUILD_ID } else { 0 };
+    push(s, RecordType::MMAP2, m, &body);
+}
+
+/// A SAMPLE (IDENTIFIER|IP|TID|TIME) of `pid` at `ip`.
+fn sample(s: &mut Vec<u8>, pid: u32, ip: u64) {
+    let mut body = [0u8; 32];
+    body[8..16].copy_from_slice(&ip.to_le_bytes());
+    body[16..20].copy_from_slice(&pid.to_le_bytes());
+    body[20..24].copy_from_slice(&pid.to_le_bytes());
+    push(s, RecordType::SAMPLE, misc::USER, &body);
+}
+
+/// (id, name) of every BUILD_ID record of a stream.
+fn injected(out: &[u8]) -> Vec<(String, Vec<u8>)> {
+    records(out)
+        .iter()
+        .filter(|r| r.0 == RecordType::HEADER_BUILD_ID.0)
+        .map(|r| {
+            let (id, name, _) = record::parse(r.1, Endian::Little).unwrap();
+            (id.to_string(), name.to_vec())
+        })
+        .collect()
+}
+
+/// `perf inject -b` marks every dso whose MMAP2 carries a build id as hit, so its file-mode
+/// build-id table lists them all: `--buildid` lists the ones no sample hit at the end.
+#[test]
+fn mmap2_build_ids_are_listed_even_when_no_sample_hits_them() {
+    let pool = pool();
+    let mut input = generate(
+        &pool,
+        Shape {
+            nr_mmaps: 2,
+            nr_samples: 1,
+            pid: 81,
+        },
+        &mut Rng::new(2),
+    );
+    let (hit_id, unhit_id) = ([0x11u8; 20], [0xabu8; 20]);
+    mmap2(
+        &mut input,
+        81,
+        0x9000_0000,
+        b"/opt/none/libhit.so",
+        Some(&hit_id),
+    );
+    sample(&mut input, 81, 0x9000_0010);
+    mmap2(
+        &mut input,
+        81,
+        0xa000_0000,
+        b"/opt/none/libunhit.so",
+        Some(&unhit_id),
+    );
+    for batch in [4096, 1 << 18] {
+        let stage = BuildidConfig::default().build();
+        let listed = stage.mmap2_unhit.clone();
+        let out = run(Box::new(stage), &input, batch);
+        let got = injected(&out);
+        for (id, name) in [(hit_id, "libhit.so"), (unhit_id, "libunhit.so")] {
+            let want = (
+                BuildId::new(&id).unwrap().to_string(),
+                format!("/opt/none/{name}"),
+            );
+            let n = got
+                .iter()
+                .filter(|(i, p)| *i == want.0 && p == want.1.as_bytes())
+                .count();
+            assert_eq!(n, 1, "{name} listed {n} times in {got:?}");
+        }
+        assert_eq!(listed.get(), 1);
+        // The unhit one comes at the end, after every input record.
+        assert_eq!(
+            records(&out).last().unwrap().0,
+            RecordType::HEADER_BUILD_ID.0
+        );
+    }
+}
+
+/// A sample whose MMAP comes after it in stream order (another cpu's buffer), in the last round
+/// of a stream that does not end with FINISHED_ROUND, still hits its dso.
+#[test]
+fn a_sample_before_its_mmap_in_the_last_round_is_resolved_at_the_end() {
+    let pool = pool();
+    let mut input = generate(
+        &pool,
+        Shape {
+            nr_mmaps: 1,
+            nr_samples: 0,
+            pid: 82,
+        },
+        &mut Rng::new(4),
+    );
+    let file = pool[0].as_os_str().as_encoded_bytes();
+    sample(&mut input, 82, 0x7700_0100);
+    mmap2(&mut input, 82, 0x7700_0000, file, None);
+    let out = run(Box::new(BuildidConfig::default().build()), &input, 4096);
+    let got = injected(&out);
+    assert!(
+        got.iter().any(|(_, n)| n == file),
+        "no BUILD_ID for {}: {got:?}",
+        pool[0].display()
+    );
+}
+
+/// A child running on another cpu than its parent: its exec's MMAP2 comes before its FORK in the
+/// stream. Its samples still hit the dso that MMAP2 mapped.
+#[test]
+fn a_fork_after_the_childs_mmap_keeps_the_childs_map() {
+    let pool = pool();
+    let mut input = generate(
+        &pool,
+        Shape {
+            nr_mmaps: 1,
+            nr_samples: 0,
+            pid: 83,
+        },
+        &mut Rng::new(6),
+    );
+    let file = pool[1].as_os_str().as_encoded_bytes();
+    mmap2(&mut input, 90, 0x7f00_0000, file, None);
+    let mut fork = Vec::new();
+    for v in [90u32, 83, 90, 83] {
+        fork.extend_from_slice(&v.to_le_bytes());
+    }
+    fork.extend_from_slice(&[0; 8 + 32]);
+    push(&mut input, RecordType::FORK, 0, &fork);
+    sample(&mut input, 90, 0x7f00_0010);
+    push(&mut input, RecordType::FINISHED_ROUND, 0, &[]);
+    let out = run(Box::new(BuildidConfig::default().build()), &input, 4096);
+    let got = injected(&out);
+    assert!(
+        got.iter().any(|(_, n)| n == file),
+        "no BUILD_ID for {}: {got:?}",
+        pool[1].display()
+    );
 }
 
 mod garbage {
