@@ -179,7 +179,7 @@ pipetest!(
     }
 );
 
-pipetest!(
+pipetest!(needs(perf)
     /// `--tap decode=FILE` writes the stream as decode emits it; perf script reads it.
     tap_writes_a_stream_perf_reads,
     |dir| {
@@ -190,9 +190,7 @@ pipetest!(
         assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
         let tapped = std::fs::read(&tap).unwrap();
         assert!(tapped == input);
-        if have_perf() {
-            assert!(count_samples(&perf_script(&tapped)) > 100);
-        }
+        assert!(count_samples(&perf_script(&tapped)) > 100);
         let bad = perfpipe(&["--tap", "nosuch=/tmp/x"], &input);
         assert_eq!(bad.status.code(), Some(1));
         assert!(String::from_utf8_lossy(&bad.stderr).contains("no stage named `nosuch`"));
@@ -214,14 +212,12 @@ fn no_progress_noise_without_a_terminal() {
 
 /// Under a pseudo-terminal (util-linux `script`), the live lines are drawn.
 #[test]
+#[cfg_attr(
+    skip_script,
+    ignore = "needs util-linux script (missing at build time)"
+)]
 fn live_progress_on_a_terminal() {
-    if Command::new("script").arg("--version").output().is_err() {
-        assert!(
-            std::env::var_os("CI").is_none(),
-            "`script` (util-linux) is needed"
-        );
-        return;
-    }
+    require(Need::Script);
     let input = fixture("multiproc.pipe.data");
     let cmd = format!("{} -i {} -o /dev/null", bin().display(), input.display());
     let out = Command::new("script")

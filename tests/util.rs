@@ -1,8 +1,14 @@
 //! Helpers shared by the integration tests: the binary, fixtures, temp dirs, and the real `perf`.
+//!
+//! A test that needs perf (or another [`Need`]) says so: `pipetest!(needs(perf) name, ..)`, or
+//! for a plain `#[test]`, `#[cfg_attr(skip_perf, ignore = "needs perf (missing at build time)")]`
+//! on it and `require(Need::Perf)` first in it (see `needs`). It never returns early.
 
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
+
+pub use crate::needs::{require, Need};
 
 /// Prints expected vs got between rulers when they differ.
 #[macro_export]
@@ -18,9 +24,36 @@ macro_rules! eqnice {
     }};
 }
 
-/// Declares a test that gets a fresh [`Dir`].
+/// Declares a test that gets a fresh [`Dir`]. `pipetest!(needs(perf) name, |dir| ..)` declares
+/// one that needs perf (or `needs(perf, cc)`, `needs(perf, tracefs)`): ignored with the reason
+/// when the build found it missing, else it [`require`]s it first (see `needs`).
 #[macro_export]
 macro_rules! pipetest {
+    (needs(perf) $($rest:tt)*) => {
+        $crate::pipetest!(@needs
+            [#[cfg_attr(skip_perf, ignore = "needs perf (missing at build time)")]]
+            [Perf] $($rest)*);
+    };
+    (needs(perf, cc) $($rest:tt)*) => {
+        $crate::pipetest!(@needs
+            [#[cfg_attr(any(skip_perf, skip_cc), ignore = "needs perf and cc (missing at build time)")]]
+            [Perf, Cc] $($rest)*);
+    };
+    (needs(perf, tracefs) $($rest:tt)*) => {
+        $crate::pipetest!(@needs
+            [#[cfg_attr(any(skip_perf, skip_tracefs), ignore = "needs perf and tracefs (missing at build time)")]]
+            [Perf, Tracefs] $($rest)*);
+    };
+    (@needs [#[$ignore:meta]] [$($need:ident),+] $(#[$meta:meta])* $name:ident, |$dir:ident| $body:block) => {
+        $(#[$meta])*
+        #[test]
+        #[$ignore]
+        fn $name() {
+            $($crate::util::require($crate::util::Need::$need);)+
+            let $dir = $crate::util::Dir::new(stringify!($name));
+            $body
+        }
+    };
     ($(#[$meta:meta])* $name:ident, |$dir:ident| $body:block) => {
         $(#[$meta])*
         #[test]
@@ -109,21 +142,6 @@ pub fn run(cmd: &mut Command, stdin: &[u8]) -> Output {
     out
 }
 
-/// Whether `perf` is usable. In CI (`CI` set) a missing perf is a failure, not a skip.
-pub fn have_perf() -> bool {
-    let ok = Command::new("perf")
-        .arg("--version")
-        .output()
-        .is_ok_and(|o| o.status.success());
-    if !ok && std::env::var_os("CI").is_some() {
-        panic!("perf is required in CI (apt-get install linux-perf) but is missing");
-    }
-    if !ok {
-        eprintln!("skipping: perf not installed (set CI=1 to make this a failure)");
-    }
-    ok
-}
-
 /// Runs `perf ARGS -i -` on `input`, asserting success; returns stdout.
 pub fn perf_on(args: &[&str], input: &[u8]) -> String {
     let out = run(Command::new("perf").args(args).args(["-i", "-"]), input);
@@ -167,15 +185,6 @@ pub fn perf_record_err(args: &[&str], workload: &[&str]) -> (Vec<u8>, String) {
 /// The fixtures' workload script (`single` or `multi`), for live recordings.
 pub fn workload() -> String {
     fixture("workload.sh").to_string_lossy().into_owned()
-}
-
-/// Mounts tracefs if tracepoints are not reachable (as root), for `-e sched:…` recordings.
-pub fn ensure_tracefs() {
-    if !Path::new("/sys/kernel/tracing/events/sched").exists() {
-        let _ = Command::new("mount")
-            .args(["-t", "tracefs", "nodev", "/sys/kernel/tracing"])
-            .status();
-    }
 }
 
 /// Sample lines of `perf script` output, for comparing what two streams contain.
