@@ -358,6 +358,7 @@ pipetest!(needs(perf, cc) record_overwrite_dumps_on_sigusr2_as_valid_streams, |d
             std::thread::sleep(Duration::from_millis(20));
         }
     };
+    // The pauses let the rings fill with samples; `signal` waits until the handlers are in.
     std::thread::sleep(Duration::from_millis(500));
     signal(&child, libc::SIGUSR2);
     appears(1);

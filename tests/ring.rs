@@ -327,6 +327,7 @@ pipetest!(needs(perf)
             .unwrap();
         let mut stdin = child.stdin.take().unwrap();
         stdin.write_all(&input[..a]).unwrap();
+        // The pauses let the part reach the stage; `signal` waits until the handler is in.
         std::thread::sleep(Duration::from_millis(500));
         signal(&child, libc::SIGUSR2);
         let first = settled(&dir.path("dump-1.data"));

@@ -235,42 +235,38 @@ fn live_progress_on_a_terminal() {
 }
 
 /// Interrupts: the first keeps draining the input (everything is written, status 0, figures
-/// printed); the second stops at once with status 130 and the figures so far.
+/// printed); the second stops at once with status 130 and the figures so far. Each signal goes
+/// once the one before has been taken: the handlers installed (`signal`), then the first
+/// interrupt's notice printed.
 #[test]
 fn interrupts_drain_then_abort() {
     let input = fixture_bytes("callgraph.pipe.data");
     for twice in [false, true] {
-        let mut child = Command::new(bin())
-            .args(["--stats"])
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
+        let mut child = spawn(&["--stats"]);
         let mut sin = child.stdin.take().unwrap();
+        let out = Watch::new(child.stdout.take().unwrap());
+        let err = Watch::new(child.stderr.take().unwrap());
         let half = input.len() / 2;
         sin.write_all(&input[..half]).unwrap();
-        std::thread::sleep(Duration::from_millis(300));
-        let pid = child.id().to_string();
-        let kill = |sig: &str| Command::new("kill").args([sig, &pid]).status().unwrap();
-        assert!(kill("-INT").success());
-        std::thread::sleep(Duration::from_millis(200));
+        signal(&child, libc::SIGINT);
         if twice {
-            assert!(kill("-TERM").success());
-            let out = child.wait_with_output().unwrap();
-            assert_eq!(out.status.code(), Some(130));
-            let err = String::from_utf8_lossy(&out.stderr);
+            err.wait_for("interrupted: writing what the input still sends");
+            signal(&child, libc::SIGTERM);
+            let status = child.wait().unwrap();
+            let (out, err) = (out.finish(), err.finish_text());
+            assert_eq!(status.code(), Some(130), "{err}");
             assert!(err.contains("bottleneck:"), "{err}");
             assert!(err.contains("interrupted twice"), "{err}");
             // What was written is whole records from the start of the input.
-            assert!(input.starts_with(&out.stdout));
+            assert!(input.starts_with(&out));
         } else {
             sin.write_all(&input[half..]).unwrap();
             drop(sin);
-            let out = child.wait_with_output().unwrap();
-            assert_eq!(out.status.code(), Some(0));
-            assert!(out.stdout == input, "not everything was written");
-            assert!(String::from_utf8_lossy(&out.stderr).contains("bottleneck:"));
+            let status = child.wait().unwrap();
+            let (out, err) = (out.finish(), err.finish_text());
+            assert_eq!(status.code(), Some(0), "{err}");
+            assert!(out == input, "not everything was written");
+            assert!(err.contains("bottleneck:"), "{err}");
         }
     }
 }
