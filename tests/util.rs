@@ -262,10 +262,13 @@ pub fn await_handler(pid: u32, sig: libc::c_int) {
     }
 }
 
+/// What a [`Watch`] has read so far, and whether the stream has ended.
+type Seen = (Mutex<(Vec<u8>, bool)>, Condvar);
+
 /// A child's output stream, read on a thread, so a test can wait for a line while it runs.
 #[derive(Debug)]
 pub struct Watch {
-    state: Arc<(Mutex<(Vec<u8>, bool)>, Condvar)>,
+    state: Arc<Seen>,
     thread: std::thread::JoinHandle<()>,
 }
 
