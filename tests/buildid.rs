@@ -115,10 +115,9 @@ fn accept(input: &[u8]) {
 }
 
 #[test]
+#[cfg_attr(skip_perf, ignore = "needs perf (missing at build time)")]
 fn multiprocess_callgraph() {
-    if !have_perf() {
-        return;
-    }
+    require(Need::Perf);
     let w = workload();
     accept(&perf_record(
         &["-e", "cpu-clock", "-c", "200000", "-g"],
@@ -127,10 +126,9 @@ fn multiprocess_callgraph() {
 }
 
 #[test]
+#[cfg_attr(skip_perf, ignore = "needs perf (missing at build time)")]
 fn dwarf_callgraph() {
-    if !have_perf() {
-        return;
-    }
+    require(Need::Perf);
     let w = workload();
     accept(&perf_record(
         &[
@@ -146,10 +144,9 @@ fn dwarf_callgraph() {
 }
 
 #[test]
+#[cfg_attr(skip_perf, ignore = "needs perf (missing at build time)")]
 fn two_events() {
-    if !have_perf() {
-        return;
-    }
+    require(Need::Perf);
     let w = workload();
     accept(&perf_record(
         &["-e", "cpu-clock,task-clock", "-c", "200000"],
@@ -158,10 +155,9 @@ fn two_events() {
 }
 
 #[test]
+#[cfg_attr(skip_perf, ignore = "needs perf (missing at build time)")]
 fn threads() {
-    if !have_perf() {
-        return;
-    }
+    require(Need::Perf);
     // perf's own threaded benchmark: 2 groups of 20 sender/receiver threads.
     let input = perf_record(
         &["-e", "cpu-clock", "-c", "100000", "-g"],
@@ -197,10 +193,9 @@ fn threads() {
 
 /// `--buildid-callchain` marks at least what `--buildid` marks, and perf reads it.
 #[test]
+#[cfg_attr(skip_perf, ignore = "needs perf (missing at build time)")]
 fn callchain_frames_hit_too() {
-    if !have_perf() {
-        return;
-    }
+    require(Need::Perf);
     let input = fixture_bytes("callgraph.pipe.data");
     let (ip, _) = ours(&["--buildid"], &input);
     let (cc, stats) = ours(&["--buildid-callchain"], &input);
@@ -211,10 +206,9 @@ fn callchain_frames_hit_too() {
 
 /// A byte-swapped (big-endian) stream gets its records in its own byte order.
 #[test]
+#[cfg_attr(skip_perf, ignore = "needs perf (missing at build time)")]
 fn big_endian_stream() {
-    if !have_perf() {
-        return;
-    }
+    require(Need::Perf);
     let input = fixture_bytes("bigendian.pipe.data");
     let (out, stats) = ours(&["--buildid"], &input);
     assert!(counter(&stats, "build_ids_injected") >= 2, "{stats}");
@@ -225,10 +219,9 @@ fn big_endian_stream() {
 }
 
 #[test]
+#[cfg_attr(skip_perf, ignore = "needs perf (missing at build time)")]
 fn buildid_mmap() {
-    if !have_perf() {
-        return;
-    }
+    require(Need::Perf);
     let w = workload();
     accept(&perf_record(
         &["-e", "cpu-clock", "-c", "200000", "--buildid-mmap"],
@@ -236,13 +229,10 @@ fn buildid_mmap() {
     ));
 }
 
-pipetest!(
+pipetest!(needs(perf)
     /// A binary deleted between recording and injection is counted missing, not fatal, and the
     /// other dsos still get their ids.
     deleted_dso, |dir| {
-    if !have_perf() {
-        return;
-    }
     let exe = dir.path("gzip-copy");
     std::fs::copy("/usr/bin/gzip", &exe).unwrap();
     let script = format!(
@@ -260,10 +250,9 @@ pipetest!(
 });
 
 #[test]
+#[cfg_attr(skip_perf, ignore = "needs perf (missing at build time)")]
 fn compressed() {
-    if !have_perf() {
-        return;
-    }
+    require(Need::Perf);
     let w = workload();
     let input = perf_record(&["-e", "cpu-clock", "-c", "100000", "-z"], &[&w, "single"]);
     let (out, stats) = ours(&["--buildid"], &input);
@@ -278,11 +267,13 @@ fn compressed() {
 }
 
 #[test]
+#[cfg_attr(
+    any(skip_perf, skip_tracefs),
+    ignore = "needs perf and tracefs (missing at build time)"
+)]
 fn tracepoints() {
-    if !have_perf() {
-        return;
-    }
-    ensure_tracefs();
+    require(Need::Perf);
+    require(Need::Tracefs);
     let w = workload();
     let input = perf_record(&["-e", "sched:sched_switch"], &[&w, "multi", "2"]);
     // perf 6.1 inject -b and buildid-list fail on tracing data in a pipe ("tracing data size
@@ -295,10 +286,9 @@ fn tracepoints() {
 }
 
 #[test]
+#[cfg_attr(skip_perf, ignore = "needs perf (missing at build time)")]
 fn kernel_and_vdso_ids_come_from_this_host() {
-    if !have_perf() {
-        return;
-    }
+    require(Need::Perf);
     // Recorded here and now: a fixture recorded on another kernel release is, rightly, not this
     // host, and gets no kernel id.
     let w = workload();
@@ -328,10 +318,9 @@ fn kernel_and_vdso_ids_come_from_this_host() {
 }
 
 #[test]
+#[cfg_attr(skip_perf, ignore = "needs perf (missing at build time)")]
 fn inject_is_a_drop_in() {
-    if !have_perf() {
-        return;
-    }
+    require(Need::Perf);
     let input = fixture_bytes("multiproc.pipe.data");
     let a = perfpipe(&["inject", "-b", "-i", "-", "-o", "-"], &input);
     assert!(a.status.success());
@@ -472,14 +461,11 @@ fn run_ok(cmd: &mut Command) {
 /// The multi-process `-g` recording both tests use, with `--buildid-mmap`.
 const MMAP_IDS: [&str; 6] = ["-e", "cpu-clock", "-c", "100000", "-g", "--buildid-mmap"];
 
-pipetest!(
+pipetest!(needs(perf)
     /// A file-mode `--buildid-mmap` recording, file → file: `--buildid` and
     /// `--buildid-callchain` list every (id, path) `perf inject -b` lists (and no more than kernel,
     /// modules and vdso besides), `--buildid-all` every one `perf inject --buildid-all` lists.
     buildid_mmap_file_lists_what_perf_inject_lists, |dir| {
-    if !have_perf() {
-        return;
-    }
     let input = dir.path("in.data");
     run_ok(
         Command::new("perf")
@@ -516,14 +502,11 @@ pipetest!(
     }
 });
 
-pipetest!(
+pipetest!(needs(perf)
     /// A pipe-mode `--buildid-mmap` recording: into a pipe (`perf buildid-list -i -`) and into a
     /// file (`-o out.data`, the table), `--buildid` and `--buildid-callchain` list every (id, path)
     /// `perf inject -b` lists for the same output mode.
     buildid_mmap_pipe_lists_what_perf_inject_lists, |dir| {
-    if !have_perf() {
-        return;
-    }
     let input = perf_record(&MMAP_IDS, &[&workload(), "multi", "2"]);
     let pipe = dir.write("in.pipe", &input);
     let theirs = pairs(&perf_inject(&["-b"], &input));

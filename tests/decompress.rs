@@ -1,9 +1,7 @@
 //! `--decompress`: COMPRESSED records (`perf record -z`) replaced by the records they hold, accepted
 //! by perf, with records straddling two COMPRESSED records, and clear errors on corrupt data.
 
-use crate::util::{
-    count_samples, fixture_bytes, have_perf, perf_on, perf_record, perfpipe, workload,
-};
+use crate::util::{count_samples, fixture_bytes, perf_on, perf_record, perfpipe, workload};
 
 /// Top-level records of a little-endian pipe stream without payloads outside `header.size`:
 /// `(offset, type, bytes)`.
@@ -70,7 +68,7 @@ fn repacked(cut_in_record: usize, wrap: fn(&[u8]) -> Vec<u8>) -> (Vec<u8>, Vec<u
     (original, stream)
 }
 
-pipetest!(fixture_gives_the_samples_perf_script_sees, |_dir| {
+pipetest!(needs(perf) fixture_gives_the_samples_perf_script_sees, |_dir| {
     let input = fixture_bytes("compressed.pipe.data");
     let out = perfpipe(&["--decompress", "--stats"], &input);
     let stderr = String::from_utf8_lossy(&out.stderr);
@@ -82,9 +80,6 @@ pipetest!(fixture_gives_the_samples_perf_script_sees, |_dir| {
         "a COMPRESSED record is left"
     );
     assert_eq!(recs.iter().filter(|r| r.1 == 9).count(), 3509);
-    if !have_perf() {
-        return;
-    }
     // perf 6.1 script decompresses the original itself; the output with feature 27
     // (HEADER_COMPRESSED) kept must read the same, and `perf report` must accept it.
     let script = &["script", "-F", "comm,pid,tid,time,ip,sym,dso,event"];
@@ -96,10 +91,7 @@ pipetest!(fixture_gives_the_samples_perf_script_sees, |_dir| {
     assert!(report.contains("SAMPLE events:       3509"), "{report}");
 });
 
-pipetest!(live_perf_record_z, |_dir| {
-    if !have_perf() {
-        return;
-    }
+pipetest!(needs(perf) live_perf_record_z, |_dir| {
     let w = workload();
     let input = perf_record(
         &["-e", "cpu-clock", "-c", "100000", "-z"],

@@ -56,7 +56,8 @@ fn drain<R: std::io::Read + Send + 'static>(mut r: R) -> std::thread::JoinHandle
 
 /// First SIGINT or SIGTERM while the input is still coming: perfpipe keeps draining, says why
 /// after a second, writes every byte, prints the figures and exits 0. Through passthrough and
-/// through a four-thread pipeline.
+/// through a four-thread pipeline. The signal goes once perfpipe catches it (`signal`), the rest
+/// of the input once the notice is out.
 #[test]
 fn first_signal_drains_until_upstream_ends() {
     let input = big_stream(20);
@@ -65,21 +66,15 @@ fn first_signal_drains_until_upstream_ends() {
             let mut child = spawn(args);
             let mut sin = child.stdin.take().unwrap();
             let out = drain(child.stdout.take().unwrap());
-            let err = drain(child.stderr.take().unwrap());
+            let err = Watch::new(child.stderr.take().unwrap());
             let half = input.len() / 2;
             sin.write_all(&input[..half]).unwrap();
-            std::thread::sleep(Duration::from_millis(200));
             signal(&child, sig);
-            // More than a second of input still arriving after the signal (with a wide margin: the
-            // notice comes from a thread that wakes a second after the signal, late under load).
-            std::thread::sleep(Duration::from_millis(3000));
+            err.wait_for("interrupted: writing what the input still sends");
             sin.write_all(&input[half..]).unwrap();
             drop(sin);
             let status = wait_within(&mut child, Duration::from_secs(20), "drain");
-            let (out, err) = (
-                out.join().unwrap(),
-                String::from_utf8(err.join().unwrap()).unwrap(),
-            );
+            let (out, err) = (out.join().unwrap(), err.finish_text());
             let what = format!("signal {sig} {args:?}");
             assert_eq!(status.code(), Some(0), "{what}: {err}");
             assert!(
@@ -118,7 +113,7 @@ fn second_sigint_aborts_at_once() {
             v
         }
     });
-    let err = drain(child.stderr.take().unwrap());
+    let err = Watch::new(child.stderr.take().unwrap());
     sin.write_all(&input).unwrap();
     // The upstream stays open (`sin` is kept): only the signals can end this run.
     let t0 = Instant::now();
@@ -127,16 +122,15 @@ fn second_sigint_aborts_at_once() {
         std::thread::sleep(Duration::from_millis(10));
     }
     signal(&child, libc::SIGINT);
-    std::thread::sleep(Duration::from_millis(200));
+    // Two SIGINTs pending at once are one: the second goes once the first has been counted,
+    // which the notice a second later shows.
+    err.wait_for("interrupted: writing what the input still sends");
     let t0 = Instant::now();
     signal(&child, libc::SIGINT);
     let status = wait_within(&mut child, Duration::from_secs(5), "second SIGINT");
     let took = t0.elapsed();
     drop(sin);
-    let (out, err) = (
-        out.join().unwrap(),
-        String::from_utf8(err.join().unwrap()).unwrap(),
-    );
+    let (out, err) = (out.join().unwrap(), err.finish_text());
     assert_eq!(status.code(), Some(130), "{err}");
     assert!(took < Duration::from_secs(3), "took {took:?} to stop");
     assert!(err.contains("interrupted twice"), "{err}");
@@ -229,7 +223,16 @@ fn upstream_killed_mid_record() {
             .unwrap();
         let out = drain(child.stdout.take().unwrap());
         let err = drain(child.stderr.take().unwrap());
-        std::thread::sleep(Duration::from_millis(500));
+        // Killed only once `head` has written its bytes: the shell has become `sleep`.
+        let comm = format!("/proc/{}/comm", producer.id());
+        let t0 = Instant::now();
+        while std::fs::read_to_string(&comm).unwrap().trim() != "sleep" {
+            assert!(
+                t0.elapsed() < Duration::from_secs(30),
+                "the producer never slept"
+            );
+            std::thread::sleep(Duration::from_millis(5));
+        }
         producer.kill().unwrap();
         producer.wait().unwrap();
         let status = wait_within(&mut child, Duration::from_secs(10), "killed upstream");
@@ -265,8 +268,9 @@ fn upstream_killed_mid_record() {
 struct SmallDisk(std::path::PathBuf);
 
 impl SmallDisk {
-    /// Mounts one; `None` (with a message) where mounting is not allowed, except under `CI`.
-    fn mount(dir: &Dir) -> Option<SmallDisk> {
+    /// Mounts one (the test needs [`Need::Mount`]).
+    fn mount(dir: &Dir) -> SmallDisk {
+        require(Need::Mount);
         let p = dir.path("disk");
         std::fs::create_dir(&p).unwrap();
         let ok = Command::new("mount")
@@ -274,17 +278,8 @@ impl SmallDisk {
             .arg(&p)
             .status()
             .is_ok_and(|s| s.success());
-        if !ok {
-            assert!(
-                std::env::var_os("CI").is_none(),
-                "CI: cannot mount a tmpfs for the full-disk test"
-            );
-            eprintln!(
-                "skipping: cannot mount a tmpfs (not root?); set CI=1 to make this a failure"
-            );
-            return None;
-        }
-        Some(SmallDisk(p))
+        assert!(ok, "cannot mount a tmpfs on {}", p.display());
+        SmallDisk(p)
     }
 }
 
@@ -297,11 +292,13 @@ impl Drop for SmallDisk {
 /// The output is on a full disk: a clear error naming the file (or stdout) and ENOSPC, status 1,
 /// and what reached the disk is the start of the stream, never a torn or reordered record run.
 #[test]
+#[cfg_attr(
+    skip_mount,
+    ignore = "needs to mount a tmpfs (not allowed at build time)"
+)]
 fn output_on_a_full_disk() {
     let dir = Dir::new("full-disk");
-    let Some(disk) = SmallDisk::mount(&dir) else {
-        return;
-    };
+    let disk = SmallDisk::mount(&dir);
     let input = big_stream(20); // ~3 MB, three times the disk
     assert!(input.len() > 3 << 20);
     let piped = disk.0.join("piped.data");

@@ -8,9 +8,7 @@ use std::process::{Command, Output};
 use perfpipe_stages::format::{Endian, EventHeader, RecordType};
 use perfpipe_stages::read_file::{synthesized_in_pipe, FileHeader, FileSection};
 
-use crate::util::{
-    ensure_tracefs, fixture, fixture_bytes, have_perf, perfpipe, run, workload, Dir,
-};
+use crate::util::{fixture, fixture_bytes, perfpipe, run, workload, Dir};
 
 fn s(p: &Path) -> &str {
     p.to_str().expect("utf-8 path")
@@ -351,13 +349,16 @@ fn live(dir: &Dir, args: &[&str], work: &[&str]) {
     }
 }
 
+/// A live recording test; `tracefs` first for one that records tracepoints.
 macro_rules! live_test {
+    (tracefs $name:ident, $args:expr, $work:expr) => {
+        live_test!(@(perf, tracefs) $name, $args, $work);
+    };
     ($name:ident, $args:expr, $work:expr) => {
-        pipetest!($name, |dir| {
-            if !have_perf() {
-                return;
-            }
-            ensure_tracefs();
+        live_test!(@(perf) $name, $args, $work);
+    };
+    (@($($need:ident),+) $name:ident, $args:expr, $work:expr) => {
+        pipetest!(needs($($need),+) $name, |dir| {
             let w = workload();
             let work: Vec<&str> = $work
                 .iter()
@@ -379,7 +380,7 @@ live_test!(
     ["W", "single", "2"]
 );
 live_test!(
-    live_tracepoint,
+    tracefs live_tracepoint,
     ["-e", "sched:sched_switch"],
     ["W", "multi", "1"]
 );
@@ -420,15 +421,12 @@ fn buildids(file: &Path) -> Vec<(String, String)> {
         .collect()
 }
 
-pipetest!(
+pipetest!(needs(perf)
     /// `--buildid` on a file (recorded with `--no-buildid`) lists every build id that
     /// `perf inject -b -i in.data -o out.data` lists, `[vdso]` included: perf's table always
     /// lists it, and the buildid stage lists a vdso no sample hit at the end. Only a vdso that perf
     /// names after its own temporary copy (`/tmp/perf-vdso.so-XXXXXX`) cannot match by name.
     buildid_file_lists_what_perf_inject_lists, |dir| {
-    if !have_perf() {
-        return;
-    }
     let input = dir.path("in.data");
     record_file(&input, &["-e", "cpu-clock", "-c", "100000", "--no-buildid"], &[&workload(), "single", "2"]);
     let (ours, theirs) = (dir.path("ours.data"), dir.path("theirs.data"));
@@ -446,14 +444,11 @@ pipetest!(
     }
 });
 
-pipetest!(
+pipetest!(needs(perf)
     /// A big-endian pipe written as a file: perf 6.1 reads it (its feature readers swap), and
     /// `perf script` prints what it prints for the little-endian original; `perf report --stats`,
     /// which fails on the big-endian pipe, works on the file.
     bigendian_file_is_read_by_perf, |dir| {
-    if !have_perf() {
-        return;
-    }
     let out = dir.path("be.data");
     pp(&["-i", s(&fixture("bigendian.pipe.data")), "-o", s(&out)]);
     let le = dir.path("le.data");

@@ -8,7 +8,7 @@ use std::sync::OnceLock;
 
 use proptest::prelude::*;
 
-use crate::util::{fixture_bytes, have_perf, perf_on, perf_record, perfpipe, workload};
+use crate::util::{fixture_bytes, perf_on, perf_record, perfpipe, workload};
 
 /// Recordings shared by the tests of this module (recording takes a few seconds each).
 struct Recordings {
@@ -95,30 +95,21 @@ fn check_all(name: &str, per_input: impl Fn(&[u8]) -> (usize, usize)) {
     assert!(partial, "{name}: the filter never kept a strict subset");
 }
 
-pipetest!(pid_matches_perf_script, |_dir| {
-    if !have_perf() {
-        return;
-    }
+pipetest!(needs(perf) pid_matches_perf_script, |_dir| {
     check_all("--pid", |input| {
         let pids = top(input, "pid", 2).join(",");
         same_as_perf(&["--pid", &pids], &["--pid", &pids], input)
     });
 });
 
-pipetest!(tid_matches_perf_script, |_dir| {
-    if !have_perf() {
-        return;
-    }
+pipetest!(needs(perf) tid_matches_perf_script, |_dir| {
     check_all("--tid", |input| {
         let tid = top(input, "tid", 1).join(",");
         same_as_perf(&["--tid", &tid], &["--tid", &tid], input)
     });
 });
 
-pipetest!(comm_matches_perf_script, |_dir| {
-    if !have_perf() {
-        return;
-    }
+pipetest!(needs(perf) comm_matches_perf_script, |_dir| {
     check_all("--comm", |input| {
         let one = same_as_perf(&["--comm", "gzip"], &["--comm", "gzip"], input);
         same_as_perf(
@@ -130,10 +121,7 @@ pipetest!(comm_matches_perf_script, |_dir| {
     });
 });
 
-pipetest!(time_matches_perf_script, |_dir| {
-    if !have_perf() {
-        return;
-    }
+pipetest!(needs(perf) time_matches_perf_script, |_dir| {
     check_all("--time", |input| {
         let times: Vec<String> = script(input, "time", &[])
             .lines()
@@ -149,10 +137,7 @@ pipetest!(time_matches_perf_script, |_dir| {
     });
 });
 
-pipetest!(cpu_matches_the_cpu_column, |_dir| {
-    if !have_perf() {
-        return;
-    }
+pipetest!(needs(perf) cpu_matches_the_cpu_column, |_dir| {
     // perf 6.1 `script --cpu N` fails on pipe input ("Requested CPU N too large"): compare with the
     // unfiltered samples whose CPU column is N.
     let input = &recordings().all_cpus;
@@ -172,10 +157,7 @@ pipetest!(cpu_matches_the_cpu_column, |_dir| {
     eqnice!(all, both);
 });
 
-pipetest!(filter_event_and_combinations, |_dir| {
-    if !have_perf() {
-        return;
-    }
+pipetest!(needs(perf) filter_event_and_combinations, |_dir| {
     let input = &recordings().two_events;
     let task = script(input, FIELDS, &[]);
     let want: String = task
@@ -217,17 +199,15 @@ pipetest!(compressed_input_is_decompressed_first, |_dir| {
     assert!(kept > 0 && kept < 3509, "{kept}");
 });
 
-pipetest!(drop_removes_types, |_dir| {
+pipetest!(needs(perf) drop_removes_types, |_dir| {
     let input = fixture_bytes("switch.pipe.data");
     let out = filtered(&["--drop", "switch,finished_round"], &input);
     let out2 = perfpipe(&["--drop", "SWITCH", "--stats"], &input);
     assert!(out2.status.success());
     assert!(String::from_utf8_lossy(&out2.stderr).contains("records_dropped = 306"));
     assert_eq!(input.len() - out.len(), 306 * record_size(&input, 14) + 8);
-    if have_perf() {
-        let s = perf_on(&["script", "--show-switch-events"], &out);
-        assert!(!s.contains("PERF_RECORD_SWITCH"));
-    }
+    let s = perf_on(&["script", "--show-switch-events"], &out);
+    assert!(!s.contains("PERF_RECORD_SWITCH"));
 });
 
 /// Size of the records of `type_` in a little-endian stream (all equal in the fixture).
@@ -419,10 +399,7 @@ proptest! {
     }
 }
 
-pipetest!(prune_sideband_keeps_what_kept_samples_need, |_dir| {
-    if !have_perf() {
-        return;
-    }
+pipetest!(needs(perf) prune_sideband_keeps_what_kept_samples_need, |_dir| {
     let r = recordings();
     for input in [&r.all_cpus, &r.multi] {
         let plain = filtered(&["--comm", "gzip"], input);

@@ -6,7 +6,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use crate::util::{bin, have_perf, perf_on, perf_record, perf_record_err, signal, workload, Dir};
+use crate::util::{
+    bin, perf_on, perf_record, perf_record_err, require, signal, workload, Dir, Need,
+};
 
 /// A C workload with symbols of its own: `spin_a` does twice the work of `spin_b`. At the end it
 /// writes the CPU time it used to standard error (`spin cpu_ns=N`), so a sample count can be
@@ -37,8 +39,9 @@ fn spin_cpu_ns(stderr: &str) -> u64 {
         .unwrap_or_else(|| panic!("no cpu_ns in:\n{stderr}"))
 }
 
-/// Compiles the spin workload into `dir`; `None` (test skipped) without a C compiler.
-fn spin(dir: &Dir) -> Option<PathBuf> {
+/// Compiles the spin workload into `dir` (a test that calls it has `needs(perf, cc)`).
+fn spin(dir: &Dir) -> PathBuf {
+    require(Need::Cc);
     let src = dir.write("spin.c", SPIN_C.as_bytes());
     let exe = dir.path("spin");
     let ok = Command::new("cc")
@@ -47,10 +50,8 @@ fn spin(dir: &Dir) -> Option<PathBuf> {
         .arg(&src)
         .status()
         .is_ok_and(|s| s.success());
-    if !ok {
-        eprintln!("skipping: no C compiler for the spin workload");
-    }
-    ok.then_some(exe)
+    assert!(ok, "cc could not compile the spin workload");
+    exe
 }
 
 /// `perfpipe record ARGS -- WORKLOAD…`: the stream on stdout and stderr, asserting success.
@@ -136,10 +137,7 @@ fn close(a: u64, b: u64, pct: f64) -> bool {
     (a as f64 - b as f64).abs() <= pct / 100.0 * a.max(b) as f64
 }
 
-pipetest!(record_page_faults_count_like_perf_record, |dir| {
-    if !have_perf() {
-        return;
-    }
+pipetest!(needs(perf) record_page_faults_count_like_perf_record, |dir| {
     let _ = &dir;
     // Page faults of a fixed workload are nearly deterministic, so the counts must agree closely.
     let w = workload();
@@ -150,13 +148,10 @@ pipetest!(record_page_faults_count_like_perf_record, |dir| {
     assert!(close(a, b, 3.0), "perfpipe {a} samples, perf record {b}");
 });
 
-pipetest!(
+pipetest!(needs(perf, cc)
     record_resolves_the_workloads_symbols_like_perf_record,
     |dir| {
-        if !have_perf() {
-            return;
-        }
-        let Some(exe) = spin(&dir) else { return };
+        let exe = spin(&dir);
         let exe = exe.to_string_lossy().into_owned();
         let period = 100_000u64;
         let args = ["-e", "cpu-clock", "-c", "100000", "-g"];
@@ -222,10 +217,7 @@ pipetest!(
     }
 );
 
-pipetest!(record_follows_forks_and_execs, |dir| {
-    if !have_perf() {
-        return;
-    }
+pipetest!(needs(perf) record_follows_forks_and_execs, |dir| {
     let _ = &dir;
     let w = workload();
     let (s, _) = record(&["-e", "cpu-clock", "-c", "200000"], &[&w, "multi", "2"]);
@@ -257,10 +249,7 @@ pipetest!(record_follows_forks_and_execs, |dir| {
     assert!(st.get("EXIT").copied().unwrap_or(0) >= 3, "{st:?}");
 });
 
-pipetest!(record_tiny_rings_wrap_and_lose_nothing_silently, |dir| {
-    if !have_perf() {
-        return;
-    }
+pipetest!(needs(perf) record_tiny_rings_wrap_and_lose_nothing_silently, |dir| {
     let _ = &dir;
     // One 4 KiB page per cpu: callchain samples (~150 B) wrap the ring every few dozen records,
     // so records straddling the end are the common case. decode (in the pipeline) and perf both
@@ -293,10 +282,7 @@ pipetest!(record_tiny_rings_wrap_and_lose_nothing_silently, |dir| {
     assert!(script.contains("cpu-clock"));
 });
 
-pipetest!(record_reports_lost_events, |dir| {
-    if !have_perf() {
-        return;
-    }
+pipetest!(needs(perf) record_reports_lost_events, |dir| {
     let _ = &dir;
     // 100 kHz callchain samples on both cpus into one page per cpu: more than the reader can keep
     // up with between wakeups, so the kernel drops records and says so.
@@ -337,11 +323,8 @@ fn wait_for(child: &mut Child, limit: Duration) -> std::process::ExitStatus {
     }
 }
 
-pipetest!(record_overwrite_dumps_on_sigusr2_as_valid_streams, |dir| {
-    if !have_perf() {
-        return;
-    }
-    let Some(exe) = spin(&dir) else { return };
+pipetest!(needs(perf, cc) record_overwrite_dumps_on_sigusr2_as_valid_streams, |dir| {
+    let exe = spin(&dir);
     let pattern = dir.path("dump-%n.data");
     // A workload far longer than the test (about a minute of CPU): two SIGUSR2 dumps while it
     // runs, each awaited by its file (its first version used fixed sleeps, and a fast machine
@@ -375,6 +358,7 @@ pipetest!(record_overwrite_dumps_on_sigusr2_as_valid_streams, |dir| {
             std::thread::sleep(Duration::from_millis(20));
         }
     };
+    // The pauses let the rings fill with samples; `signal` waits until the handlers are in.
     std::thread::sleep(Duration::from_millis(500));
     signal(&child, libc::SIGUSR2);
     appears(1);
@@ -428,11 +412,8 @@ pipetest!(record_overwrite_dumps_on_sigusr2_as_valid_streams, |dir| {
     );
 });
 
-pipetest!(record_overwrite_single_output_keeps_the_newest, |dir| {
-    if !have_perf() {
-        return;
-    }
-    let Some(exe) = spin(&dir) else { return };
+pipetest!(needs(perf, cc) record_overwrite_single_output_keeps_the_newest, |dir| {
+    let exe = spin(&dir);
     let exe = exe.to_string_lossy().into_owned();
     let args = ["-e", "cpu-clock", "-c", "100000", "-g"];
     let (full, _) = record(&args, &[&exe]);
@@ -470,10 +451,7 @@ pipetest!(record_overwrite_single_output_keeps_the_newest, |dir| {
     );
 });
 
-pipetest!(record_system_wide_until_sigint, |dir| {
-    if !have_perf() {
-        return;
-    }
+pipetest!(needs(perf) record_system_wide_until_sigint, |dir| {
     let _ = &dir;
     let mut child = Command::new(bin())
         .args(["record", "-a", "-e", "cpu-clock", "-c", "1000000"])
@@ -523,11 +501,8 @@ pipetest!(record_system_wide_until_sigint, |dir| {
     );
 });
 
-pipetest!(record_a_running_process_until_it_exits, |dir| {
-    if !have_perf() {
-        return;
-    }
-    let Some(exe) = spin(&dir) else { return };
+pipetest!(needs(perf, cc) record_a_running_process_until_it_exits, |dir| {
+    let exe = spin(&dir);
     let mut target = Command::new(&exe)
         .arg("600000000")
         .spawn()
@@ -569,11 +544,8 @@ fn perf_file(args: &[&str], file: &Path) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
-pipetest!(record_overwrite_dumps_when_the_trigger_matches, |dir| {
-    if !have_perf() {
-        return;
-    }
-    let Some(exe) = spin(&dir) else { return };
+pipetest!(needs(perf, cc) record_overwrite_dumps_when_the_trigger_matches, |dir| {
+    let exe = spin(&dir);
     // A shell that sleeps, then becomes `spin` for about 2 s of CPU: the trigger is the first
     // sample of `spin`, the dump follows 200 ms later, while the workload still runs; the end
     // gives the second dump.
@@ -621,10 +593,7 @@ pipetest!(record_overwrite_dumps_when_the_trigger_matches, |dir| {
     assert_eq!(record["counters"]["triggers"], 1, "{stats}");
 });
 
-pipetest!(record_taps_and_refuses_a_trigger_without_overwrite, |dir| {
-    if !have_perf() {
-        return;
-    }
+pipetest!(needs(perf) record_taps_and_refuses_a_trigger_without_overwrite, |dir| {
     // --tap: the stream as decode leaves it, which perf reads like the output itself.
     let tap = dir.path("decoded.data");
     let tap_arg = format!("decode={}", tap.display());

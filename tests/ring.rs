@@ -71,16 +71,13 @@ fn resolved(stream_or_file: &[u8]) -> HashMap<String, Vec<String>> {
     map
 }
 
-pipetest!(
+pipetest!(needs(perf)
     // Under load this once failed one run in three: perf drains one cpu's buffer after another,
     // so a child's exec COMM and MMAPs could reach the side-band state before the parent's FORK
     // (which then replaced them), and the state forgot the old image at exec where perf keeps it.
     // Other ring sizes move the window's edge onto other processes' births and execs.
     ring_keeps_the_newest_megabyte_and_resolves_like_the_full_input,
     |dir| {
-        if !have_perf() {
-            return;
-        }
         let input = perf_record(
             &["-e", "cpu-clock", "-c", "20000", "-g"],
             &[&workload(), "single", "12"],
@@ -303,12 +300,9 @@ fn settled(path: &std::path::Path) -> Vec<u8> {
     }
 }
 
-pipetest!(
+pipetest!(needs(perf)
     sigusr2_twice_gives_two_dumps_with_consecutive_windows,
     |dir| {
-        if !have_perf() {
-            return;
-        }
         // The input arrives in three parts with pauses; a SIGUSR2 in each pause (the input is quiet
         // then, so the dump must come from the stage's tick, not from a batch).
         let input = fixture_bytes("callgraph.pipe.data");
@@ -333,6 +327,7 @@ pipetest!(
             .unwrap();
         let mut stdin = child.stdin.take().unwrap();
         stdin.write_all(&input[..a]).unwrap();
+        // The pauses let the part reach the stage; `signal` waits until the handler is in.
         std::thread::sleep(Duration::from_millis(500));
         signal(&child, libc::SIGUSR2);
         let first = settled(&dir.path("dump-1.data"));
@@ -377,12 +372,9 @@ pipetest!(
     }
 );
 
-pipetest!(
+pipetest!(needs(perf)
     a_trigger_to_a_single_output_gives_one_dump_perf_reads,
     |_dir| {
-        if !have_perf() {
-            return;
-        }
         let input = fixture_bytes("callgraph.pipe.data");
         let times: Vec<u64> = sample_times(&input).iter().map(|s| s.0).collect();
         let mid = times[times.len() / 2];

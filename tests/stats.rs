@@ -179,7 +179,7 @@ pipetest!(
     }
 );
 
-pipetest!(
+pipetest!(needs(perf)
     /// `--tap decode=FILE` writes the stream as decode emits it; perf script reads it.
     tap_writes_a_stream_perf_reads,
     |dir| {
@@ -190,9 +190,7 @@ pipetest!(
         assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
         let tapped = std::fs::read(&tap).unwrap();
         assert!(tapped == input);
-        if have_perf() {
-            assert!(count_samples(&perf_script(&tapped)) > 100);
-        }
+        assert!(count_samples(&perf_script(&tapped)) > 100);
         let bad = perfpipe(&["--tap", "nosuch=/tmp/x"], &input);
         assert_eq!(bad.status.code(), Some(1));
         assert!(String::from_utf8_lossy(&bad.stderr).contains("no stage named `nosuch`"));
@@ -214,14 +212,12 @@ fn no_progress_noise_without_a_terminal() {
 
 /// Under a pseudo-terminal (util-linux `script`), the live lines are drawn.
 #[test]
+#[cfg_attr(
+    skip_script,
+    ignore = "needs util-linux script (missing at build time)"
+)]
 fn live_progress_on_a_terminal() {
-    if Command::new("script").arg("--version").output().is_err() {
-        assert!(
-            std::env::var_os("CI").is_none(),
-            "`script` (util-linux) is needed"
-        );
-        return;
-    }
+    require(Need::Script);
     let input = fixture("multiproc.pipe.data");
     let cmd = format!("{} -i {} -o /dev/null", bin().display(), input.display());
     let out = Command::new("script")
@@ -239,42 +235,38 @@ fn live_progress_on_a_terminal() {
 }
 
 /// Interrupts: the first keeps draining the input (everything is written, status 0, figures
-/// printed); the second stops at once with status 130 and the figures so far.
+/// printed); the second stops at once with status 130 and the figures so far. Each signal goes
+/// once the one before has been taken: the handlers installed (`signal`), then the first
+/// interrupt's notice printed.
 #[test]
 fn interrupts_drain_then_abort() {
     let input = fixture_bytes("callgraph.pipe.data");
     for twice in [false, true] {
-        let mut child = Command::new(bin())
-            .args(["--stats"])
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
+        let mut child = spawn(&["--stats"]);
         let mut sin = child.stdin.take().unwrap();
+        let out = Watch::new(child.stdout.take().unwrap());
+        let err = Watch::new(child.stderr.take().unwrap());
         let half = input.len() / 2;
         sin.write_all(&input[..half]).unwrap();
-        std::thread::sleep(Duration::from_millis(300));
-        let pid = child.id().to_string();
-        let kill = |sig: &str| Command::new("kill").args([sig, &pid]).status().unwrap();
-        assert!(kill("-INT").success());
-        std::thread::sleep(Duration::from_millis(200));
+        signal(&child, libc::SIGINT);
         if twice {
-            assert!(kill("-TERM").success());
-            let out = child.wait_with_output().unwrap();
-            assert_eq!(out.status.code(), Some(130));
-            let err = String::from_utf8_lossy(&out.stderr);
+            err.wait_for("interrupted: writing what the input still sends");
+            signal(&child, libc::SIGTERM);
+            let status = child.wait().unwrap();
+            let (out, err) = (out.finish(), err.finish_text());
+            assert_eq!(status.code(), Some(130), "{err}");
             assert!(err.contains("bottleneck:"), "{err}");
             assert!(err.contains("interrupted twice"), "{err}");
             // What was written is whole records from the start of the input.
-            assert!(input.starts_with(&out.stdout));
+            assert!(input.starts_with(&out));
         } else {
             sin.write_all(&input[half..]).unwrap();
             drop(sin);
-            let out = child.wait_with_output().unwrap();
-            assert_eq!(out.status.code(), Some(0));
-            assert!(out.stdout == input, "not everything was written");
-            assert!(String::from_utf8_lossy(&out.stderr).contains("bottleneck:"));
+            let status = child.wait().unwrap();
+            let (out, err) = (out.finish(), err.finish_text());
+            assert_eq!(status.code(), Some(0), "{err}");
+            assert!(out == input, "not everything was written");
+            assert!(err.contains("bottleneck:"), "{err}");
         }
     }
 }

@@ -1,7 +1,9 @@
 //! perfpipe's integration tests: one binary, one module per topic.
 //!
-//! - `util`: the binary, fixtures, temp dirs, the real `perf` (tests that need it fail under `CI`
-//!   when it is missing, and skip elsewhere).
+//! - `util`: the binary, fixtures, temp dirs, the real `perf`, signals sent once they are caught.
+//! - `needs`: what tests need (perf, cc, mounting, tracefs, `script`): a missing need makes its
+//!   tests ignored with the reason, counted in the summary, or under `CI` failed; never a silent pass.
+//! - `skipping`: that mechanism, checked: a test that needs perf fails without it, and the rules.
 //! - `passthrough`: byte-identical round trips over fixtures and live recordings, accepted by perf.
 //! - `chunking`: the same stream in every read size and split gives the same output.
 //! - `buildid`: `--buildid`/`--buildid-all`/`perfpipe inject` against `perf inject -b` on live recordings.
@@ -19,6 +21,8 @@
 #[macro_use]
 pub mod util;
 
+pub mod needs;
+
 mod badinput;
 mod buildid;
 mod chunking;
@@ -33,4 +37,5 @@ mod passthrough;
 mod record;
 mod regression;
 mod ring;
+mod skipping;
 mod stats;

@@ -1,8 +1,17 @@
-//! Helpers shared by the integration tests: the binary, fixtures, temp dirs, and the real `perf`.
+//! Helpers shared by the integration tests: the binary, fixtures, temp dirs, the real `perf`, and
+//! signals sent only once the child catches them.
+//!
+//! A test that needs perf (or another [`Need`]) says so: `pipetest!(needs(perf) name, ..)`, or
+//! for a plain `#[test]`, `#[cfg_attr(skip_perf, ignore = "needs perf (missing at build time)")]`
+//! on it and `require(Need::Perf)` first in it (see `needs`). It never returns early.
 
-use std::io::Write as _;
+use std::io::{Read, Write as _};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::{Duration, Instant};
+
+pub use crate::needs::{require, Need};
 
 /// Prints expected vs got between rulers when they differ.
 #[macro_export]
@@ -18,9 +27,36 @@ macro_rules! eqnice {
     }};
 }
 
-/// Declares a test that gets a fresh [`Dir`].
+/// Declares a test that gets a fresh [`Dir`]. `pipetest!(needs(perf) name, |dir| ..)` declares
+/// one that needs perf (or `needs(perf, cc)`, `needs(perf, tracefs)`): ignored with the reason
+/// when the build found it missing, else it [`require`]s it first (see `needs`).
 #[macro_export]
 macro_rules! pipetest {
+    (needs(perf) $($rest:tt)*) => {
+        $crate::pipetest!(@needs
+            [#[cfg_attr(skip_perf, ignore = "needs perf (missing at build time)")]]
+            [Perf] $($rest)*);
+    };
+    (needs(perf, cc) $($rest:tt)*) => {
+        $crate::pipetest!(@needs
+            [#[cfg_attr(any(skip_perf, skip_cc), ignore = "needs perf and cc (missing at build time)")]]
+            [Perf, Cc] $($rest)*);
+    };
+    (needs(perf, tracefs) $($rest:tt)*) => {
+        $crate::pipetest!(@needs
+            [#[cfg_attr(any(skip_perf, skip_tracefs), ignore = "needs perf and tracefs (missing at build time)")]]
+            [Perf, Tracefs] $($rest)*);
+    };
+    (@needs [#[$ignore:meta]] [$($need:ident),+] $(#[$meta:meta])* $name:ident, |$dir:ident| $body:block) => {
+        $(#[$meta])*
+        #[test]
+        #[$ignore]
+        fn $name() {
+            $($crate::util::require($crate::util::Need::$need);)+
+            let $dir = $crate::util::Dir::new(stringify!($name));
+            $body
+        }
+    };
     ($(#[$meta:meta])* $name:ident, |$dir:ident| $body:block) => {
         $(#[$meta])*
         #[test]
@@ -109,21 +145,6 @@ pub fn run(cmd: &mut Command, stdin: &[u8]) -> Output {
     out
 }
 
-/// Whether `perf` is usable. In CI (`CI` set) a missing perf is a failure, not a skip.
-pub fn have_perf() -> bool {
-    let ok = Command::new("perf")
-        .arg("--version")
-        .output()
-        .is_ok_and(|o| o.status.success());
-    if !ok && std::env::var_os("CI").is_some() {
-        panic!("perf is required in CI (apt-get install linux-perf) but is missing");
-    }
-    if !ok {
-        eprintln!("skipping: perf not installed (set CI=1 to make this a failure)");
-    }
-    ok
-}
-
 /// Runs `perf ARGS -i -` on `input`, asserting success; returns stdout.
 pub fn perf_on(args: &[&str], input: &[u8]) -> String {
     let out = run(Command::new("perf").args(args).args(["-i", "-"]), input);
@@ -169,15 +190,6 @@ pub fn workload() -> String {
     fixture("workload.sh").to_string_lossy().into_owned()
 }
 
-/// Mounts tracefs if tracepoints are not reachable (as root), for `-e sched:…` recordings.
-pub fn ensure_tracefs() {
-    if !Path::new("/sys/kernel/tracing/events/sched").exists() {
-        let _ = Command::new("mount")
-            .args(["-t", "tracefs", "nodev", "/sys/kernel/tracing"])
-            .status();
-    }
-}
-
 /// Sample lines of `perf script` output, for comparing what two streams contain.
 pub fn count_samples(script: &str) -> usize {
     script
@@ -207,10 +219,112 @@ pub fn spawn(args: &[&str]) -> Child {
         .unwrap()
 }
 
-/// Sends `sig` to a child.
+/// Sends `sig` to a child once it catches `sig` ([`await_handler`]): sent before the handler is
+/// installed, SIGINT, SIGTERM or SIGUSR2 would kill it.
 pub fn signal(child: &Child, sig: libc::c_int) {
+    await_handler(child.id(), sig);
     // SAFETY: kill(2) on our own child's pid.
     assert_eq!(unsafe { libc::kill(child.id() as libc::pid_t, sig) }, 0);
+}
+
+/// Waits, at most 30 s, until process `pid` catches `sig`: bit `sig - 1` of `SigCgt` in
+/// `/proc/PID/status`, which the kernel sets when the handler is installed.
+///
+/// # Panics
+///
+/// When the process is gone or has not installed the handler in time.
+pub fn await_handler(pid: u32, sig: libc::c_int) {
+    let t0 = Instant::now();
+    loop {
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status"))
+            .unwrap_or_else(|e| panic!("process {pid} is gone: {e}"));
+        let field = |name: &str| {
+            status
+                .lines()
+                .find_map(|l| l.strip_prefix(name))
+                .map(str::trim)
+                .unwrap_or_else(|| panic!("no {name} in /proc/{pid}/status"))
+        };
+        let caught = u64::from_str_radix(field("SigCgt:"), 16).expect("SigCgt is hex");
+        if caught >> (sig - 1) & 1 == 1 {
+            return;
+        }
+        let state = field("State:");
+        assert!(
+            !state.starts_with('Z') && !state.starts_with('X'),
+            "process {pid} exited before catching signal {sig}"
+        );
+        assert!(
+            t0.elapsed() < Duration::from_secs(30),
+            "process {pid} does not catch signal {sig} after 30 s"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+/// What a [`Watch`] has read so far, and whether the stream has ended.
+type Seen = (Mutex<(Vec<u8>, bool)>, Condvar);
+
+/// A child's output stream, read on a thread, so a test can wait for a line while it runs.
+#[derive(Debug)]
+pub struct Watch {
+    state: Arc<Seen>,
+    thread: std::thread::JoinHandle<()>,
+}
+
+impl Watch {
+    /// Starts reading `stream` to its end.
+    pub fn new(mut stream: impl Read + Send + 'static) -> Watch {
+        let state = Arc::new((Mutex::new((Vec::new(), false)), Condvar::new()));
+        let thread = std::thread::spawn({
+            let state = state.clone();
+            move || {
+                let mut buf = [0u8; 4096];
+                loop {
+                    let n = stream.read(&mut buf).unwrap_or(0);
+                    let mut text = state.0.lock().unwrap();
+                    text.0.extend_from_slice(&buf[..n]);
+                    text.1 = n == 0;
+                    state.1.notify_all();
+                    if n == 0 {
+                        return;
+                    }
+                }
+            }
+        });
+        Watch { state, thread }
+    }
+
+    /// Waits, at most 30 s, until what was read contains the text `needle`.
+    ///
+    /// # Panics
+    ///
+    /// When the stream ends or the time is up first.
+    pub fn wait_for(&self, needle: &str) {
+        let t0 = Instant::now();
+        let mut got = self.state.0.lock().unwrap();
+        loop {
+            let text = String::from_utf8_lossy(&got.0).into_owned();
+            if text.contains(needle) {
+                return;
+            }
+            assert!(!got.1, "the stream ended without {needle:?}: {text}");
+            let left = Duration::from_secs(30).checked_sub(t0.elapsed());
+            let left = left.unwrap_or_else(|| panic!("no {needle:?} after 30 s: {text}"));
+            got = self.state.1.wait_timeout(got, left).unwrap().0;
+        }
+    }
+
+    /// Everything the stream held, once it has ended.
+    pub fn finish(self) -> Vec<u8> {
+        self.thread.join().expect("reader thread");
+        std::mem::take(&mut self.state.0.lock().unwrap().0)
+    }
+
+    /// [`Watch::finish`], as text.
+    pub fn finish_text(self) -> String {
+        String::from_utf8_lossy(&self.finish()).into_owned()
+    }
 }
 
 /// `VmHWM` (peak RSS) of a live process, in bytes.

@@ -1,0 +1,234 @@
+//! What some tests need from the machine (perf, a C compiler, mounting, tracefs, a pseudo-terminal),
+//! and how a missing need shows: as a skip that libtest prints and counts, or, under `CI`, as a
+//! failure. A test never returns early.
+//!
+//! One file for the build scripts (`cli/build.rs` for the integration tests, `stages/build.rs`,
+//! `examples/redact/build.rs` include it) and the tests:
+//!
+//! - The build script probes each need of its package ([`build_script`]). A missing one sets the
+//!   cfg `skip_<need>` ([`Need::cfg`]) and prints a build warning with the probe's reason. The tests
+//!   that need it carry `#[cfg_attr(skip_perf, ignore = "needs perf …")]`, so libtest prints
+//!   `test x ... ignored, needs perf …` and counts them (`test result: ok. N passed; 0 failed;
+//!   M ignored`).
+//! - Under `CI` (set to anything but empty, `0` or `false`) no `skip_*` cfg is set: those tests run,
+//!   and [`require`], which each calls first, fails them with the probe's reason.
+//! - A build script reruns when `CI` or `PATH` changes, when a program it found changes or goes,
+//!   and, for a program it did not find, when any directory on `PATH` changes: installing perf is
+//!   noticed by the next `cargo test`. Privileges (mounting) are probed when it runs; after
+//!   changing them, `touch cli/build.rs`.
+
+use std::ffi::OsStr;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+/// Something a test needs from the machine.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Need {
+    /// The real `perf`, the tests' oracle.
+    Perf,
+    /// A C compiler (`cc`), for workloads compiled by the tests.
+    Cc,
+    /// Mounting a tmpfs (root, or `CAP_SYS_ADMIN`), in a mount namespace of its own or not.
+    Mount,
+    /// Tracepoints (`-e sched:…`): tracefs mounted, or mountable.
+    Tracefs,
+    /// util-linux `script`, for a pseudo-terminal.
+    Script,
+}
+
+impl Need {
+    /// Every need, for the cfgs a build script declares.
+    pub const ALL: [Need; 5] = [
+        Need::Perf,
+        Need::Cc,
+        Need::Mount,
+        Need::Tracefs,
+        Need::Script,
+    ];
+
+    /// The cfg a build script sets when this need is missing and `CI` is not set.
+    pub fn cfg(self) -> &'static str {
+        match self {
+            Need::Perf => "skip_perf",
+            Need::Cc => "skip_cc",
+            Need::Mount => "skip_mount",
+            Need::Tracefs => "skip_tracefs",
+            Need::Script => "skip_script",
+        }
+    }
+
+    /// What it is, for messages.
+    pub fn what(self) -> &'static str {
+        match self {
+            Need::Perf => "perf (`perf --version` runs)",
+            Need::Cc => "a C compiler (`cc`)",
+            Need::Mount => "mounting a tmpfs (`unshare --mount`, `mount`; root)",
+            Need::Tracefs => "tracefs (/sys/kernel/tracing, mounted or mountable)",
+            Need::Script => "util-linux `script` (a pseudo-terminal)",
+        }
+    }
+
+    /// The programs its probe runs.
+    fn programs(self) -> &'static [&'static str] {
+        match self {
+            Need::Perf => &["perf"],
+            Need::Cc => &["cc"],
+            Need::Mount | Need::Tracefs => &["unshare", "mount"],
+            Need::Script => &["script"],
+        }
+    }
+
+    /// Probes for it now, with this process's `PATH` and privileges: `Err(why)` if it is missing.
+    /// Side-effect free: a mount is tried inside a private mount namespace that ends with it.
+    pub fn probe(self) -> Result<(), String> {
+        match self {
+            Need::Perf => runs("perf", &["--version"]),
+            Need::Cc => runs("cc", &["--version"]),
+            Need::Script => runs("script", &["--version"]),
+            Need::Mount => {
+                let at = std::env::temp_dir().to_string_lossy().into_owned();
+                let args = [
+                    "--mount",
+                    "--propagation",
+                    "private",
+                    "mount",
+                    "-t",
+                    "tmpfs",
+                ];
+                runs(
+                    "unshare",
+                    &[&args[..], &["-o", "size=64k", "tmpfs", &at]].concat(),
+                )
+            }
+            Need::Tracefs if Path::new(TRACEFS_SCHED).exists() => Ok(()),
+            Need::Tracefs => Need::Mount
+                .probe()
+                .map_err(|e| format!("{TRACEFS_SCHED} is missing and cannot be mounted: {e}")),
+        }
+    }
+}
+
+/// Where tracepoint recordings look for the sched events.
+pub const TRACEFS_SCHED: &str = "/sys/kernel/tracing/events/sched";
+
+/// Runs `prog args`, quietly: `Err` with what went wrong unless it exits 0.
+fn runs(prog: &str, args: &[&str]) -> Result<(), String> {
+    let out = Command::new(prog)
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .output();
+    match out {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            Err(format!("`{prog}` is not on PATH"))
+        }
+        Err(e) => Err(format!("`{prog}`: {e}")),
+        Ok(o) if !o.status.success() => {
+            let err = String::from_utf8_lossy(&o.stderr);
+            let first = err.lines().next().unwrap_or("").trim();
+            Err(format!(
+                "`{prog} {}` failed ({}): {first}",
+                args.join(" "),
+                o.status
+            ))
+        }
+        Ok(_) => Ok(()),
+    }
+}
+
+/// Whether `CI` (its value) asks for a missing need to fail: set to anything but empty, `0` or
+/// `false`.
+pub fn is_ci(value: Option<&OsStr>) -> bool {
+    value.is_some_and(|v| !v.is_empty() && v != "0" && !v.eq_ignore_ascii_case("false"))
+}
+
+/// What a build script tells cargo about `probed` (each need with its probe's result): the
+/// declaration of every `skip_*` cfg, one `skip_*` cfg per missing need unless `ci`, and a warning
+/// per missing need that says which it is (a skip, or under `CI` a failure to come).
+pub fn build_lines(ci: bool, probed: &[(Need, Result<(), String>)]) -> Vec<String> {
+    let names: Vec<&str> = Need::ALL.iter().map(|n| n.cfg()).collect();
+    let mut lines = vec![format!("cargo::rustc-check-cfg=cfg({})", names.join(", "))];
+    for (need, result) in probed {
+        let Err(why) = result else { continue };
+        if ci {
+            lines.push(format!(
+                "cargo::warning=CI is set: the tests that need {} will fail: {why}",
+                need.what()
+            ));
+        } else {
+            lines.push(format!("cargo::rustc-cfg={}", need.cfg()));
+            lines.push(format!(
+                "cargo::warning=the tests that need {} are ignored (set CI=1 to fail them \
+                 instead): {why}",
+                need.what()
+            ));
+        }
+    }
+    lines
+}
+
+/// The rerun rules for `needs` under `path` (the value of `PATH`): `CI` and `PATH` themselves,
+/// each program found (its file), and for a program not found every directory on `PATH`, so
+/// that installing it is noticed.
+pub fn rerun_lines(needs: &[Need], path: &OsStr) -> Vec<String> {
+    let mut lines = vec![
+        "cargo::rerun-if-env-changed=CI".to_string(),
+        "cargo::rerun-if-env-changed=PATH".to_string(),
+    ];
+    let dirs: Vec<PathBuf> = std::env::split_paths(path)
+        .filter(|d| d.is_absolute() && d.is_dir())
+        .collect();
+    let mut watched = Vec::new();
+    for prog in needs.iter().flat_map(|n| n.programs()) {
+        match dirs.iter().map(|d| d.join(prog)).find(|p| p.is_file()) {
+            Some(found) => watched.push(found),
+            None => watched.extend(dirs.iter().cloned()),
+        }
+    }
+    watched.sort();
+    watched.dedup();
+    lines.extend(
+        watched
+            .iter()
+            .map(|p| format!("cargo::rerun-if-changed={}", p.display())),
+    );
+    lines
+}
+
+/// The whole build script of a package whose tests have `needs`.
+pub fn build_script(needs: &[Need]) {
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    let ci = is_ci(std::env::var_os("CI").as_deref());
+    let probed: Vec<(Need, Result<(), String>)> = needs.iter().map(|&n| (n, n.probe())).collect();
+    for line in rerun_lines(needs, &path)
+        .into_iter()
+        .chain(build_lines(ci, &probed))
+    {
+        println!("{line}");
+    }
+}
+
+/// Fails the calling test unless `need` is there (mounting tracefs first, for [`Need::Tracefs`]).
+/// Called first by every test that has a need, under its `#[cfg_attr(skip_…, ignore = …)]`: such
+/// a test runs only when its need was there at build time, or under `CI`.
+///
+/// # Panics
+///
+/// When the need is missing, with the probe's reason.
+pub fn require(need: Need) {
+    if need == Need::Tracefs && !Path::new(TRACEFS_SCHED).exists() {
+        let _ = Command::new("mount")
+            .args(["-t", "tracefs", "nodev", "/sys/kernel/tracing"])
+            .status();
+    }
+    if let Err(why) = need.probe() {
+        let ci = is_ci(std::env::var_os("CI").as_deref());
+        let then = if ci {
+            "CI is set, so a missing need fails the test"
+        } else {
+            "it was there when this test binary was built; rebuild to skip the tests that need it"
+        };
+        panic!("needs {}: {why} ({then})", need.what());
+    }
+}
