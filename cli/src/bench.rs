@@ -102,6 +102,7 @@ fn pipeline(args: &PipelineBench, registry: &Registry, plan: &Plan) -> anyhow::R
                 taps: &[],
                 sink: SinkSpec::Discard,
                 requests: Requests::default(),
+        signals: false,
             };
             let report = chain.build(registry)?.run();
             if let Some(e) = report.errors.first() {

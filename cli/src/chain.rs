@@ -296,6 +296,10 @@ pub struct Chain<'a> {
     pub sink: SinkSpec,
     /// The outside requests stages may subscribe to.
     pub requests: Requests,
+    /// Raise the requests on their signals (SIGUSR2: [`DUMP`](perfpipe_core::DUMP)), wired after
+    /// the stages are built and before the source starts, so a signal that comes as soon as the
+    /// recording runs is not lost. Off for `bench`, which builds chains in a loop.
+    pub signals: bool,
 }
 
 impl Chain<'_> {
@@ -316,6 +320,7 @@ impl Chain<'_> {
             taps,
             sink,
             requests,
+            signals,
         } = self;
         plan.insert_decompress(registry);
         let ctx = BuildCtx {
@@ -324,6 +329,15 @@ impl Chain<'_> {
             requests,
             workers: Workers::new(0),
         };
+        let mut stages: Vec<(String, Box<dyn perfpipe_core::Stage>)> = Vec::new();
+        for s in &plan.stages {
+            let stage =
+                (s.spec.build)(&ctx, &s.options).with_context(|| format!("--{}", s.label))?;
+            stages.push((s.label.clone(), stage));
+        }
+        if signals {
+            crate::run::watch_requests(&ctx.requests);
+        }
         let mut taps = Taps::new(taps);
         let (name, decode, mut pipeline) = match source {
             SourceSpec::Input { path, pipe_buffer } => {
@@ -356,11 +370,7 @@ impl Chain<'_> {
                 Box::new(DecodeConfig::default().build()),
             ));
         }
-        for s in &plan.stages {
-            let stage =
-                (s.spec.build)(&ctx, &s.options).with_context(|| format!("--{}", s.label))?;
-            nodes.push((s.label.clone(), stage));
-        }
+        nodes.extend(stages);
         if let Some(tap) = taps.take(name)? {
             pipeline = pipeline.stage(format!("tap:{name}"), tap);
         }

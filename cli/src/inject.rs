@@ -106,6 +106,7 @@ pub(crate) fn main(args: &InjectArgs, registry: &Registry) -> ExitCode {
             pipe_buffer: 1 << 20,
         },
         requests: Requests::default(),
+        signals: true,
     };
     let report = ReportArgs {
         stats: args.verbose,

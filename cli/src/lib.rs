@@ -157,7 +157,6 @@ fn build_and_run(
     input: Option<&std::path::Path>,
     who: &str,
 ) -> ExitCode {
-    let requests = chain.requests.clone();
     let pipeline = match chain.build(registry) {
         Ok(p) => p,
         Err(e) => {
@@ -165,7 +164,6 @@ fn build_and_run(
             return ExitCode::from(EXIT_FAILURE);
         }
     };
-    run::watch_requests(&requests);
     run::run(pipeline, report, input)
 }
 
@@ -248,6 +246,7 @@ pub fn main_with(registry: Registry) -> ExitCode {
             pipe_buffer: run.io.pipe_buffer,
         },
         requests: Requests::default(),
+        signals: true,
     };
     build_and_run(chain, &registry, &run.report, Some(&run.input), "perfpipe")
 }

@@ -163,6 +163,7 @@ pub(crate) fn main(args: &RecordArgs, mut plan: Plan, registry: &Registry) -> Ex
         taps: &args.report.tap,
         sink,
         requests,
+        signals: true,
     };
     crate::build_and_run(chain, registry, &args.report, None, "perfpipe record")
 }
