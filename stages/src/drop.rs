@@ -9,7 +9,7 @@
 
 use perfpipe_core::{Batch, Counter, Flow, Out, Stage, StageError};
 
-use crate::decode::OTHER_KIND;
+use crate::format::OTHER_KIND;
 use crate::format::RecordType;
 use crate::Error;
 

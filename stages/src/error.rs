@@ -178,8 +178,6 @@ pub enum Error {
     },
 }
 
-impl std::error::Error for AttrError {}
-
 fn describe(t: &Option<RecordType>) -> String {
     match t {
         Some(RecordType::PIPE_HEADER) => "the pipe header".to_string(),

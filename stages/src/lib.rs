@@ -58,7 +58,6 @@ pub mod drop;
 pub mod encode;
 mod error;
 pub mod filter;
-pub mod format;
 pub mod machine;
 pub mod prune_sideband;
 pub mod read;
@@ -66,9 +65,17 @@ pub mod read_file;
 pub mod record;
 pub mod registry;
 pub mod ring;
+mod stream;
 pub mod synth;
 pub mod write;
 pub mod write_file;
 pub mod write_split;
 
 pub use error::Error;
+
+/// The perf format: [`perfpipe_format`], re-exported whole, and [`StreamInfo`](format::StreamInfo),
+/// the stream's attr table as it travels on batches.
+pub mod format {
+    pub use crate::stream::StreamInfo;
+    pub use perfpipe_format::*;
+}

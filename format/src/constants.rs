@@ -105,6 +105,12 @@ impl std::fmt::Display for RecordType {
 /// It is 255, above every real type, and stays below the runtime's 256 counted kinds.
 pub const PIPE_HEADER_KIND: u32 = RecordType::PIPE_HEADER.0;
 
+/// The kind given to records whose type is 254 or more (none is defined): a reader that counts
+/// records per kind in a table of 256 (perfpipe's runtime does) files them all under this one, so
+/// that no type collides with [`PIPE_HEADER_KIND`]. The span-kind convention for unknown types:
+/// `kind = type.min(OTHER_KIND)`.
+pub const OTHER_KIND: u32 = 254;
+
 /// Bits of the `perf_event_attr` flags word (C bitfield order, little-endian allocation).
 pub mod flag {
     /// `disabled`
