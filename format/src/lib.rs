@@ -9,6 +9,7 @@
 mod attr;
 mod constants;
 mod endian;
+pub mod header;
 mod record;
 mod table;
 
@@ -18,5 +19,6 @@ pub use constants::{
     FILE_HEADER_SIZE, OTHER_KIND, PIPE_HEADER_KIND, PIPE_HEADER_SIZE, PIPE_MAGIC,
 };
 pub use endian::{Endian, EventHeader};
+pub use header::{FileAttr, FileHeader, FileSection, HeaderError};
 pub use record::{Callchain, Comm, FileId, Mmap, Record, Sample, SampleId, Task};
 pub use table::{AttrTable, MAX_ATTRS};

@@ -3,7 +3,8 @@
 
 use std::path::PathBuf;
 
-use crate::format::{AttrError, RecordType};
+use crate::format::header::BUILD_ID_ENTRY_RULE;
+use crate::format::{AttrError, HeaderError, RecordType};
 
 /// An error of a perf stage.
 #[derive(Debug, thiserror::Error)]
@@ -176,6 +177,39 @@ pub enum Error {
         #[source]
         source: std::io::Error,
     },
+}
+
+/// A file-mode header error becomes the variant that names the same structure.
+impl From<HeaderError> for Error {
+    fn from(e: HeaderError) -> Error {
+        match e {
+            HeaderError::Bad { offset, what } => Error::BadFileHeader { offset, what },
+            HeaderError::SectionOutOfBounds {
+                offset,
+                section,
+                start,
+                size,
+                file_len,
+            } => Error::SectionOutOfBounds {
+                offset,
+                section,
+                start,
+                size,
+                file_len,
+            },
+            HeaderError::Attr { offset, source } => Error::BadAttr { offset, source },
+            HeaderError::BuildIdEntry { offset, size } => Error::Malformed {
+                offset,
+                record_type: RecordType::HEADER_BUILD_ID,
+                size,
+                what: BUILD_ID_ENTRY_RULE,
+            },
+            other => Error::BadFileHeader {
+                offset: other.offset(),
+                what: other.to_string(),
+            },
+        }
+    }
 }
 
 fn describe(t: &Option<RecordType>) -> String {
