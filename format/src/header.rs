@@ -317,7 +317,11 @@ impl FileHeader {
                     offset: e.u64(file, entry as usize).unwrap_or(0),
                     size: e.u64(file, entry as usize + 8).unwrap_or(0),
                 };
-                s.check(entry, &format!("feature {}", feature::display_name(feat)), len)?;
+                s.check(
+                    entry,
+                    &format!("feature {}", feature::display_name(feat)),
+                    len,
+                )?;
                 Ok((feat, s))
             })
             .collect()
@@ -367,8 +371,10 @@ impl FileHeader {
                 attr,
                 ids: ids.bytes(file).unwrap_or_default().to_vec(),
             };
-            Attr::parse(&a.header_attr_body(), e)
-                .map_err(|source| HeaderError::Attr { offset: at_, source })?;
+            Attr::parse(&a.header_attr_body(), e).map_err(|source| HeaderError::Attr {
+                offset: at_,
+                source,
+            })?;
             out.push((at_, a));
         }
         Ok(out)
@@ -719,7 +725,10 @@ mod tests {
         assert_eq!(back, entry);
         assert_eq!(build_id_entry(&back, e).unwrap(), entry);
         let err = build_id_records(&table[..40], 1000, e).unwrap_err();
-        assert_eq!((err.offset(), err.to_string().contains("36 bytes")), (1000, true));
+        assert_eq!(
+            (err.offset(), err.to_string().contains("36 bytes")),
+            (1000, true)
+        );
         assert!(build_id_entry(&rec[..30], e).is_none());
     }
 }

@@ -112,3 +112,45 @@ impl AttrTable {
         Record::new(bytes, self.endian, self.attr(index))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::constants::{sample, RecordType};
+
+    /// A HEADER_ATTR body: IDENTIFIER|TID, sample_id_all, config `config`, ids as given.
+    fn attr(config: u64, ids: &[u64]) -> Attr {
+        let mut body = vec![0u8; 64];
+        body[4..8].copy_from_slice(&64u32.to_le_bytes());
+        body[8..16].copy_from_slice(&config.to_le_bytes());
+        body[24..32].copy_from_slice(&(sample::IDENTIFIER | sample::TID).to_le_bytes());
+        body[40..48].copy_from_slice(&(1u64 << 18).to_le_bytes());
+        for id in ids {
+            body.extend_from_slice(&id.to_le_bytes());
+        }
+        Attr::parse(&body, Endian::Little).unwrap()
+    }
+
+    #[test]
+    fn records_find_their_attr_by_id_and_repeats_are_not_added() {
+        let mut t = AttrTable::new(Endian::Little);
+        assert!(t.add_attr(attr(0, &[10, 11])));
+        assert!(t.add_attr(attr(1, &[20])));
+        assert!(t.add_attr(attr(0, &[10, 11])), "a repeat is accepted");
+        assert_eq!(t.attrs.len(), 2, "and not added again");
+        // A sample with IDENTIFIER 20 (first field) belongs to attr 1.
+        let mut s = vec![0u8; 8];
+        s.extend_from_slice(&20u64.to_le_bytes());
+        s.extend_from_slice(&[0; 8]);
+        assert_eq!(t.attr_index(RecordType::SAMPLE.0, &s), 1);
+        // A COMM whose trailer ends with IDENTIFIER 11 belongs to attr 0; an unknown id too.
+        let mut c = vec![0u8; 24];
+        c.extend_from_slice(&11u64.to_le_bytes());
+        assert_eq!(t.attr_index(RecordType::COMM.0, &c), 0);
+        c[24..].copy_from_slice(&20u64.to_le_bytes());
+        assert_eq!(t.attr_index(RecordType::COMM.0, &c), 1);
+        c[24..].copy_from_slice(&99u64.to_le_bytes());
+        assert_eq!(t.attr_index(RecordType::COMM.0, &c), 0);
+        assert_eq!(t.view(&s, 1).attr.map(|a| a.config), Some(1));
+    }
+}

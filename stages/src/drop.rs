@@ -9,8 +9,7 @@
 
 use perfpipe_core::{Batch, Counter, Flow, Out, Stage, StageError};
 
-use crate::format::OTHER_KIND;
-use crate::format::RecordType;
+use crate::format::{RecordType, OTHER_KIND};
 use crate::Error;
 
 /// Configuration of a `drop` stage: the record types to remove.

@@ -44,9 +44,9 @@ use std::time::Duration;
 use memmap2::Mmap;
 use perfpipe_core::{Counter, Flow, Out, Source, StageError};
 
-use crate::encode;
+use crate::format::build::{self, RecordWriter};
 use crate::format::header::build_id_records;
-use crate::format::{feature, EventHeader, RecordType, PIPE_MAGIC};
+use crate::format::{feature, RecordType, PIPE_MAGIC};
 use crate::read::{Read, ReadConfig, HEADROOM};
 use crate::Error;
 
@@ -159,40 +159,20 @@ impl ReadFile {
         out.extend_from_slice(&e.put_u64(16));
 
         for (_, a) in h.attrs(m)? {
-            out.extend(encode::record(
-                RecordType::HEADER_ATTR.0,
-                0,
-                &a.header_attr_body(),
-                false,
-                e,
-            ));
+            // The ids are raw in the file's byte order, as the record carries them.
+            let mut w = RecordWriter::new(&mut out, RecordType::HEADER_ATTR, 0, e);
+            w.bytes(&a.attr).bytes(&a.ids);
+            w.finish();
         }
 
-        let bytes = |s: &FileSection| &m[s.offset as usize..(s.offset + s.size) as usize];
+        let bytes = |s: &FileSection| s.bytes(m).unwrap_or_default();
         let max_feature = usize::from(u16::MAX) - 16;
         for (feat, s) in &self.features {
             if synthesized_in_pipe(*feat) && (s.size as usize) <= max_feature {
-                let mut rec = EventHeader {
-                    type_: RecordType::HEADER_FEATURE.0,
-                    misc: 0,
-                    size: 16 + s.size as u16,
-                }
-                .to_bytes(e)
-                .to_vec();
-                rec.extend_from_slice(&e.put_u64(u64::from(*feat)));
-                rec.extend_from_slice(bytes(s));
-                out.extend(rec);
+                build::feature(&mut out, e, *feat, bytes(s));
             }
         }
-        out.extend_from_slice(
-            &EventHeader {
-                type_: RecordType::HEADER_FEATURE.0,
-                misc: 0,
-                size: 16,
-            }
-            .to_bytes(e),
-        );
-        out.extend_from_slice(&e.put_u64(u64::from(feature::LAST)));
+        build::feature(&mut out, e, feature::LAST, &[]);
 
         for (feat, s) in &self.features {
             match *feat {
@@ -205,15 +185,7 @@ impl ReadFile {
                         offset: s.offset,
                         what: format!("tracing data of {} bytes", s.size),
                     })?;
-                    let mut body = e.put_u32(size).to_vec();
-                    body.extend_from_slice(&[0; 4]);
-                    out.extend(encode::record(
-                        RecordType::HEADER_TRACING_DATA.0,
-                        0,
-                        &body,
-                        false,
-                        e,
-                    ));
+                    build::tracing_data(&mut out, e, size);
                     out.extend_from_slice(bytes(s));
                     out.resize(out.len() + (padded - s.size) as usize, 0);
                 }

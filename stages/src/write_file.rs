@@ -38,7 +38,9 @@ use std::time::{Duration, Instant};
 
 use perfpipe_core::{Batch, Counter, Flow, Sink, StageError};
 
-use crate::format::header::{attr_stride, build_id_entry, features_section, AttrsSection, FileAttr};
+use crate::format::header::{
+    attr_stride, build_id_entry, features_section, AttrsSection, FileAttr,
+};
 use crate::format::{
     feature, Endian, EventHeader, FileHeader, FileSection, RecordType, StreamInfo,
     FILE_HEADER_SIZE, PIPE_HEADER_KIND,
@@ -463,7 +465,7 @@ mod tests {
     use std::sync::Arc;
 
     use super::*;
-    use crate::encode::record;
+    use crate::format::build::record;
     use crate::format::PIPE_MAGIC;
 
     fn dir(name: &str) -> PathBuf {
