@@ -3,7 +3,7 @@
 //! Layout, as `perf_session__do_write_header()` in `tools/perf/util/header.c` writes it: the
 //! 104-byte [`FileHeader`] (magic, size, `attr_size`, the attrs, data and event-types sections,
 //! the `adds_features` bitmap); the id arrays and the `perf_file_attr` array ([`FileAttr`],
-//! [`attrs_section`]); the data section; the feature table (`{u64 offset, size}` per set bit, in
+//! [`AttrsSection`]); the data section; the feature table (`{u64 offset, size}` per set bit, in
 //! bit order) and the feature sections ([`features_section`]). The BUILD_ID feature section is a
 //! table of `perf_record_header_build_id` entries ([`build_id_entry`], [`build_id_records`]).
 //!

@@ -7,7 +7,8 @@
 //!
 //! The perf format itself (record types, attrs, views, the record writer [`format::build`], the
 //! perf.data header [`format::header`]) is the `perfpipe-format` crate, re-exported as
-//! [`format`]; this crate adds [`format::StreamInfo`], the attr table as it rides on batches.
+//! [`format`](mod@format); this crate adds [`format::StreamInfo`], the attr table as it rides on
+//! batches.
 //!
 //! Stages, one file each, named after their CLI name:
 //! - [`read`]: source; standard input or a file, in large reads.
