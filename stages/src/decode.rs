@@ -22,16 +22,13 @@ use perfpipe_core::{Batch, Counter, Flow, Out, Span, Stage, StageError};
 
 use crate::format::{
     Attr, AttrError, Endian, EventHeader, RecordType, StreamInfo, EVENT_HEADER_SIZE,
-    FILE_HEADER_SIZE, MAX_ATTRS, PIPE_HEADER_KIND, PIPE_HEADER_SIZE, PIPE_MAGIC,
+    FILE_HEADER_SIZE, MAX_ATTRS, OTHER_KIND, PIPE_HEADER_KIND, PIPE_HEADER_SIZE, PIPE_MAGIC,
 };
 
 use crate::Error;
 
 /// Largest payload accepted after a HEADER_TRACING_DATA or AUXTRACE record.
 pub const MAX_PAYLOAD: u64 = 1 << 30;
-
-/// Span kind given to records whose type does not fit the runtime's kind counters (≥ 254).
-pub const OTHER_KIND: u32 = 254;
 
 /// Configuration of the `decode` stage (it has no options yet).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]

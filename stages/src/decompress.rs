@@ -31,8 +31,7 @@
 use perfpipe_core::{Batch, Counter, Flow, Out, Span, Stage, StageError};
 use zstd::stream::raw::{Decoder, InBuffer, Operation, OutBuffer};
 
-use crate::decode::OTHER_KIND;
-use crate::format::{Endian, EventHeader, RecordType, StreamInfo, EVENT_HEADER_SIZE};
+use crate::format::{Endian, EventHeader, RecordType, StreamInfo, EVENT_HEADER_SIZE, OTHER_KIND};
 use crate::registry::{Flag, StageSpec};
 use crate::Error;
 

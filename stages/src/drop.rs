@@ -9,8 +9,7 @@
 
 use perfpipe_core::{Batch, Counter, Flow, Out, Stage, StageError};
 
-use crate::decode::OTHER_KIND;
-use crate::format::RecordType;
+use crate::format::{RecordType, OTHER_KIND};
 use crate::registry::{Flag, Kind, StageOption, StageSpec};
 use crate::Error;
 

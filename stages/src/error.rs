@@ -3,7 +3,8 @@
 
 use std::path::PathBuf;
 
-use crate::format::{AttrError, RecordType};
+use crate::format::header::BUILD_ID_ENTRY_RULE;
+use crate::format::{AttrError, HeaderError, RecordType};
 
 /// An error of a perf stage.
 #[derive(Debug, thiserror::Error)]
@@ -137,7 +138,7 @@ pub enum Error {
     },
     /// A filter expression (or shorthand flag value) that does not parse; it says where and why.
     #[error(transparent)]
-    BadExpression(#[from] crate::filter::ExprError),
+    BadExpression(#[from] ExprError),
     /// A HEADER_ATTR record whose attr cannot be used.
     #[error("offset {offset}: ATTR record: {source}")]
     BadAttr {
@@ -178,7 +179,67 @@ pub enum Error {
     },
 }
 
-impl std::error::Error for AttrError {}
+/// A file-mode header error becomes the variant that names the same structure.
+impl From<HeaderError> for Error {
+    fn from(e: HeaderError) -> Error {
+        match e {
+            HeaderError::Bad { offset, what } => Error::BadFileHeader { offset, what },
+            HeaderError::SectionOutOfBounds {
+                offset,
+                section,
+                start,
+                size,
+                file_len,
+            } => Error::SectionOutOfBounds {
+                offset,
+                section,
+                start,
+                size,
+                file_len,
+            },
+            HeaderError::Attr { offset, source } => Error::BadAttr { offset, source },
+            HeaderError::BuildIdEntry { offset, size } => Error::Malformed {
+                offset,
+                record_type: RecordType::HEADER_BUILD_ID,
+                size,
+                what: BUILD_ID_ENTRY_RULE,
+            },
+            other => Error::BadFileHeader {
+                offset: other.offset(),
+                what: other.to_string(),
+            },
+        }
+    }
+}
+
+/// A syntax error in an expression (`--filter`, the shorthand flags, `ring`'s trigger): where
+/// (1-based character column), what, and how to fix it. Defined here, not in the filter, so that
+/// the crate's error type depends on no stage; the filter re-exports it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ExprError {
+    /// The expression.
+    pub expr: String,
+    /// 1-based character column of the fault.
+    pub column: usize,
+    /// What is wrong.
+    pub message: String,
+    /// A hint, if there is one.
+    pub hint: Option<String>,
+}
+
+impl std::fmt::Display for ExprError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        writeln!(f, "column {}: {}", self.column, self.message)?;
+        writeln!(f, "    {}", self.expr)?;
+        write!(f, "    {}^", " ".repeat(self.column.saturating_sub(1)))?;
+        if let Some(h) = &self.hint {
+            write!(f, "\n  hint: {h}")?;
+        }
+        Ok(())
+    }
+}
+
+impl std::error::Error for ExprError {}
 
 fn describe(t: &Option<RecordType>) -> String {
     match t {

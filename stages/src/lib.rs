@@ -1,16 +1,21 @@
-//! `perfpipe-stages`: the Linux perf pipe-mode format and the stages that stream it.
+//! `perfpipe-stages`: the stages that stream Linux perf data.
 //!
 //! The stream that `perf record -o -` writes flows as [`perfpipe_core::Batch`]es: [`read`] fills raw
 //! batches, [`decode`] frames them into records (spans of the same buffer, kind = record type, tag =
 //! attr index) and attaches a [`format::StreamInfo`], transforms read fields through typed views
 //! ([`format::Record`], [`format::Sample`]), and [`write`] writes them back with [`encode`].
 //!
+//! The perf format itself (record types, attrs, views, the record writer [`format::build`], the
+//! perf.data header [`format::header`]) is the `perfpipe-format` crate, re-exported as
+//! [`format`](mod@format); this crate adds [`format::StreamInfo`], the attr table as it rides on
+//! batches.
+//!
 //! Stages, one file each, named after their CLI name:
 //! - [`read`]: source; standard input or a file, in large reads.
 //! - [`read_file`]: source; a file-mode `perf.data`, mapped and presented as the pipe stream.
 //! - [`record`]: source; opens perf events itself (`perfpipe record`), forward or overwrite rings.
 //! - [`decode`]: frames records, validates the header, tracks attrs.
-//! - [`encode`]: records back to bytes (byte for byte when unchanged); record builders.
+//! - [`encode`]: records back to bytes (byte for byte when unchanged).
 //! - [`decompress`]: replaces COMPRESSED records (`perf record -z`) with the records they hold.
 //! - [`buildid`]: injects a BUILD_ID record before the first sample that hits each dso (`perf inject -b`).
 //! - [`buildid_all`]: injects a BUILD_ID record before the map of every dso (`--buildid-all`).
@@ -23,6 +28,7 @@
 //! - [`write_split`]: sink; one file per stream (`-o dump-%n.data`, for `ring`'s dumps).
 //!
 //! Shared models: [`machine`], the per-process address spaces (maps by pid, fork/exec/exit).
+//! Synthetic streams for benchmarks and tests: [`synth`].
 //!
 //! ```
 //! use perfpipe_core::{Pipeline, Settings};
@@ -58,7 +64,6 @@ pub mod drop;
 pub mod encode;
 mod error;
 pub mod filter;
-pub mod format;
 pub mod machine;
 pub mod prune_sideband;
 pub mod read;
@@ -66,9 +71,17 @@ pub mod read_file;
 pub mod record;
 pub mod registry;
 pub mod ring;
+mod stream;
 pub mod synth;
 pub mod write;
 pub mod write_file;
 pub mod write_split;
 
 pub use error::Error;
+
+/// The perf format: [`perfpipe_format`], re-exported whole, and [`StreamInfo`](format::StreamInfo),
+/// the stream's attr table as it travels on batches.
+pub mod format {
+    pub use crate::stream::StreamInfo;
+    pub use perfpipe_format::*;
+}

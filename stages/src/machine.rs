@@ -460,18 +460,16 @@ mod tests {
 
     /// A COMM record with `COMM_EXEC` for thread `pid` of `pid`.
     fn comm_exec(pid: u32, name: &str) -> Vec<u8> {
-        let mut body = Vec::new();
-        body.extend_from_slice(&pid.to_le_bytes());
-        body.extend_from_slice(&pid.to_le_bytes());
-        body.extend_from_slice(name.as_bytes());
-        body.push(0);
-        crate::encode::record(
-            RecordType::COMM.0,
-            misc::COMM_EXEC,
-            &body,
-            true,
-            Endian::Little,
-        )
+        let c = crate::format::Comm {
+            pid,
+            tid: pid,
+            comm: name.as_bytes(),
+            exec: true,
+        };
+        let mut out = Vec::new();
+        let none = crate::format::build::Trailer::None;
+        crate::format::build::comm(&mut out, Endian::Little, &c, none);
+        out
     }
 
     fn dso_at(m: &Machine, pid: u32, addr: u64) -> Option<String> {

@@ -44,233 +44,14 @@ use std::time::Duration;
 use memmap2::Mmap;
 use perfpipe_core::{Counter, Flow, Out, Source, StageError};
 
-use crate::encode;
-use crate::format::{
-    feature, Attr, Endian, EventHeader, RecordType, EVENT_HEADER_SIZE, FILE_HEADER_SIZE, PIPE_MAGIC,
-};
+use crate::format::build::{self, RecordWriter};
+use crate::format::header::build_id_records;
+use crate::format::{feature, RecordType, PIPE_MAGIC};
 use crate::read::{Read, ReadConfig, HEADROOM};
 use crate::Error;
 
-/// Feature names (`enum` in `tools/perf/util/header.h`), index = feature id.
-const FEATURE_NAMES: [&str; 32] = [
-    "RESERVED",
-    "TRACING_DATA",
-    "BUILD_ID",
-    "HOSTNAME",
-    "OSRELEASE",
-    "VERSION",
-    "ARCH",
-    "NRCPUS",
-    "CPUDESC",
-    "CPUID",
-    "TOTAL_MEM",
-    "CMDLINE",
-    "EVENT_DESC",
-    "CPU_TOPOLOGY",
-    "NUMA_TOPOLOGY",
-    "BRANCH_STACK",
-    "PMU_MAPPINGS",
-    "GROUP_DESC",
-    "AUXTRACE",
-    "STAT",
-    "CACHE",
-    "SAMPLE_TIME",
-    "MEM_TOPOLOGY",
-    "CLOCKID",
-    "DIR_FORMAT",
-    "BPF_PROG_INFO",
-    "BPF_BTF",
-    "COMPRESSED",
-    "CPU_PMU_CAPS",
-    "CLOCK_DATA",
-    "HYBRID_TOPOLOGY",
-    "PMU_CAPS",
-];
-
-/// The name of a feature id, as perf prints it.
-pub fn feature_name(feat: u32) -> String {
-    FEATURE_NAMES
-        .get(feat as usize)
-        .map_or_else(|| format!("feature {feat}"), |n| (*n).to_string())
-}
-
-/// Whether perf sends this feature as a HEADER_FEATURE record in a pipe (`feat_ops[].synthesize`,
-/// i.e. declared with `FEAT_OPR` in `tools/perf/util/header.c`).
-pub fn synthesized_in_pipe(feat: u32) -> bool {
-    (3..feature::LAST).contains(&feat) && !matches!(feat, 15 | 18 | 19 | 20 | 24 | 30)
-}
-
-/// `struct perf_file_section`: `{u64 offset, size}`.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct FileSection {
-    /// `offset`
-    pub offset: u64,
-    /// `size`
-    pub size: u64,
-}
-
-/// `struct perf_file_header` (104 bytes), the start of a file-mode `perf.data`.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct FileHeader {
-    /// Byte order, from the magic.
-    pub endian: Endian,
-    /// `attr_size`: `sizeof(struct perf_file_attr)` of the writer (attr + ids section).
-    pub attr_size: u64,
-    /// `attrs`
-    pub attrs: FileSection,
-    /// `data`
-    pub data: FileSection,
-    /// `adds_features`, as 256 bits in feature-id order.
-    pub features: [u64; 4],
-}
-
-/// Reads `N` bytes at `off`.
-fn at<const N: usize>(b: &[u8], off: u64) -> Option<[u8; N]> {
-    let off = usize::try_from(off).ok()?;
-    b.get(off..off.checked_add(N)?)?.try_into().ok()
-}
-
-impl FileHeader {
-    /// Whether `head` (the first 16 bytes or more of an input) starts a file-mode `perf.data`:
-    /// `PERFILE2` in either byte order and a header size of 104.
-    pub fn detect(head: &[u8]) -> bool {
-        let (Some(m), Some(s)) = (at::<8>(head, 0), at::<8>(head, 8)) else {
-            return false;
-        };
-        let m = u64::from_le_bytes(m);
-        (m == PIPE_MAGIC && u64::from_le_bytes(s) == FILE_HEADER_SIZE)
-            || (m == PIPE_MAGIC.swap_bytes() && u64::from_be_bytes(s) == FILE_HEADER_SIZE)
-    }
-
-    /// Parses and checks the header of a file of `file.len()` bytes: the attrs and data sections
-    /// must lie inside the file.
-    ///
-    /// # Errors
-    /// [`Error::BadFileHeader`] for a short or malformed header, [`Error::SectionOutOfBounds`] for a
-    /// section beyond the end of the file.
-    pub fn parse(file: &[u8]) -> Result<FileHeader, Error> {
-        let len = file.len() as u64;
-        if len < FILE_HEADER_SIZE {
-            return Err(Error::BadFileHeader {
-                offset: 0,
-                what: format!(
-                    "truncated: the file has {len} bytes, the header needs {FILE_HEADER_SIZE}"
-                ),
-            });
-        }
-        if !Self::detect(file) {
-            return Err(Error::BadFileHeader {
-                offset: 0,
-                what: "not a file-mode perf.data (magic PERFILE2, header size 104)".into(),
-            });
-        }
-        let endian = if file[..8] == PIPE_MAGIC.to_le_bytes() {
-            Endian::Little
-        } else {
-            Endian::Big
-        };
-        let u = |off: u64| endian.u64(file, off as usize).expect("inside the header");
-        let section = |off: u64| FileSection {
-            offset: u(off),
-            size: u(off + 8),
-        };
-        let attr_size = u(16);
-        if attr_size < 64 + 16 || attr_size % 8 != 0 || attr_size > 4096 {
-            return Err(Error::BadFileHeader {
-                offset: 16,
-                what: format!("attr_size {attr_size} is not a perf_file_attr size"),
-            });
-        }
-        let mut h = FileHeader {
-            endian,
-            attr_size,
-            attrs: section(24),
-            data: section(40),
-            features: [0; 4],
-        };
-        check_section(24, "attrs", h.attrs, len)?;
-        if h.attrs.size % attr_size != 0 {
-            return Err(Error::BadFileHeader {
-                offset: 32,
-                what: format!(
-                    "attrs section size {} is not a multiple of attr_size {attr_size}",
-                    h.attrs.size
-                ),
-            });
-        }
-        if h.data.size == 0 && h.data.offset <= len {
-            // perf record did not finish: process what is there, as perf does.
-            h.data.size = len - h.data.offset;
-        }
-        check_section(40, "data", h.data, len)?;
-        let words: [u64; 4] = std::array::from_fn(|i| u(72 + 8 * i as u64));
-        h.features = match endian {
-            Endian::Little => words,
-            // The bitmap is an array of `unsigned long`, whose size the reader cannot know: take it
-            // as 64-bit words if that sets HOSTNAME (every perf sets it), else as 32-bit words
-            // (`perf_file_header__read()`).
-            Endian::Big if words[0] & (1 << 3) != 0 => words,
-            Endian::Big => std::array::from_fn(|i| {
-                let raw: [u8; 8] = file[72 + 8 * i..80 + 8 * i].try_into().expect("8 bytes");
-                let lo = u64::from(u32::from_be_bytes(raw[..4].try_into().expect("4")));
-                let hi = u64::from(u32::from_be_bytes(raw[4..].try_into().expect("4")));
-                lo | hi << 32
-            }),
-        };
-        Ok(h)
-    }
-
-    /// The set feature ids, in bit order (which is also the order of the feature table).
-    pub fn feature_ids(&self) -> impl Iterator<Item = u32> + '_ {
-        (0..256u32).filter(|&f| self.features[(f / 64) as usize] & (1 << (f % 64)) != 0)
-    }
-
-    /// The feature sections, `(id, section)` in table order, checked against the file.
-    ///
-    /// # Errors
-    /// [`Error::SectionOutOfBounds`] when the table or a section lies beyond the end of the file.
-    pub fn feature_sections(&self, file: &[u8]) -> Result<Vec<(u32, FileSection)>, Error> {
-        let len = file.len() as u64;
-        let table = self.data.offset + self.data.size;
-        let ids: Vec<u32> = self.feature_ids().collect();
-        check_section(
-            40,
-            "feature table",
-            FileSection {
-                offset: table,
-                size: 16 * ids.len() as u64,
-            },
-            len,
-        )?;
-        let e = self.endian;
-        ids.into_iter()
-            .enumerate()
-            .map(|(i, feat)| {
-                let entry = table + 16 * i as u64;
-                let s = FileSection {
-                    offset: e.u64(file, entry as usize).expect("checked"),
-                    size: e.u64(file, entry as usize + 8).expect("checked"),
-                };
-                check_section(entry, &format!("feature {}", feature_name(feat)), s, len)?;
-                Ok((feat, s))
-            })
-            .collect()
-    }
-}
-
-/// Checks that `s` (described at file offset `at`) lies inside a file of `len` bytes.
-fn check_section(at: u64, name: &str, s: FileSection, len: u64) -> Result<(), Error> {
-    match s.offset.checked_add(s.size) {
-        Some(end) if end <= len => Ok(()),
-        _ => Err(Error::SectionOutOfBounds {
-            offset: at,
-            section: name.to_string(),
-            start: s.offset,
-            size: s.size,
-            file_len: len,
-        }),
-    }
-}
+pub use crate::format::feature::{display_name as feature_name, in_pipe as synthesized_in_pipe};
+pub use crate::format::header::{FileHeader, FileSection};
 
 /// Whether the file at `path` is a file-mode `perf.data` (from its first 16 bytes; a short or
 /// unreadable file is not). A FIFO or other non-regular file is never opened for this.
@@ -373,71 +154,25 @@ impl ReadFile {
     /// file offset of what is wrong.
     pub fn preamble(&self) -> Result<Vec<u8>, Error> {
         let (m, h, e) = (&self.map[..], &self.header, self.header.endian);
-        let len = m.len() as u64;
         let mut out = Vec::with_capacity(64 << 10);
         out.extend_from_slice(&e.put_u64(PIPE_MAGIC));
         out.extend_from_slice(&e.put_u64(16));
 
-        let stride = (h.attr_size - 16) as usize;
-        for i in 0..h.attrs.size / h.attr_size {
-            let at_ = h.attrs.offset + i * h.attr_size;
-            let a = at_ as usize;
-            let mut body = m[a..a + stride].to_vec();
-            let ids_at = at_ + stride as u64;
-            let ids = FileSection {
-                offset: e.u64(m, ids_at as usize).expect("inside attrs"),
-                size: e.u64(m, ids_at as usize + 8).expect("inside attrs"),
-            };
-            check_section(ids_at, &format!("ids of attr {i}"), ids, len)?;
-            if ids.size % 8 != 0 || 8 + stride as u64 + ids.size > u64::from(u16::MAX) {
-                return Err(Error::BadFileHeader {
-                    offset: ids_at,
-                    what: format!("attr {i}: ids section of {} bytes", ids.size),
-                });
-            }
-            // The ids follow attr.size bytes in a HEADER_ATTR: make it the stride, as perf does.
-            if e.u32(&body, 4) != Some(stride as u32) {
-                body[4..8].copy_from_slice(&e.put_u32(stride as u32));
-            }
-            body.extend_from_slice(&m[ids.offset as usize..(ids.offset + ids.size) as usize]);
-            Attr::parse(&body, e).map_err(|source| Error::BadAttr {
-                offset: at_,
-                source,
-            })?;
-            out.extend(encode::record(
-                RecordType::HEADER_ATTR.0,
-                0,
-                &body,
-                false,
-                e,
-            ));
+        for (_, a) in h.attrs(m)? {
+            // The ids are raw in the file's byte order, as the record carries them.
+            let mut w = RecordWriter::new(&mut out, RecordType::HEADER_ATTR, 0, e);
+            w.bytes(&a.attr).bytes(&a.ids);
+            w.finish();
         }
 
-        let bytes = |s: &FileSection| &m[s.offset as usize..(s.offset + s.size) as usize];
+        let bytes = |s: &FileSection| s.bytes(m).unwrap_or_default();
         let max_feature = usize::from(u16::MAX) - 16;
         for (feat, s) in &self.features {
             if synthesized_in_pipe(*feat) && (s.size as usize) <= max_feature {
-                let mut rec = EventHeader {
-                    type_: RecordType::HEADER_FEATURE.0,
-                    misc: 0,
-                    size: 16 + s.size as u16,
-                }
-                .to_bytes(e)
-                .to_vec();
-                rec.extend_from_slice(&e.put_u64(u64::from(*feat)));
-                rec.extend_from_slice(bytes(s));
-                out.extend(rec);
+                build::feature(&mut out, e, *feat, bytes(s));
             }
         }
-        out.extend_from_slice(
-            &EventHeader {
-                type_: RecordType::HEADER_FEATURE.0,
-                misc: 0,
-                size: 16,
-            }
-            .to_bytes(e),
-        );
-        out.extend_from_slice(&e.put_u64(u64::from(feature::LAST)));
+        build::feature(&mut out, e, feature::LAST, &[]);
 
         for (feat, s) in &self.features {
             match *feat {
@@ -450,15 +185,7 @@ impl ReadFile {
                         offset: s.offset,
                         what: format!("tracing data of {} bytes", s.size),
                     })?;
-                    let mut body = e.put_u32(size).to_vec();
-                    body.extend_from_slice(&[0; 4]);
-                    out.extend(encode::record(
-                        RecordType::HEADER_TRACING_DATA.0,
-                        0,
-                        &body,
-                        false,
-                        e,
-                    ));
+                    build::tracing_data(&mut out, e, size);
                     out.extend_from_slice(bytes(s));
                     out.resize(out.len() + (padded - s.size) as usize, 0);
                 }
@@ -471,25 +198,8 @@ impl ReadFile {
 
     /// Appends the records of the HEADER_BUILD_ID feature section, byte for byte.
     fn build_ids(&self, s: &FileSection, out: &mut Vec<u8>) -> Result<(), Error> {
-        let e = self.header.endian;
-        let mut pos = s.offset;
-        let end = s.offset + s.size;
-        while end - pos >= EVENT_HEADER_SIZE as u64 {
-            let h = EventHeader::parse(&self.map[pos as usize..], e).expect("8 bytes");
-            let size = u64::from(h.size);
-            if size < 36 || pos + size > end {
-                return Err(Error::Malformed {
-                    offset: pos,
-                    record_type: RecordType::HEADER_BUILD_ID,
-                    size: size as usize,
-                    what: "an entry of the BUILD_ID feature section must hold 36 bytes and a name, inside the section",
-                });
-            }
-            // write_buildid() leaves header.type 0 in the table: make it a BUILD_ID record.
-            out.extend_from_slice(&e.put_u32(RecordType::HEADER_BUILD_ID.0));
-            out.extend_from_slice(&self.map[pos as usize + 4..(pos + size) as usize]);
-            pos += size;
-        }
+        let bytes = s.bytes(&self.map).unwrap_or_default();
+        out.extend(build_id_records(bytes, s.offset, self.header.endian)?);
         Ok(())
     }
 }
@@ -604,81 +314,5 @@ impl Source for Input {
             Input::Pipe(r) => r.counters(),
             Input::File(r) => r.counters(),
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn header(endian: Endian, data: FileSection, file_len: usize) -> Vec<u8> {
-        let mut f = vec![0u8; file_len.max(104)];
-        let w = |f: &mut Vec<u8>, off: usize, v: u64| {
-            f[off..off + 8].copy_from_slice(&endian.put_u64(v));
-        };
-        w(&mut f, 0, PIPE_MAGIC);
-        w(&mut f, 8, 104);
-        w(&mut f, 16, 144);
-        w(&mut f, 24, 104);
-        w(&mut f, 32, 0);
-        w(&mut f, 40, data.offset);
-        w(&mut f, 48, data.size);
-        w(&mut f, 72, 1 << 3);
-        f.truncate(file_len);
-        f
-    }
-
-    #[test]
-    fn detects_both_byte_orders_and_not_pipes() {
-        let data = FileSection {
-            offset: 104,
-            size: 0,
-        };
-        assert!(FileHeader::detect(&header(Endian::Little, data, 104)));
-        assert!(FileHeader::detect(&header(Endian::Big, data, 104)));
-        let mut pipe = b"PERFILE2".to_vec();
-        pipe.extend_from_slice(&16u64.to_le_bytes());
-        assert!(!FileHeader::detect(&pipe));
-        assert!(!FileHeader::detect(b"PERFILE2"));
-    }
-
-    #[test]
-    fn truncated_header_and_sections_name_their_offset() {
-        let data = FileSection {
-            offset: 104,
-            size: 1000,
-        };
-        let short = header(Endian::Little, data, 60);
-        let e = FileHeader::parse(&short).unwrap_err();
-        assert_eq!(e.offset(), Some(0));
-        assert!(e.to_string().contains("truncated"), "{e}");
-
-        let f = header(Endian::Little, data, 200);
-        let e = FileHeader::parse(&f).unwrap_err();
-        assert_eq!(e.offset(), Some(40));
-        assert!(e.to_string().contains("data section at 104..1104"), "{e}");
-
-        let data = FileSection {
-            offset: 104,
-            size: 16,
-        };
-        let f = header(Endian::Big, data, 120);
-        let h = FileHeader::parse(&f).unwrap();
-        assert_eq!(h.endian, Endian::Big);
-        assert_eq!(h.feature_ids().collect::<Vec<_>>(), vec![3]);
-        // The feature table (one entry at 120) lies beyond the end.
-        let e = h.feature_sections(&f).unwrap_err();
-        assert!(e.to_string().contains("feature table"), "{e}");
-    }
-
-    #[test]
-    fn pipe_features_follow_perf() {
-        let yes: Vec<u32> = (0..40).filter(|&f| synthesized_in_pipe(f)).collect();
-        assert!(yes.contains(&3) && yes.contains(&31) && yes.contains(&27));
-        for no in [0, 1, 2, 15, 18, 19, 20, 24, 30, 32, 33] {
-            assert!(!yes.contains(&no), "{no}");
-        }
-        assert_eq!(feature_name(2), "BUILD_ID");
-        assert_eq!(feature_name(40), "feature 40");
     }
 }

@@ -3,8 +3,11 @@
 //! laid out as `perf record -o -` lays them out (sample-id trailers included), so that `perf script`
 //! reads the result.
 
-use crate::encode;
-use crate::format::{misc, sample, Endian, RecordType, PIPE_MAGIC};
+use crate::format::build::{self, RecordWriter, Trailer};
+use crate::format::{
+    misc, sample, Comm, Endian, FileId, Mmap, RecordType, SampleId, SampleLayout, Task,
+    TrailerLayout, PIPE_MAGIC,
+};
 
 /// The attr's `sample_type`.
 pub const SAMPLE_TYPE: u64 = sample::IP
@@ -49,91 +52,92 @@ impl SynthStream {
         // disabled, mmap, comm, task, sample_id_all, mmap2, comm_exec
         let flags: u64 = 1 | 1 << 8 | 1 << 9 | 1 << 13 | 1 << 18 | 1 << 23 | 1 << 24;
         attr[40..48].copy_from_slice(&flags.to_le_bytes());
-        attr.extend_from_slice(&ID.to_le_bytes());
-        s.push(RecordType::HEADER_ATTR, 0, &attr);
+        build::header_attr(&mut s.buf, e, &attr, &[ID]);
         s
     }
 
-    fn push(&mut self, t: RecordType, misc_: u16, body: &[u8]) {
-        self.buf
-            .extend_from_slice(&encode::record(t.0, misc_, body, true, self.e));
-    }
-
-    /// The sample-id trailer: TID, TIME, ID, CPU.
-    fn trailer(&self, body: &mut Vec<u8>, pid: u32, tid: u32, time: u64, cpu: u32) {
-        body.resize(body.len().next_multiple_of(8), 0);
-        body.extend_from_slice(&pid.to_le_bytes());
-        body.extend_from_slice(&tid.to_le_bytes());
-        body.extend_from_slice(&time.to_le_bytes());
-        body.extend_from_slice(&ID.to_le_bytes());
-        body.extend_from_slice(&cpu.to_le_bytes());
-        body.extend_from_slice(&0u32.to_le_bytes());
+    /// The sample-id trailer of the attr: TID, TIME, ID, CPU.
+    fn trailer(pid: u32, tid: u32, time: u64, cpu: u32) -> Trailer<'static> {
+        let layout: TrailerLayout = SampleLayout::new(SAMPLE_TYPE, 0, true)
+            .trailer
+            .expect("sample_id_all");
+        let id = SampleId {
+            pid: Some(pid),
+            tid: Some(tid),
+            time: Some(time),
+            id: Some(ID),
+            cpu: Some(cpu),
+        };
+        Trailer::SampleId(id, layout)
     }
 
     /// PERF_RECORD_COMM.
     pub fn comm(&mut self, pid: u32, tid: u32, name: &str, exec: bool, time: u64) {
-        let mut body = Vec::new();
-        body.extend_from_slice(&pid.to_le_bytes());
-        body.extend_from_slice(&tid.to_le_bytes());
-        body.extend_from_slice(name.as_bytes());
-        body.push(0);
-        self.trailer(&mut body, pid, tid, time, 0);
-        let m = if exec { misc::COMM_EXEC } else { 0 };
-        self.push(RecordType::COMM, m, &body);
+        let c = Comm {
+            pid,
+            tid,
+            comm: name.as_bytes(),
+            exec,
+        };
+        build::comm(&mut self.buf, self.e, &c, Self::trailer(pid, tid, time, 0));
     }
 
     /// PERF_RECORD_FORK of `pid` from `ppid` (a new process: tid = pid).
     pub fn fork(&mut self, pid: u32, ppid: u32, time: u64) {
-        let mut body = Vec::new();
-        for v in [pid, ppid, pid, ppid] {
-            body.extend_from_slice(&v.to_le_bytes());
-        }
-        body.extend_from_slice(&time.to_le_bytes());
-        self.trailer(&mut body, pid, pid, time, 0);
-        self.push(RecordType::FORK, 0, &body);
+        let t = Task {
+            pid,
+            ppid,
+            tid: pid,
+            ptid: ppid,
+            time,
+        };
+        let trailer = Self::trailer(pid, pid, time, 0);
+        build::task(&mut self.buf, self.e, RecordType::FORK, 0, &t, trailer);
     }
 
     /// PERF_RECORD_MMAP2 of an executable file mapping (`maj:min ino` given).
     pub fn mmap2(&mut self, pid: u32, addr: u64, len: u64, path: &str, ino: u64, time: u64) {
-        let mut body = Vec::new();
-        body.extend_from_slice(&pid.to_le_bytes());
-        body.extend_from_slice(&pid.to_le_bytes());
-        for v in [addr, len, 0u64] {
-            body.extend_from_slice(&v.to_le_bytes());
-        }
-        body.extend_from_slice(&8u32.to_le_bytes()); // maj
-        body.extend_from_slice(&1u32.to_le_bytes()); // min
-        body.extend_from_slice(&ino.to_le_bytes());
-        body.extend_from_slice(&0u64.to_le_bytes()); // ino_generation
-        body.extend_from_slice(&5u32.to_le_bytes()); // PROT_READ|PROT_EXEC
-        body.extend_from_slice(&2u32.to_le_bytes()); // MAP_PRIVATE
-        body.extend_from_slice(path.as_bytes());
-        body.push(0);
-        self.trailer(&mut body, pid, pid, time, 0);
-        self.push(RecordType::MMAP2, misc::USER, &body);
+        let m = Mmap {
+            pid,
+            tid: pid,
+            addr,
+            len,
+            pgoff: 0,
+            file_id: FileId::Inode {
+                maj: 8,
+                min: 1,
+                ino,
+                ino_generation: 0,
+            },
+            prot: 5,  // PROT_READ|PROT_EXEC
+            flags: 2, // MAP_PRIVATE
+            filename: path.as_bytes(),
+            cpumode: misc::USER,
+        };
+        build::mmap2(&mut self.buf, self.e, &m, Self::trailer(pid, pid, time, 0));
     }
 
     /// PERF_RECORD_SAMPLE with a callchain (context markers included as given).
     pub fn sample(&mut self, pid: u32, tid: u32, time: u64, cpu: u32, ip: u64, chain: &[u64]) {
-        let mut body = Vec::with_capacity(56 + 8 * chain.len());
-        body.extend_from_slice(&ip.to_le_bytes());
-        body.extend_from_slice(&pid.to_le_bytes());
-        body.extend_from_slice(&tid.to_le_bytes());
-        body.extend_from_slice(&time.to_le_bytes());
-        body.extend_from_slice(&ID.to_le_bytes());
-        body.extend_from_slice(&cpu.to_le_bytes());
-        body.extend_from_slice(&0u32.to_le_bytes());
-        body.extend_from_slice(&20_000u64.to_le_bytes()); // period
-        body.extend_from_slice(&(chain.len() as u64).to_le_bytes());
-        for ip in chain {
-            body.extend_from_slice(&ip.to_le_bytes());
+        let mut w = RecordWriter::new(&mut self.buf, RecordType::SAMPLE, misc::USER, self.e);
+        w.u64(ip)
+            .u32(pid)
+            .u32(tid)
+            .u64(time)
+            .u64(ID)
+            .u32(cpu)
+            .u32(0);
+        w.u64(20_000); // period
+        w.u64(chain.len() as u64);
+        for &ip in chain {
+            w.u64(ip);
         }
-        self.push(RecordType::SAMPLE, misc::USER, &body);
+        w.finish();
     }
 
     /// PERF_RECORD_FINISHED_ROUND.
     pub fn finished_round(&mut self) {
-        self.push(RecordType::FINISHED_ROUND, 0, &[]);
+        build::empty(&mut self.buf, RecordType::FINISHED_ROUND, self.e);
     }
 
     /// The stream so far.

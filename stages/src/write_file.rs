@@ -38,18 +38,15 @@ use std::time::{Duration, Instant};
 
 use perfpipe_core::{Batch, Counter, Flow, Sink, StageError};
 
+use crate::format::header::{
+    attr_stride, build_id_entry, features_section, AttrsSection, FileAttr,
+};
 use crate::format::{
-    feature, Endian, EventHeader, RecordType, StreamInfo, FILE_HEADER_SIZE, PIPE_HEADER_KIND,
-    PIPE_MAGIC,
+    feature, Endian, EventHeader, FileHeader, FileSection, RecordType, StreamInfo,
+    FILE_HEADER_SIZE, PIPE_HEADER_KIND,
 };
 use crate::write::{Write, WriteConfig};
 use crate::Error;
-
-/// `NAME_ALIGN`: build-id table names are NUL-padded to a multiple of this.
-const NAME_ALIGN: usize = 64;
-
-/// The attr size written when the stream had no HEADER_ATTR (perf 6.1's `sizeof(perf_event_attr)`).
-const DEFAULT_ATTR_SIZE: usize = 128;
 
 /// Which format `-o` writes.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -129,13 +126,6 @@ impl WriteFileConfig {
     }
 }
 
-/// One attr: its bytes (`attr.size` of them) and its ids, raw in the stream's byte order.
-#[derive(Debug)]
-struct FileAttr {
-    attr: Vec<u8>,
-    ids: Vec<u8>,
-}
-
 /// The running file-mode `write` sink.
 #[derive(Debug)]
 pub struct WriteFile {
@@ -148,8 +138,9 @@ pub struct WriteFile {
     attrs_written: usize,
     features: BTreeMap<u32, Vec<u8>>,
     tracing: Option<Vec<u8>>,
-    /// The BUILD_ID feature section, one entry per distinct build id.
+    /// The BUILD_ID feature section, one entry per distinct (pid, build id, name).
     build_ids: Vec<u8>,
+    /// The entries of `build_ids` without their header.
     seen_ids: HashSet<Vec<u8>>,
     /// File offset of the data section, once it has started.
     data_offset: Option<u64>,
@@ -177,41 +168,15 @@ impl WriteFile {
         self.endian.unwrap_or_default()
     }
 
-    /// The attr stride: the largest `attr.size` seen.
-    fn attr_len(&self) -> usize {
-        self.attrs
-            .iter()
-            .map(|a| a.attr.len())
-            .max()
-            .unwrap_or(DEFAULT_ATTR_SIZE)
-    }
-
     /// Writes the id arrays and the `perf_file_attr` array at `at`; returns the attrs offset and
     /// where the arrays end.
     fn write_attrs(&mut self, at: u64) -> Result<(u64, u64), StageError> {
-        let e = self.e();
-        let len = self.attr_len();
-        let mut buf = Vec::new();
-        let mut id_offsets = Vec::with_capacity(self.attrs.len());
-        for a in &self.attrs {
-            id_offsets.push(at + buf.len() as u64);
-            buf.extend_from_slice(&a.ids);
-        }
-        let attrs_at = at + buf.len() as u64;
-        for (a, id_at) in self.attrs.iter().zip(id_offsets) {
-            let start = buf.len();
-            buf.extend_from_slice(&a.attr);
-            buf.resize(start + len, 0);
-            // perf reads attr.size bytes per attr: every attr gets the stride as its size.
-            buf[start + 4..start + 8].copy_from_slice(&e.put_u32(len as u32));
-            buf.extend_from_slice(&e.put_u64(id_at));
-            buf.extend_from_slice(&e.put_u64(a.ids.len() as u64));
-        }
+        let section = AttrsSection::new(&self.attrs, at, self.e());
         self.file
-            .write_all_at(&buf, at)
+            .write_all_at(&section.bytes, at)
             .map_err(|err| self.io("write", err))?;
         self.attrs_written = self.attrs.len();
-        Ok((attrs_at, at + buf.len() as u64))
+        Ok((section.offset, at + section.bytes.len() as u64))
     }
 
     /// Starts the data section after the id and attr arrays.
@@ -225,14 +190,8 @@ impl WriteFile {
     }
 
     fn add_attr(&mut self, rec: &[u8]) {
-        let e = self.e();
         let body = &rec[8.min(rec.len())..];
-        let size = e.u32(body, 4).unwrap_or(0) as usize;
-        let len = if size == 0 { 64 } else { size }.min(body.len());
-        self.attrs.push(FileAttr {
-            attr: body[..len].to_vec(),
-            ids: body[len..body.len() - (body.len() - len) % 8].to_vec(),
-        });
+        self.attrs.push(FileAttr::from_header_attr(body, self.e()));
     }
 
     fn add_feature(&mut self, rec: &[u8]) {
@@ -248,30 +207,12 @@ impl WriteFile {
     }
 
     fn add_build_id(&mut self, rec: &[u8]) {
-        let e = self.e();
-        let Some(h) = EventHeader::parse(rec, e) else {
+        let Some(entry) = build_id_entry(rec, self.e()) else {
             return;
         };
-        let size = usize::from(h.size).min(rec.len());
-        if size < 36 {
-            return;
+        if self.seen_ids.insert(entry[8..].to_vec()) {
+            self.build_ids.extend_from_slice(&entry);
         }
-        let name = &rec[36..size];
-        let name = &name[..name.iter().position(|&c| c == 0).unwrap_or(name.len())];
-        let key: Vec<u8> = [&rec[8..36], name].concat();
-        if !self.seen_ids.insert(key) {
-            return;
-        }
-        let padded = (name.len() + 1).next_multiple_of(NAME_ALIGN);
-        let Ok(total) = u16::try_from(36 + padded) else {
-            return;
-        };
-        let header = EventHeader { size: total, ..h };
-        self.build_ids.extend_from_slice(&header.to_bytes(e));
-        self.build_ids.extend_from_slice(&rec[8..36]);
-        self.build_ids.extend_from_slice(name);
-        self.build_ids
-            .resize(self.build_ids.len() + padded - name.len(), 0);
     }
 
     /// Writes `self.runs` of `batch` at the end of the data section.
@@ -329,45 +270,32 @@ impl WriteFile {
         let data_offset = self.start_data()?;
         let feat_offset = data_offset + self.data_size;
         let features = self.feature_sections();
-        let mut bitmap = [0u64; 4];
-        let mut table = Vec::with_capacity(16 * features.len());
-        let mut payload = Vec::new();
-        let mut at = feat_offset + 16 * features.len() as u64;
-        for (feat, bytes) in &features {
-            bitmap[(feat / 64) as usize] |= 1 << (feat % 64);
-            table.extend_from_slice(&e.put_u64(at));
-            table.extend_from_slice(&e.put_u64(bytes.len() as u64));
-            payload.extend_from_slice(bytes);
-            at += bytes.len() as u64;
-        }
-        table.extend_from_slice(&payload);
+        let (table, bitmap) = features_section(&features, feat_offset, e);
         self.file
             .write_all_at(&table, feat_offset)
             .map_err(|err| self.io("write", err))?;
+        let end = feat_offset + table.len() as u64;
         let mut attrs_at =
             FILE_HEADER_SIZE + self.attrs.iter().map(|a| a.ids.len() as u64).sum::<u64>();
         if self.attrs_written != self.attrs.len() {
             // Attrs that came after the data started: the whole array goes after the features.
-            attrs_at = self.write_attrs(at)?.0;
+            attrs_at = self.write_attrs(end)?.0;
         }
-        let attr_size = (self.attr_len() + 16) as u64;
-        let mut h = Vec::with_capacity(FILE_HEADER_SIZE as usize);
-        for v in [
-            PIPE_MAGIC,
-            FILE_HEADER_SIZE,
+        let attr_size = (attr_stride(&self.attrs) + 16) as u64;
+        let h = FileHeader {
+            endian: e,
             attr_size,
-            attrs_at,
-            attr_size * self.attrs.len() as u64,
-            data_offset,
-            self.data_size,
-            0,
-            0,
-        ] {
-            h.extend_from_slice(&e.put_u64(v));
+            attrs: FileSection {
+                offset: attrs_at,
+                size: attr_size * self.attrs.len() as u64,
+            },
+            data: FileSection {
+                offset: data_offset,
+                size: self.data_size,
+            },
+            features: bitmap,
         }
-        for w in bitmap {
-            h.extend_from_slice(&e.put_u64(w));
-        }
+        .to_bytes();
         self.file
             .write_all_at(&h, 0)
             .map_err(|err| self.io("write", err))?;
@@ -537,8 +465,8 @@ mod tests {
     use std::sync::Arc;
 
     use super::*;
-    use crate::encode::record;
-    use crate::read_file::{FileHeader, FileSection};
+    use crate::format::build::record;
+    use crate::format::PIPE_MAGIC;
 
     fn dir(name: &str) -> PathBuf {
         let d = std::env::temp_dir().join(format!("perfpipe-wf-{name}-{}", std::process::id()));

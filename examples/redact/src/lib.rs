@@ -21,8 +21,7 @@
 use std::hash::Hasher as _;
 
 use perfpipe_core::{Batch, Counter, Flow, Out, Stage, StageError};
-use perfpipe_stages::encode;
-use perfpipe_stages::format::{feature, Endian, EventHeader, RecordType, StreamInfo};
+use perfpipe_stages::format::{build, feature, Endian, EventHeader, RecordType, StreamInfo};
 use perfpipe_stages::registry::{Flag, Kind, Options, StageOption, StageSpec};
 use siphasher::sip::SipHasher13;
 
@@ -92,7 +91,7 @@ impl Redact {
         body.push(0);
         body.resize((8 + body.len()).next_multiple_of(8) - 8, 0);
         body.extend_from_slice(tail);
-        Some(encode::record(h.type_, h.misc, &body, false, e))
+        Some(build::record(h.type_, h.misc, &body, false, e))
     }
 
     /// The redacted form of one record, `None` to keep it, `Some(None)` to drop it.

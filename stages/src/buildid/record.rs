@@ -11,46 +11,29 @@
 
 use super::misc_for;
 use super::source::BuildId;
-use crate::encode;
-use crate::format::{misc, Endian, RecordType};
+use crate::format::{build, misc, BuildIdEvent, Endian, Record};
 
 /// The host machine's pid in a BUILD_ID record (`HOST_KERNEL_ID`).
 pub const HOST_PID: i32 = -1;
 
 /// Encodes a BUILD_ID record for `name` (a kernel dso when `kernel`).
 pub fn build_id(id: &BuildId, name: &[u8], kernel: bool, e: Endian) -> Vec<u8> {
-    let mut body = Vec::with_capacity(28 + name.len() + 1);
-    body.extend_from_slice(&e.put_u32(HOST_PID as u32));
-    let mut data = [0u8; 24];
-    data[..id.as_bytes().len()].copy_from_slice(id.as_bytes());
-    data[20] = id.as_bytes().len() as u8;
-    body.extend_from_slice(&data);
-    // Names longer than a record can hold are cut (a path is at most 4096 bytes anyway).
-    body.extend_from_slice(&name[..name.len().min(65_000)]);
-    body.push(0);
-    encode::record(
-        RecordType::HEADER_BUILD_ID.0,
-        misc_for(kernel) | misc::BUILD_ID_SIZE,
-        &body,
-        true,
-        e,
-    )
+    let event = BuildIdEvent {
+        pid: HOST_PID,
+        build_id: id.as_bytes(),
+        // Names longer than a record can hold are cut (a path is at most 4096 bytes anyway).
+        filename: &name[..name.len().min(65_000)],
+        misc: misc_for(kernel) | misc::BUILD_ID_SIZE,
+    };
+    let mut out = Vec::with_capacity((36 + event.filename.len() + 1).next_multiple_of(8));
+    build::build_id(&mut out, e, &event);
+    out
 }
 
 /// Reads a BUILD_ID record: `(build id, file name, misc)`, or `None` if it is malformed.
 pub fn parse(rec: &[u8], e: Endian) -> Option<(BuildId, &[u8], u16)> {
-    let misc_ = e.u16(rec, 4)?;
-    let size = usize::from(e.u16(rec, 6)?).min(rec.len());
-    let rec = &rec[..size];
-    let len = if misc_ & misc::BUILD_ID_SIZE != 0 {
-        usize::from(*rec.get(32)?).min(20)
-    } else {
-        20
-    };
-    let id = BuildId::new(rec.get(12..12 + len)?)?;
-    let name = rec.get(36..)?;
-    let name = &name[..name.iter().position(|&c| c == 0)?];
-    Some((id, name, misc_))
+    let b = Record::new(rec, e, None).build_id()?;
+    Some((BuildId::new(b.build_id)?, b.filename, b.misc))
 }
 
 #[cfg(test)]

@@ -11,7 +11,8 @@
 
 use std::path::{Path, PathBuf};
 
-use crate::format::{misc, RecordType, PIPE_MAGIC};
+use crate::format::build::{self, RecordWriter, Trailer};
+use crate::format::{misc, Endian, FileId, Mmap, RecordType, Task, PIPE_MAGIC};
 
 /// A small deterministic generator (xorshift64*), standing in for perf's `rand()`.
 #[derive(Clone, Debug)]
@@ -84,15 +85,9 @@ impl Default for Shape {
     }
 }
 
-fn rec(out: &mut Vec<u8>, type_: RecordType, misc_: u16, body: &[u8]) {
-    out.extend_from_slice(&type_.0.to_le_bytes());
-    out.extend_from_slice(&misc_.to_le_bytes());
-    out.extend_from_slice(&((8 + body.len()) as u16).to_le_bytes());
-    out.extend_from_slice(body);
-}
-
 /// Generates one stream (little-endian) over the dso `pool`.
 pub fn generate(pool: &[PathBuf], shape: Shape, rng: &mut Rng) -> Vec<u8> {
+    let e = Endian::Little;
     let mut out = Vec::with_capacity(shape.nr_mmaps * (shape.nr_samples * 40 + 200));
     out.extend_from_slice(&PIPE_MAGIC.to_le_bytes());
     out.extend_from_slice(&16u64.to_le_bytes());
@@ -105,54 +100,62 @@ pub fn generate(pool: &[PathBuf], shape: Shape, rng: &mut Rng) -> Vec<u8> {
     attr[24..32].copy_from_slice(&sample_type.to_le_bytes());
     let flags: u64 = (1 << 5) | (1 << 18); // exclude_kernel | sample_id_all
     attr[40..48].copy_from_slice(&flags.to_le_bytes());
-    let mut body = attr.to_vec();
-    body.extend_from_slice(&0u64.to_le_bytes());
-    rec(&mut out, RecordType::HEADER_ATTR, 0, &body);
+    build::header_attr(&mut out, e, &attr, &[0]);
 
+    // The bench writes a 32-byte zero trailer after FORK and MMAP2 whatever the attr (whose
+    // sample_id trailer would be 24 bytes); perf reads it from the end, so only its last 24 count.
     let pid = shape.pid;
-    let mut body = Vec::with_capacity(56);
-    for v in [pid, 1, pid, 1] {
-        body.extend_from_slice(&v.to_le_bytes());
-    }
-    body.extend_from_slice(&0u64.to_le_bytes());
-    body.extend_from_slice(&[0; 32]);
-    rec(&mut out, RecordType::FORK, misc::COMM_EXEC, &body);
+    let fork = Task {
+        pid,
+        ppid: 1,
+        tid: pid,
+        ptid: 1,
+        time: 0,
+    };
+    let trailer = Trailer::Raw(&[0; 32]);
+    build::task(
+        &mut out,
+        e,
+        RecordType::FORK,
+        misc::COMM_EXEC,
+        &fork,
+        trailer,
+    );
 
     for m in 0..shape.nr_mmaps {
         let ino = rng.below(pool.len() as u64);
         let start = 0x40_0000 + ino * 8192;
         let time = rng.below(1_000_000);
         let name = pool[ino as usize].as_os_str().as_encoded_bytes();
-        let mut body = Vec::with_capacity(64 + name.len() + 40);
-        for v in [pid, pid] {
-            body.extend_from_slice(&v.to_le_bytes());
-        }
-        for v in [start, 4096, 0] {
-            body.extend_from_slice(&v.to_le_bytes());
-        }
-        body.extend_from_slice(&8u32.to_le_bytes());
-        body.extend_from_slice(&0u32.to_le_bytes());
-        body.extend_from_slice(&ino.to_le_bytes());
-        body.extend_from_slice(&0u64.to_le_bytes());
-        body.extend_from_slice(&4u32.to_le_bytes()); // PROT_EXEC
-        body.extend_from_slice(&0u32.to_le_bytes());
-        body.extend_from_slice(name);
-        body.resize(body.len() + 8 - (name.len() % 8), 0);
+        let map = Mmap {
+            pid,
+            tid: pid,
+            addr: start,
+            len: 4096,
+            pgoff: 0,
+            file_id: FileId::Inode {
+                maj: 8,
+                min: 0,
+                ino,
+                ino_generation: 0,
+            },
+            prot: 4, // PROT_EXEC
+            flags: 0,
+            filename: name,
+            cpumode: misc::USER,
+        };
         let mut trailer = [0u8; 32];
         trailer[16..24].copy_from_slice(&time.to_le_bytes());
-        body.extend_from_slice(&trailer);
-        rec(&mut out, RecordType::MMAP2, misc::USER, &body);
+        build::mmap2(&mut out, e, &map, Trailer::Raw(&trailer));
 
         for k in 0..shape.nr_samples as u64 {
-            let mut s = [0u8; 32];
-            s[8..16].copy_from_slice(&start.to_le_bytes());
-            s[16..20].copy_from_slice(&pid.to_le_bytes());
-            s[20..24].copy_from_slice(&pid.to_le_bytes());
-            s[24..32].copy_from_slice(&(time + k * 1000).to_le_bytes());
-            rec(&mut out, RecordType::SAMPLE, misc::USER, &s);
+            // IDENTIFIER (0) | IP | TID | TIME
+            let mut w = RecordWriter::new(&mut out, RecordType::SAMPLE, misc::USER, e);
+            w.u64(0).u64(start).u32(pid).u32(pid).u64(time + k * 1000);
+            w.finish();
         }
         if m % 10 == 9 {
-            rec(&mut out, RecordType::FINISHED_ROUND, 0, &[]);
+            build::empty(&mut out, RecordType::FINISHED_ROUND, e);
         }
     }
     out

@@ -10,7 +10,7 @@
 //! value  := number | time | "string" | name
 //! ```
 
-use std::fmt;
+pub use crate::error::ExprError;
 
 /// A sample field an expression can test.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -146,33 +146,6 @@ impl Expr {
         }
     }
 }
-
-/// A syntax error: where (1-based character column), what, and how to fix it.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct ExprError {
-    /// The expression.
-    pub expr: String,
-    /// 1-based character column of the fault.
-    pub column: usize,
-    /// What is wrong.
-    pub message: String,
-    /// A hint, if there is one.
-    pub hint: Option<String>,
-}
-
-impl fmt::Display for ExprError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        writeln!(f, "column {}: {}", self.column, self.message)?;
-        writeln!(f, "    {}", self.expr)?;
-        write!(f, "    {}^", " ".repeat(self.column.saturating_sub(1)))?;
-        if let Some(h) = &self.hint {
-            write!(f, "\n  hint: {h}")?;
-        }
-        Ok(())
-    }
-}
-
-impl std::error::Error for ExprError {}
 
 #[derive(Clone, Debug, PartialEq)]
 enum Tok {

@@ -348,13 +348,7 @@ impl RecordConfig {
                 }
             }
         }
-        pre.extend_from_slice(&crate::encode::record(
-            RecordType::FINISHED_INIT.0,
-            0,
-            &[],
-            true,
-            e,
-        ));
+        crate::format::build::empty(&mut pre, RecordType::FINISHED_INIT, e);
 
         let recorder = if self.overwrite {
             let mut info = StreamInfo::new(e);

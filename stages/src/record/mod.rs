@@ -210,13 +210,7 @@ impl Record {
             total.lost += s.lost;
         }
         if total.records > 0 {
-            buf.extend_from_slice(&crate::encode::record(
-                RecordType::FINISHED_ROUND.0,
-                0,
-                &[],
-                true,
-                synth::endian(),
-            ));
+            crate::format::build::empty(buf, RecordType::FINISHED_ROUND, synth::endian());
         }
         self.lost.add(total.lost);
         self.records.add(total.records);

@@ -5,14 +5,12 @@
 
 use std::fs;
 
-use crate::encode;
-use crate::format::{feature, misc, Endian, RecordType};
+use crate::format::build::{self, RecordWriter, Trailer};
+use crate::format::{
+    feature, misc, sample, Comm, Endian, FileId, Mmap, RecordType, SampleId, SampleLayout,
+};
 
 const E: Endian = Endian::Little;
-
-fn rec(t: RecordType, misc_: u16, body: &[u8]) -> Vec<u8> {
-    encode::record(t.0, misc_, body, true, endian())
-}
 
 /// The machine's byte order (the kernel writes records in it).
 pub fn endian() -> Endian {
@@ -35,9 +33,9 @@ pub fn string(out: &mut Vec<u8>, s: &str) {
 /// A HEADER_FEATURE record: `u64 feat_id` then the section bytes, not padded (as perf writes it).
 /// `id` is one of [`feature`](crate::format::feature).
 pub fn feature_record(id: u32, data: &[u8]) -> Vec<u8> {
-    let mut body = u64::from(id).to_ne_bytes().to_vec();
-    body.extend_from_slice(data);
-    encode::record(RecordType::HEADER_FEATURE.0, 0, &body, false, endian())
+    let mut out = Vec::with_capacity(16 + data.len());
+    build::feature(&mut out, endian(), id, data);
+    out
 }
 
 /// The HEADER_FEATURE end mark (`HEADER_LAST_FEATURE`).
@@ -97,11 +95,9 @@ pub fn event_desc(events: &[EventDesc]) -> Vec<u8> {
 
 /// HEADER_ATTR: the attr then its ids.
 pub fn header_attr(e: &EventDesc) -> Vec<u8> {
-    let mut body = e.attr.clone();
-    for id in &e.ids {
-        body.extend_from_slice(&id.to_ne_bytes());
-    }
-    rec(RecordType::HEADER_ATTR, 0, &body)
+    let mut out = Vec::with_capacity(8 + e.attr.len() + 8 * e.ids.len());
+    build::header_attr(&mut out, endian(), &e.attr, &e.ids);
+    out
 }
 
 /// One ID_INDEX entry: `{u64 id, idx, cpu, tid}`.
@@ -119,22 +115,30 @@ pub struct IdEntry {
 
 /// ID_INDEX.
 pub fn id_index(entries: &[IdEntry]) -> Vec<u8> {
-    let mut body = (entries.len() as u64).to_ne_bytes().to_vec();
+    let mut out = Vec::with_capacity(16 + 32 * entries.len());
+    let mut w = RecordWriter::new(&mut out, RecordType::ID_INDEX, 0, endian());
+    w.u64(entries.len() as u64);
     for e in entries {
-        for v in [e.id, e.idx, e.cpu, e.tid] {
-            body.extend_from_slice(&v.to_ne_bytes());
-        }
+        w.u64(e.id).u64(e.idx).u64(e.cpu).u64(e.tid);
     }
-    rec(RecordType::ID_INDEX, 0, &body)
+    w.finish();
+    out
 }
 
+/// The `sample_id` bits of every attr `record` opens ([`RecordConfig`](super::RecordConfig)
+/// always samples `IDENTIFIER|IP|TID|TIME|CPU`, with `sample_id_all`).
+const SAMPLE_ID_BITS: u64 = sample::TID | sample::TIME | sample::CPU | sample::IDENTIFIER;
+
 /// The `sample_id` trailer of a synthesized record: pid/tid set, time, cpu and identifier 0
-/// (id 0 tells perf's readers "the first attr"). Layout for `TID|TIME|CPU|IDENTIFIER`.
-fn trailer(body: &mut Vec<u8>, pid: u32, tid: u32) {
-    body.resize(body.len().next_multiple_of(8), 0);
-    body.extend_from_slice(&pid.to_ne_bytes());
-    body.extend_from_slice(&tid.to_ne_bytes());
-    body.extend_from_slice(&[0; 24]);
+/// (id 0 tells perf's readers "the first attr").
+fn trailer(pid: u32, tid: u32) -> Trailer<'static> {
+    let layout = SampleLayout::new(SAMPLE_ID_BITS, 0, true).trailer;
+    let id = SampleId {
+        pid: Some(pid),
+        tid: Some(tid),
+        ..SampleId::default()
+    };
+    Trailer::SampleId(id, layout.expect("sample_id_all"))
 }
 
 /// The kernel's map as perf synthesizes it (`perf_event__synthesize_kernel_mmap()`): MMAP, pid
@@ -161,25 +165,34 @@ pub fn kernel_mmap() -> Option<Vec<u8>> {
         end = end.max(addr);
     }
     let start = text.filter(|&t| t != 0)?;
-    let mut body = Vec::new();
-    body.extend_from_slice(&u32::MAX.to_ne_bytes());
-    body.extend_from_slice(&0u32.to_ne_bytes());
-    for v in [start, end.saturating_sub(start).max(1), start] {
-        body.extend_from_slice(&v.to_ne_bytes());
-    }
-    body.extend_from_slice(b"[kernel.kallsyms]_text\0");
-    trailer(&mut body, u32::MAX, 0);
-    Some(rec(RecordType::MMAP, misc::KERNEL, &body))
+    let m = Mmap {
+        pid: u32::MAX,
+        tid: 0,
+        addr: start,
+        len: end.saturating_sub(start).max(1),
+        pgoff: start,
+        file_id: FileId::None,
+        prot: 0,
+        flags: 0,
+        filename: b"[kernel.kallsyms]_text",
+        cpumode: misc::KERNEL,
+    };
+    let mut out = Vec::with_capacity(96);
+    build::mmap(&mut out, endian(), &m, trailer(u32::MAX, 0));
+    Some(out)
 }
 
 /// PERF_RECORD_COMM of a running thread.
 pub fn comm(pid: u32, tid: u32, name: &str) -> Vec<u8> {
-    let mut body = pid.to_ne_bytes().to_vec();
-    body.extend_from_slice(&tid.to_ne_bytes());
-    body.extend_from_slice(name.as_bytes());
-    body.push(0);
-    trailer(&mut body, pid, tid);
-    rec(RecordType::COMM, 0, &body)
+    let c = Comm {
+        pid,
+        tid,
+        comm: name.as_bytes(),
+        exec: false,
+    };
+    let mut out = Vec::with_capacity(64);
+    build::comm(&mut out, endian(), &c, trailer(pid, tid));
+    out
 }
 
 /// One line of `/proc/<pid>/maps` as an MMAP2 record, if it is an executable mapping (perf
@@ -215,22 +228,26 @@ pub fn maps_line(pid: u32, line: &str) -> Option<Vec<u8>> {
     } else {
         libc::MAP_PRIVATE
     } as u32;
-    let mut body = Vec::with_capacity(128);
-    body.extend_from_slice(&pid.to_ne_bytes());
-    body.extend_from_slice(&pid.to_ne_bytes());
-    for v in [start, end - start, pgoff] {
-        body.extend_from_slice(&v.to_ne_bytes());
-    }
-    body.extend_from_slice(&maj.to_ne_bytes());
-    body.extend_from_slice(&min.to_ne_bytes());
-    body.extend_from_slice(&ino.to_ne_bytes());
-    body.extend_from_slice(&0u64.to_ne_bytes());
-    body.extend_from_slice(&prot.to_ne_bytes());
-    body.extend_from_slice(&flags.to_ne_bytes());
-    body.extend_from_slice(name.as_bytes());
-    body.push(0);
-    trailer(&mut body, pid, pid);
-    Some(rec(RecordType::MMAP2, misc::USER, &body))
+    let m = Mmap {
+        pid,
+        tid: pid,
+        addr: start,
+        len: end - start,
+        pgoff,
+        file_id: FileId::Inode {
+            maj,
+            min,
+            ino,
+            ino_generation: 0,
+        },
+        prot,
+        flags,
+        filename: name.as_bytes(),
+        cpumode: misc::USER,
+    };
+    let mut out = Vec::with_capacity(128);
+    build::mmap2(&mut out, endian(), &m, trailer(pid, pid));
+    Some(out)
 }
 
 /// COMM of every thread of `pid` and MMAP2 of its executable maps, from `/proc` (a process that

@@ -35,7 +35,7 @@ use perfpipe_core::Batch;
 
 use super::buffer::{Entry, RecordRing};
 use super::sideband::{is_kernel_map, is_sideband, Sideband};
-use crate::encode;
+use crate::format::build;
 use crate::format::{Endian, EventHeader, Record, RecordType, StreamInfo, PIPE_HEADER_KIND};
 
 /// A record kept whole (preamble).
@@ -373,7 +373,7 @@ impl Recorder {
             }
         }
         stats.events = entries.len() as u64;
-        let round = encode::record(RecordType::FINISHED_ROUND.0, 0, &[], true, e);
+        let round = build::record(RecordType::FINISHED_ROUND.0, 0, &[], true, e);
         w.put(&round, RecordType::FINISHED_ROUND.0, 0);
         if let Some(last) = &mut w.batch {
             last.ends_stream = true;

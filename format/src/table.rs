@@ -1,30 +1,23 @@
-//! [`StreamInfo`]: what a stage needs to know about the stream to read its records: byte order and
-//! the attrs seen so far. The `decode` stage attaches it to every batch it emits
-//! ([`perfpipe_core::Batch::context`]); it is copied only when a new HEADER_ATTR arrives.
+//! [`AttrTable`]: what a reader needs to know about a stream to read its records: byte order and
+//! the attrs seen so far, indexed by event id, and which attr a record belongs to.
 
 use std::collections::HashMap;
-use std::sync::{Arc, OnceLock};
-
-use perfpipe_core::{Batch, Span};
 
 use super::attr::Attr;
 use super::endian::Endian;
 use super::record::Record;
 
-/// Most distinct attrs a stream may declare: a span's `tag` indexes them as a `u16`.
+/// Most distinct attrs a stream may declare: an attr index is a `u16`.
 pub const MAX_ATTRS: usize = u16::MAX as usize;
 
 /// Byte order and attrs of a stream.
 #[derive(Clone, Debug, Default)]
-pub struct StreamInfo {
+pub struct AttrTable {
     /// Byte order, from the pipe header.
     pub endian: Endian,
-    /// Attrs in the order of their HEADER_ATTR records; a span's `tag` indexes this.
+    /// Attrs in the order of their HEADER_ATTR records; an attr index (see
+    /// [`attr_index`](AttrTable::attr_index)) indexes this.
     pub attrs: Vec<Attr>,
-    /// Time of the stream's first SAMPLE, set by the first stage that needs it (`filter`, for
-    /// times relative to it) and shared by every copy of this info, so that a later stage still
-    /// knows it after an earlier one dropped that sample.
-    pub first_sample_time: Arc<OnceLock<u64>>,
     ids: HashMap<u64, u16>,
     /// First attr of each [`attr_hash`], to find repeated attrs in constant time.
     by_hash: HashMap<u64, u16>,
@@ -47,23 +40,13 @@ fn attr_hash(a: &Attr) -> u64 {
     h.finish()
 }
 
-impl StreamInfo {
+impl AttrTable {
     /// A stream of this byte order with no attrs yet.
-    pub fn new(endian: Endian) -> StreamInfo {
-        StreamInfo {
+    pub fn new(endian: Endian) -> AttrTable {
+        AttrTable {
             endian,
-            ..StreamInfo::default()
+            ..AttrTable::default()
         }
-    }
-
-    /// The stream info attached to a batch by `decode`, if any.
-    pub fn of(batch: &Batch) -> Option<&StreamInfo> {
-        batch.context.as_ref()?.downcast_ref::<StreamInfo>()
-    }
-
-    /// The stream info attached to a batch as a shared handle, if any.
-    pub fn shared(batch: &Batch) -> Option<Arc<StreamInfo>> {
-        batch.context.clone()?.downcast::<StreamInfo>().ok()
     }
 
     /// Adds an attr and indexes its ids. An attr equal to one already known (same fields, same
@@ -123,8 +106,51 @@ impl StreamInfo {
         self.attrs.get(usize::from(index))
     }
 
-    /// A typed view of the record `span` of `batch`.
-    pub fn record<'a>(&'a self, batch: &'a Batch, span: &Span) -> Record<'a> {
-        Record::new(batch.bytes(span), self.endian, self.attr(span.tag as u16))
+    /// A typed view of the record `bytes`, whose attr index is `index` (as
+    /// [`attr_index`](AttrTable::attr_index) gave it).
+    pub fn view<'a>(&'a self, bytes: &'a [u8], index: u16) -> Record<'a> {
+        Record::new(bytes, self.endian, self.attr(index))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::constants::{sample, RecordType};
+
+    /// A HEADER_ATTR body: IDENTIFIER|TID, sample_id_all, config `config`, ids as given.
+    fn attr(config: u64, ids: &[u64]) -> Attr {
+        let mut body = vec![0u8; 64];
+        body[4..8].copy_from_slice(&64u32.to_le_bytes());
+        body[8..16].copy_from_slice(&config.to_le_bytes());
+        body[24..32].copy_from_slice(&(sample::IDENTIFIER | sample::TID).to_le_bytes());
+        body[40..48].copy_from_slice(&(1u64 << 18).to_le_bytes());
+        for id in ids {
+            body.extend_from_slice(&id.to_le_bytes());
+        }
+        Attr::parse(&body, Endian::Little).unwrap()
+    }
+
+    #[test]
+    fn records_find_their_attr_by_id_and_repeats_are_not_added() {
+        let mut t = AttrTable::new(Endian::Little);
+        assert!(t.add_attr(attr(0, &[10, 11])));
+        assert!(t.add_attr(attr(1, &[20])));
+        assert!(t.add_attr(attr(0, &[10, 11])), "a repeat is accepted");
+        assert_eq!(t.attrs.len(), 2, "and not added again");
+        // A sample with IDENTIFIER 20 (first field) belongs to attr 1.
+        let mut s = vec![0u8; 8];
+        s.extend_from_slice(&20u64.to_le_bytes());
+        s.extend_from_slice(&[0; 8]);
+        assert_eq!(t.attr_index(RecordType::SAMPLE.0, &s), 1);
+        // A COMM whose trailer ends with IDENTIFIER 11 belongs to attr 0; an unknown id too.
+        let mut c = vec![0u8; 24];
+        c.extend_from_slice(&11u64.to_le_bytes());
+        assert_eq!(t.attr_index(RecordType::COMM.0, &c), 0);
+        c[24..].copy_from_slice(&20u64.to_le_bytes());
+        assert_eq!(t.attr_index(RecordType::COMM.0, &c), 1);
+        c[24..].copy_from_slice(&99u64.to_le_bytes());
+        assert_eq!(t.attr_index(RecordType::COMM.0, &c), 0);
+        assert_eq!(t.view(&s, 1).attr.map(|a| a.config), Some(1));
     }
 }

@@ -138,6 +138,25 @@ impl<'a> Record<'a> {
         })
     }
 
+    /// The HEADER_BUILD_ID fields, if this is one. The build id is `size` bytes when `misc` has
+    /// BUILD_ID_SIZE (at most 20), else all 20 (perf 6.1 wrote no size).
+    pub fn build_id(&self) -> Option<BuildIdEvent<'a>> {
+        (self.record_type() == RecordType::HEADER_BUILD_ID).then_some(())?;
+        let (rec, misc_) = (self.sized(), self.header().misc);
+        let len = if misc_ & misc::BUILD_ID_SIZE != 0 {
+            usize::from(*rec.get(32)?).min(20)
+        } else {
+            20
+        };
+        let name = rec.get(36..)?;
+        Some(BuildIdEvent {
+            pid: self.endian.u32(rec, 8)? as i32,
+            build_id: rec.get(12..12 + len)?,
+            filename: &name[..name.iter().position(|&c| c == 0)?],
+            misc: misc_,
+        })
+    }
+
     /// The FORK or EXIT fields, if this is one.
     pub fn task(&self) -> Option<Task> {
         let rt = self.record_type();
@@ -358,4 +377,17 @@ pub struct Task {
     pub ptid: u32,
     /// `time`
     pub time: u64,
+}
+
+/// Fields of HEADER_BUILD_ID (`struct perf_record_header_build_id`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct BuildIdEvent<'a> {
+    /// `pid`: the machine (−1, `HOST_KERNEL_ID`, for the host).
+    pub pid: i32,
+    /// The build id: `data[..size]`.
+    pub build_id: &'a [u8],
+    /// `filename`, without its NUL.
+    pub filename: &'a [u8],
+    /// The header's `misc`: cpumode and BUILD_ID_SIZE.
+    pub misc: u16,
 }

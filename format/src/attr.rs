@@ -59,6 +59,8 @@ impl std::fmt::Display for AttrError {
     }
 }
 
+impl std::error::Error for AttrError {}
+
 impl Attr {
     /// Parses the body of a HEADER_ATTR record (the bytes after its 8-byte header): the attr, then
     /// the ids, which start at `attr.size` (the writer's size, per upstream's

@@ -105,6 +105,12 @@ impl std::fmt::Display for RecordType {
 /// It is 255, above every real type, and stays below the runtime's 256 counted kinds.
 pub const PIPE_HEADER_KIND: u32 = RecordType::PIPE_HEADER.0;
 
+/// The kind given to records whose type is 254 or more (none is defined): a reader that counts
+/// records per kind in a table of 256 (perfpipe's runtime does) files them all under this one, so
+/// that no type collides with [`PIPE_HEADER_KIND`]. The span-kind convention for unknown types:
+/// `kind = type.min(OTHER_KIND)`.
+pub const OTHER_KIND: u32 = 254;
+
 /// Bits of the `perf_event_attr` flags word (C bitfield order, little-endian allocation).
 pub mod flag {
     /// `disabled`
@@ -136,29 +142,101 @@ pub mod flag {
 }
 
 /// Feature ids of the file header's feature bitmap and of HEADER_FEATURE records (`enum HEADER_*`
-/// in `tools/perf/util/header.h`): the ones perfpipe reads or writes.
+/// in `tools/perf/util/header.h`, perf 6.1), their names, and which of them a pipe carries.
 pub mod feature {
-    /// `HEADER_TRACING_DATA`
-    pub const TRACING_DATA: u32 = 1;
-    /// `HEADER_BUILD_ID`
-    pub const BUILD_ID: u32 = 2;
-    /// `HEADER_HOSTNAME`
-    pub const HOSTNAME: u32 = 3;
-    /// `HEADER_OSRELEASE`
-    pub const OSRELEASE: u32 = 4;
-    /// `HEADER_VERSION`
-    pub const VERSION: u32 = 5;
-    /// `HEADER_ARCH`
-    pub const ARCH: u32 = 6;
-    /// `HEADER_NRCPUS`
-    pub const NRCPUS: u32 = 7;
-    /// `HEADER_CMDLINE`
-    pub const CMDLINE: u32 = 11;
-    /// `HEADER_EVENT_DESC`
-    pub const EVENT_DESC: u32 = 12;
+    macro_rules! features {
+        ($($name:ident = $value:expr;)*) => {
+            $(
+                #[doc = concat!("`HEADER_", stringify!($name), "`")]
+                pub const $name: u32 = $value;
+            )*
+
+            /// The name of a known feature id, as perf spells it without `HEADER_` (`"BUILD_ID"`),
+            /// or `None` for an id at or past [`LAST`].
+            pub fn name(id: u32) -> Option<&'static str> {
+                match id {
+                    $($value => Some(stringify!($name)),)*
+                    _ => None,
+                }
+            }
+        };
+    }
+
+    features! {
+        RESERVED = 0;
+        TRACING_DATA = 1;
+        BUILD_ID = 2;
+        HOSTNAME = 3;
+        OSRELEASE = 4;
+        VERSION = 5;
+        ARCH = 6;
+        NRCPUS = 7;
+        CPUDESC = 8;
+        CPUID = 9;
+        TOTAL_MEM = 10;
+        CMDLINE = 11;
+        EVENT_DESC = 12;
+        CPU_TOPOLOGY = 13;
+        NUMA_TOPOLOGY = 14;
+        BRANCH_STACK = 15;
+        PMU_MAPPINGS = 16;
+        GROUP_DESC = 17;
+        AUXTRACE = 18;
+        STAT = 19;
+        CACHE = 20;
+        SAMPLE_TIME = 21;
+        MEM_TOPOLOGY = 22;
+        CLOCKID = 23;
+        DIR_FORMAT = 24;
+        BPF_PROG_INFO = 25;
+        BPF_BTF = 26;
+        COMPRESSED = 27;
+        CPU_PMU_CAPS = 28;
+        CLOCK_DATA = 29;
+        HYBRID_TOPOLOGY = 30;
+        PMU_CAPS = 31;
+    }
+
     /// `HEADER_LAST_FEATURE` (perf 6.1): the end of the bitmap's known range, and in pipe mode
     /// the HEADER_FEATURE id that ends the feature records.
     pub const LAST: u32 = 32;
+
+    /// The name of a feature id as perfpipe's messages print it: [`name`], or `feature N` for an
+    /// unknown id.
+    pub fn display_name(id: u32) -> String {
+        name(id).map_or_else(|| format!("feature {id}"), str::to_string)
+    }
+
+    /// Whether perf sends this feature as a HEADER_FEATURE record in a pipe (`feat_ops[].synthesize`,
+    /// i.e. declared with `FEAT_OPR` in `tools/perf/util/header.c`): every known feature but
+    /// TRACING_DATA and BUILD_ID (which have records of their own), BRANCH_STACK, AUXTRACE, STAT,
+    /// CACHE, DIR_FORMAT and HYBRID_TOPOLOGY.
+    pub fn in_pipe(id: u32) -> bool {
+        (HOSTNAME..LAST).contains(&id)
+            && !matches!(
+                id,
+                BRANCH_STACK | AUXTRACE | STAT | CACHE | DIR_FORMAT | HYBRID_TOPOLOGY
+            )
+    }
+
+    #[cfg(test)]
+    mod tests {
+        use super::*;
+
+        #[test]
+        fn names_follow_the_enum_and_pipe_features_follow_perf() {
+            assert_eq!(name(BUILD_ID), Some("BUILD_ID"));
+            assert_eq!(name(PMU_CAPS), Some("PMU_CAPS"));
+            assert_eq!((PMU_CAPS, name(LAST)), (31, None));
+            assert_eq!(display_name(3), "HOSTNAME");
+            assert_eq!(display_name(40), "feature 40");
+            let yes: Vec<u32> = (0..40).filter(|&f| in_pipe(f)).collect();
+            assert!(yes.contains(&3) && yes.contains(&31) && yes.contains(&27));
+            for no in [0, 1, 2, 15, 18, 19, 20, 24, 30, 32, 33] {
+                assert!(!yes.contains(&no), "{no}");
+            }
+        }
+    }
 }
 
 /// `perf_event_header.misc` bits.
