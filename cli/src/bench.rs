@@ -102,7 +102,7 @@ fn pipeline(args: &PipelineBench, registry: &Registry, plan: &Plan) -> anyhow::R
                 taps: &[],
                 sink: SinkSpec::Discard,
                 requests: Requests::default(),
-        signals: false,
+                signals: false,
             };
             let report = chain.build(registry)?.run();
             if let Some(e) = report.errors.first() {

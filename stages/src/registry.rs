@@ -397,7 +397,7 @@ impl StageSpec {
             let keys: Vec<&str> = self.options.iter().map(|o| o.key).collect();
             return Err(Error::BadOption {
                 option: self.name,
-                message: format!("unknown option `{key}` (options: {})", keys.join(", ")),
+                message: format!("unknown option `{key}` (keys: {})", keys.join(", ")),
             });
         };
         let value = opt.kind.parse(text).map_err(|message| Error::BadOption {
@@ -620,7 +620,7 @@ mod tests {
                 .to_string()
         };
         assert!(err("colour=red")
-            .contains("unknown option `colour` (options: size, loud, after, mode, top)"));
+            .contains("unknown option `colour` (keys: size, loud, after, mode, top)"));
         assert!(err("size=lots").contains("is not a size"));
         assert!(err("mode=c").contains("expected a, b"));
         assert!(err("top=-1").contains("not a whole number"));
