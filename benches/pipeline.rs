@@ -4,13 +4,13 @@
 //! stages, without pipes or disks. Shapes: `chain2` = memory → decode → discard; `chain4` =
 //! memory → decode → buildid-all → drop → discard. Input: the 64 MB synthetic workload.
 //! Throughput in bytes. The `perfpipe_core::Parallel` group runs a deliberately CPU-heavy stage
-//! (a few rounds of hashing over every record) sequentially and on 2 workers, to show the
-//! order-preserving wrapper's speed-up.
+//! (a few rounds of hashing over every record) sequentially and as a parallel stage on 2 workers
+//! (`Pipeline::parallel_stage`), to show the order-preserving speed-up.
 
 use std::sync::Arc;
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
-use perfpipe_core::{Batch, Flow, Out, Parallel, Pipeline, Settings, Stage, StageError};
+use perfpipe_core::{Batch, Flow, Out, Pipeline, Settings, Stage, StageError};
 use perfpipe_stages::decode::DecodeConfig;
 use perfpipe_stages::read::Memory;
 use perfpipe_stages::registry;
@@ -79,17 +79,15 @@ fn parallel(c: &mut Criterion) {
         };
         group.bench_function(name, |b| {
             b.iter(|| {
-                let stage: Box<dyn Stage> = if workers == 0 {
-                    Box::new(Heavy)
-                } else {
-                    Box::new(Parallel::new(workers, || Heavy))
-                };
-                let report = Pipeline::new(Settings::default())
+                let p = Pipeline::new(Settings::default())
                     .source("memory", Memory::new(data.clone()))
-                    .stage("decode", DecodeConfig::default().build())
-                    .boxed_stage("heavy", stage)
-                    .sink("discard", Discard)
-                    .run();
+                    .stage("decode", DecodeConfig::default().build());
+                let p = if workers == 0 {
+                    p.stage("heavy", Heavy)
+                } else {
+                    p.parallel_stage("heavy", workers, || Heavy)
+                };
+                let report = p.sink("discard", Discard).run();
                 assert!(report.is_ok());
             })
         });

@@ -18,17 +18,7 @@ const BATCH_BYTES: usize = 256 << 10;
 /// The workload as raw batches, as `read` produces them.
 fn raw_batches() -> Vec<Batch> {
     let data = perfpipe_stages::synth::workload(INPUT_BYTES);
-    data.chunks(BATCH_BYTES)
-        .enumerate()
-        .map(|(i, chunk)| {
-            let mut b = Batch::with_capacity(HEADROOM + chunk.len());
-            b.data.resize(HEADROOM, 0);
-            b.data.extend_from_slice(chunk);
-            b.start = HEADROOM;
-            b.stream_offset = (i * BATCH_BYTES) as u64;
-            b
-        })
-        .collect()
+    harness::raw_batches(&data, &[BATCH_BYTES], HEADROOM)
 }
 
 /// The workload as framed batches, as `decode` emits them.

@@ -1,84 +1,40 @@
 //! Chunking: the decoder gives the same records whatever the read sizes, whichever records a read
 //! boundary splits, with and without the reader's headroom (both join paths).
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
-use perfpipe_core::{Batch, Flow, Out, Pipeline, Settings, Sink, Source, StageError};
+use perfpipe_core::harness::{raw_batches, Collect, Feed};
+use perfpipe_core::{Pipeline, Settings};
 use perfpipe_stages::decode::DecodeConfig;
 use perfpipe_stages::read::HEADROOM;
 use proptest::prelude::*;
 
 use crate::util::fixture_bytes;
 
-/// Emits `input` in chunks of the given sizes (cycled), like `read` would.
-struct Chunks {
-    input: Arc<Vec<u8>>,
-    sizes: Vec<usize>,
-    pos: usize,
-    turn: usize,
-    headroom: usize,
-}
-
-impl Source for Chunks {
-    fn produce(&mut self, out: &mut Out<'_>) -> Result<Flow, StageError> {
-        if self.pos == self.input.len() {
-            return Ok(Flow::Stop);
-        }
-        let size = self.sizes[self.turn % self.sizes.len()].max(1);
-        self.turn += 1;
-        let end = (self.pos + size).min(self.input.len());
-        let mut b = out.take();
-        b.data.resize(self.headroom, 0);
-        b.data.extend_from_slice(&self.input[self.pos..end]);
-        b.start = self.headroom;
-        b.stream_offset = self.pos as u64;
-        self.pos = end;
-        out.push(b);
-        Ok(Flow::Continue)
-    }
-}
-
 /// Output bytes, and (length, kind) of each record.
 type Decoded = (Vec<u8>, Vec<(u64, u32)>);
 
-#[derive(Clone, Default)]
-struct Collect(Arc<Mutex<Decoded>>);
-
-impl Sink for Collect {
-    fn consume(&mut self, batch: &Batch) -> Result<Flow, StageError> {
-        let mut g = self.0.lock().unwrap();
-        for s in &batch.spans {
-            g.1.push((u64::from(s.len), s.kind));
-        }
-        batch.runs().for_each(|r| g.0.extend_from_slice(r));
-        Ok(Flow::Continue)
-    }
-}
-
-/// Decodes `input` read in `sizes` chunks; returns the output bytes and (len, kind) of each record.
+/// Decodes `input` read in `sizes` chunks (cycled, as `read` would emit them); returns the output
+/// bytes and (len, kind) of each record.
 fn decode(input: &Arc<Vec<u8>>, sizes: Vec<usize>, headroom: usize) -> Decoded {
-    let sink = Collect::default();
+    let sink = Collect::new();
     let report = Pipeline::new(Settings {
         batch_bytes: 4096,
         queue_capacity: 2,
         ..Settings::default()
     })
-    .source(
-        "chunks",
-        Chunks {
-            input: input.clone(),
-            sizes,
-            pos: 0,
-            turn: 0,
-            headroom,
-        },
-    )
+    .source("chunks", Feed::new(raw_batches(input, &sizes, headroom)))
     .stage("decode", DecodeConfig::default().build())
     .sink("collect", sink.clone())
     .run();
     assert!(report.is_ok(), "{:?}", report.errors);
-    let g = sink.0.lock().unwrap();
-    (g.0.clone(), g.1.clone())
+    let got = sink.collected();
+    let records = got
+        .spans
+        .iter()
+        .map(|s| (u64::from(s.len), s.kind))
+        .collect();
+    (got.bytes, records)
 }
 
 fn reference(input: &Arc<Vec<u8>>) -> Decoded {

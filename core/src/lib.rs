@@ -3,7 +3,10 @@
 //! A pipeline is one [`Source`], any number of [`Stage`]s and one [`Sink`], each on its own named OS
 //! thread, joined by bounded `crossbeam_channel` channels that carry [`Batch`]es: a byte buffer plus
 //! the [`Span`]s of the records framed in it. Built with [`Pipeline`], run with [`Pipeline::spawn`] or
-//! [`Pipeline::run`], and measured by the runner per stage ([`StageMetrics`], [`Report`]).
+//! [`Pipeline::run`], and measured by the runner per stage ([`StageMetrics`], [`Report`]). A stage
+//! changes a batch's records in one pass with [`Batch::edit`] ([`Editor`]); a slow one runs on
+//! several threads, in order, with [`Pipeline::parallel_stage`]. [`harness`] has a source and a sink
+//! for tests.
 //!
 //! This crate knows nothing of any data format: a span's `kind` and `tag` mean what the stages that
 //! frame records say they mean.
@@ -31,9 +34,13 @@
 //! struct DropB;
 //! impl Stage for DropB {
 //!     fn process(&mut self, mut batch: Batch, out: &mut Out<'_>) -> Result<Flow, StageError> {
-//!         let data = std::mem::take(&mut batch.data);
-//!         batch.spans.retain(|s| data[s.range()] != *b"b");
-//!         batch.data = data;
+//!         let mut ed = batch.edit();
+//!         while let Some(span) = ed.next_record() {
+//!             if ed.bytes(&span) == b"b" {
+//!                 ed.remove();
+//!             }
+//!         }
+//!         ed.finish();
 //!         out.push(batch);
 //!         Ok(Flow::Continue)
 //!     }
@@ -61,8 +68,10 @@
 //! ```
 
 #![deny(missing_docs)]
+#![forbid(unsafe_code)]
 
 mod batch;
+mod edit;
 pub mod harness;
 mod metrics;
 mod parallel;
@@ -73,8 +82,8 @@ mod summary;
 mod tap;
 
 pub use batch::{Batch, BatchContext, BufferPool, Runs, Span};
+pub use edit::Editor;
 pub use metrics::{Counter, FlowSnapshot, StageMetrics, StageSnapshot, KIND_SLOTS};
-pub use parallel::Parallel;
 pub use pipeline::{End, Error, Pipeline, Report, Running, Settings};
 pub use requests::{Requests, DUMP};
 pub use stage::{Flow, Out, Sink, Source, Stage, StageError};

@@ -1,22 +1,15 @@
-//! [`Parallel`]: runs a stage on several worker threads without reordering the stream.
+//! The order-preserving parallel stage that [`Pipeline::parallel_stage`] adds and the runner
+//! spawns: a coordinator ([`Parallel`], run by the runner like any stage) and its worker threads.
 //!
 //! Each worker owns its own instance of the stage (built by a factory, so per-worker state is
 //! allowed). Batches are numbered as they arrive, handed to whichever worker is free, and their
-//! results go through a reorder buffer that releases them strictly in arrival order. So a slow,
-//! CPU-heavy per-record transform scales across cores while the output stays byte-identical to
-//! running the stage sequentially — provided the stage treats each batch on its own (a stage whose
-//! output depends on earlier batches cannot be split this way).
-//!
-//! - **Order**: input order, always.
-//! - **Buffering**: at most `2 × workers` batches in flight; when that many are out, the wrapper
-//!   waits for the oldest (head-of-line wait).
-//! - **EOF**: every outstanding batch is collected, then each worker's stage is flushed, worker 0
-//!   first, and what they emit follows in that order.
-//! - **Errors**: a worker's error or panic is reported when its batch's turn comes, after every
-//!   earlier batch's output has been emitted.
+//! results go through a reorder buffer that releases them strictly in arrival order. The guarantees
+//! (order, buffering, EOF, errors) are listed on [`Pipeline::parallel_stage`].
 //!
 //! Counters: `reorder_buffered_max` (most results held waiting for an earlier one) and
 //! `head_of_line_wait_ns` (time spent waiting for the oldest batch while later ones were done).
+//!
+//! [`Pipeline::parallel_stage`]: crate::Pipeline::parallel_stage
 
 use std::collections::BTreeMap;
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -27,6 +20,7 @@ use crossbeam_channel::{Receiver, Sender};
 
 use crate::batch::{Batch, BufferPool};
 use crate::metrics::Counter;
+use crate::pipeline::Error;
 use crate::stage::{Flow, Out, Stage, StageError};
 
 /// What a worker sends back for one batch.
@@ -37,12 +31,16 @@ enum Job {
     Flush,
 }
 
-/// An order-preserving parallel wrapper around a stage; see the module docs.
-pub struct Parallel {
+/// Builds one worker's instance of a parallel stage.
+pub(crate) type Factory = Box<dyn FnMut() -> Box<dyn Stage> + Send>;
+
+/// The coordinator of a parallel stage: numbers batches, hands them to the workers and releases
+/// their results in order. Its workers are started by [`start`].
+pub(crate) struct Parallel {
     jobs: Option<Sender<Job>>,
     results: Receiver<(u64, Outcome)>,
     flushed: Receiver<(usize, Result<Vec<Batch>, StageError>)>,
-    workers: Vec<JoinHandle<()>>,
+    workers: usize,
     next_seq: u64,
     next_out: u64,
     ready: BTreeMap<u64, Outcome>,
@@ -54,52 +52,66 @@ pub struct Parallel {
 impl std::fmt::Debug for Parallel {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Parallel")
-            .field("workers", &self.workers.len())
+            .field("workers", &self.workers)
             .field("in_flight", &(self.next_seq - self.next_out))
             .finish()
     }
 }
 
-impl Parallel {
-    /// Runs `workers` instances of the stage `make` builds, each on its own thread.
-    ///
-    /// # Panics
-    /// Panics if `workers` is 0 or a worker thread cannot be started.
-    pub fn new<S, F>(workers: usize, mut make: F) -> Parallel
-    where
-        S: Stage + 'static,
-        F: FnMut() -> S,
-    {
-        assert!(workers > 0, "a parallel stage needs at least one worker");
-        let (jobs_tx, jobs_rx) = crossbeam_channel::bounded::<Job>(workers);
-        let (res_tx, results) = crossbeam_channel::unbounded();
-        let (flush_tx, flushed) = crossbeam_channel::unbounded();
-        let handles = (0..workers)
-            .map(|index| {
-                let mut stage = make();
-                let jobs = jobs_rx.clone();
-                let res = res_tx.clone();
-                let flush = flush_tx.clone();
-                std::thread::Builder::new()
-                    .name(format!("worker-{index}"))
-                    .spawn(move || worker(index, &mut stage, &jobs, &res, &flush))
-                    .expect("cannot start a worker thread")
-            })
-            .collect();
-        Parallel {
-            jobs: Some(jobs_tx),
-            results,
-            flushed,
-            workers: handles,
-            next_seq: 0,
-            next_out: 0,
-            ready: BTreeMap::new(),
-            stopped: false,
-            buffered_max: Counter::new(),
-            hol_wait_ns: Counter::new(),
+/// Starts `workers` threads named `{name}/{index}`, each running its own instance of the stage
+/// `make` builds and taking its batches from `pool`; returns the coordinator, to be run as the
+/// stage, and the threads, which end once the coordinator has gone.
+///
+/// # Errors
+/// [`Error::Spawn`] if a thread cannot start; the workers started before it then end at once.
+pub(crate) fn start(
+    name: &str,
+    workers: usize,
+    make: &mut Factory,
+    pool: &BufferPool,
+) -> Result<(Parallel, Vec<JoinHandle<()>>), Error> {
+    let (jobs_tx, jobs_rx) = crossbeam_channel::bounded::<Job>(workers);
+    let (res_tx, results) = crossbeam_channel::unbounded();
+    let (flush_tx, flushed) = crossbeam_channel::unbounded();
+    let mut handles = Vec::with_capacity(workers);
+    for index in 0..workers {
+        let mut stage = make();
+        let (jobs, res, flush, pool) = (
+            jobs_rx.clone(),
+            res_tx.clone(),
+            flush_tx.clone(),
+            pool.clone(),
+        );
+        let started = std::thread::Builder::new()
+            .name(format!("{name}/{index}"))
+            .spawn(move || worker(index, &mut *stage, &jobs, &res, &flush, &pool));
+        match started {
+            Ok(h) => handles.push(h),
+            // Dropping `jobs_tx` on return ends the workers already started.
+            Err(source) => {
+                return Err(Error::Spawn {
+                    stage: name.to_string(),
+                    source,
+                })
+            }
         }
     }
+    let coordinator = Parallel {
+        jobs: Some(jobs_tx),
+        results,
+        flushed,
+        workers,
+        next_seq: 0,
+        next_out: 0,
+        ready: BTreeMap::new(),
+        stopped: false,
+        buffered_max: Counter::new(),
+        hol_wait_ns: Counter::new(),
+    };
+    Ok((coordinator, handles))
+}
 
+impl Parallel {
     /// Emits every result that is next in order. Returns the first error, in order.
     fn release(&mut self, out: &mut Out<'_>) -> Result<(), StageError> {
         while let Some(outcome) = self.ready.remove(&self.next_out) {
@@ -143,14 +155,14 @@ fn worker(
     jobs: &Receiver<Job>,
     results: &Sender<(u64, Outcome)>,
     flushed: &Sender<(usize, Result<Vec<Batch>, StageError>)>,
+    pool: &BufferPool,
 ) {
-    let pool = BufferPool::new(2, 64 * 1024);
     while let Ok(job) = jobs.recv() {
         match job {
             Job::Batch(seq, batch) => {
                 let outcome = catch_unwind(AssertUnwindSafe(|| {
                     let mut emitted = Vec::new();
-                    let flow = stage.process(batch, &mut Out::new(&mut emitted, &pool))?;
+                    let flow = stage.process(batch, &mut Out::new(&mut emitted, pool))?;
                     Ok((emitted, flow))
                 }))
                 .unwrap_or_else(|p| Err(panic_error(index, &*p)));
@@ -161,7 +173,7 @@ fn worker(
             Job::Flush => {
                 let outcome = catch_unwind(AssertUnwindSafe(|| {
                     let mut emitted = Vec::new();
-                    stage.flush(&mut Out::new(&mut emitted, &pool))?;
+                    stage.flush(&mut Out::new(&mut emitted, pool))?;
                     Ok(emitted)
                 }))
                 .unwrap_or_else(|p| Err(panic_error(index, &*p)));
@@ -184,7 +196,7 @@ fn panic_error(index: usize, payload: &(dyn std::any::Any + Send)) -> StageError
 impl Stage for Parallel {
     fn process(&mut self, batch: Batch, out: &mut Out<'_>) -> Result<Flow, StageError> {
         let in_flight = (self.next_seq - self.next_out) as usize;
-        if in_flight >= 2 * self.workers.len() {
+        if in_flight >= 2 * self.workers {
             // Wait until the oldest batch is back.
             while !self.ready.contains_key(&self.next_out) {
                 self.collect(true);
@@ -211,19 +223,17 @@ impl Stage for Parallel {
             self.release(out)?;
         }
         let jobs = self.jobs.take().expect("flushed once");
-        for _ in 0..self.workers.len() {
+        for _ in 0..self.workers {
             let _ = jobs.send(Job::Flush);
         }
         drop(jobs);
         let mut flushed: Vec<(usize, Result<Vec<Batch>, StageError>)> =
-            self.flushed.iter().take(self.workers.len()).collect();
+            self.flushed.iter().take(self.workers).collect();
         flushed.sort_by_key(|(i, _)| *i);
         for (_, r) in flushed {
             r?.into_iter().for_each(|b| out.push(b));
         }
-        for h in self.workers.drain(..) {
-            let _ = h.join();
-        }
+        // The workers return after their flush; the runner joins them.
         Ok(())
     }
 

@@ -12,6 +12,9 @@
 //!   emitted before the error still reaches the sink; upstream stages stop at their next send. The
 //!   error is reported with the stage's name, and no error is lost: [`Report::errors`] holds all of
 //!   them in the order they happened.
+//! - **Parallel stages** ([`Pipeline::parallel_stage`]): the runner starts the workers with the
+//!   other threads, reports a failure to start one as [`Error::Spawn`], and joins them in
+//!   [`Running::wait`] before it reports.
 //! - **Ticks**: a stage whose [`Stage::tick_interval`] is set waits for input at most that long,
 //!   then [`Stage::tick`] runs, so it can act (and emit) while its input is quiet.
 //! - A source blocked in a read when the rest of the pipeline has ended is left behind (detached)
@@ -27,6 +30,7 @@ use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
 
 use crate::batch::{Batch, BufferPool};
 use crate::metrics::{StageMetrics, StageSnapshot};
+use crate::parallel::{self, Factory};
 use crate::stage::{Flow, Out, Sink, Source, Stage, StageError};
 
 /// Tunables of a pipeline.
@@ -151,6 +155,11 @@ impl Report {
 enum Node {
     Source(Box<dyn Source>),
     Stage(Box<dyn Stage>),
+    /// A stage run on `workers` threads; becomes a `Stage` (the coordinator) at spawn.
+    Parallel {
+        workers: usize,
+        make: Factory,
+    },
     Sink(Box<dyn Sink>),
 }
 
@@ -224,13 +233,82 @@ impl Pipeline {
     }
 
     /// Appends a boxed transform stage (as built from a registry).
-    pub fn boxed_stage(mut self, name: impl Into<String>, stage: Box<dyn Stage>) -> Pipeline {
+    pub fn boxed_stage(self, name: impl Into<String>, stage: Box<dyn Stage>) -> Pipeline {
+        self.transform(name.into(), Node::Stage(stage))
+    }
+
+    /// Appends a stage that runs on `workers` threads (0: one per available CPU), each with its
+    /// own instance built by `make`, without reordering the stream: for a slow per-record
+    /// transform. Batches are numbered as they arrive, handed to whichever worker is free, and
+    /// their results are released strictly in arrival order, so the output is byte-identical to
+    /// running one instance sequentially, provided the stage treats each batch on its own (a stage
+    /// whose output depends on earlier batches cannot be split this way).
+    ///
+    /// The workers are the runner's threads, named `{name}/{index}`: they are started by
+    /// [`Pipeline::spawn`] (a failure is [`Error::Spawn`]) and joined by [`Running::wait`]. They take
+    /// their batches from the pipeline's pool. The stage is measured like any other under `name`,
+    /// with the counters `reorder_buffered_max` (most results held waiting for an earlier one) and
+    /// `head_of_line_wait_ns` (time spent waiting for the oldest batch while later ones were
+    /// done); the workers' own [`Stage::counters`] are not registered.
+    ///
+    /// - **Order**: input order, always.
+    /// - **Buffering**: at most `2 × workers` batches in flight; when that many are out, the stage
+    ///   waits for the oldest (head-of-line wait).
+    /// - **EOF**: every outstanding batch is collected, then each worker's instance is flushed,
+    ///   worker 0 first, and what they emit follows in that order.
+    /// - **Errors**: a worker's error or panic is reported when its batch's turn comes, after every
+    ///   earlier batch's output has been emitted.
+    ///
+    /// ```
+    /// use perfpipe_core::harness::{framed, Collect, Feed};
+    /// use perfpipe_core::{Batch, Flow, Out, Pipeline, Settings, Stage, StageError};
+    ///
+    /// /// Upper-cases every record: the stand-in for a slow per-record transform.
+    /// struct Upper;
+    /// impl Stage for Upper {
+    ///     fn process(&mut self, mut b: Batch, out: &mut Out<'_>) -> Result<Flow, StageError> {
+    ///         b.data.make_ascii_uppercase();
+    ///         out.push(b);
+    ///         Ok(Flow::Continue)
+    ///     }
+    /// }
+    /// let input: Vec<Batch> = (b'a'..=b'z').map(|c| framed(&[(&[c], 0)])).collect();
+    /// let sink = Collect::new();
+    /// let report = Pipeline::new(Settings::default())
+    ///     .source("letters", Feed::new(input))
+    ///     .parallel_stage("upper", 3, || Upper)
+    ///     .sink("collect", sink.clone())
+    ///     .run();
+    /// assert!(report.is_ok(), "{:?}", report.errors);
+    /// assert_eq!(sink.bytes(), b"ABCDEFGHIJKLMNOPQRSTUVWXYZ");
+    /// assert!(report.stages[1].counters.iter().any(|(n, _)| *n == "reorder_buffered_max"));
+    /// ```
+    pub fn parallel_stage<S, F>(
+        self,
+        name: impl Into<String>,
+        workers: usize,
+        mut make: F,
+    ) -> Pipeline
+    where
+        S: Stage + 'static,
+        F: FnMut() -> S + Send + 'static,
+    {
+        let workers = match workers {
+            0 => std::thread::available_parallelism().map_or(1, usize::from),
+            n => n,
+        };
+        let make: Factory = Box::new(move || Box::new(make()));
+        self.transform(name.into(), Node::Parallel { workers, make })
+    }
+
+    /// Inserts a transform node before the sink.
+    fn transform(mut self, name: String, node: Node) -> Pipeline {
         let at = self
             .nodes
             .iter()
             .position(|(_, n)| matches!(n, Node::Sink(_)))
             .unwrap_or(self.nodes.len());
-        self.nodes.insert(at, (name.into(), Node::Stage(stage)));
+        self.nodes.insert(at, (name, node));
         self
     }
 
@@ -275,11 +353,24 @@ impl Pipeline {
 
         let mut metrics = Vec::with_capacity(n);
         let mut handles = Vec::with_capacity(n);
+        let mut workers = Vec::with_capacity(n);
         let mut upstream: Option<Receiver<Sent>> = None;
         for (index, (name, node)) in self.nodes.into_iter().enumerate() {
+            let (node, node_workers) = match node {
+                Node::Parallel { workers, mut make } => {
+                    let started = parallel::start(&name, workers, &mut make, &pool);
+                    let (coordinator, threads) = started.inspect_err(|_| {
+                        cancel.store(true, Ordering::Relaxed);
+                    })?;
+                    (Node::Stage(Box::new(coordinator)), threads)
+                }
+                node => (node, Vec::new()),
+            };
+            workers.push(node_workers);
             let counters = match &node {
                 Node::Source(s) => s.counters(),
                 Node::Stage(s) => s.counters(),
+                Node::Parallel { .. } => unreachable!("started above"),
                 Node::Sink(s) => s.counters(),
             };
             let is_sink = matches!(node, Node::Sink(_));
@@ -312,6 +403,7 @@ impl Pipeline {
                         tx.expect("stage has output"),
                         &ctx,
                     ),
+                    Node::Parallel { .. } => unreachable!("started as a stage"),
                     Node::Sink(s) => run_sink(s, input.expect("sink has input"), &ctx),
                 }));
                 let (end, error) = match result {
@@ -356,6 +448,7 @@ impl Pipeline {
         Ok(Running {
             metrics,
             handles,
+            workers,
             done_rx,
             cancel,
             started,
@@ -368,6 +461,8 @@ impl Pipeline {
 pub struct Running {
     metrics: Vec<StageMetrics>,
     handles: Vec<Option<JoinHandle<()>>>,
+    /// The worker threads of each node (only parallel stages have any).
+    workers: Vec<Vec<JoinHandle<()>>>,
     done_rx: Receiver<Done>,
     cancel: Arc<AtomicBool>,
     started: Instant,
@@ -439,6 +534,11 @@ impl Running {
             errors.push(e);
         }
         if let Some(h) = self.handles[done.index].take() {
+            let _ = h.join();
+        }
+        // The node has gone, and with it the workers' job queue: each finishes the batch it
+        // holds, if any, and returns.
+        for h in self.workers[done.index].drain(..) {
             let _ = h.join();
         }
     }

@@ -4,43 +4,16 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use perfpipe_core::{
-    Batch, Flow, Out, Parallel, Pipeline, Settings, Sink, Source, Span, Stage, StageError,
-};
+use perfpipe_core::harness::{framed, Collect, Feed};
+use perfpipe_core::{Batch, Flow, Out, Pipeline, Report, Settings, Stage, StageError};
 
-/// Batches of 8 one-byte records numbered 0, 1, 2…
-struct Numbers(u32, u32);
-
-impl Source for Numbers {
-    fn produce(&mut self, out: &mut Out<'_>) -> Result<Flow, StageError> {
-        if self.0 == self.1 {
-            return Ok(Flow::Stop);
-        }
-        let mut b = out.take();
-        for i in 0..8u32 {
-            b.data.push((self.0 * 8 + i) as u8);
-            b.spans.push(Span {
-                start: i,
-                len: 1,
-                kind: 0,
-                tag: 0,
-            });
-        }
-        self.0 += 1;
-        out.push(b);
-        Ok(Flow::Continue)
-    }
-}
-
-#[derive(Clone, Default)]
-struct Collect(Arc<Mutex<Vec<u8>>>);
-
-impl Sink for Collect {
-    fn consume(&mut self, batch: &Batch) -> Result<Flow, StageError> {
-        let mut v = self.0.lock().unwrap();
-        batch.runs().for_each(|r| v.extend_from_slice(r));
-        Ok(Flow::Continue)
-    }
+/// `batches` batches of 8 one-byte records numbered 0, 1, 2…
+fn numbers(batches: u32) -> Feed {
+    Feed::new((0..batches).map(|b| {
+        let bytes: Vec<u8> = (b * 8..b * 8 + 8).map(|i| i as u8).collect();
+        let records: Vec<(&[u8], u32)> = (0..8).map(|k| (&bytes[k..=k], 0)).collect();
+        framed(&records)
+    }))
 }
 
 /// Rewrites every record (byte → byte * 3 + 1), after a pause that varies by batch so that
@@ -75,15 +48,12 @@ impl Stage for Heavy {
     }
 }
 
-fn run(stage: Box<dyn Stage>, batches: u32) -> (Vec<u8>, perfpipe_core::Report) {
-    let sink = Collect::default();
-    let report = Pipeline::new(Settings::default())
-        .source("numbers", Numbers(0, batches))
-        .boxed_stage("heavy", stage)
-        .sink("collect", sink.clone())
-        .run();
-    let got = sink.0.lock().unwrap().clone();
-    (got, report)
+/// Runs `numbers(batches)` through the stage that `add` appends, into a collector.
+fn run(add: impl FnOnce(Pipeline) -> Pipeline, batches: u32) -> (Vec<u8>, Report) {
+    let sink = Collect::new();
+    let pipeline = Pipeline::new(Settings::default()).source("numbers", numbers(batches));
+    let report = add(pipeline).sink("collect", sink.clone()).run();
+    (sink.bytes(), report)
 }
 
 fn heavy(fail_at: Option<(u8, bool)>, flushes: &Arc<Mutex<u32>>) -> Heavy {
@@ -96,13 +66,14 @@ fn heavy(fail_at: Option<(u8, bool)>, flushes: &Arc<Mutex<u32>>) -> Heavy {
 #[test]
 fn same_output_as_sequential_for_any_worker_count() {
     let flushes = Arc::new(Mutex::new(0));
-    let (want, report) = run(Box::new(heavy(None, &flushes)), 200);
+    let f = flushes.clone();
+    let (want, report) = run(|p| p.stage("heavy", heavy(None, &f)), 200);
     assert!(report.is_ok());
     assert_eq!(want.len(), 1600);
     for workers in [1, 2, 3, 8] {
         let f = flushes.clone();
         let (got, report) = run(
-            Box::new(Parallel::new(workers, move || heavy(None, &f))),
+            |p| p.parallel_stage("heavy", workers, move || heavy(None, &f)),
             200,
         );
         assert!(report.is_ok(), "{:?}", report.errors);
@@ -122,7 +93,7 @@ fn errors_and_panics_come_in_order_after_earlier_output() {
         let f = flushes.clone();
         // Byte 80 is in batch 10: batches 0..=9 must come out, nothing after.
         let (got, report) = run(
-            Box::new(Parallel::new(3, move || heavy(Some((80, panic)), &f))),
+            |p| p.parallel_stage("heavy", 3, move || heavy(Some((80, panic)), &f)),
             30,
         );
         assert_eq!(report.errors.len(), 1, "{:?}", report.errors);
@@ -146,7 +117,7 @@ fn two_workers_overlap() {
             Ok(Flow::Continue)
         }
     }
-    let (_, report) = run(Box::new(Parallel::new(2, || Sleepy)), 10);
+    let (_, report) = run(|p| p.parallel_stage("sleepy", 2, || Sleepy), 10);
     assert!(report.is_ok());
     // Sequentially 10 × 20 ms = 200 ms of sleeping; two workers need about half.
     assert!(
@@ -154,4 +125,63 @@ fn two_workers_overlap() {
         "{:?}",
         report.stages[1]
     );
+}
+
+/// The workers are the runner's: named after the stage, taking batches of the pipeline's size
+/// from its pool, and joined before the report, also when the stage fails.
+#[test]
+fn workers_are_runner_threads() {
+    /// Notes its thread's name and the batch size it is offered; fails on the batch holding
+    /// byte 40 if asked; counts its drops (the end of its worker thread).
+    struct Probe {
+        seen: Arc<Mutex<Vec<(String, usize)>>>,
+        fail: bool,
+        dropped: Arc<Mutex<u32>>,
+    }
+    impl Stage for Probe {
+        fn process(&mut self, batch: Batch, out: &mut Out<'_>) -> Result<Flow, StageError> {
+            let name = std::thread::current().name().unwrap_or("").to_string();
+            self.seen.lock().unwrap().push((name, out.batch_bytes()));
+            if self.fail && batch.data.contains(&40) {
+                return Err("probe failed".into());
+            }
+            out.push(batch);
+            Ok(Flow::Continue)
+        }
+    }
+    impl Drop for Probe {
+        fn drop(&mut self) {
+            *self.dropped.lock().unwrap() += 1;
+        }
+    }
+    for fail in [false, true] {
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let dropped = Arc::new(Mutex::new(0));
+        let (s, d) = (seen.clone(), dropped.clone());
+        let settings = Settings {
+            batch_bytes: 12345,
+            ..Settings::default()
+        };
+        let report = Pipeline::new(settings)
+            .source("numbers", numbers(20))
+            .parallel_stage("probe", 3, move || Probe {
+                seen: s.clone(),
+                fail,
+                dropped: d.clone(),
+            })
+            .sink("collect", Collect::new())
+            .run();
+        assert_eq!(report.is_ok(), !fail, "{:?}", report.errors);
+        // Every worker thread had ended (and dropped its stage) when the report was made.
+        assert_eq!(*dropped.lock().unwrap(), 3, "fail={fail}");
+        let seen = seen.lock().unwrap();
+        assert!(!seen.is_empty());
+        for (name, batch_bytes) in seen.iter() {
+            assert!(
+                ["probe/0", "probe/1", "probe/2"].contains(&name.as_str()),
+                "{name}"
+            );
+            assert_eq!(*batch_bytes, 12345);
+        }
+    }
 }

@@ -1,85 +1,30 @@
 //! Runtime behaviour with toy stages: end of stream, errors, panics, early stop, metrics.
 
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use perfpipe_core::harness::{framed, Collect, Feed};
 use perfpipe_core::{
-    Batch, End, Error, Flow, Out, Pipeline, Settings, Sink, Source, Span, Stage, StageError,
+    Batch, End, Error, Flow, Out, Pipeline, Settings, Sink, Source, Stage, StageError,
 };
 
-/// Emits `batches` batches of `per` one-byte records holding a running counter (mod 256).
-struct Counting {
-    batches: u32,
-    per: u32,
-    next: u64,
-    sent: Arc<AtomicU64>,
-}
-
-impl Counting {
-    fn new(batches: u32, per: u32) -> Counting {
-        Counting {
-            batches,
-            per,
-            next: 0,
-            sent: Arc::new(AtomicU64::new(0)),
-        }
-    }
-}
-
-impl Source for Counting {
-    fn produce(&mut self, out: &mut Out<'_>) -> Result<Flow, StageError> {
-        if self.batches == 0 {
-            return Ok(Flow::Stop);
-        }
-        self.batches -= 1;
-        let mut b = out.take();
-        for i in 0..self.per {
-            b.data.push(self.next as u8);
-            b.spans.push(Span {
-                start: i,
-                len: 1,
-                kind: (self.next % 3) as u32,
-                tag: 0,
-            });
-            self.next += 1;
-        }
-        self.sent.fetch_add(1, Ordering::Relaxed);
-        out.push(b);
-        Ok(Flow::Continue)
-    }
+/// `batches` batches of `per` one-byte records holding a running counter (mod 256), of kinds
+/// 0, 1, 2, 0… in turn; made as the source asks for them.
+fn counting(batches: u32, per: u32) -> Feed {
+    let per = u64::from(per);
+    Feed::new((0..u64::from(batches)).map(move |b| {
+        let bytes: Vec<u8> = (b * per..(b + 1) * per).map(|i| i as u8).collect();
+        let records: Vec<(&[u8], u32)> = (0..bytes.len())
+            .map(|k| (&bytes[k..=k], ((b * per + k as u64) % 3) as u32))
+            .collect();
+        framed(&records)
+    }))
 }
 
 /// A source that never ends by itself.
-struct Endless;
-impl Source for Endless {
-    fn produce(&mut self, out: &mut Out<'_>) -> Result<Flow, StageError> {
-        let mut b = out.take();
-        b.data.push(1);
-        b.spans.push(Span {
-            start: 0,
-            len: 1,
-            kind: 0,
-            tag: 0,
-        });
-        out.push(b);
-        Ok(Flow::Continue)
-    }
-}
-
-#[derive(Clone, Default)]
-struct Collected(Arc<Mutex<Vec<u8>>>);
-impl Collected {
-    fn bytes(&self) -> Vec<u8> {
-        self.0.lock().unwrap().clone()
-    }
-}
-impl Sink for Collected {
-    fn consume(&mut self, batch: &Batch) -> Result<Flow, StageError> {
-        let mut v = self.0.lock().unwrap();
-        batch.runs().for_each(|r| v.extend_from_slice(r));
-        Ok(Flow::Continue)
-    }
+fn endless() -> Feed {
+    Feed::new(std::iter::repeat_with(|| framed(&[(&[1], 0)])))
 }
 
 /// Passes batches through; fails, panics or stops after `after` batches.
@@ -130,9 +75,9 @@ fn small() -> Settings {
 
 #[test]
 fn end_of_stream_delivers_everything_in_order() {
-    let sink = Collected::default();
+    let sink = Collect::new();
     let report = Pipeline::new(small())
-        .source("src", Counting::new(100, 7))
+        .source("src", counting(100, 7))
         .stage("a", Slow(Duration::ZERO))
         .stage("b", Slow(Duration::ZERO))
         .sink("sink", sink.clone())
@@ -150,8 +95,8 @@ fn end_of_stream_delivers_everything_in_order() {
 
 #[test]
 fn stage_error_stops_pipeline_and_keeps_earlier_output() {
-    let sink = Collected::default();
-    let src = Counting::new(u32::MAX, 4);
+    let sink = Collect::new();
+    let src = counting(u32::MAX, 4);
     let report = Pipeline::new(small())
         .source("src", src)
         .stage(
@@ -178,9 +123,9 @@ fn stage_error_stops_pipeline_and_keeps_earlier_output() {
 
 #[test]
 fn stage_panic_is_reported_with_its_name() {
-    let sink = Collected::default();
+    let sink = Collect::new();
     let report = Pipeline::new(small())
-        .source("src", Endless)
+        .source("src", endless())
         .stage(
             "boom",
             Faulty {
@@ -203,9 +148,9 @@ fn stage_panic_is_reported_with_its_name() {
 
 #[test]
 fn early_stop_flushes_and_ends_cleanly() {
-    let sink = Collected::default();
+    let sink = Collect::new();
     let report = Pipeline::new(small())
-        .source("src", Endless)
+        .source("src", endless())
         .stage(
             "head",
             Faulty {
@@ -232,7 +177,7 @@ fn sink_error_stops_an_endless_source() {
     }
     let started = Instant::now();
     let report = Pipeline::new(small())
-        .source("src", Endless)
+        .source("src", endless())
         .stage("mid", Slow(Duration::ZERO))
         .sink("sink", Broken)
         .run();
@@ -256,15 +201,7 @@ fn blocked_source_is_detached() {
                 let _ = self.0.recv();
             }
             self.1 = true;
-            let mut b = out.take();
-            b.data.push(0);
-            b.spans.push(Span {
-                start: 0,
-                len: 1,
-                kind: 0,
-                tag: 0,
-            });
-            out.push(b);
+            out.push(framed(&[(&[0], 0)]));
             Ok(Flow::Continue)
         }
     }
@@ -285,7 +222,7 @@ fn blocked_source_is_detached() {
     let report = Pipeline::new(small())
         .source("src", Blocked(rx, false, blocking.clone()))
         .stage("head", StopWhenBlocked(blocking))
-        .sink("sink", Collected::default())
+        .sink("sink", Collect::new())
         .run();
     assert!(report.is_ok());
     assert_eq!(report.ends[0], End::Detached);
@@ -295,9 +232,9 @@ fn blocked_source_is_detached() {
 #[test]
 fn slow_stage_is_mostly_working_and_its_neighbours_wait() {
     let report = Pipeline::new(small())
-        .source("src", Counting::new(40, 1))
+        .source("src", counting(40, 1))
         .stage("slow", Slow(Duration::from_millis(5)))
-        .sink("sink", Collected::default())
+        .sink("sink", Collect::new())
         .run();
     assert!(report.is_ok());
     let [src, slow, sink] = &report.stages[..] else {
@@ -337,9 +274,7 @@ fn slow_stage_is_mostly_working_and_its_neighbours_wait() {
 
 #[test]
 fn incomplete_pipeline_is_an_error() {
-    let report = Pipeline::new(small())
-        .sink("sink", Collected::default())
-        .run();
+    let report = Pipeline::new(small()).sink("sink", Collect::new()).run();
     assert!(matches!(report.errors[..], [Error::Incomplete]));
 }
 
@@ -350,15 +285,7 @@ impl Source for QuietAfterOne {
         self.0 += 1;
         match self.0 {
             1 => {
-                let mut b = out.take();
-                b.data.push(b'a');
-                b.spans.push(Span {
-                    start: 0,
-                    len: 1,
-                    kind: 0,
-                    tag: 0,
-                });
-                out.push(b);
+                out.push(framed(&[(b"a", 0)]));
                 Ok(Flow::Continue)
             }
             2 => {
@@ -383,15 +310,7 @@ impl Stage for Ticking {
     fn tick(&mut self, out: &mut Out<'_>) -> Result<Flow, StageError> {
         if self.0 < 3 {
             self.0 += 1;
-            let mut b = out.take();
-            b.data.push(b't');
-            b.spans.push(Span {
-                start: 0,
-                len: 1,
-                kind: 0,
-                tag: 0,
-            });
-            out.push(b);
+            out.push(framed(&[(b"t", 0)]));
         }
         Ok(Flow::Continue)
     }
@@ -399,7 +318,7 @@ impl Stage for Ticking {
 
 #[test]
 fn a_stage_ticks_while_its_input_is_quiet() {
-    let got = Collected::default();
+    let got = Collect::new();
     let report = Pipeline::new(small())
         .source("quiet", QuietAfterOne(0))
         .stage("ticking", Ticking(0))

@@ -28,7 +28,7 @@
 //! decompressed record (< 64 KiB) between batches. **EOF**: a partial record left at the end of the
 //! compressed stream is an error naming the COMPRESSED record it began in.
 
-use perfpipe_core::{Batch, Counter, Flow, Out, Span, Stage, StageError};
+use perfpipe_core::{Batch, Counter, Editor, Flow, Out, Stage, StageError};
 use zstd::stream::raw::{Decoder, InBuffer, Operation, OutBuffer};
 
 use crate::format::{Endian, EventHeader, RecordType, StreamInfo, EVENT_HEADER_SIZE, OTHER_KIND};
@@ -171,11 +171,11 @@ impl Decompress {
     }
 
     /// Frames the complete records at the start of `self.buf` and appends them to the batch being
-    /// filled (`batch`, or the last spilled batch); keeps the partial rest in `self.buf`.
+    /// filled (the edited one, in place of its COMPRESSED record, or the last spilled batch);
+    /// keeps the partial rest in `self.buf`.
     fn frame(
         &mut self,
-        batch: &mut Batch,
-        kept: &mut Vec<Span>,
+        ed: &mut Editor<'_>,
         target: &mut Target,
         info: Option<&StreamInfo>,
         out: &Out<'_>,
@@ -208,13 +208,13 @@ impl Decompress {
             let kind = h.type_.min(OTHER_KIND);
             if target.filled >= target.limit {
                 let mut next = out.take();
-                next.context = batch.context.clone();
-                next.stream_offset = batch.stream_offset;
+                next.context = ed.batch().context.clone();
+                next.stream_offset = ed.batch().stream_offset;
                 target.spilled.push(next);
                 target.filled = 0;
             }
             match target.spilled.last_mut() {
-                None => kept.push(batch.append(rec, kind, u32::from(tag))),
+                None => ed.insert(rec, kind, u32::from(tag)),
                 Some(b) => {
                     let span = b.append(rec, kind, u32::from(tag));
                     b.spans.push(span);
@@ -234,51 +234,53 @@ impl Decompress {
         Ok(())
     }
 
+    /// Replaces each COMPRESSED record of `batch` with the records it holds; once the batch holds
+    /// `target.limit` decompressed bytes, every later record goes to the spilled batches instead.
+    /// On error, the records from the failing one on are removed.
     fn process_batch(
         &mut self,
         batch: &mut Batch,
-        kept: &mut Vec<Span>,
         target: &mut Target,
         out: &Out<'_>,
     ) -> Result<(), Error> {
         let info = StreamInfo::shared(batch);
         let e = info.as_ref().map_or(Endian::Little, |i| i.endian);
         self.endian = e;
-        let spans = std::mem::take(&mut batch.spans);
         let mut offset = batch.stream_offset;
         let mut n_compressed = 0;
         let mut n_bytes = 0;
         let mut result = Ok(());
-        for span in &spans {
+        let mut ed = batch.edit();
+        while let Some(span) = ed.next_record() {
             let here = offset;
             offset += u64::from(span.len);
             let rt = RecordType(span.kind);
             if rt != RecordType::COMPRESSED && rt != RecordType::COMPRESSED2 {
-                match target.spilled.last_mut() {
-                    None => kept.push(*span),
-                    Some(b) => {
-                        let s = b.append(&batch.data[span.range()], span.kind, span.tag);
-                        b.spans.push(s);
-                    }
+                if let Some(b) = target.spilled.last_mut() {
+                    let s = b.append(ed.bytes(&span), span.kind, span.tag);
+                    b.spans.push(s);
+                    ed.remove();
                 }
                 continue;
             }
+            ed.remove();
             n_compressed += 1;
             if self.buf.is_empty() {
                 (self.rem_offset, self.rem_type) = (here, rt);
             }
-            let step = Self::payload(batch.bytes(span), rt, e, here)
+            let step = Self::payload(ed.bytes(&span), rt, e, here)
                 .and_then(|p| self.inflate(p, rt, here))
                 .and_then(|n| {
                     n_bytes += n;
-                    self.frame(batch, kept, target, info.as_deref(), out, (here, rt))
+                    self.frame(&mut ed, target, info.as_deref(), out, (here, rt))
                 });
             if let Err(err) = step {
+                ed.remove_rest();
                 result = Err(err);
                 break;
             }
         }
-        batch.spans = spans;
+        ed.finish();
         self.compressed_records.add(n_compressed);
         self.decompressed_bytes.add(n_bytes as u64);
         result
@@ -295,15 +297,13 @@ impl Stage for Decompress {
             out.push(batch);
             return Ok(Flow::Continue);
         }
-        let mut kept = Vec::with_capacity(batch.spans.len() * 8);
         let mut target = Target {
             limit: out.batch_bytes().max(SPILL_MIN),
             spilled: Vec::new(),
             filled: 0,
         };
-        let result = self.process_batch(&mut batch, &mut kept, &mut target, out);
+        let result = self.process_batch(&mut batch, &mut target, out);
         // On error, what was decompressed before the fault still goes out.
-        batch.spans = kept;
         out.push(batch);
         for b in target.spilled {
             out.push(b);

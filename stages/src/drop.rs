@@ -101,11 +101,16 @@ pub struct Drop {
 
 impl Stage for Drop {
     fn process(&mut self, mut batch: Batch, out: &mut Out<'_>) -> Result<Flow, StageError> {
-        let before = batch.spans.len();
-        batch
-            .spans
-            .retain(|s| !self.set[(s.kind as usize).min(255)]);
-        self.dropped.add((before - batch.spans.len()) as u64);
+        let mut dropped = 0;
+        let mut ed = batch.edit();
+        while let Some(span) = ed.next_record() {
+            if self.set[(span.kind as usize).min(255)] {
+                ed.remove();
+                dropped += 1;
+            }
+        }
+        ed.finish();
+        self.dropped.add(dropped);
         if batch.spans.is_empty() {
             out.recycle(batch);
         } else {

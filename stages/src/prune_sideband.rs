@@ -19,7 +19,7 @@
 
 use std::collections::{HashMap, HashSet, VecDeque};
 
-use perfpipe_core::{Batch, Counter, Flow, Out, Span, Stage, StageError};
+use perfpipe_core::{Batch, Counter, Editor, Flow, Out, Stage, StageError};
 
 use crate::format::{Record, RecordType, StreamInfo};
 use crate::registry::{Flag, StageSpec};
@@ -120,14 +120,15 @@ impl PruneSideband {
         }
     }
 
-    /// Moves the held records of needed processes into `batch`, in order, as spans in `out`.
-    fn release_needed(&mut self, batch: &mut Batch, out: &mut Vec<Span>) {
+    /// Moves the held records of needed processes into the batch, in order, before the current
+    /// record.
+    fn release_needed(&mut self, ed: &mut Editor<'_>) {
         let mut rest = VecDeque::with_capacity(self.held.len());
         let mut n = 0;
         for h in self.held.drain(..) {
             if self.needed.contains(&h.pid) {
                 self.held_bytes -= h.bytes.len();
-                out.push(batch.append(&h.bytes, h.kind, h.tag));
+                ed.insert_before(&h.bytes, h.kind, h.tag);
                 n += 1;
             } else {
                 rest.push_back(h);
@@ -195,12 +196,12 @@ impl PruneSideband {
         }
     }
 
-    /// Stops pruning: everything held goes out now.
-    fn disable(&mut self, batch: &mut Batch, out: &mut Vec<Span>) {
+    /// Stops pruning: everything held goes out now, before the current record.
+    fn disable(&mut self, ed: &mut Editor<'_>) {
         self.disabled = true;
         let n = self.held.len() as u64;
         for h in self.held.drain(..) {
-            out.push(batch.append(&h.bytes, h.kind, h.tag));
+            ed.insert_before(&h.bytes, h.kind, h.tag);
         }
         self.held_bytes = 0;
         self.released.add(n);
@@ -217,38 +218,28 @@ impl Stage for PruneSideband {
             out.push(batch);
             return Ok(Flow::Continue);
         }
-        let spans = std::mem::take(&mut batch.spans);
-        let mut kept = Vec::with_capacity(spans.len());
-        for span in &spans {
-            let rec = info.record(&batch, span);
+        let mut ed = batch.edit();
+        while let Some(span) = ed.next_record() {
+            let rec = info.record(ed.batch(), &span);
             match RecordType(span.kind) {
-                RecordType::SAMPLE => {
-                    match rec.sample().and_then(|s| s.pid()) {
-                        Some(pid) if !self.needed.contains(&pid) => {
-                            self.need(pid);
-                            self.release_needed(&mut batch, &mut kept);
-                        }
-                        Some(_) => {}
-                        None => self.disable(&mut batch, &mut kept),
+                RecordType::SAMPLE => match rec.sample().and_then(|s| s.pid()) {
+                    Some(pid) if !self.needed.contains(&pid) => {
+                        self.need(pid);
+                        self.release_needed(&mut ed);
                     }
-                    kept.push(*span);
-                }
-                RecordType::FINISHED_ROUND => {
-                    self.round();
-                    kept.push(*span);
-                }
-                _ if self.disabled => kept.push(*span),
+                    Some(_) => {}
+                    None => self.disable(&mut ed),
+                },
+                RecordType::FINISHED_ROUND => self.round(),
+                _ if self.disabled => {}
                 _ => {
-                    let Some(pid) = owner(&rec) else {
-                        kept.push(*span);
-                        continue;
-                    };
+                    let Some(pid) = owner(&rec) else { continue };
                     self.track(&rec);
                     if pid == u32::MAX || pid == 0 || self.needed.contains(&pid) {
-                        kept.push(*span);
                         continue;
                     }
                     let bytes = rec.bytes.to_vec();
+                    ed.remove();
                     self.held_bytes += bytes.len();
                     self.held.push_back(Held {
                         pid,
@@ -261,14 +252,13 @@ impl Stage for PruneSideband {
                             break;
                         };
                         self.held_bytes -= h.bytes.len();
-                        let s = batch.append(&h.bytes, h.kind, h.tag);
-                        kept.push(s);
+                        ed.insert(&h.bytes, h.kind, h.tag);
                         self.released.add(1);
                     }
                 }
             }
         }
-        batch.spans = kept;
+        ed.finish();
         if batch.spans.is_empty() {
             out.recycle(batch);
         } else {

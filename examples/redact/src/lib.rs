@@ -15,12 +15,13 @@
 //! Options (`--redact key=HEX32,keep=PREFIX:PREFIX` or `--stage redact:…`): `key` (32 hex digits;
 //! default: random per run), `keep` (colon-separated path prefixes to keep).
 //!
-//! A redacted record is rebuilt with its new name (`Batch::replace`); its `sample_id` trailer is
-//! kept at the end, where perf looks for it. Every other record stays a zero-copy slice.
+//! The stage edits each batch in one pass (`Batch::edit`): a redacted record is rebuilt with its new
+//! name (`Editor::replace`), its `sample_id` trailer kept at the end, where perf looks for it; a
+//! dropped feature is removed (`Editor::remove`). Every other record stays a zero-copy slice.
 
 use std::hash::Hasher as _;
 
-use perfpipe_core::{Batch, Counter, Flow, Out, Stage, StageError};
+use perfpipe_core::{Batch, Counter, Flow, Out, Span, Stage, StageError};
 use perfpipe_stages::format::{build, feature, Endian, EventHeader, RecordType, StreamInfo};
 use perfpipe_stages::registry::{Flag, Kind, Options, StageOption, StageSpec};
 use siphasher::sip::SipHasher13;
@@ -95,9 +96,7 @@ impl Redact {
     }
 
     /// The redacted form of one record, `None` to keep it, `Some(None)` to drop it.
-    fn redact(&self, info: &StreamInfo, batch: &Batch, index: usize) -> Option<Option<Vec<u8>>> {
-        let span = &batch.spans[index];
-        let rec = batch.bytes(span);
+    fn redact(&self, info: &StreamInfo, span: &Span, rec: &[u8]) -> Option<Option<Vec<u8>>> {
         let e = info.endian;
         let trailer = info
             .attr(span.tag as u16)
@@ -160,22 +159,24 @@ impl Stage for Redact {
             out.push(batch);
             return Ok(Flow::Continue);
         };
-        let (mut rewritten, mut dropped) = (0, Vec::new());
-        for i in 0..batch.spans.len() {
-            match self.redact(&info, &batch, i) {
+        let (mut rewritten, mut dropped) = (0, 0);
+        let mut ed = batch.edit();
+        while let Some(span) = ed.next_record() {
+            match self.redact(&info, &span, ed.bytes(&span)) {
                 Some(Some(bytes)) => {
-                    batch.replace(i, &bytes);
+                    ed.replace(&bytes);
                     rewritten += 1;
                 }
-                Some(None) => dropped.push(i),
+                Some(None) => {
+                    ed.remove();
+                    dropped += 1;
+                }
                 None => {}
             }
         }
-        for &i in dropped.iter().rev() {
-            batch.spans.remove(i);
-        }
+        ed.finish();
         self.rewritten.add(rewritten);
-        self.dropped.add(dropped.len() as u64);
+        self.dropped.add(dropped);
         out.push(batch);
         Ok(Flow::Continue)
     }

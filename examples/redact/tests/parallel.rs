@@ -1,28 +1,18 @@
-//! `Parallel` around `redact` gives byte-identical output to `redact` alone, on every recording
+//! `redact` as a parallel stage gives byte-identical output to `redact` alone, on every recording
 //! in the tests (tests/fixtures/*.pipe.data).
 
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
 
-use perfpipe_core::{Batch, Flow, Parallel, Pipeline, Settings, Sink, Stage, StageError};
+use perfpipe_core::harness::Collect;
+use perfpipe_core::{Pipeline, Settings};
 use perfpipe_stages::decode::DecodeConfig;
 use perfpipe_stages::read::ReadConfig;
 
-#[derive(Clone, Default)]
-struct Collect(Arc<Mutex<Vec<u8>>>);
-
-impl Sink for Collect {
-    fn consume(&mut self, batch: &Batch) -> Result<Flow, StageError> {
-        let mut v = self.0.lock().unwrap();
-        batch.runs().for_each(|r| v.extend_from_slice(r));
-        Ok(Flow::Continue)
-    }
-}
-
 const KEY: Option<&str> = Some("key=00112233445566778899aabbccddeeff");
 
-fn run(path: &Path, stage: Box<dyn Stage>) -> Vec<u8> {
-    let sink = Collect::default();
+/// `path` through decode and redact, sequential (`workers` 0) or on that many workers.
+fn run(path: &Path, workers: usize) -> Vec<u8> {
+    let sink = Collect::new();
     let read = ReadConfig {
         path: Some(path.to_path_buf()),
         pipe_buffer: 0,
@@ -34,15 +24,17 @@ fn run(path: &Path, stage: Box<dyn Stage>) -> Vec<u8> {
         batch_bytes: 8 * 1024,
         ..Settings::default()
     };
-    let report = Pipeline::new(settings)
+    let pipeline = Pipeline::new(settings)
         .source("read", read)
-        .stage("decode", DecodeConfig::default().build())
-        .boxed_stage("redact", stage)
-        .sink("collect", sink.clone())
-        .run();
+        .stage("decode", DecodeConfig::default().build());
+    let redact = || perfpipe_example_redact::build(KEY).unwrap();
+    let pipeline = match workers {
+        0 => pipeline.stage("redact", redact()),
+        n => pipeline.parallel_stage("redact", n, redact),
+    };
+    let report = pipeline.sink("collect", sink.clone()).run();
     assert!(report.is_ok(), "{:?}", report.errors);
-    let out = sink.0.lock().unwrap().clone();
-    out
+    sink.bytes()
 }
 
 #[test]
@@ -56,14 +48,9 @@ fn parallel_redact_is_byte_identical_on_every_fixture() {
     fixtures.sort();
     assert!(fixtures.len() >= 10);
     for path in &fixtures {
-        let seq = run(path, Box::new(perfpipe_example_redact::build(KEY).unwrap()));
+        let seq = run(path, 0);
         for workers in [2, 3] {
-            let par = run(
-                path,
-                Box::new(Parallel::new(workers, || {
-                    perfpipe_example_redact::build(KEY).unwrap()
-                })),
-            );
+            let par = run(path, workers);
             assert!(par == seq, "{}: {workers} workers differ", path.display());
         }
         assert!(seq.len() > 1000);

@@ -36,7 +36,7 @@ pub mod synth;
 
 use std::collections::{HashMap, HashSet};
 
-use perfpipe_core::{Batch, Counter, Flow, Out, Span, Stage, StageError};
+use perfpipe_core::{Batch, Counter, Flow, Out, Stage, StageError};
 
 use crate::format::{misc, RecordType, StreamInfo};
 use crate::machine::{DsoId, Identity, Machine};
@@ -192,26 +192,18 @@ pub(crate) fn note_header(
     }
 }
 
-/// Places new records before the spans they precede, keeping the other spans as they are.
+/// Places new records before the spans they precede (indices in increasing order), keeping the
+/// other spans as they are; one pass, in place.
 pub(crate) fn apply_inserts(batch: &mut Batch, inserts: Inserts) {
     if inserts.is_empty() {
         return;
     }
-    let old = std::mem::take(&mut batch.spans);
-    let mut spans = Vec::with_capacity(old.len() + inserts.len());
-    let mut next = inserts.into_iter().peekable();
-    for (i, span) in old.into_iter().enumerate() {
-        while let Some((_, bytes)) = next.next_if(|(at, _)| *at == i) {
-            let s = batch.append(&bytes, RecordType::HEADER_BUILD_ID.0, 0);
-            spans.push(s);
-        }
-        spans.push(span);
+    let mut ed = batch.edit();
+    let mut at = 0;
+    for (before, bytes) in inserts {
+        at += ed.skip(before.saturating_sub(at));
+        ed.insert(&bytes, RecordType::HEADER_BUILD_ID.0, 0);
     }
-    for (_, bytes) in next {
-        let s: Span = batch.append(&bytes, RecordType::HEADER_BUILD_ID.0, 0);
-        spans.push(s);
-    }
-    batch.spans = spans;
 }
 
 impl Buildid {
