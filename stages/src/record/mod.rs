@@ -23,7 +23,9 @@
 //!   then left in the ring; [`RecordConfig::after`] later) and at the end, every ring is paused, read
 //!   newest-first ([`ring::read_backward`]), resumed, and the recorder writes a **complete stream**:
 //!   header records, the side-band of the processes the window references, the window in time
-//!   order. Dumps are emitted as framed batches (what `decode` would give), so the CLI runs the
+//!   order. The window starts where every cpu's ring is complete: a ring that wrapped since the
+//!   last dump lost what came before its oldest record, so older records of the other rings are
+//!   cut (`dump_cut_records`, `dump_cut_bytes`; see `complete_from`). Dumps are emitted as framed batches (what `decode` would give), so the CLI runs the
 //!   stages without `decode`; each dump starts with its own pipe header. With
 //!   [`RecordConfig::once`] (one output, one stream) the first dump ends the recording; a
 //!   `-- CMD` workload then runs on, unrecorded.
