@@ -82,6 +82,8 @@ pub struct RecordRing {
     chunk_bytes: usize,
     held: usize,
     records: usize,
+    /// Records held without a time of their own (none: eviction need not look at the head).
+    untimed: usize,
     /// Time of the last record offered (stored or late), for the next one without a time.
     last_time: u64,
     /// Newest time held since the ring was last emptied.
@@ -121,6 +123,7 @@ impl RecordRing {
             chunk_bytes: (capacity / 8).clamp(4 << 10, 1 << 20),
             held: 0,
             records: 0,
+            untimed: 0,
             last_time: 0,
             newest: 0,
             cut: None,
@@ -249,6 +252,7 @@ impl RecordRing {
         chunk.extend_from_slice(bytes);
         self.held += need;
         self.records += 1;
+        self.untimed += usize::from(untimed);
         pos
     }
 
@@ -281,10 +285,12 @@ impl RecordRing {
         let Some(&Reverse((t, id))) = self.heads.peek() else {
             return false;
         };
-        let head = self.norm(self.runs[(id - self.first_run) as usize].head);
-        if !self.entry(head).0.timed {
-            self.pop_oldest(dropped);
-            return true;
+        if self.untimed > 0 {
+            let head = self.norm(self.runs[(id - self.first_run) as usize].head);
+            if !self.entry(head).0.timed {
+                self.pop_oldest(dropped);
+                return true;
+            }
         }
         if t >= self.newest {
             return false;
@@ -318,6 +324,7 @@ impl RecordRing {
         };
         let data = &self.chunks[(head.chunk - self.first_chunk) as usize];
         let (entry, size) = entry_at(data, head.at);
+        self.untimed -= usize::from(!entry.timed);
         dropped(entry);
         self.held -= size;
         self.records -= 1;
@@ -391,6 +398,7 @@ impl RecordRing {
         self.heads.clear();
         self.held = 0;
         self.records = 0;
+        self.untimed = 0;
         let spare = self.spare.take();
         for run in old_runs.into_iter().filter(|r| r.records > 0) {
             let mut p = run.head;
@@ -434,7 +442,7 @@ impl RecordRing {
                 self.spare = Some(c);
             }
         }
-        debug_assert_eq!((self.held, self.records), (0, 0));
+        debug_assert_eq!((self.held, self.records, self.untimed), (0, 0, 0));
         self.newest = 0;
         self.cut = None;
     }
