@@ -621,3 +621,72 @@ pipetest!(needs(perf) record_taps_and_refuses_a_trigger_without_overwrite, |dir|
     let err = refused(&["--tap", "nosuch=/dev/null", "--", "true"]);
     assert!(err.contains("record, decode"), "{err}");
 });
+
+pipetest!(
+    // See: issue 15, item 1. Each cpu's backward ring keeps its own newest samples: a busy cpu's
+    // ring covers the last few milliseconds, an idle one's goes back to the start. A dump of both
+    // showed the busy cpu idle over most of its time range.
+    r15_an_overwrite_dump_starts_where_every_cpu_ring_is_complete,
+    |dir| {
+        if !have_perf() {
+            return;
+        }
+        let _ = &dir;
+        if std::thread::available_parallelism().map_or(1, |n| n.get()) < 2 {
+            eprintln!("skipping: needs 2 cpus");
+            return;
+        }
+        // cpu 1: a few milliseconds of sha256sum at the start, far less than its 16 KiB ring;
+        // cpu 0: a shell loop for the rest, which wraps its ring many times.
+        let script = "taskset -c 1 sha256sum /bin/bash >/dev/null; \
+                      exec taskset -c 0 sh -c 'i=0; while [ $i -lt 300000 ]; do i=$((i+1)); done'";
+        let (dump, err) = record(
+            &[
+                "-e",
+                "cpu-clock",
+                "-c",
+                "100000",
+                "--overwrite",
+                "-m",
+                "4",
+                "--stats",
+            ],
+            &["sh", "-c", script],
+        );
+        assert_eq!(counter(&err, "dumps"), 1);
+        // The oldest samples of cpu 1's ring are older than anything cpu 0's ring still holds:
+        // they are cut, and counted.
+        let cut = counter(&err, "dump_cut_records");
+        assert!(cut > 0, "nothing cut:\n{err}");
+        assert!(counter(&err, "dump_cut_bytes") >= 24 * cut);
+        // perf script of the dump: the window starts with cpu 0's oldest sample, so no cpu has a
+        // sample from before the time every ring is complete from.
+        let text = perf_on(&["script", "-F", "cpu,time"], &dump);
+        let samples: Vec<(u32, f64)> = text
+            .lines()
+            .filter_map(|l| {
+                let mut f = l.split_whitespace();
+                let cpu = f
+                    .next()?
+                    .trim_matches(|c| c == '[' || c == ']')
+                    .parse()
+                    .ok()?;
+                let t = f.next()?.trim_end_matches(':').parse().ok()?;
+                Some((cpu, t))
+            })
+            .collect();
+        assert!(samples.len() > 100, "{} samples", samples.len());
+        let first0 = samples
+            .iter()
+            .filter(|s| s.0 == 0)
+            .map(|s| s.1)
+            .fold(f64::MAX, f64::min);
+        let older: Vec<&(u32, f64)> = samples.iter().filter(|s| s.1 < first0).collect();
+        assert!(
+            older.is_empty(),
+            "{} samples before cpu 0's oldest ({first0}): {:?}",
+            older.len(),
+            &older[..older.len().min(5)]
+        );
+    }
+);

@@ -98,21 +98,23 @@ pipetest!(needs(perf)
         let stats = String::from_utf8_lossy(&out.stderr);
         assert!(stats.contains("dumps = 1"), "{stats}");
 
-        // The dump holds exactly the newest samples (arrival order, as the kernel's rings do),
-        // about 1 MB of them, sorted by time.
+        // The dump holds exactly the newest samples by time (every sample from its first time
+        // on, whichever cpu's buffer perf drained first), about 1 MB of them, sorted by time.
         let kept = sample_times(&dump);
         let kept_times: Vec<u64> = kept.iter().map(|k| k.0).collect();
         assert!(
             kept_times.windows(2).all(|w| w[0] <= w[1]),
             "not in time order"
         );
-        let mut newest: Vec<u64> = times[times.len() - kept.len()..]
+        let mut newest: Vec<u64> = times
             .iter()
             .map(|t| t.0)
+            .filter(|&t| t >= kept_times[0])
             .collect();
         newest.sort_unstable();
         eqnice!(newest, kept_times);
-        let bytes: usize = kept.iter().map(|k| k.1 + 8).sum();
+        // (16 bytes of the ring's own per record)
+        let bytes: usize = kept.iter().map(|k| k.1 + 16).sum();
         assert!(
             bytes > 900 << 10 && bytes <= 1 << 20,
             "{bytes} bytes of samples"
@@ -411,5 +413,122 @@ pipetest!(needs(perf)
         let out = perfpipe(&["--ring-trigger", "pid == 1"], &input);
         assert_eq!(out.status.code(), Some(1));
         assert!(String::from_utf8_lossy(&out.stderr).contains("need --ring SIZE"));
+    }
+);
+
+/// The samples of a stream as `perf script` prints them, one "tid time: ip" line each, sorted, with
+/// their times in seconds.
+fn script_samples(stream: &[u8]) -> Vec<(f64, String)> {
+    let text = perf_on(&["script", "-F", "tid,time,ip", "-G"], stream);
+    let mut v: Vec<(f64, String)> = text
+        .lines()
+        .filter_map(|l| {
+            let t = l
+                .split_whitespace()
+                .nth(1)?
+                .trim_end_matches(':')
+                .parse()
+                .ok()?;
+            Some((t, l.trim().to_string()))
+        })
+        .collect();
+    v.sort_by(|a, b| a.0.total_cmp(&b.0).then_with(|| a.1.cmp(&b.1)));
+    v
+}
+
+/// `stream` with every FINISHED_ROUND but a last one taken out.
+fn one_round(stream: &[u8]) -> Vec<u8> {
+    let mut out = stream[..16].to_vec();
+    for (t, r) in records(stream) {
+        if t != 68 {
+            out.extend_from_slice(r);
+        }
+    }
+    out.extend_from_slice(&[68, 0, 0, 0, 0, 0, 8, 0]);
+    out
+}
+
+/// Arrival-order descents of a stream's sample times: where perf moved on to another cpu's
+/// buffer with older records.
+fn descents(stream: &[u8]) -> usize {
+    let t = sample_times(stream);
+    t.windows(2).filter(|w| w[1].0 < w[0].0).count()
+}
+
+pipetest!(
+    // See: issue 15, item 1. perf drains one cpu's buffer after another, so the newest SIZE bytes
+    // in arrival order held one cpu's samples from the whole recording and left out the other's
+    // from the same time: processes looked idle while they ran.
+    r15_a_ring_dump_holds_every_sample_of_its_time_window,
+    |_dir| {
+        if !have_perf() {
+            return;
+        }
+        // A multi-process workload on both cpus; `-m 2048` (8 MiB per cpu) leaves nearly the
+        // whole recording in the kernel's buffers until the end: a round or two, each cpu drained
+        // at once. The same stream with its FINISHED_ROUNDs but the last taken out is what perf
+        // writes when it never wakes up before the end (seen: 1 round, 2 under load): one round.
+        // `-m 4` wakes perf every few KiB: many rounds. `taskset -c 0`: one cpu.
+        let w = workload();
+        let rounds = |s: &[u8]| records(s).iter().filter(|(t, _)| *t == 68).count();
+        let record = |opts: &[&str], pin: &[&str]| {
+            let mut cmd: Vec<&str> = pin.to_vec();
+            cmd.extend([w.as_str(), "multi", "4"]);
+            let args = [&["-e", "cpu-clock", "-c", "100000", "-g"][..], opts].concat();
+            perf_record(&args, &cmd)
+        };
+        let few = record(&["-m", "2048"], &[]);
+        let cases = [
+            ("one round, 2 cpus", one_round(&few)),
+            ("few rounds, 2 cpus", few),
+            ("many rounds, 2 cpus", record(&["-m", "4"], &[])),
+            (
+                "many rounds, 1 cpu",
+                record(&["-m", "4"], &["taskset", "-c", "0"]),
+            ),
+        ];
+        for (what, input) in cases {
+            let n = rounds(&input);
+            match what.split(',').next().unwrap() {
+                "one round" => assert_eq!(n, 1, "{what}"),
+                "few rounds" => assert!(n <= 3, "{what}: {n} rounds"),
+                _ => assert!(n > 5, "{what}: {n} rounds"),
+            }
+            if what.ends_with("2 cpus") {
+                assert!(descents(&input) >= 1, "{what}: drained as one cpu");
+            }
+            assert!(input.len() > 400 << 10, "{what}: {} bytes", input.len());
+            let all = script_samples(&input);
+            for size in ["256K", "64K"] {
+                let out = perfpipe(&["--ring", size, "--stats"], &input);
+                let stats = String::from_utf8_lossy(&out.stderr);
+                assert!(out.status.success(), "{what}: {stats}");
+                let got = script_samples(&out.stdout);
+                let (lo, hi) = (got[0].0, got[got.len() - 1].0);
+                // perf script of the dump vs the input's samples in the dump's time range.
+                let want: Vec<(f64, String)> = all
+                    .iter()
+                    .filter(|s| s.0 >= lo && s.0 <= hi)
+                    .cloned()
+                    .collect();
+                let have: std::collections::HashSet<&String> = got.iter().map(|s| &s.1).collect();
+                let missing = want.iter().filter(|s| !have.contains(&s.1)).count();
+                assert!(
+                    missing == 0 && want.len() == got.len(),
+                    "{what}, --ring {size}: the dump has {} samples from {lo} to {hi} s, \
+                     the input {} ({missing} missing)",
+                    got.len(),
+                    want.len()
+                );
+                // The newest window: it ends with the input's last sample and is not tiny.
+                assert_eq!(hi, all[all.len() - 1].0, "{what}, --ring {size}");
+                let budget = if size == "256K" { 256 << 10 } else { 64 << 10 };
+                let bytes: usize = sample_times(&out.stdout).iter().map(|s| s.1 + 16).sum();
+                assert!(
+                    bytes > budget / 2 && bytes <= budget,
+                    "{what}, --ring {size}: {bytes} bytes of samples"
+                );
+            }
+        }
     }
 );

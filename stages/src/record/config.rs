@@ -394,6 +394,8 @@ impl RecordConfig {
             dumped: Counter::new(),
             triggers: Counter::new(),
             records: Counter::new(),
+            cut_records: Counter::new(),
+            cut_bytes: Counter::new(),
         })
     }
 }

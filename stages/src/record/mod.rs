@@ -23,7 +23,9 @@
 //!   then left in the ring; [`RecordConfig::after`] later) and at the end, every ring is paused, read
 //!   newest-first ([`ring::read_backward`]), resumed, and the recorder writes a **complete stream**:
 //!   header records, the side-band of the processes the window references, the window in time
-//!   order. Dumps are emitted as framed batches (what `decode` would give), so the CLI runs the
+//!   order. The window starts where every cpu's ring is complete: a ring that wrapped since the
+//!   last dump lost what came before its oldest record, so older records of the other rings are
+//!   cut (`dump_cut_records`, `dump_cut_bytes`; see `complete_from`). Dumps are emitted as framed batches (what `decode` would give), so the CLI runs the
 //!   stages without `decode`; each dump starts with its own pipe header. With
 //!   [`RecordConfig::once`] (one output, one stream) the first dump ends the recording; a
 //!   `-- CMD` workload then runs on, unrecorded.
@@ -141,6 +143,9 @@ pub struct Record {
     dumped: Counter,
     triggers: Counter,
     records: Counter,
+    /// Records (and bytes) of backward rings older than a dump's complete window.
+    cut_records: Counter,
+    cut_bytes: Counter,
 }
 
 impl Record {
@@ -239,21 +244,29 @@ impl Record {
             return Ok(());
         };
         for_each_side(&side, info, rec);
-        let mut samples: Vec<Vec<u8>> = Vec::new();
+        let mut rings: Vec<(Vec<Vec<u8>>, bool)> = Vec::new();
         for r in &mut self.rings {
             let Some(b) = &mut r.backward else {
                 continue;
             };
-            let (mut recs, head, stats) = b.read(&self.events, b.dumped)?;
+            let (recs, head, stats) = b.read(&self.events, b.dumped)?;
+            // More was written since the last dump than could be read: the ring wrapped and
+            // lost its older records.
+            let wrapped = stats.bytes < b.dumped.wrapping_sub(head);
             (b.dumped, b.peeked) = (head, head);
             self.lost.add(stats.lost);
             self.records.add(stats.records);
-            samples.append(&mut recs);
+            rings.push((recs, wrapped));
         }
-        for bytes in &samples {
-            let kind = EventHeader::parse(bytes, info.endian).map_or(0, |h| h.type_);
-            let tag = u32::from(info.attr_index(kind, bytes));
-            rec.push(info, bytes, kind, tag);
+        let (keep, cut) = complete_from(&rings, info);
+        self.cut_records.add(cut.records);
+        self.cut_bytes.add(cut.bytes);
+        for (recs, _) in &rings {
+            for bytes in recs.iter().filter(|r| keep(r)) {
+                let kind = EventHeader::parse(bytes, info.endian).map_or(0, |h| h.type_);
+                let tag = u32::from(info.attr_index(kind, bytes));
+                rec.push(info, bytes, kind, tag);
+            }
         }
         let mut batches = Vec::new();
         let batch_bytes = out.batch_bytes();
@@ -309,6 +322,51 @@ impl Record {
         }
         Ok(())
     }
+}
+
+/// What [`complete_from`] cut.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+struct Cut {
+    records: u64,
+    bytes: u64,
+}
+
+/// The time of a record read from a ring: a sample's TIME, else its `sample_id` trailer's.
+fn time_in(bytes: &[u8], info: &StreamInfo) -> Option<u64> {
+    let kind = EventHeader::parse(bytes, info.endian).map_or(0, |h| h.type_);
+    let rec =
+        crate::format::Record::new(bytes, info.endian, info.attr(info.attr_index(kind, bytes)));
+    match rec.sample() {
+        Some(s) => s.time(),
+        None => rec.sample_id()?.time,
+    }
+}
+
+/// The records of an overwrite dump that belong to its complete window, from each cpu's backward
+/// ring (`(records oldest first, whether the ring wrapped since the last dump)`). A ring that
+/// wrapped lost everything before its oldest record, so the window can only start there: the
+/// window starts at the latest such oldest time over the rings that wrapped (a ring that did not
+/// wrap is complete since the last dump), and older records of the other rings are cut, so no
+/// cpu looks idle while another's samples say it ran. Returns the filter and what it cuts.
+fn complete_from<'a>(
+    rings: &[(Vec<Vec<u8>>, bool)],
+    info: &'a StreamInfo,
+) -> (impl Fn(&[u8]) -> bool + 'a, Cut) {
+    let start = rings
+        .iter()
+        .filter(|(_, wrapped)| *wrapped)
+        .filter_map(|(recs, _)| recs.iter().filter_map(|r| time_in(r, info)).min())
+        .max();
+    let keep = move |r: &[u8]| match (start, time_in(r, info)) {
+        (Some(s), Some(t)) => t >= s,
+        _ => true,
+    };
+    let mut cut = Cut::default();
+    for r in rings.iter().flat_map(|(recs, _)| recs).filter(|r| !keep(r)) {
+        cut.records += 1;
+        cut.bytes += r.len() as u64;
+    }
+    (keep, cut)
 }
 
 /// Calls `f` on each record of `bytes`, a run of whole records.
@@ -405,6 +463,61 @@ impl Source for Record {
             ("lost_events", self.lost.clone()),
             ("dumps", self.dumped.clone()),
             ("triggers", self.triggers.clone()),
+            ("dump_cut_records", self.cut_records.clone()),
+            ("dump_cut_bytes", self.cut_bytes.clone()),
         ]
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::format::Attr;
+    use crate::synth::SynthStream;
+
+    /// The attr of a synthetic stream, and one sample per time on `cpu`, oldest first.
+    fn ring(info: &mut Option<StreamInfo>, cpu: u32, times: &[u64]) -> Vec<Vec<u8>> {
+        let mut s = SynthStream::new();
+        let head = s.bytes().len();
+        for &t in times {
+            s.sample(10 + cpu, 10 + cpu, t, cpu, 0x1000, &[]);
+        }
+        let bytes = s.into_bytes();
+        let e = Endian::Little;
+        let attr_len = usize::from(EventHeader::parse(&bytes[16..], e).unwrap().size);
+        let mut i = StreamInfo::new(e);
+        i.add_attr(Attr::parse(&bytes[16 + 8..16 + attr_len], e).unwrap());
+        info.get_or_insert(i);
+        let mut recs = Vec::new();
+        for_each_whole(&bytes[head..], e, &mut |r| recs.push(r.to_vec()));
+        recs
+    }
+
+    #[test]
+    fn an_overwrite_dump_starts_where_every_wrapped_ring_is_complete() {
+        let mut info = None;
+        // cpu 0 wrapped and kept 500..; cpu 1 wrapped and kept 700..; cpu 2 never wrapped and
+        // holds everything since the last dump (from 0).
+        let a = ring(&mut info, 0, &(500..1000).step_by(10).collect::<Vec<_>>());
+        let b = ring(&mut info, 1, &(700..1000).step_by(10).collect::<Vec<_>>());
+        let c = ring(&mut info, 2, &(0..1000).step_by(10).collect::<Vec<_>>());
+        let info = info.unwrap();
+        let time = |r: &Vec<u8>| time_in(r, &info).unwrap();
+        let rings = vec![(a.clone(), true), (b, true), (c.clone(), false)];
+        let (keep, cut) = complete_from(&rings, &info);
+        for (recs, _) in &rings {
+            for r in recs {
+                assert_eq!(keep(r), time(r) >= 700, "{}", time(r));
+            }
+        }
+        // cpu 0's 500..690 and cpu 2's 0..690.
+        assert_eq!(cut.records, 20 + 70);
+        assert_eq!(cut.bytes, 90 * a[0].len() as u64);
+
+        // Nothing wrapped: every ring is complete since the last dump; nothing is cut.
+        let rings = vec![(a, false), (c, false)];
+        let (keep, cut) = complete_from(&rings, &info);
+        assert!(rings.iter().flat_map(|r| &r.0).all(|r| keep(r)));
+        assert_eq!(cut, Cut::default());
     }
 }

@@ -12,12 +12,16 @@
 //!   DURATION later in event time arrives (or, on a quiet input, that long in wall time), then
 //!   dumps. Matches while a dump is pending are ignored.
 //!
+//! The window is the newest events **by event time** that fit SIZE: every event whose time is
+//! above a cut, whatever order perf drained the cpus in (see [`RecordRing`]); `events_dropped`
+//! counts the events that left it or arrived behind its cut (`events_late`, also in the former).
+//!
 //! After a dump the ring starts empty, so consecutive dumps cover consecutive windows. With
 //! [`RingConfig::once`] (a single output: perf's pipe reader rejects a second stream in one pipe)
 //! the stage stops after its first dump.
 //!
 //! **Order**: a dump is the stream's header records, then side-band, then the window sorted by
-//! time. **Buffering**: SIZE bytes of events plus the side-band state (bounded by live processes),
+//! time. **Buffering**: SIZE bytes of events (each with a 16-byte prefix) plus the side-band state (bounded by live processes),
 //! reported as `ring_bytes` and `sideband_bytes` (high-water marks; the latter counts the kept
 //! header records too); while a dump is built, its batches add up to its size once more.
 //! **EOF**: dumps what it holds, unless it stopped after its one dump.
@@ -192,6 +196,7 @@ impl RingConfig {
             sideband_bytes: Counter::new(),
             dumps: Counter::new(),
             events_dropped: Counter::new(),
+            events_late: Counter::new(),
         }
     }
 }
@@ -274,6 +279,7 @@ pub struct Ring {
     sideband_bytes: Counter,
     dumps: Counter,
     events_dropped: Counter,
+    events_late: Counter,
 }
 
 impl Ring {
@@ -309,6 +315,7 @@ impl Ring {
         self.sideband_bytes
             .max(self.recorder.sideband_bytes() as u64);
         self.events_dropped.add(self.recorder.take_dropped());
+        self.events_late.add(self.recorder.take_late());
     }
 }
 
@@ -404,6 +411,7 @@ impl Stage for Ring {
             ("sideband_bytes", self.sideband_bytes.clone()),
             ("dumps", self.dumps.clone()),
             ("events_dropped", self.events_dropped.clone()),
+            ("events_late", self.events_late.clone()),
         ]
     }
 }

@@ -7,29 +7,35 @@
 //!   without one) that is not a process's side-band — pipe header, HEADER_ATTRs, HEADER_FEATUREs,
 //!   ID_INDEX, EVENT_UPDATEs, THREAD_MAP, CPU_MAP, TRACING_DATA, the kernel MMAP… — plus the header
 //!   records that arrive later (a late HEADER_ATTR, EVENT_UPDATE or BUILD_ID), kept for every dump;
-//! - the **ring** of the newest events ([`RecordRing`]), side-band records (COMM, MMAP, FORK…)
-//!   included, so that a window replays the changes made during it;
+//! - the **ring** of the newest events by event time ([`RecordRing`]), side-band records (COMM,
+//!   MMAP, FORK…) included, so that a window replays the changes made during it. The window is
+//!   every event since the last dump whose time is above a cut, the lowest cut that fits the
+//!   budget, whatever order perf drained the cpus in; an event that arrives at or below the cut
+//!   (its cpu was drained after newer events had filled the window) is dropped as **late**, and
+//!   counted ([`Recorder::take_late`]);
 //! - the **side-band state** at the start of the window ([`Sideband`]): the preamble's process
-//!   records, and the side-band records that left the ring, applied **in time order** and only once
-//!   they are older than every record still in the ring. Records arrive in rounds, one cpu after
-//!   another, so a child's COMM and MMAPs can arrive before the parent's FORK that creates it;
-//!   applied in arrival order, the FORK would then replace the child's image with a copy of the
-//!   parent's. Records that left the ring but are not yet older than all of it wait in a small
-//!   pending heap (bounded by [`PENDING_MAX`]) and are replayed with the window.
+//!   records, and the side-band records that left the window (evicted or late), applied **in time
+//!   order**. Records arrive in rounds, one cpu after another, so a child's COMM and MMAPs can
+//!   arrive before the parent's FORK that creates it; applied in arrival order, the FORK would
+//!   then replace the child's image with a copy of the parent's. A record that left the window
+//!   waits in a pending heap (bounded by [`PENDING_MAX`]) until perf's round contract says that
+//!   nothing older can still arrive (see `Reorder`), and a dump replays the pending ones with the
+//!   window.
 //!
 //! A dump is: the preamble; the side-band state of every process the window references (samples'
 //! pids, side-band records' pids and parents), kernel maps first; FINISHED_INIT if the input had
 //! one; the pending side-band and the window sorted by time (records without a time keep the time
-//! of the record before them); one FINISHED_ROUND.
+//! of the record that arrived before them); one FINISHED_ROUND. The ring is then emptied into the
+//! side-band state and its cut forgotten, so the next dump covers the events that arrive after
+//! this one.
 //!
-//! "Newest" is in arrival order, as in the kernel's own overwrite buffers: perf drains one cpu's
-//! buffer after another, so each cpu's records arrive in time order but cpus interleave by
-//! rounds, and a window starts at a slightly different time on each cpu. Every record of a cpu
-//! after its first kept one is in the window. The ring is then emptied into the side-band state, so the next dump
-//! covers the events after this one.
+//! **Completeness.** A dump at the end of the input holds every event of the input since the
+//! previous dump whose time lies in its window. A dump taken mid-stream (a request, a trigger)
+//! holds what has arrived: perf may not have drained the other cpus' newest records yet (at most
+//! about a round of them); they arrive after it and go to the next window.
 
 use std::cmp::Reverse;
-use std::collections::{BinaryHeap, HashSet, VecDeque};
+use std::collections::{BinaryHeap, HashSet};
 
 use perfpipe_core::Batch;
 
@@ -46,11 +52,11 @@ struct Kept {
     tag: u32,
 }
 
-/// Most side-band records kept pending (left the ring, not yet older than all of it); past it the
-/// oldest is applied to the state early.
+/// Most side-band records kept pending (left the window, not yet known to be older than every
+/// record still to come); past it the oldest is applied to the state early.
 pub const PENDING_MAX: usize = 4096;
 
-/// A side-band record that left the ring, waiting to be applied in time order.
+/// A side-band record that left the window, waiting to be applied in time order.
 #[derive(Debug, PartialEq, Eq, PartialOrd, Ord)]
 struct Pending {
     time: u64,
@@ -59,76 +65,81 @@ struct Pending {
     tag: u32,
 }
 
-/// Side-band records that left the ring, applied to the state in time order once no record left in
-/// the ring is older.
+/// Side-band records that left the window (evicted, or late), applied to the state in time order
+/// once perf's round contract says no older record can still arrive.
+///
+/// perf writes a FINISHED_ROUND after each pass over the cpus' buffers, and its reader relies on
+/// this: at a FINISHED_ROUND it delivers the records up to the largest time seen at the *previous*
+/// one (`process_finished_round()` in `tools/perf/util/session.c`, `OE_FLUSH__ROUND` in
+/// `ordered-events.c`), so no later record is older than that. Until then a record older than one
+/// already applied may still come (another cpu's FORK before the child's COMM): applied in arrival
+/// order, the FORK would replace the child's image with its parent's.
 #[derive(Debug, Default)]
 struct Reorder {
-    /// (time, seq) of ring records with a time, times increasing: the front is the ring's oldest.
-    min: VecDeque<(u64, u64)>,
-    /// Arrival number of the next record pushed into the ring, and of the next to leave it.
-    pushed: u64,
-    popped: u64,
+    /// Arrival number of the next record held.
+    seq: u64,
+    /// Largest time seen, and what it was at the last FINISHED_ROUND.
+    seen: Option<u64>,
+    at_round: Option<u64>,
+    /// Records older than this can no longer be preceded by a late arrival.
+    safe: Option<u64>,
     heap: BinaryHeap<Reverse<Pending>>,
     bytes: usize,
 }
 
 impl Reorder {
-    /// Notes a record entering the ring.
+    /// Notes the time of a record that arrived.
     #[inline(always)]
-    fn entered(&mut self, time: Option<u64>) {
+    fn saw(&mut self, time: Option<u64>) {
         if let Some(t) = time {
-            while self.min.back().is_some_and(|&(b, _)| b >= t) {
-                self.min.pop_back();
-            }
-            self.min.push_back((t, self.pushed));
+            self.seen = Some(self.seen.map_or(t, |s| s.max(t)));
         }
-        self.pushed += 1;
     }
 
-    /// Notes the oldest record leaving the ring; a side-band one with a time waits in the heap,
-    /// one without is applied at once (there is no order to restore).
+    /// A FINISHED_ROUND: what was the largest time at the previous one is now safe.
+    fn round(&mut self) {
+        self.safe = self.at_round;
+        self.at_round = self.seen;
+    }
+
+    /// Takes a record that left the window: a side-band one with a time waits in the heap, one
+    /// without is applied at once (there is no order to restore).
     #[inline(always)]
     fn left(&mut self, entry: Entry<'_>, e: Endian, info: &StreamInfo, sideband: &mut Sideband) {
-        let seq = self.popped;
-        self.popped += 1;
-        if self.min.front().is_some_and(|&(_, s)| s == seq) {
-            self.min.pop_front();
+        if !is_sideband(RecordType(entry.kind)) {
+            return;
         }
-        if is_sideband(RecordType(entry.kind)) {
-            self.hold(entry, e, info, sideband);
-        }
-    }
-
-    fn hold(&mut self, entry: Entry<'_>, e: Endian, info: &StreamInfo, sideband: &mut Sideband) {
-        let seq = self.popped - 1;
-        let (rec, tag) = (
-            Record::new(entry.bytes, e, info.attr(entry.tag as u16)),
-            entry.tag,
-        );
-        match time_of(&rec) {
-            Some(time) => {
-                self.bytes += rec.bytes.len();
-                self.heap.push(Reverse(Pending {
-                    time,
-                    seq,
-                    bytes: rec.bytes.to_vec(),
-                    tag,
-                }));
-            }
-            None => {
-                sideband.apply(&rec);
-            }
+        let rec = Record::new(entry.bytes, e, info.attr(entry.tag as u16));
+        if entry.timed {
+            self.bytes += rec.bytes.len();
+            self.seq += 1;
+            self.heap.push(Reverse(Pending {
+                time: entry.time,
+                seq: self.seq,
+                bytes: rec.bytes.to_vec(),
+                tag: entry.tag,
+            }));
+        } else {
+            sideband.apply(&rec);
         }
     }
 
-    /// Applies the pending records older than every record in the ring (all of them when
-    /// `everything`), oldest first, and the oldest beyond [`PENDING_MAX`].
+    /// Applies the pending records older than `horizon` (the window's oldest time) and than the
+    /// round contract's safe time (all of them when `everything`), oldest first, and the oldest
+    /// beyond [`PENDING_MAX`].
     #[inline]
-    fn settle(&mut self, everything: bool, sideband: &mut Sideband, e: Endian, info: &StreamInfo) {
+    fn settle(
+        &mut self,
+        everything: bool,
+        horizon: Option<u64>,
+        sideband: &mut Sideband,
+        e: Endian,
+        info: &StreamInfo,
+    ) {
         let horizon = if everything {
             u64::MAX
         } else {
-            self.min.front().map_or(u64::MAX, |&(t, _)| t)
+            horizon.unwrap_or(u64::MAX).min(self.safe.unwrap_or(0))
         };
         while let Some(Reverse(p)) = self.heap.peek() {
             if p.time >= horizon && self.heap.len() <= PENDING_MAX {
@@ -163,6 +174,7 @@ pub struct Recorder {
     sideband: Sideband,
     reorder: Reorder,
     dropped: u64,
+    late: u64,
 }
 
 /// Header records that may arrive after the preamble and belong with it.
@@ -205,10 +217,11 @@ impl Recorder {
             sideband: Sideband::new(),
             reorder: Reorder::default(),
             dropped: 0,
+            late: 0,
         }
     }
 
-    /// Bytes of events held in the ring (records plus 8-byte prefixes).
+    /// Bytes of events held in the ring (records plus their 16-byte prefixes).
     pub fn ring_bytes(&self) -> usize {
         self.ring.held()
     }
@@ -223,9 +236,22 @@ impl Recorder {
         self.ring.len()
     }
 
-    /// Events dropped from the ring since the last call (oldest first, to make room).
+    /// Events dropped since the last call: those that left the window to make room (oldest time
+    /// first) and the late ones ([`Recorder::take_late`]).
     pub fn take_dropped(&mut self) -> u64 {
         std::mem::take(&mut self.dropped)
+    }
+
+    /// Events dropped since the last call because they arrived at or below the window's cut
+    /// (perf drained their cpu after newer records had filled the window); counted in
+    /// [`Recorder::take_dropped`] too.
+    pub fn take_late(&mut self) -> u64 {
+        std::mem::take(&mut self.late)
+    }
+
+    /// The time at or below which the current window has lost records (see [`RecordRing::cut`]).
+    pub fn cut(&self) -> Option<u64> {
+        self.ring.cut()
     }
 
     /// Takes in one record (`kind` and `tag` as `decode` framed it).
@@ -250,10 +276,8 @@ impl Recorder {
         }
         match t {
             _ if kind == PIPE_HEADER_KIND || is_late_header(t) => self.keep(bytes, kind, tag),
-            RecordType::FINISHED_ROUND
-            | RecordType::FINISHED_INIT
-            | RecordType::COMPRESSED
-            | RecordType::COMPRESSED2 => {}
+            RecordType::FINISHED_ROUND => self.reorder.round(),
+            RecordType::FINISHED_INIT | RecordType::COMPRESSED | RecordType::COMPRESSED2 => {}
             _ => {
                 let (endian, sideband, reorder, dropped) = (
                     info.endian,
@@ -261,13 +285,31 @@ impl Recorder {
                     &mut self.reorder,
                     &mut self.dropped,
                 );
-                reorder.entered(time_of(&rec));
-                self.ring.push(bytes, kind, tag, &mut |entry: Entry<'_>| {
-                    *dropped += 1;
-                    reorder.left(entry, endian, info, sideband);
-                });
-                if !reorder.heap.is_empty() {
-                    reorder.settle(false, sideband, endian, info);
+                let time = time_of(&rec);
+                reorder.saw(time);
+                let kept = self
+                    .ring
+                    .push(bytes, kind, tag, time, &mut |entry: Entry<'_>| {
+                        *dropped += 1;
+                        reorder.left(entry, endian, info, sideband);
+                    });
+                if !kept {
+                    // Behind the window's cut: it could never be in this window again.
+                    self.dropped += 1;
+                    self.late += 1;
+                    let entry = Entry {
+                        bytes,
+                        kind,
+                        tag,
+                        time: time.unwrap_or(0),
+                        timed: time.is_some(),
+                    };
+                    self.reorder.left(entry, endian, info, &mut self.sideband);
+                }
+                if !self.reorder.heap.is_empty() {
+                    let oldest = self.ring.oldest();
+                    self.reorder
+                        .settle(false, oldest, &mut self.sideband, endian, info);
                 }
             }
         }
@@ -319,19 +361,17 @@ impl Recorder {
                 .map(|(i, p)| (p.time, 0, p.seq, i)),
         );
         let pending_at = times.len();
-        let mut last = 0u64;
         let window = pending
             .iter()
-            .map(|p| Record::new(&p.bytes, e, attr(p.tag)))
+            .map(|p| (Record::new(&p.bytes, e, attr(p.tag)), p.time))
             .chain(
                 self.ring
                     .iter()
-                    .map(|entry| Record::new(entry.bytes, e, attr(entry.tag))),
+                    .map(|entry| (Record::new(entry.bytes, e, attr(entry.tag)), entry.time)),
             );
-        for (i, rec) in window.enumerate() {
+        for (i, (rec, time)) in window.enumerate() {
             if i >= pending_at {
-                last = time_of(&rec).unwrap_or(last);
-                times.push((last, 1, i as u64, i - pending_at));
+                times.push((time, 1, i as u64, i - pending_at));
             }
             let mut note = |pid: Option<u32>| {
                 if let Some(p) = pid.filter(|&p| p != u32::MAX && seen.insert(p)) {
@@ -385,7 +425,7 @@ impl Recorder {
         let (sideband, reorder) = (&mut self.sideband, &mut self.reorder);
         self.ring
             .clear(&mut |entry: Entry<'_>| reorder.left(entry, e, info, sideband));
-        reorder.settle(true, sideband, e, info);
+        reorder.settle(true, None, sideband, e, info);
         stats
     }
 }

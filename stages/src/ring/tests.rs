@@ -171,6 +171,9 @@ fn side_band_that_arrives_before_its_fork_is_applied_in_time_order() {
     s.finished_round();
     for i in 0..3000 {
         s.sample(200, 200, 10_000 + i * 1000, 0, 0x50_0100, &[]);
+        if i % 100 == 99 {
+            s.finished_round();
+        }
     }
     let mut ring = config(16 << 10).build();
     let out = harness::run_stage(&mut ring, decoded(&s.into_bytes(), 4096)).unwrap();
@@ -333,4 +336,149 @@ fn malformed_side_band_never_panics() {
     let mut ring = config(4096).build();
     let out = harness::run_stage(&mut ring, decoded(&stream, 64)).unwrap();
     assert_eq!(streams(&out).len(), 1);
+}
+
+/// Samples of two processes on `cpus` cpus, one every 1000 ns per cpu from time 100_000, drained
+/// as perf drains them: per round, one cpu's records after another's (cpu 0 first). `rounds` is
+/// the number of FINISHED_ROUNDs (1: a single one at the end, as in a short `perf record -o -`).
+/// Returns the stream and every sample as (time, cpu, bytes).
+fn drained(cpus: u32, per_cpu: u64, rounds: u64) -> (Vec<u8>, Vec<(u64, u32, usize)>) {
+    let mut s = SynthStream::new();
+    s.comm(100, 100, "a", true, 1_000);
+    s.comm(200, 200, "b", true, 1_100);
+    let mut all = Vec::new();
+    let per_round = per_cpu.div_ceil(rounds);
+    for r in 0..rounds {
+        for cpu in 0..cpus {
+            for i in r * per_round..((r + 1) * per_round).min(per_cpu) {
+                // cpus tick at offsets, so their times interleave
+                let t = 100_000 + i * 1000 + u64::from(cpu) * 333;
+                let pid = 100 * (cpu + 1);
+                let chain: Vec<u64> = (0..(i % 5)).map(|k| 0x1000 + k).collect();
+                let before = s.bytes().len();
+                s.sample(pid, pid, t, cpu, 0x1000, &chain);
+                all.push((t, cpu, s.bytes().len() - before));
+            }
+        }
+        s.finished_round();
+    }
+    (s.into_bytes(), all)
+}
+
+/// The (time, cpu) of every sample of a dump.
+fn dumped_samples(dump: &[(u32, Vec<u8>)]) -> Vec<(u64, u32)> {
+    let mut v: Vec<(u64, u32)> = dump
+        .iter()
+        .filter(|(t, _)| *t == RecordType::SAMPLE.0)
+        .map(|(_, r)| (sample_time(r), u32_at(r, 40)))
+        .collect();
+    v.sort_unstable();
+    v
+}
+
+#[test]
+fn a_dump_is_every_sample_of_the_newest_time_window_whatever_the_drain_order() {
+    let size = 16 << 10;
+    for (cpus, rounds) in [(2, 1), (2, 7), (2, 40), (1, 1), (1, 40)] {
+        let (stream, all) = drained(cpus, 2000, rounds);
+        for chunk in [333, 1 << 16] {
+            let mut ring = config(size).build();
+            let out = harness::run_stage(&mut ring, decoded(&stream, chunk)).unwrap();
+            let dumps = streams(&out);
+            assert_eq!(dumps.len(), 1);
+            let got = dumped_samples(&dumps[0]);
+            let what = format!("{cpus} cpus, {rounds} rounds, chunk {chunk}");
+            let lo = got.first().expect("samples").0;
+            // Every sample of the input from the window's first time on, on every cpu.
+            let mut want: Vec<(u64, u32)> = all
+                .iter()
+                .filter(|s| s.0 >= lo)
+                .map(|s| (s.0, s.1))
+                .collect();
+            want.sort_unstable();
+            assert_eq!(got, want, "{what}");
+            assert_eq!(
+                got.last().unwrap().0,
+                all.iter().map(|s| s.0).max().unwrap()
+            );
+            // The newest window that fits: with the next older sample it would not.
+            let bytes = |from: u64| -> usize {
+                all.iter()
+                    .filter(|s| s.0 >= from)
+                    .map(|s| s.2 + super::buffer::PREFIX)
+                    .sum()
+            };
+            let older = all.iter().map(|s| s.0).filter(|&t| t < lo).max().unwrap();
+            assert!(bytes(lo) <= size && bytes(older) > size, "{what}");
+            if cpus == 2 && rounds == 1 {
+                // cpu 1's older samples came after cpu 0 had filled the window.
+                assert!(ring.events_late.get() > 1000, "{what}");
+            }
+            assert_eq!(
+                ring.events_dropped.get() as usize,
+                all.len() - got.len(),
+                "{what}"
+            );
+        }
+    }
+}
+
+#[test]
+fn a_late_fork_is_replayed_before_the_child_records_it_precedes() {
+    // One round: cpu 1 (the child's exec COMM, its map and its samples) is drained before cpu 0
+    // (the parent's samples and the FORK, earlier in time). By the time the FORK arrives the
+    // window has moved past it, so it is late; it must still come before the child's COMM and
+    // MMAP2, or perf would replace the child's image with its parent's.
+    let mut s = SynthStream::new();
+    s.comm(100, 100, "parent", true, 1_000);
+    s.mmap2(100, 0x40_0000, 0x1000, "/usr/bin/parent", 7, 1_100);
+    s.sample(100, 100, 1_200, 0, 0x40_0100, &[]);
+    // cpu 1
+    s.comm(200, 200, "child", true, 2_100);
+    s.mmap2(200, 0x50_0000, 0x1000, "/usr/bin/child", 9, 2_200);
+    for i in 0..2000 {
+        s.sample(200, 200, 10_000 + i * 1000, 1, 0x50_0100, &[]);
+    }
+    // cpu 0
+    s.fork(200, 100, 2_000);
+    for i in 0..2000 {
+        s.sample(100, 100, 10_500 + i * 1000, 0, 0x40_0100, &[]);
+    }
+    s.finished_round();
+    let mut ring = config(16 << 10).build();
+    let out = harness::run_stage(&mut ring, decoded(&s.into_bytes(), 4096)).unwrap();
+    let dumps = streams(&out);
+    let d = &dumps[0];
+    assert!(ring.events_late.get() > 0);
+    // The child's records in the order perf will see them: FORK, COMM, MMAP2 (or the state that
+    // they make, replayed as the child's own COMM and maps).
+    let child: Vec<u32> = d
+        .iter()
+        .filter(|(t, r)| {
+            [RecordType::FORK.0, RecordType::COMM.0, RecordType::MMAP2.0].contains(t)
+                && u32_at(r, 8) == 200
+        })
+        .map(|(t, _)| *t)
+        .collect();
+    let fork = child.iter().position(|&t| t == RecordType::FORK.0);
+    let comm = child.iter().position(|&t| t == RecordType::COMM.0);
+    let map = child.iter().rposition(|&t| t == RecordType::MMAP2.0);
+    assert!(comm.is_some() && map.is_some(), "{child:?}");
+    if let Some(f) = fork {
+        assert!(f < comm.unwrap() && f < map.unwrap(), "{child:?}");
+    }
+    let (maps, comms) = replayed(d, 200);
+    assert_eq!(maps.last().map(String::as_str), Some("/usr/bin/child"));
+    assert_eq!(comms.last().map(String::as_str), Some("child"));
+    // Both cpus' newest samples are there, over the same time window.
+    let got = dumped_samples(d);
+    let lo = got[0].0;
+    assert!(got.iter().any(|s| s.1 == 0) && got.iter().any(|s| s.1 == 1));
+    let on = |cpu: u32| got.iter().filter(|s| s.1 == cpu).count() as i64;
+    assert!(
+        (on(0) - on(1)).abs() <= 1,
+        "{} vs {} from {lo}",
+        on(0),
+        on(1)
+    );
 }
