@@ -455,15 +455,12 @@ fn descents(stream: &[u8]) -> usize {
     t.windows(2).filter(|w| w[1].0 < w[0].0).count()
 }
 
-pipetest!(
+pipetest!(needs(perf)
     // See: issue 15, item 1. perf drains one cpu's buffer after another, so the newest SIZE bytes
     // in arrival order held one cpu's samples from the whole recording and left out the other's
     // from the same time: processes looked idle while they ran.
     r15_a_ring_dump_holds_every_sample_of_its_time_window,
     |_dir| {
-        if !have_perf() {
-            return;
-        }
         // A multi-process workload on both cpus; `-m 2048` (8 MiB per cpu) leaves nearly the
         // whole recording in the kernel's buffers until the end: a round or two, each cpu drained
         // at once. The same stream with its FINISHED_ROUNDs but the last taken out is what perf
