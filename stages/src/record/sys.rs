@@ -139,9 +139,8 @@ impl Event {
             return Err(io::Error::last_os_error());
         }
         // SAFETY: the syscall returned a new fd that nothing else owns.
-        Ok(Event {
-            fd: unsafe { OwnedFd::from_raw_fd(fd as RawFd) },
-        })
+        let fd = unsafe { OwnedFd::from_raw_fd(fd as RawFd) };
+        Ok(Event { fd })
     }
 
     fn ioctl(&self, req: libc::c_ulong, arg: libc::c_ulong) -> io::Result<()> {
@@ -369,7 +368,7 @@ impl Mmap {
 /// `src` must be valid for reads and `dst` for writes of `n` bytes, and they must not overlap.
 unsafe fn copy_volatile(src: *const u8, dst: *mut u8, n: usize) {
     let mut i = 0;
-    // SAFETY (all three loops): every access is at an offset below `n` from `src` or `dst`, as the
+    // SAFETY: in all three loops every access is at an offset below `n` from `src` or `dst`, as the
     // caller guarantees valid; the u64 reads are from 8-aligned addresses, the writes unaligned.
     unsafe {
         while i < n && (src as usize + i) % 8 != 0 {
