@@ -72,6 +72,7 @@ fn run_once(exe: &std::path::Path, flag: &str, input: &[u8]) -> std::io::Result<
     stdin.write_all(input)?;
     drop(stdin);
     let mut status = 0;
+    // SAFETY: rusage is plain old data (integers and timevals), for which all zeroes is valid.
     let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
     // SAFETY: a child we spawned and have not waited for; valid out-pointers.
     let r = unsafe { libc::wait4(child.id() as libc::pid_t, &mut status, 0, &mut ru) };

@@ -194,12 +194,30 @@ impl FileHeader {
     /// [`HeaderError::Bad`] for a short or malformed header, [`HeaderError::SectionOutOfBounds`]
     /// for a section beyond the end of the file.
     pub fn parse(file: &[u8]) -> Result<FileHeader, HeaderError> {
-        let len = file.len() as u64;
+        Self::parse_head(file, file.len() as u64)
+    }
+
+    /// [`FileHeader::parse`] from the file's first bytes (`file`: the 104 header bytes, or all of
+    /// a shorter file) and its length `len`, for a reader that does not hold the whole file.
+    ///
+    /// # Errors
+    /// As [`FileHeader::parse`]; [`HeaderError::Bad`] too when `file` holds fewer than 104 bytes
+    /// of a longer file.
+    pub fn parse_head(file: &[u8], len: u64) -> Result<FileHeader, HeaderError> {
         if len < FILE_HEADER_SIZE {
             return Err(HeaderError::Bad {
                 offset: 0,
                 what: format!(
                     "truncated: the file has {len} bytes, the header needs {FILE_HEADER_SIZE}"
+                ),
+            });
+        }
+        if (file.len() as u64) < FILE_HEADER_SIZE {
+            return Err(HeaderError::Bad {
+                offset: 0,
+                what: format!(
+                    "{} header bytes given, the header needs {FILE_HEADER_SIZE}",
+                    file.len()
                 ),
             });
         }
@@ -301,24 +319,54 @@ impl FileHeader {
     /// file.
     pub fn feature_sections(&self, file: &[u8]) -> Result<Vec<(u32, FileSection)>, HeaderError> {
         let len = file.len() as u64;
-        let table = self.data.offset + self.data.size;
-        let ids: Vec<u32> = self.feature_ids().collect();
+        let table = self.feature_table();
+        table.check(40, "feature table", len)?;
+        self.feature_sections_in(table.bytes(file).unwrap_or_default(), len)
+    }
+
+    /// Where the feature table is: after the data section, 16 bytes per set feature bit. Check
+    /// it against the file's length ([`FileSection::check`], at 40 as "feature table") before
+    /// reading it.
+    pub fn feature_table(&self) -> FileSection {
         FileSection {
-            offset: table,
-            size: 16 * ids.len() as u64,
+            offset: self.data.offset.saturating_add(self.data.size),
+            size: 16 * self.feature_ids().count() as u64,
         }
-        .check(40, "feature table", len)?;
-        let e = self.endian;
-        ids.into_iter()
+    }
+
+    /// [`FileHeader::feature_sections`] from the bytes of the [feature
+    /// table](FileHeader::feature_table) and the file's length `len`, for a reader that does not
+    /// hold the whole file.
+    ///
+    /// # Errors
+    /// [`HeaderError::SectionOutOfBounds`] when a section lies beyond the end of the file;
+    /// [`HeaderError::Bad`] when `table` is shorter than the feature table.
+    pub fn feature_sections_in(
+        &self,
+        table: &[u8],
+        len: u64,
+    ) -> Result<Vec<(u32, FileSection)>, HeaderError> {
+        let (e, at) = (self.endian, self.feature_table());
+        if (table.len() as u64) < at.size {
+            return Err(HeaderError::Bad {
+                offset: at.offset,
+                what: format!(
+                    "feature table: {} bytes given, the table has {}",
+                    table.len(),
+                    at.size
+                ),
+            });
+        }
+        self.feature_ids()
             .enumerate()
             .map(|(i, feat)| {
-                let entry = table + 16 * i as u64;
+                let entry = 16 * i;
                 let s = FileSection {
-                    offset: e.u64(file, entry as usize).unwrap_or(0),
-                    size: e.u64(file, entry as usize + 8).unwrap_or(0),
+                    offset: e.u64(table, entry).unwrap_or(0),
+                    size: e.u64(table, entry + 8).unwrap_or(0),
                 };
                 s.check(
-                    entry,
+                    at.offset + entry as u64,
                     &format!("feature {}", feature::display_name(feat)),
                     len,
                 )?;
@@ -337,31 +385,57 @@ impl FileHeader {
     /// [`HeaderError::Bad`] for one whose size is not whole ids or too large for a HEADER_ATTR
     /// record, [`HeaderError::Attr`] for an attr that does not parse.
     pub fn attrs(&self, file: &[u8]) -> Result<Vec<(u64, FileAttr)>, HeaderError> {
-        let (e, len) = (self.endian, file.len() as u64);
+        let len = file.len() as u64;
+        // What of the attrs section the file holds: an attr beyond its end is an error of its own.
+        let clamp = |at: u64| usize::try_from(at.min(len)).unwrap_or(file.len());
+        let section = &file
+            [clamp(self.attrs.offset)..clamp(self.attrs.offset.saturating_add(self.attrs.size))];
+        self.attrs_in(section, len, |ids| {
+            Ok(ids.bytes(file).unwrap_or_default().to_vec())
+        })
+    }
+
+    /// [`FileHeader::attrs`] from the bytes of the attrs section (`section`, the
+    /// [`attrs`](FileHeader::attrs) field's bytes) and the file's length `len`, for a reader that
+    /// does not hold the whole file: `ids` is given each attr's ids section (checked against
+    /// `len`) and returns its bytes.
+    ///
+    /// # Errors
+    /// As [`FileHeader::attrs`], and whatever `ids` returns.
+    pub fn attrs_in<E: From<HeaderError>>(
+        &self,
+        section: &[u8],
+        len: u64,
+        mut ids: impl FnMut(FileSection) -> Result<Vec<u8>, E>,
+    ) -> Result<Vec<(u64, FileAttr)>, E> {
+        let e = self.endian;
         let stride = (self.attr_size - 16) as usize;
         let mut out = Vec::new();
         for i in 0..self.attrs.size / self.attr_size {
             let at_ = self.attrs.offset + i * self.attr_size;
-            let section = FileSection {
-                offset: at_,
+            let local = FileSection {
+                offset: i * self.attr_size,
                 size: self.attr_size,
             };
-            let bytes = section.bytes(file).ok_or_else(|| HeaderError::Bad {
+            let bytes = local.bytes(section).ok_or_else(|| HeaderError::Bad {
                 offset: at_,
                 what: format!("attr {i} lies beyond the end of the file"),
             })?;
             let mut attr = bytes[..stride].to_vec();
             let ids_at = at_ + stride as u64;
-            let ids = FileSection {
+            let ids_section = FileSection {
                 offset: e.u64(bytes, stride).unwrap_or(0),
                 size: e.u64(bytes, stride + 8).unwrap_or(0),
             };
-            ids.check(ids_at, &format!("ids of attr {i}"), len)?;
-            if ids.size % 8 != 0 || 8 + stride as u64 + ids.size > u64::from(u16::MAX) {
+            ids_section.check(ids_at, &format!("ids of attr {i}"), len)?;
+            if ids_section.size % 8 != 0
+                || 8 + stride as u64 + ids_section.size > u64::from(u16::MAX)
+            {
                 return Err(HeaderError::Bad {
                     offset: ids_at,
-                    what: format!("attr {i}: ids section of {} bytes", ids.size),
-                });
+                    what: format!("attr {i}: ids section of {} bytes", ids_section.size),
+                }
+                .into());
             }
             // The ids follow attr.size bytes in a HEADER_ATTR: make it the stride, as perf does.
             if e.u32(&attr, 4) != Some(stride as u32) {
@@ -369,7 +443,7 @@ impl FileHeader {
             }
             let a = FileAttr {
                 attr,
-                ids: ids.bytes(file).unwrap_or_default().to_vec(),
+                ids: ids(ids_section)?,
             };
             Attr::parse(&a.header_attr_body(), e).map_err(|source| HeaderError::Attr {
                 offset: at_,
@@ -672,6 +746,58 @@ mod tests {
             let parsed = Attr::parse(&read[0].1.header_attr_body(), e).unwrap();
             assert_eq!(parsed.ids, [7, 8]);
         }
+    }
+
+    /// What a reader that holds only the pieces it read (`parse_head`, `feature_table`,
+    /// `feature_sections_in`, `attrs_in`; perfpipe's `read_file` reads them with `pread`) gets
+    /// is what the whole-file functions give.
+    #[test]
+    fn pieces_read_as_the_whole_file() {
+        for e in [Endian::Little, Endian::Big] {
+            let attrs = [attr(e, 64, &[7, 8]), attr(e, 72, &[9])];
+            let feats: BTreeMap<u32, Vec<u8>> = [
+                (feature::HOSTNAME, b"host".to_vec()),
+                (feature::CMDLINE, vec![1; 12]),
+            ]
+            .into();
+            let (_, f) = written(e, &attrs, &[0x5a; 48], &feats);
+            let len = f.len() as u64;
+            let h = FileHeader::parse_head(&f[..FILE_HEADER_SIZE as usize], len).unwrap();
+            assert_eq!(h, FileHeader::parse(&f).unwrap());
+
+            let table = h.feature_table();
+            assert_eq!(table.offset, h.data.offset + h.data.size);
+            assert_eq!(table.size, 32);
+            table.check(40, "feature table", len).unwrap();
+            let bytes = table.bytes(&f).unwrap();
+            assert_eq!(
+                h.feature_sections_in(bytes, len).unwrap(),
+                h.feature_sections(&f).unwrap()
+            );
+            let err = h.feature_sections_in(&bytes[..20], len).unwrap_err();
+            assert_eq!(err.offset(), table.offset);
+
+            let mut asked = Vec::new();
+            let got = h
+                .attrs_in(h.attrs.bytes(&f).unwrap(), len, |ids| {
+                    asked.push(ids);
+                    Ok::<_, HeaderError>(ids.bytes(&f).unwrap().to_vec())
+                })
+                .unwrap();
+            assert_eq!(got, h.attrs(&f).unwrap());
+            assert_eq!(asked.len(), 2);
+            assert_eq!(asked.iter().map(|s| s.size).collect::<Vec<_>>(), [16, 8]);
+        }
+        // The file's length decides truncation; fewer head bytes than 104 is an error too.
+        let data = FileSection {
+            offset: 104,
+            size: 0,
+        };
+        let f = header(Endian::Little, data, 104);
+        let e = FileHeader::parse_head(&f, 60).unwrap_err();
+        assert!(e.to_string().contains("the file has 60 bytes"), "{e}");
+        let e = FileHeader::parse_head(&f[..50], 104).unwrap_err();
+        assert_eq!(e.offset(), 0);
     }
 
     #[test]

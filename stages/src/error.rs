@@ -22,10 +22,10 @@ pub enum Error {
         found: String,
     },
     /// A file-mode `perf.data` header (size 104) where a pipe header was expected: file mode is read
-    /// from a file (`-i FILE`, memory-mapped), not from a stream.
+    /// from a file (`-i FILE`, by positioned reads), not from a stream.
     #[error(
         "offset 0: this is a file-mode perf.data (header size 104) arriving as a stream; \
-         pass it as `-i FILE` (perfpipe maps file-mode input), or convert with \
+         pass it as `-i FILE` (perfpipe reads file-mode input itself), or convert with \
          `perf inject -i FILE -o - | perfpipe`"
     )]
     FileMode,

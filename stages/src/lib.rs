@@ -12,7 +12,7 @@
 //!
 //! Stages, one file each, named after their CLI name:
 //! - [`read`]: source; standard input or a file, in large reads.
-//! - [`read_file`]: source; a file-mode `perf.data`, mapped and presented as the pipe stream.
+//! - [`read_file`]: source; a file-mode `perf.data`, read with `pread(2)` and presented as the pipe stream.
 //! - [`record`]: source; opens perf events itself (`perfpipe record`), forward or overwrite rings.
 //! - [`decode`]: frames records, validates the header, tracks attrs.
 //! - [`encode`]: records back to bytes (byte for byte when unchanged).

@@ -2,9 +2,12 @@
 //! `decode` and every stage after it work unchanged.
 //!
 //! `-i FILE` is read this way when its first bytes are a file-mode header, whatever its name; so is
-//! standard input when it is a regular file (`perfpipe < perf.data`). The file is memory-mapped. Only its header sections are parsed (header, attrs with their ids,
-//! the feature table), never the data section ahead of time: the first batch is a synthesized pipe
-//! preamble and the data section then flows in large chunks, as [`read`](crate::read) reads a pipe.
+//! standard input when it is a regular file (`perfpipe < perf.data`). The file is read with positioned
+//! reads (`pread(2)`), never mapped: a file that shrinks while it is read is an error naming the
+//! offset where it now ends, not a SIGBUS. Only its header sections are parsed (header, attrs with
+//! their ids, the feature table; by [`perfpipe_format::header`], on the bytes read here), never the
+//! data section ahead of time: the first batch is a synthesized pipe preamble and the data section
+//! then flows in large chunks, as [`read`](crate::read) reads a pipe.
 //!
 //! The preamble is what `perf inject` writes when it converts a file to a pipe
 //! (`perf_event__synthesize_for_pipe()`), plus the file's build-id table:
@@ -26,9 +29,9 @@
 //! - **Order**: preamble, then the data section in file order, as raw batches for `decode`.
 //! - **Offsets**: data batches carry their *file* offsets as [`Batch::stream_offset`], so every
 //!   error about a record names its byte offset in the file. The preamble counts from 0.
-//! - **Buffering**: one batch at a time, copied from the map in batch-size chunks with
-//!   [`HEADROOM`](crate::read::HEADROOM) before each, like `read`; each chunk's pages are released
-//!   (`MADV_DONTNEED`) once copied, so resident memory does not grow with the file.
+//! - **Buffering**: one batch at a time, read in batch-size chunks with
+//!   [`HEADROOM`](crate::read::HEADROOM) before each, like `read`, so resident memory does not grow
+//!   with the file.
 //! - **EOF**: [`Flow::Stop`] after the end of the data section. A data size of 0 (a `perf record`
 //!   that did not finish) means the data runs to the end of the file, as perf processes it.
 //!
@@ -41,12 +44,11 @@ use std::os::unix::fs::FileExt as _;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use memmap2::Mmap;
 use perfpipe_core::{Counter, Flow, Out, Source, StageError};
 
 use crate::format::build::{self, RecordWriter};
 use crate::format::header::build_id_records;
-use crate::format::{feature, RecordType, PIPE_MAGIC};
+use crate::format::{feature, Endian, RecordType, FILE_HEADER_SIZE, PIPE_MAGIC};
 use crate::read::{Read, ReadConfig, HEADROOM};
 use crate::Error;
 
@@ -66,7 +68,7 @@ pub fn is_file_mode(path: &Path) -> bool {
 }
 
 /// Standard input, when it is a regular file holding a file-mode `perf.data` (`perfpipe <
-/// perf.data`): it is mapped like `-i FILE`.
+/// perf.data`): it is read like `-i FILE`.
 fn stdin_file() -> Option<File> {
     let file = File::from(std::io::stdin().as_fd().try_clone_to_owned().ok()?);
     let mut head = [0u8; 16];
@@ -84,10 +86,10 @@ pub struct ReadFileConfig {
 }
 
 impl ReadFileConfig {
-    /// Maps the file and checks its header and section bounds (not the data).
+    /// Opens the file and checks its header and section bounds (not the data).
     ///
     /// # Errors
-    /// [`Error::Io`] if it cannot be opened or mapped; the errors of [`FileHeader::parse`] and
+    /// [`Error::Io`] if it cannot be opened or read; the errors of [`FileHeader::parse`] and
     /// [`FileHeader::feature_sections`].
     pub fn build(&self) -> Result<ReadFile, Error> {
         let io = |op: &'static str| {
@@ -100,29 +102,81 @@ impl ReadFileConfig {
 }
 
 impl ReadFile {
-    /// Maps an open file-mode `perf.data` (`name` is for errors) and checks its header.
+    /// Reads the header of an open file-mode `perf.data` (`name` is for errors) and checks it.
     ///
     /// # Errors
     /// As [`ReadFileConfig::build`].
     pub fn from_file(file: &File, name: &Path) -> Result<ReadFile, Error> {
-        // SAFETY: the map is read-only. A file truncated underneath us while mapped would raise
-        // SIGBUS, as it would for perf itself; recordings are not modified while being read.
-        let map = unsafe { Mmap::map(file) }.map_err(|source| Error::Io {
-            op: "mmap",
-            path: name.to_path_buf(),
-            source,
-        })?;
-        let _ = map.advise(memmap2::Advice::Sequential);
-        let header = FileHeader::parse(&map)?;
-        let features = header.feature_sections(&map)?;
-        Ok(ReadFile {
-            pos: header.data.offset,
-            end: header.data.offset + header.data.size,
-            map,
-            header,
-            features,
+        let io = |op: &'static str| {
+            let path = name.to_path_buf();
+            move |source| Error::Io { op, path, source }
+        };
+        let file = file.try_clone().map_err(io("open"))?;
+        let len = file.metadata().map_err(io("stat"))?.len();
+        let mut r = ReadFile {
+            file,
+            name: name.to_path_buf(),
+            len,
+            header: FileHeader {
+                endian: Endian::Little,
+                attr_size: 0,
+                attrs: FileSection::default(),
+                data: FileSection::default(),
+                features: [0; 4],
+            },
+            features: Vec::new(),
             started: false,
+            pos: 0,
+            end: 0,
             data_bytes: Counter::new(),
+        };
+        let head = r.read_at(0, len.min(FILE_HEADER_SIZE))?;
+        r.header = FileHeader::parse_head(&head, len)?;
+        let table = r.header.feature_table();
+        table.check(40, "feature table", len)?;
+        let table = r.read_at(table.offset, table.size)?;
+        r.features = r.header.feature_sections_in(&table, len)?;
+        (r.pos, r.end) = (
+            r.header.data.offset,
+            r.header.data.offset + r.header.data.size,
+        );
+        Ok(r)
+    }
+
+    /// The `size` bytes at file offset `offset`, read with `pread(2)`.
+    ///
+    /// # Errors
+    /// [`Error::Io`] when the read fails, or comes up short because the file shrank since it was
+    /// opened (the message names where it now ends).
+    fn read_at(&self, offset: u64, size: u64) -> Result<Vec<u8>, Error> {
+        let mut buf = vec![0; usize::try_from(size).unwrap_or(usize::MAX)];
+        self.read_into(offset, &mut buf)?;
+        Ok(buf)
+    }
+
+    /// Fills `buf` from file offset `offset`; as [`ReadFile::read_at`].
+    fn read_into(&self, offset: u64, buf: &mut [u8]) -> Result<(), Error> {
+        self.file.read_exact_at(buf, offset).map_err(|source| {
+            let source = if source.kind() == std::io::ErrorKind::UnexpectedEof {
+                let now = self.file.metadata().map_or(0, |m| m.len());
+                std::io::Error::new(
+                    source.kind(),
+                    format!(
+                        "offset {offset}: the file ends at {now}, before the {} bytes at \
+                         {offset}..{} (it was {} bytes when opened: it shrank while being read)",
+                        buf.len(),
+                        offset + buf.len() as u64,
+                        self.len
+                    ),
+                )
+            } else {
+                source
+            };
+            Error::Io {
+                op: "read",
+                path: self.name.clone(),
+                source,
+            }
         })
     }
 }
@@ -130,7 +184,11 @@ impl ReadFile {
 /// The running file-mode `read` source.
 #[derive(Debug)]
 pub struct ReadFile {
-    map: Mmap,
+    file: File,
+    /// The path, for errors.
+    name: PathBuf,
+    /// The file's size when opened.
+    len: u64,
     header: FileHeader,
     features: Vec<(u32, FileSection)>,
     /// Whether the preamble has been emitted.
@@ -151,25 +209,27 @@ impl ReadFile {
     ///
     /// # Errors
     /// [`Error::BadAttr`], [`Error::BadFileHeader`] or [`Error::SectionOutOfBounds`] naming the
-    /// file offset of what is wrong.
+    /// file offset of what is wrong; [`Error::Io`] when a header section cannot be read (the file
+    /// shrank since it was opened).
     pub fn preamble(&self) -> Result<Vec<u8>, Error> {
-        let (m, h, e) = (&self.map[..], &self.header, self.header.endian);
+        let (h, e) = (&self.header, self.header.endian);
+        let attrs = self.read_at(h.attrs.offset, h.attrs.size)?;
         let mut out = Vec::with_capacity(64 << 10);
         out.extend_from_slice(&e.put_u64(PIPE_MAGIC));
         out.extend_from_slice(&e.put_u64(16));
 
-        for (_, a) in h.attrs(m)? {
+        for (_, a) in h.attrs_in(&attrs, self.len, |ids| self.read_at(ids.offset, ids.size))? {
             // The ids are raw in the file's byte order, as the record carries them.
             let mut w = RecordWriter::new(&mut out, RecordType::HEADER_ATTR, 0, e);
             w.bytes(&a.attr).bytes(&a.ids);
             w.finish();
         }
 
-        let bytes = |s: &FileSection| s.bytes(m).unwrap_or_default();
+        let bytes = |s: &FileSection| self.read_at(s.offset, s.size);
         let max_feature = usize::from(u16::MAX) - 16;
         for (feat, s) in &self.features {
             if synthesized_in_pipe(*feat) && (s.size as usize) <= max_feature {
-                build::feature(&mut out, e, *feat, bytes(s));
+                build::feature(&mut out, e, *feat, &bytes(s)?);
             }
         }
         build::feature(&mut out, e, feature::LAST, &[]);
@@ -186,7 +246,7 @@ impl ReadFile {
                         what: format!("tracing data of {} bytes", s.size),
                     })?;
                     build::tracing_data(&mut out, e, size);
-                    out.extend_from_slice(bytes(s));
+                    out.extend_from_slice(&bytes(s)?);
                     out.resize(out.len() + (padded - s.size) as usize, 0);
                 }
                 feature::BUILD_ID => self.build_ids(s, &mut out)?,
@@ -198,8 +258,8 @@ impl ReadFile {
 
     /// Appends the records of the HEADER_BUILD_ID feature section, byte for byte.
     fn build_ids(&self, s: &FileSection, out: &mut Vec<u8>) -> Result<(), Error> {
-        let bytes = s.bytes(&self.map).unwrap_or_default();
-        out.extend(build_id_records(bytes, s.offset, self.header.endian)?);
+        let bytes = self.read_at(s.offset, s.size)?;
+        out.extend(build_id_records(&bytes, s.offset, self.header.endian)?);
         Ok(())
     }
 }
@@ -221,20 +281,13 @@ impl Source for ReadFile {
         }
         let mut batch = out.take();
         batch.data.reserve_exact(HEADROOM + want);
-        batch.data.resize(HEADROOM, 0);
+        batch.data.resize(HEADROOM + want, 0);
         batch.start = HEADROOM;
         batch.stream_offset = self.pos;
-        let from = self.pos as usize;
-        batch.data.extend_from_slice(&self.map[from..from + want]);
-        // The chunk has been copied: drop its pages from our address space so that RSS stays at
-        // a few batches instead of growing to the file's size (they stay in the page cache).
-        // SAFETY: MADV_DONTNEED on a read-only shared file mapping only unmaps the pages; a later
-        // access (there is none: nothing borrows the map past this copy) would fault the same
-        // file contents back in.
-        let _ = unsafe {
-            self.map
-                .unchecked_advise_range(memmap2::UncheckedAdvice::DontNeed, from, want)
-        };
+        if let Err(e) = self.read_into(self.pos, &mut batch.data[HEADROOM..]) {
+            out.recycle(batch);
+            return Err(e.into());
+        }
         self.pos += want as u64;
         self.data_bytes.add(want as u64);
         out.push(batch);
@@ -251,7 +304,7 @@ impl Source for ReadFile {
 }
 
 /// The input of a run: a pipe-mode stream (standard input, a FIFO, a pipe-mode file) read by
-/// [`Read`], or a file-mode `perf.data` mapped by [`ReadFile`].
+/// [`Read`], or a file-mode `perf.data` read by [`ReadFile`].
 #[derive(Debug)]
 pub enum Input {
     /// Pipe mode.
@@ -314,5 +367,110 @@ impl Source for Input {
             Input::Pipe(r) => r.counters(),
             Input::File(r) => r.counters(),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::format::EventHeader;
+
+    /// A file-mode input that shrinks after it was opened (a recording overwritten or truncated
+    /// while perfpipe reads it) ends the run with an error naming the offset, not a SIGBUS: the
+    /// file was mapped until 816e9da, and the copy of a page past the new end killed the process.
+    /// The test runs itself in a child process so that such a death fails it rather than killing
+    /// the test binary.
+    #[test]
+    fn input_truncated_while_read_is_an_error() {
+        use std::os::unix::process::ExitStatusExt as _;
+
+        use perfpipe_core::{Pipeline, Settings};
+
+        use crate::decode::DecodeConfig;
+        use crate::write::WriteConfig;
+
+        const CHILD: &str = "PERFPIPE_TEST_TRUNCATED_INPUT_CHILD";
+        const NAME: &str = "read_file::tests::input_truncated_while_read_is_an_error";
+        if std::env::var_os(CHILD).is_none() {
+            let out = std::process::Command::new(std::env::current_exe().unwrap())
+                .args(["--exact", NAME, "--nocapture", "--test-threads=1"])
+                .env(CHILD, "1")
+                .output()
+                .unwrap();
+            let log = format!(
+                "{}{}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            );
+            assert_eq!(
+                out.status.signal(),
+                None,
+                "the child died of a signal (SIGBUS is {}):\n{log}",
+                libc::SIGBUS
+            );
+            assert!(out.status.success(), "the child failed:\n{log}");
+            assert!(log.contains("1 passed"), "the child ran no test:\n{log}");
+            return;
+        }
+
+        let dir = std::env::temp_dir().join(format!("perfpipe-shrinks-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let (path, out) = (dir.join("shrinks.data"), dir.join("out"));
+        // A header without features, then 1 MiB of FINISHED_ROUND records.
+        let size = 1u64 << 20;
+        let mut f = FileHeader {
+            endian: Endian::Little,
+            attr_size: 144,
+            attrs: FileSection {
+                offset: 104,
+                size: 0,
+            },
+            data: FileSection { offset: 104, size },
+            features: [0; 4],
+        }
+        .to_bytes();
+        let round = EventHeader {
+            type_: RecordType::FINISHED_ROUND.0,
+            misc: 0,
+            size: 8,
+        }
+        .to_bytes(Endian::Little);
+        for _ in 0..size / 8 {
+            f.extend_from_slice(&round);
+        }
+        std::fs::write(&path, &f).unwrap();
+
+        let source = ReadFileConfig { path: path.clone() }.build().unwrap();
+        let cut = 104 + 8192 + 8;
+        std::fs::File::options()
+            .write(true)
+            .open(&path)
+            .and_then(|f| f.set_len(cut))
+            .unwrap();
+        let report = Pipeline::new(Settings {
+            batch_bytes: 64 << 10,
+            ..Settings::default()
+        })
+        .source("read", source)
+        .stage("decode", DecodeConfig::default().build())
+        .sink(
+            "write",
+            WriteConfig {
+                path: Some(out.clone()),
+                ..Default::default()
+            }
+            .build()
+            .unwrap(),
+        )
+        .run();
+        let errors: Vec<String> = report.errors.iter().map(|e| e.to_string()).collect();
+        assert_eq!(errors.len(), 1, "{errors:?}");
+        let e = &errors[0];
+        assert!(
+            e.contains("offset 104:") && e.contains(&format!("the file ends at {cut}")),
+            "{e}"
+        );
+        assert!(e.contains("shrank while being read"), "{e}");
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 }

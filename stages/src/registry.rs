@@ -535,7 +535,7 @@ impl Registry {
 pub const BUILTIN: &[(&str, &str)] = &[
     (
         "read",
-        "source: read standard input or -i FILE in large chunks; a file-mode perf.data is mapped and presented as the pipe stream",
+        "source: read standard input or -i FILE in large chunks; a file-mode perf.data is read with pread(2) and presented as the pipe stream",
     ),
     (
         "decode",

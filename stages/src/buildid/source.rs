@@ -12,6 +12,9 @@ use std::os::unix::fs::OpenOptionsExt as _;
 use std::path::{Path, PathBuf};
 use std::sync::mpsc;
 
+use object::read::elf::FileHeader;
+use object::read::{ReadCache, ReadRef};
+
 use crate::format::feature;
 use crate::machine::{Dso, DsoId, Identity};
 
@@ -134,6 +137,7 @@ pub struct HostIds {
 impl HostIds {
     /// Reads the running kernel's and vdso's build ids and the host's name and release.
     pub fn of_this_host() -> HostIds {
+        // SAFETY: utsname is plain old data (arrays of c_char), for which all zeroes is valid.
         let mut u: libc::utsname = unsafe { std::mem::zeroed() };
         // SAFETY: `u` is a valid, writable utsname.
         let ok = unsafe { libc::uname(&mut u) } == 0;
@@ -219,9 +223,65 @@ fn vdso_build_id() -> Option<BuildId> {
 
 /// The GNU build id of an ELF image, if it is one and has one.
 pub fn elf_build_id(image: &[u8]) -> Option<BuildId> {
-    use object::Object as _;
-    let file = object::File::parse(image).ok()?;
-    BuildId::new(file.build_id().ok()??)
+    elf_build_id_in(image)
+}
+
+/// The GNU build id of the ELF file that `data` reads: an image in memory, or a [`ReadCache`]
+/// over a [`File`](std::fs::File), which reads with positioned reads and sees a file that shrinks
+/// as a short read (an error here), never a fault.
+///
+/// Where `object`'s `File::build_id` looks, and only there: the `SHT_NOTE` sections, or the
+/// `PT_NOTE` segments of a file without section headers. Nothing else is read (no symbol table,
+/// no string table), so a file costs its ELF header, its section (or program) headers and its
+/// notes.
+fn elf_build_id_in<'data, R: ReadRef<'data>>(data: R) -> Option<BuildId> {
+    use object::elf::{FileHeader32, FileHeader64};
+    use object::{Endianness, FileKind};
+    let id = match FileKind::parse(data).ok()? {
+        FileKind::Elf32 => gnu_build_id_note::<FileHeader32<Endianness>, R>(data),
+        FileKind::Elf64 => gnu_build_id_note::<FileHeader64<Endianness>, R>(data),
+        _ => return None,
+    };
+    BuildId::new(id.ok()??)
+}
+
+/// The descriptor of the first `NT_GNU_BUILD_ID` note named `GNU`.
+fn gnu_build_id_note<'data, Elf: FileHeader, R: ReadRef<'data>>(
+    data: R,
+) -> object::read::Result<Option<&'data [u8]>> {
+    use object::read::elf::{ProgramHeader as _, SectionHeader as _};
+    let header = Elf::parse(data)?;
+    let endian = header.endian()?;
+    let mut found = None;
+    let mut check = |notes: Option<object::read::elf::NoteIterator<'data, Elf>>| {
+        let Some(mut notes) = notes else {
+            return Ok(false);
+        };
+        while let Some(note) = notes.next()? {
+            if note.name() == object::elf::ELF_NOTE_GNU
+                && note.n_type(endian) == object::elf::NT_GNU_BUILD_ID
+            {
+                found = Some(note.desc());
+                return Ok(true);
+            }
+        }
+        Ok::<_, object::read::Error>(false)
+    };
+    let sections = header.section_headers(endian, data)?;
+    if !sections.is_empty() {
+        for s in sections {
+            if check(s.notes(endian, data)?)? {
+                break;
+            }
+        }
+    } else {
+        for p in header.program_headers(endian, data)? {
+            if check(p.notes(endian, data)?)? {
+                break;
+            }
+        }
+    }
+    Ok(found)
 }
 
 /// The build id of loaded kernel module `name` (`-` and `_` are the same in module names), from
@@ -279,12 +339,15 @@ pub fn read_build_id(path: &Path, pid: Option<u32>, kernel: bool) -> Outcome {
         if !file.metadata().is_ok_and(|m| m.is_file()) {
             continue;
         }
-        // SAFETY: read-only map, dropped before return. A file truncated underneath us while we
-        // parse it would raise SIGBUS; that is the accepted risk of mapping, as in perf and samply.
-        let Ok(map) = (unsafe { memmap2::Mmap::map(&file) }) else {
-            continue;
-        };
-        if let Some(id) = elf_build_id(&map) {
+        // Positioned reads of the few parts that hold the id, never a map: a file truncated while
+        // mapped raises SIGBUS on the next access to a lost page, which kills the process (no
+        // `catch_unwind` catches it); a read of a file that shrank just comes up short.
+        let cache = ReadCache::new(file);
+        #[cfg(test)]
+        if let Some(hook) = *tests::AFTER_OPEN.lock().unwrap() {
+            hook(c);
+        }
+        if let Some(id) = elf_build_id_in(&cache) {
             return Outcome::Found(id);
         }
     }
@@ -314,8 +377,8 @@ enum Slot {
 
 /// The build-id cache of a stream: one slot per dso, file reads on the rayon pool.
 ///
-/// **Memory**: one slot per dso. Each file is read at most once per dso (name + identity), and
-/// a mapped file is unmapped as soon as its id is read.
+/// **Memory**: one slot per dso. Each file is read at most once per dso (name + identity), by
+/// positioned reads of its ELF headers and notes (never mapped), freed as soon as its id is read.
 #[derive(Debug)]
 pub struct Resolver {
     known: HashMap<Vec<u8>, BuildId>,
@@ -454,7 +517,12 @@ impl Resolver {
 
 #[cfg(test)]
 mod tests {
+    use std::os::unix::process::ExitStatusExt as _;
+
     use super::*;
+
+    /// Called by [`read_build_id`] on each file it has opened, before it reads it.
+    pub(super) static AFTER_OPEN: std::sync::Mutex<Option<fn(&Path)>> = std::sync::Mutex::new(None);
 
     #[test]
     fn hex_round_trips() {
@@ -619,5 +687,146 @@ mod tests {
         let mut y = Resolver::new(HashMap::new(), host, HostMode::Yes);
         y.note_feature(&body, crate::format::Endian::Little);
         assert!(y.is_host());
+    }
+
+    /// Positioned reads of the headers and notes find what `object::File::build_id` finds on the
+    /// whole image, for ELF files with and without build ids (and non-ELF files).
+    #[test]
+    fn positioned_reads_find_the_ids_object_finds() {
+        use object::Object as _;
+        let mut files = Vec::new();
+        for dir in [
+            "/usr/lib",
+            "/usr/bin",
+            "/usr/lib/x86_64-linux-gnu",
+            "/usr/lib/debug",
+        ] {
+            let Ok(rd) = std::fs::read_dir(dir) else {
+                continue;
+            };
+            let mut v: Vec<PathBuf> = rd.filter_map(|e| Some(e.ok()?.path())).collect();
+            v.sort();
+            files.extend(v.into_iter().filter(|p| p.is_file()).take(60));
+        }
+        let (mut with, mut without) = (0, 0);
+        for p in &files {
+            let Ok(image) = std::fs::read(p) else {
+                continue;
+            };
+            let want = object::File::parse(&*image)
+                .ok()
+                .and_then(|f| f.build_id().ok().flatten())
+                .and_then(BuildId::new);
+            let got = match read_build_id(p, None, false) {
+                Outcome::Found(id) => Some(id),
+                _ => None,
+            };
+            assert_eq!(got, want, "{}", p.display());
+            assert_eq!(elf_build_id(&image), want, "{}", p.display());
+            if want.is_some() {
+                with += 1;
+            } else {
+                without += 1;
+            }
+        }
+        assert!(
+            with >= 10 && without >= 1,
+            "{with} files with ids, {without} without"
+        );
+    }
+
+    /// The [`AFTER_OPEN`] hook of [`dso_truncated_between_open_and_read`]: empties files named
+    /// `shrinks.so`, as a library rebuilt in place while a recording is processed.
+    fn truncate_shrinking(path: &Path) {
+        if path.file_name() == Some("shrinks.so".as_ref()) {
+            std::fs::File::options()
+                .write(true)
+                .open(path)
+                .and_then(|f| f.set_len(0))
+                .unwrap();
+        }
+    }
+
+    /// A dso file truncated between the stage's open and its read is counted as one without a
+    /// build id, and the stream goes on. Mapping the file (as 816e9da did) died of SIGBUS there,
+    /// which no `catch_unwind` catches: the test runs itself in a child process so that such a
+    /// death fails the test rather than killing the test binary.
+    #[test]
+    fn dso_truncated_between_open_and_read() {
+        use crate::buildid::synth::{collect_dsos, generate, Rng, Shape};
+        use crate::buildid::tests::{records, run};
+        use crate::buildid::BuildidConfig;
+        use crate::format::RecordType;
+
+        const CHILD: &str = "PERFPIPE_TEST_TRUNCATED_DSO_CHILD";
+        const NAME: &str = "buildid::source::tests::dso_truncated_between_open_and_read";
+        if std::env::var_os(CHILD).is_none() {
+            let out = std::process::Command::new(std::env::current_exe().unwrap())
+                .args(["--exact", NAME, "--nocapture", "--test-threads=1"])
+                .env(CHILD, "1")
+                .output()
+                .unwrap();
+            let log = format!(
+                "{}{}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            );
+            assert_eq!(
+                out.status.signal(),
+                None,
+                "the child died of a signal (SIGBUS is {}):\n{log}",
+                libc::SIGBUS
+            );
+            assert!(out.status.success(), "the child failed:\n{log}");
+            assert!(log.contains("1 passed"), "the child ran no test:\n{log}");
+            return;
+        }
+
+        *AFTER_OPEN.lock().unwrap() = Some(truncate_shrinking);
+        let good = collect_dsos(Path::new("/usr/lib"), 1)
+            .pop()
+            .expect("an ELF file with a build id under /usr/lib");
+        let dir = std::env::temp_dir().join(format!("perfpipe-shrinks-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let shrinks = dir.join("shrinks.so");
+
+        std::fs::copy(&good, &shrinks).unwrap();
+        assert_eq!(read_build_id(&shrinks, None, false), Outcome::NoBuildId);
+        assert_eq!(shrinks.metadata().unwrap().len(), 0, "the hook ran");
+
+        // Through the stage: counted, the stream continues, the other dso's id is injected.
+        std::fs::copy(&good, &shrinks).unwrap();
+        let pool = [shrinks.clone(), good.clone()];
+        let shape = Shape {
+            nr_mmaps: 8,
+            nr_samples: 2,
+            pid: 81,
+        };
+        let input = generate(&pool, shape, &mut Rng::new(11));
+        let named = |p: &Path| {
+            input
+                .windows(p.as_os_str().len())
+                .any(|w| w == p.as_os_str().as_encoded_bytes())
+        };
+        assert!(named(&shrinks) && named(&good), "the stream maps both");
+        let stage = BuildidConfig::default().build();
+        let (no_id, missing) = (stage.no_id.clone(), stage.missing.clone());
+        let out = run(Box::new(stage), &input, 4096);
+        assert_eq!((no_id.get(), missing.get()), (1, 0));
+        let ids: Vec<_> = records(&out)
+            .into_iter()
+            .filter(|r| r.0 == RecordType::HEADER_BUILD_ID.0)
+            .collect();
+        assert_eq!(ids.len(), 1);
+        assert!(ids[0]
+            .1
+            .windows(good.as_os_str().len())
+            .any(|w| w == good.as_os_str().as_encoded_bytes()));
+        assert_eq!(
+            records(&out).len(),
+            records(&input).len() + 1,
+            "every input record is kept"
+        );
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 }

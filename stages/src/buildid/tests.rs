@@ -13,7 +13,7 @@ use crate::format::{misc, Endian, RecordType};
 use crate::read::ReadConfig;
 use crate::write::WriteConfig;
 
-fn run(stage: Box<dyn Stage>, input: &[u8], batch: usize) -> Vec<u8> {
+pub(super) fn run(stage: Box<dyn Stage>, input: &[u8], batch: usize) -> Vec<u8> {
     let dir = std::env::temp_dir().join(format!(
         "perfpipe-buildid-{}-{:?}",
         std::process::id(),
@@ -54,7 +54,7 @@ fn run(stage: Box<dyn Stage>, input: &[u8], batch: usize) -> Vec<u8> {
 }
 
 /// (type, bytes) of every record after the pipe header.
-fn records(s: &[u8]) -> Vec<(u32, &[u8])> {
+pub(super) fn records(s: &[u8]) -> Vec<(u32, &[u8])> {
     let mut v = Vec::new();
     let mut at = 16;
     while at + 8 <= s.len() {

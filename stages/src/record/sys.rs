@@ -2,7 +2,14 @@
 //! `include/uapi/linux/perf_event.h` lays it out, `perf_event_open(2)`, the ioctls the source
 //! uses, and the mmap of an event's ring (`struct perf_event_mmap_page` + data pages).
 //!
-//! All `unsafe` of the `record` source lives here and in [`Mmap`]'s accessors.
+//! The ring's data area is written by the kernel while we read it, so no reference (`&[u8]`,
+//! `&T`) to it is ever made: [`Mmap::copy_out`] and [`Mmap::read_into`] copy bytes out through raw
+//! pointers with volatile reads, and the two control words, `data_head` and `data_tail`, are
+//! accessed as atomics. What the bytes mean, and when they are stable, is the business of the
+//! callers in `ring.rs` (the head/tail protocol, or a paused ring).
+//!
+//! Most of the `unsafe` of the `record` source lives here; the rest is the `fork`/`exec` of the
+//! workload (`workload.rs`) and `poll(2)` (`mod.rs`), each with its own SAFETY comment.
 
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
@@ -132,9 +139,8 @@ impl Event {
             return Err(io::Error::last_os_error());
         }
         // SAFETY: the syscall returned a new fd that nothing else owns.
-        Ok(Event {
-            fd: unsafe { OwnedFd::from_raw_fd(fd as RawFd) },
-        })
+        let fd = unsafe { OwnedFd::from_raw_fd(fd as RawFd) };
+        Ok(Event { fd })
     }
 
     fn ioctl(&self, req: libc::c_ulong, arg: libc::c_ulong) -> io::Result<()> {
@@ -217,8 +223,8 @@ pub struct Mmap {
     writable: bool,
 }
 
-// SAFETY: the mapping is owned by this value and only read/written through &self/&mut self
-// methods; the kernel side is synchronised by the head/tail protocol.
+// SAFETY: the mapping is owned by this value and only accessed through its methods, which read the
+// data area with volatile copies and the control words as atomics; no reference into it escapes.
 unsafe impl Send for Mmap {}
 
 /// Offsets in `struct perf_event_mmap_page`.
@@ -295,13 +301,89 @@ impl Mmap {
         self.data_size
     }
 
-    /// The data area. Bytes the kernel may be writing concurrently must not be relied on: read
-    /// only the ranges the head/tail protocol (or a paused ring) makes stable.
-    pub fn data(&self) -> &[u8] {
-        // SAFETY: the data pages follow the control page and stay mapped while `self` lives.
-        // The kernel writes only outside the [tail, head) range the callers read (or not at all
-        // while the ring is paused), so the bytes they read are not being modified.
-        unsafe { std::slice::from_raw_parts(self.base.add(self.page), self.data_size) }
+    /// Appends to `out` the `len` bytes of the data area that start at the unmasked ring position
+    /// `pos`, wrapping at the end of the area (a record split across the end comes out whole).
+    ///
+    /// The bytes are copied with volatile reads through raw pointers, never through a reference,
+    /// because the kernel writes the data area concurrently. Bytes the kernel is writing while they
+    /// are copied come out as some mix of old and new values: read only the ranges the head/tail
+    /// protocol (or a paused ring) makes stable.
+    ///
+    /// # Panics
+    /// If `len` exceeds [`Mmap::data_size`].
+    pub fn copy_out(&self, pos: u64, len: usize, out: &mut Vec<u8>) {
+        assert!(
+            len <= self.data_size,
+            "{len} bytes from a ring of {}",
+            self.data_size
+        );
+        out.reserve(len);
+        let old = out.len();
+        // SAFETY: `reserve` made room for `len` more bytes after `old`; `copy_raw` initialises
+        // exactly those `len` bytes before `set_len` exposes them.
+        unsafe {
+            self.copy_raw(pos, len, out.as_mut_ptr().add(old));
+            out.set_len(old + len);
+        }
+    }
+
+    /// Fills `dst` with the bytes of the data area from the unmasked ring position `pos`, wrapping
+    /// at the end; as [`Mmap::copy_out`].
+    ///
+    /// # Panics
+    /// If `dst` is longer than [`Mmap::data_size`].
+    pub fn read_into(&self, pos: u64, dst: &mut [u8]) {
+        assert!(
+            dst.len() <= self.data_size,
+            "{} bytes from a ring of {}",
+            dst.len(),
+            self.data_size
+        );
+        // SAFETY: `dst` is valid for writes of its length.
+        unsafe { self.copy_raw(pos, dst.len(), dst.as_mut_ptr()) }
+    }
+
+    /// Copies `len` (at most `data_size`) bytes from unmasked ring position `pos` to `dst`.
+    ///
+    /// # Safety
+    /// `dst` must be valid for writes of `len` bytes and must not overlap the mapping.
+    unsafe fn copy_raw(&self, pos: u64, len: usize, dst: *mut u8) {
+        debug_assert!(len <= self.data_size);
+        let at = (pos & (self.data_size as u64 - 1)) as usize;
+        let first = len.min(self.data_size - at);
+        // SAFETY: both runs lie inside the data area ([at, at + first) and [0, len - first), with
+        // at + first <= data_size), and the caller vouches for `dst`.
+        unsafe {
+            let data = self.base.add(self.page).cast_const();
+            copy_volatile(data.add(at), dst, first);
+            copy_volatile(data, dst.add(first), len - first);
+        }
+    }
+}
+
+/// Copies `n` bytes from `src` to `dst` with volatile reads: 8 bytes at a time where `src` is
+/// 8-aligned (every record in a ring is, the kernel keeps sizes multiples of 8), else byte by byte.
+///
+/// # Safety
+/// `src` must be valid for reads and `dst` for writes of `n` bytes, and they must not overlap.
+unsafe fn copy_volatile(src: *const u8, dst: *mut u8, n: usize) {
+    let mut i = 0;
+    // SAFETY: in all three loops every access is at an offset below `n` from `src` or `dst`, as the
+    // caller guarantees valid; the u64 reads are from 8-aligned addresses, the writes unaligned.
+    unsafe {
+        while i < n && (src as usize + i) % 8 != 0 {
+            dst.add(i).write(src.add(i).read_volatile());
+            i += 1;
+        }
+        while i + 8 <= n {
+            let w = src.add(i).cast::<u64>().read_volatile();
+            dst.add(i).cast::<u64>().write_unaligned(w);
+            i += 8;
+        }
+        while i < n {
+            dst.add(i).write(src.add(i).read_volatile());
+            i += 1;
+        }
     }
 }
 
@@ -311,5 +393,51 @@ impl Drop for Mmap {
         unsafe {
             libc::munmap(self.base.cast(), self.len);
         }
+    }
+}
+
+/// A stand-in for the kernel in tests: an anonymous mapping laid out as a ring, written through
+/// raw pointers as the kernel writes the real one.
+#[cfg(test)]
+impl Mmap {
+    /// A writable "ring" of `data_pages` (a power of two) zeroed data pages.
+    pub(crate) fn anonymous(data_pages: usize) -> Mmap {
+        let page = page_size();
+        let len = (data_pages + 1) * page;
+        // SAFETY: a fresh anonymous shared mapping.
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            )
+        };
+        assert_ne!(p, libc::MAP_FAILED, "{}", io::Error::last_os_error());
+        Mmap {
+            base: p.cast(),
+            len,
+            data_size: data_pages * page,
+            page,
+            writable: true,
+        }
+    }
+
+    /// Writes `bytes` at unmasked ring position `pos`, wrapping, as the kernel's
+    /// `perf_output_copy()` does.
+    pub(crate) fn poke(&self, pos: u64, bytes: &[u8]) {
+        let mask = self.data_size as u64 - 1;
+        for (i, b) in bytes.iter().enumerate() {
+            let at = (pos.wrapping_add(i as u64) & mask) as usize;
+            // SAFETY: `at` is inside the data area.
+            unsafe { self.base.add(self.page + at).write_volatile(*b) };
+        }
+    }
+
+    /// Publishes `data_head` with release semantics, as `perf_output_put_handle()`.
+    pub(crate) fn set_head(&self, head: u64) {
+        self.word(DATA_HEAD).store(head, Ordering::Release);
     }
 }
