@@ -2,7 +2,8 @@
 //! parsed as `-i FILE` does (`ReadFile::from_file`, which maps the file, so each input is written
 //! to a scratch file in /dev/shm first), the pipe preamble is synthesized, and the preamble and the
 //! data section, cut as `ReadFile` cuts it (file offsets), are decoded and every field of every
-//! record is read. Never panics; the header parsed from the map is the one parsed from the bytes.
+//! record is read. Never panics; an error names its offset; the header parsed from the map is the one
+//! parsed from the bytes.
 #![no_main]
 
 use std::fs::File;
@@ -12,7 +13,7 @@ use std::sync::OnceLock;
 
 use libfuzzer_sys::fuzz_target;
 use perfpipe_core::{harness, Batch};
-use perfpipe_fuzz::{chunks, read_all_fields};
+use perfpipe_fuzz::{check_error, chunks, read_all_fields};
 use perfpipe_stages::decode::DecodeConfig;
 use perfpipe_stages::read_file::{FileHeader, ReadFile};
 
@@ -42,7 +43,7 @@ fuzz_target!(|data: &[u8]| {
     let rf = match ReadFile::from_file(file, path) {
         Ok(rf) => rf,
         Err(e) => {
-            let _ = e.to_string();
+            check_error(&e);
             return;
         }
     };
@@ -55,7 +56,7 @@ fuzz_target!(|data: &[u8]| {
     let preamble = match rf.preamble() {
         Ok(p) => p,
         Err(e) => {
-            let _ = e.to_string();
+            check_error(&e);
             return;
         }
     };
@@ -77,7 +78,7 @@ fuzz_target!(|data: &[u8]| {
             std::hint::black_box(read_all_fields(&out));
         }
         Err(e) => {
-            let _ = e.to_string();
+            check_error(&e);
         }
     }
 });

@@ -133,3 +133,13 @@ pub fn split_seed(data: &[u8]) -> (u64, &[u8]) {
     let (s, rest) = data.split_at(8);
     (u64::from_le_bytes(s.try_into().expect("8 bytes")), rest)
 }
+
+/// Checks the house rule for bad input: the error renders, and names the byte offset where the
+/// input went wrong (`offset N: …`), unless the input was empty.
+pub fn check_error(e: &dyn std::fmt::Display) {
+    let msg = e.to_string();
+    assert!(
+        msg.starts_with("offset ") || msg.starts_with("empty input"),
+        "an error that names no offset: {msg}"
+    );
+}
