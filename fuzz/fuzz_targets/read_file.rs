@@ -61,9 +61,10 @@ fuzz_target!(|data: &[u8]| {
         }
     };
     drop(rf);
-    let mut first = Batch::default();
-    first.data = preamble;
-    let mut batches = vec![first];
+    let mut batches = vec![Batch {
+        data: preamble,
+        ..Batch::default()
+    }];
     let (from, to) = (
         header.data.offset as usize,
         (header.data.offset + header.data.size) as usize,
