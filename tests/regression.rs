@@ -122,3 +122,68 @@ fn r7_too_many_distinct_attrs_is_an_error() {
         format!("offset {last}: ATTR record: more than 65535 distinct attrs in one stream")
     );
 }
+
+// See: issue 15 item 6 ("Fuzzing to the bar … every crash found becomes a regression test").
+//
+/// Found while fuzzing for issue 15, from what `fuzz/fuzz_targets/filter.rs` cannot reach (its
+/// inputs are at most 4 KiB, a `--filter` argument up to 128 KiB): an expression nested 60,000
+/// levels deep in `(` or `!` overflowed the parser's stack, and perfpipe died of SIGABRT ("thread
+/// 'main' has overflowed its stack"), no error, no column. Fixed in `filter/expr.rs` (`Parser`:
+/// nesting deeper than `MAX_NESTING` is a syntax error at the `(` or `!` that goes too deep).
+#[test]
+fn r15_deeply_nested_filter_is_a_clear_error() {
+    let input = crate::util::fixture_bytes("cpu-clock.pipe.data");
+    let parens = format!("{}pid == 1{}", "(".repeat(60_000), ")".repeat(60_000));
+    let nots = format!("{}pid == 1", "!".repeat(100_000));
+    for expr in [parens, nots] {
+        let out = crate::util::perfpipe(&["--filter", &expr], &input);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        let head: String = stderr.chars().take(300).collect();
+        assert_eq!(out.status.code(), Some(1), "{head}");
+        assert!(
+            head.contains("column ") && head.contains("nested"),
+            "{head}"
+        );
+        assert!(out.stdout.is_empty(), "wrote output");
+    }
+}
+
+/// The same review: long but flat expressions, which a generated filter makes (`pid in [...]` of
+/// 9,156 pids, a `||` chain of 9,156 predicates, an `&&` chain of 8,000), built a syntax tree or
+/// program as deep, and the `filter` thread overflowed its stack when it evaluated or dropped it
+/// (SIGABRT). Fixed in `filter/expr.rs` (chains of `&&` and `||` are built as balanced trees) and
+/// `filter/program.rs` (so is an `in` list): the depth is the log of the length. Each keeps what
+/// `pid <= 9155` keeps, on the fixture's first 600 records (pids 9149 to 9159: some of each).
+#[test]
+fn r15_long_flat_filters_run() {
+    let all = crate::util::fixture_bytes("cpu-clock.pipe.data");
+    let mut end = 16;
+    for _ in 0..600 {
+        end += usize::from(u16::from_le_bytes([all[end + 6], all[end + 7]]));
+    }
+    let input = &all[..end];
+    let short = crate::util::perfpipe(&["--filter", "pid <= 9155"], input);
+    assert_eq!(short.status.code(), Some(0));
+    let kept = crate::util::perfpipe(&["--drop", "sample"], input)
+        .stdout
+        .len();
+    assert!(
+        kept < short.stdout.len() && short.stdout.len() < input.len(),
+        "some samples are kept, some dropped"
+    );
+    let pids: Vec<String> = (0..=9155).map(|p| p.to_string()).collect();
+    let list = format!("pid in [{}]", pids.join(", "));
+    let chain = pids.iter().map(|p| format!("pid=={p}")).collect::<Vec<_>>();
+    let chain = chain.join("||");
+    let and_chain = vec!["pid <= 9155"; 8_000].join(" && ");
+    for expr in [list, chain, and_chain] {
+        let out = crate::util::perfpipe(&["--filter", &expr], input);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(0), "{}: {stderr}", &expr[..40]);
+        assert!(
+            out.stdout == short.stdout,
+            "{}: not what pid <= 9155 keeps",
+            &expr[..40]
+        );
+    }
+}

@@ -184,10 +184,36 @@ impl Tok {
     }
 }
 
+/// How deep `(` and `!` may nest. Far more than anyone writes; few enough that the parser's
+/// recursion, and then every walk of the tree, stays well inside a thread's stack (60,000 levels,
+/// which one `--filter` argument can hold, overflowed it: issue 15).
+pub const MAX_NESTING: usize = 128;
+
+/// Joins `items` pairwise, level by level, into a balanced tree (`a, b, c` gives `join(join(a,
+/// b), c)`, as the left-associative `&&` and `||` read). Its depth is the log of the length, so a
+/// long chain (`pid == 1 || pid == 2 || …`, or a long `in` list) cannot overflow the stack of
+/// whoever evaluates or drops it. `None` for no items.
+pub(crate) fn balanced<T>(mut items: Vec<T>, join: impl Fn(T, T) -> T) -> Option<T> {
+    while items.len() > 1 {
+        let mut level = Vec::with_capacity(items.len().div_ceil(2));
+        let mut it = items.into_iter();
+        while let Some(a) = it.next() {
+            level.push(match it.next() {
+                Some(b) => join(a, b),
+                None => a,
+            });
+        }
+        items = level;
+    }
+    items.pop()
+}
+
 struct Parser<'a> {
     src: &'a str,
     toks: Vec<(Tok, usize)>,
     pos: usize,
+    /// `(` and `!` open around the current position.
+    depth: usize,
 }
 
 /// Parses an expression.
@@ -196,7 +222,12 @@ struct Parser<'a> {
 /// An [`ExprError`] pointing at the column of the first fault.
 pub fn parse(src: &str) -> Result<Expr, ExprError> {
     let toks = lex(src)?;
-    let mut p = Parser { src, toks, pos: 0 };
+    let mut p = Parser {
+        src,
+        toks,
+        pos: 0,
+        depth: 0,
+    };
     let e = p.or()?;
     match p.peek() {
         Tok::End => Ok(e),
@@ -356,33 +387,43 @@ impl Parser<'_> {
     }
 
     fn or(&mut self) -> Result<Expr, ExprError> {
-        let mut e = self.and()?;
+        let mut terms = vec![self.and()?];
         while *self.peek() == Tok::Or {
             self.next();
-            e = Expr::Or(Box::new(e), Box::new(self.and()?));
+            terms.push(self.and()?);
         }
-        Ok(e)
+        Ok(balanced(terms, |a, b| Expr::Or(Box::new(a), Box::new(b))).expect("one term"))
     }
 
     fn and(&mut self) -> Result<Expr, ExprError> {
-        let mut e = self.unary()?;
+        let mut terms = vec![self.unary()?];
         while *self.peek() == Tok::And {
             self.next();
-            e = Expr::And(Box::new(e), Box::new(self.unary()?));
+            terms.push(self.unary()?);
         }
-        Ok(e)
+        Ok(balanced(terms, |a, b| Expr::And(Box::new(a), Box::new(b))).expect("one term"))
     }
 
     fn unary(&mut self) -> Result<Expr, ExprError> {
         match self.peek().clone() {
+            Tok::Not | Tok::LParen if self.depth == MAX_NESTING => Err(self.err(
+                &format!("nested deeper than {MAX_NESTING} levels of `(` and `!`"),
+                Some("write it with fewer levels, e.g. `pid in [1, 2]` for a chain of `||`"),
+            )),
             Tok::Not => {
                 self.next();
-                Ok(Expr::Not(Box::new(self.unary()?)))
+                self.depth += 1;
+                let e = self.unary();
+                self.depth -= 1;
+                Ok(Expr::Not(Box::new(e?)))
             }
             Tok::LParen => {
                 let open = self.toks[self.pos].1;
                 self.next();
-                let e = self.or()?;
+                self.depth += 1;
+                let e = self.or();
+                self.depth -= 1;
+                let e = e?;
                 if *self.peek() != Tok::RParen {
                     let found = self.peek().describe();
                     return Err(self.err(

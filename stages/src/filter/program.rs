@@ -1,7 +1,7 @@
 //! An expression compiled for one attr: fields resolved to byte offsets in that attr's samples,
 //! `event` folded to a constant, so evaluating a sample is a few loads and compares.
 
-use super::expr::{CmpOp, Expr, Field, Value};
+use super::expr::{balanced, CmpOp, Expr, Field, Value};
 use super::state::Threads;
 use crate::format::{Endian, SampleLayout};
 use crate::machine::Machine;
@@ -75,9 +75,14 @@ impl Prog {
                 p => Prog::Not(Box::new(p)),
             },
             Expr::Cmp(f, op, v) => Prog::pred(*f, *op, v, layout, event),
-            Expr::In(f, vs) => vs.iter().fold(Prog::Const(false), |acc, v| {
-                Prog::or(acc, Prog::pred(*f, CmpOp::Eq, v, layout, event))
-            }),
+            // A balanced tree: a list of thousands of values must not make a program as deep.
+            Expr::In(f, vs) => balanced(
+                vs.iter()
+                    .map(|v| Prog::pred(*f, CmpOp::Eq, v, layout, event))
+                    .collect(),
+                Prog::or,
+            )
+            .unwrap_or(Prog::Const(false)),
         }
     }
 
