@@ -73,6 +73,8 @@ pub mod registry;
 pub mod ring;
 mod stream;
 pub mod synth;
+#[cfg(test)]
+mod test_child;
 pub mod write;
 pub mod write_file;
 pub mod write_split;

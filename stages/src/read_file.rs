@@ -382,8 +382,6 @@ mod tests {
     /// the test binary.
     #[test]
     fn input_truncated_while_read_is_an_error() {
-        use std::os::unix::process::ExitStatusExt as _;
-
         use perfpipe_core::{Pipeline, Settings};
 
         use crate::decode::DecodeConfig;
@@ -391,25 +389,7 @@ mod tests {
 
         const CHILD: &str = "PERFPIPE_TEST_TRUNCATED_INPUT_CHILD";
         const NAME: &str = "read_file::tests::input_truncated_while_read_is_an_error";
-        if std::env::var_os(CHILD).is_none() {
-            let out = std::process::Command::new(std::env::current_exe().unwrap())
-                .args(["--exact", NAME, "--nocapture", "--test-threads=1"])
-                .env(CHILD, "1")
-                .output()
-                .unwrap();
-            let log = format!(
-                "{}{}",
-                String::from_utf8_lossy(&out.stdout),
-                String::from_utf8_lossy(&out.stderr)
-            );
-            assert_eq!(
-                out.status.signal(),
-                None,
-                "the child died of a signal (SIGBUS is {}):\n{log}",
-                libc::SIGBUS
-            );
-            assert!(out.status.success(), "the child failed:\n{log}");
-            assert!(log.contains("1 passed"), "the child ran no test:\n{log}");
+        if !crate::test_child::in_child(CHILD, NAME) {
             return;
         }
 

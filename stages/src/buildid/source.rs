@@ -517,7 +517,6 @@ impl Resolver {
 
 #[cfg(test)]
 mod tests {
-    use std::os::unix::process::ExitStatusExt as _;
 
     use super::*;
 
@@ -760,25 +759,7 @@ mod tests {
 
         const CHILD: &str = "PERFPIPE_TEST_TRUNCATED_DSO_CHILD";
         const NAME: &str = "buildid::source::tests::dso_truncated_between_open_and_read";
-        if std::env::var_os(CHILD).is_none() {
-            let out = std::process::Command::new(std::env::current_exe().unwrap())
-                .args(["--exact", NAME, "--nocapture", "--test-threads=1"])
-                .env(CHILD, "1")
-                .output()
-                .unwrap();
-            let log = format!(
-                "{}{}",
-                String::from_utf8_lossy(&out.stdout),
-                String::from_utf8_lossy(&out.stderr)
-            );
-            assert_eq!(
-                out.status.signal(),
-                None,
-                "the child died of a signal (SIGBUS is {}):\n{log}",
-                libc::SIGBUS
-            );
-            assert!(out.status.success(), "the child failed:\n{log}");
-            assert!(log.contains("1 passed"), "the child ran no test:\n{log}");
+        if !crate::test_child::in_child(CHILD, NAME) {
             return;
         }
 
