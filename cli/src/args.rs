@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 
 use clap::Args;
 use perfpipe_core::Settings;
-use perfpipe_stages::write_file::OutputMode;
+use perfpipe_stages::write::file::OutputMode;
 
 /// `-o`, `--pipe`, `--file`.
 #[derive(Clone, Debug, Args)]

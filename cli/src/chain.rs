@@ -9,13 +9,13 @@ use anyhow::Context as _;
 use clap::ArgMatches;
 use perfpipe_core::{Pipeline, Requests, Settings};
 use perfpipe_stages::decode::DecodeConfig;
+use perfpipe_stages::read::file::Input;
 use perfpipe_stages::read::{Memory, ReadConfig};
-use perfpipe_stages::read_file::Input;
 use perfpipe_stages::record::RecordConfig;
 use perfpipe_stages::registry::{BuildCtx, FlagValue, Options, Registry, StageSpec, Workers};
+use perfpipe_stages::write::file::{Output, OutputMode};
+use perfpipe_stages::write::split::WriteSplitConfig;
 use perfpipe_stages::write::{Discard, WriteConfig};
-use perfpipe_stages::write_file::{Output, OutputMode};
-use perfpipe_stages::write_split::WriteSplitConfig;
 
 use crate::args::path_or_std;
 use crate::run::Taps;

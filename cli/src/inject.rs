@@ -10,7 +10,7 @@ use std::process::ExitCode;
 use clap::Args;
 use perfpipe_core::{Requests, Settings};
 use perfpipe_stages::registry::{Options, Registry};
-use perfpipe_stages::write_file::OutputMode;
+use perfpipe_stages::write::file::OutputMode;
 
 use crate::args::ReportArgs;
 use crate::chain::{Chain, Plan, SinkSpec, SourceSpec};

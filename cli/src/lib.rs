@@ -285,7 +285,7 @@ fn print_stages(registry: &Registry) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use perfpipe_stages::write_file::OutputMode;
+    use perfpipe_stages::write::file::OutputMode;
 
     #[test]
     fn defaults_are_stdin_stdout() {

@@ -749,7 +749,7 @@ mod tests {
     }
 
     /// What a reader that holds only the pieces it read (`parse_head`, `feature_table`,
-    /// `feature_sections_in`, `attrs_in`; perfpipe's `read_file` reads them with `pread`) gets
+    /// `feature_sections_in`, `attrs_in`; perfpipe's `read::file` reads them with `pread`) gets
     /// is what the whole-file functions give.
     #[test]
     fn pieces_read_as_the_whole_file() {

@@ -12,20 +12,20 @@
 //!
 //! Stages, one file each, named after their CLI name:
 //! - [`read`]: source; standard input or a file, in large reads.
-//! - [`read_file`]: source; a file-mode `perf.data`, read with `pread(2)` and presented as the pipe stream.
+//! - [`read::file`]: source; a file-mode `perf.data`, read with `pread(2)` and presented as the pipe stream.
 //! - [`record`]: source; opens perf events itself (`perfpipe record`), forward or overwrite rings.
 //! - [`decode`]: frames records, validates the header, tracks attrs.
 //! - [`encode`]: records back to bytes (byte for byte when unchanged).
 //! - [`decompress`]: replaces COMPRESSED records (`perf record -z`) with the records they hold.
 //! - [`buildid`]: injects a BUILD_ID record before the first sample that hits each dso (`perf inject -b`).
-//! - [`buildid_all`]: injects a BUILD_ID record before the map of every dso (`--buildid-all`).
+//! - [`buildid::all`]: injects a BUILD_ID record before the map of every dso (`--buildid-all`).
 //! - [`filter`]: keeps the samples an expression selects (`--filter`, `--pid`, `--comm`, `--time`…).
 //! - [`drop`](mod@drop): removes the records of the named types (`--drop switch,lost`).
 //! - [`ring`]: the flight recorder; keeps the newest events and dumps complete streams on a trigger.
 //! - [`prune_sideband`]: removes the side-band of processes without samples (`--prune-sideband`).
 //! - [`write`]: sink; standard output or a file, with `writev`.
-//! - [`write_file`]: sink; a file-mode `perf.data` (header, attrs, data, features), renamed at the end.
-//! - [`write_split`]: sink; one file per stream (`-o dump-%n.data`, for `ring`'s dumps).
+//! - [`write::file`]: sink; a file-mode `perf.data` (header, attrs, data, features), renamed at the end.
+//! - [`write::split`]: sink; one file per stream (`-o dump-%n.data`, for `ring`'s dumps).
 //!
 //! Shared models: [`machine`], the per-process address spaces (maps by pid, fork/exec/exit).
 //! Synthetic streams for benchmarks and tests: [`synth`].
@@ -57,7 +57,6 @@
 #![deny(missing_docs)]
 
 pub mod buildid;
-pub mod buildid_all;
 pub mod decode;
 pub mod decompress;
 pub mod drop;
@@ -67,7 +66,6 @@ pub mod filter;
 pub mod machine;
 pub mod prune_sideband;
 pub mod read;
-pub mod read_file;
 pub mod record;
 pub mod registry;
 pub mod ring;
@@ -76,8 +74,6 @@ pub mod synth;
 #[cfg(test)]
 mod test_child;
 pub mod write;
-pub mod write_file;
-pub mod write_split;
 
 pub use error::Error;
 

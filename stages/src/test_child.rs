@@ -4,7 +4,7 @@
 use std::os::unix::process::ExitStatusExt as _;
 
 /// Whether this is the child run of test `name` (its full path, e.g.
-/// `read_file::tests::input_truncated_while_read_is_an_error`), told by the variable `child`.
+/// `read::file::tests::input_truncated_while_read_is_an_error`), told by the variable `child`.
 /// In the parent, runs the child and asserts that it passed and died of no signal; the parent's
 /// test then returns at once.
 ///

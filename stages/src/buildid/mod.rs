@@ -30,6 +30,7 @@
 //! still waiting for their map, dsos whose MMAP2 carried an id and that no sample hit, and an unhit
 //! vdso (see [`Stage::flush`] of [`Buildid`]).
 
+pub mod all;
 pub mod record;
 pub mod source;
 pub mod synth;

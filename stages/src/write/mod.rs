@@ -7,6 +7,9 @@
 //! - **Errors**: a closed downstream (`EPIPE`) ends the pipeline with an [`Error::Io`] whose source
 //!   has kind `BrokenPipe`, which the CLI treats as a normal end.
 
+pub mod file;
+pub mod split;
+
 use std::fs::File;
 use std::io::{IoSlice, Write as _};
 use std::os::fd::AsFd;

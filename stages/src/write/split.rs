@@ -8,7 +8,7 @@
 //! a file-mode `perf.data` has one header. Hence this sink, and `ring`'s `once` for one output.
 //!
 //! - **Order**: records in stream order, each stream in its own file.
-//! - **Buffering**: as the format's sink ([`crate::write`], [`crate::write_file`]).
+//! - **Buffering**: as the format's sink ([`crate::write`], [`crate::write::file`]).
 //! - **EOF**, or a batch that [ends its stream](perfpipe_core::Batch::ends_stream) (the last of
 //!   a dump): finishes the current file (a file-mode one is renamed into place then), so a dump's
 //!   file is there as soon as the dump is written. Records before the first pipe header go to the
@@ -20,8 +20,8 @@ use std::time::Duration;
 use perfpipe_core::{Batch, Counter, Flow, Sink, StageError};
 
 use crate::format::PIPE_HEADER_KIND;
+use crate::write::file::{Output, OutputMode};
 use crate::write::WriteConfig;
-use crate::write_file::{Output, OutputMode};
 use crate::Error;
 
 /// What `%n` stands for in a file pattern.

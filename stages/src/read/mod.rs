@@ -8,6 +8,8 @@
 //!   `decode` puts the partial record left over from the previous batch instead of copying the batch.
 //! - **EOF**: returns [`Flow::Stop`] after the last batch.
 
+pub mod file;
+
 use std::fs::File;
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::path::PathBuf;

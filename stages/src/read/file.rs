@@ -388,7 +388,7 @@ mod tests {
         use crate::write::WriteConfig;
 
         const CHILD: &str = "PERFPIPE_TEST_TRUNCATED_INPUT_CHILD";
-        const NAME: &str = "read_file::tests::input_truncated_while_read_is_an_error";
+        const NAME: &str = "read::file::tests::input_truncated_while_read_is_an_error";
         if !crate::test_child::in_child(CHILD, NAME) {
             return;
         }
