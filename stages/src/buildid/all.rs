@@ -116,3 +116,11 @@ impl Stage for BuildidAll {
         counters(&self.injected, &self.missing, &self.no_id)
     }
 }
+
+impl BuildidAll {
+    /// The same stage, reading files on `pool` (the pipeline's workers).
+    pub fn on_pool(mut self, pool: std::sync::Arc<rayon::ThreadPool>) -> BuildidAll {
+        self.resolver.on_pool(pool);
+        self
+    }
+}

@@ -130,6 +130,14 @@ impl BuildidConfig {
     }
 }
 
+impl Buildid {
+    /// The same stage, reading files on `pool` (the pipeline's workers).
+    pub fn on_pool(mut self, pool: std::sync::Arc<rayon::ThreadPool>) -> Buildid {
+        self.resolver.on_pool(pool);
+        self
+    }
+}
+
 /// The running `buildid` stage.
 #[derive(Debug)]
 pub struct Buildid {
@@ -501,12 +509,13 @@ pub const SPEC: StageSpec = StageSpec {
             help: "kernel and vdso ids from this host: auto, yes or no",
         },
     ],
-    build: |_, o| {
+    build: |ctx, o| {
         let config = BuildidConfig::from_options(o)?;
+        let pool = ctx.workers.pool()?;
         Ok(if o.switch("all") {
-            Box::new(config.build_all())
+            Box::new(config.build_all().on_pool(pool))
         } else {
-            Box::new(config.build())
+            Box::new(config.build().on_pool(pool))
         })
     },
     needs_decompressed: true,

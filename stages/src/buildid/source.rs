@@ -2,7 +2,7 @@
 //!
 //! [`Resolver::prefetch`] is called when an MMAP first introduces a dso: ids that need no file
 //! (an MMAP2 in build-id form, `--known-build-ids`, the host kernel, the host vdso) are settled at
-//! once, pseudo maps are settled as skipped, and a file read is started on the rayon pool.
+//! once, pseudo maps are settled as skipped, and a file read is started on the pipeline's worker pool.
 //! [`Resolver::resolve`] is called when the id is needed (a sample hits the dso, or `--buildid-all`
 //! is about to emit it); it only blocks if that read has not finished yet.
 
@@ -10,7 +10,7 @@ use std::collections::HashMap;
 use std::os::unix::ffi::OsStrExt as _;
 use std::os::unix::fs::OpenOptionsExt as _;
 use std::path::{Path, PathBuf};
-use std::sync::mpsc;
+use std::sync::Arc;
 
 use object::read::elf::FileHeader;
 use object::read::{ReadCache, ReadRef};
@@ -375,7 +375,8 @@ enum Slot {
     Done(Outcome),
 }
 
-/// The build-id cache of a stream: one slot per dso, file reads on the rayon pool.
+/// The build-id cache of a stream: one slot per dso, file reads on the pipeline's worker pool
+/// ([`Resolver::on_pool`]; rayon's global pool without one), answered over a channel.
 ///
 /// **Memory**: one slot per dso. Each file is read at most once per dso (name + identity), by
 /// positioned reads of its ELF headers and notes (never mapped), freed as soon as its id is read.
@@ -388,14 +389,16 @@ pub struct Resolver {
     stream_host: Option<Vec<u8>>,
     stream_release: Option<Vec<u8>>,
     slots: Vec<Slot>,
-    tx: mpsc::Sender<(DsoId, Outcome)>,
-    rx: mpsc::Receiver<(DsoId, Outcome)>,
+    tx: crossbeam_channel::Sender<(DsoId, Outcome)>,
+    rx: crossbeam_channel::Receiver<(DsoId, Outcome)>,
+    /// Where file reads run.
+    pool: Option<Arc<rayon::ThreadPool>>,
 }
 
 impl Resolver {
     /// A resolver with user-supplied ids (`--known-build-ids`) and the host's ids.
     pub fn new(known: HashMap<Vec<u8>, BuildId>, host: HostIds, mode: HostMode) -> Resolver {
-        let (tx, rx) = mpsc::channel();
+        let (tx, rx) = crossbeam_channel::unbounded();
         Resolver {
             known,
             host,
@@ -405,7 +408,13 @@ impl Resolver {
             slots: Vec::new(),
             tx,
             rx,
+            pool: None,
         }
+    }
+
+    /// Runs the file reads on `pool` (the pipeline's workers, from the build context).
+    pub fn on_pool(&mut self, pool: Arc<rayon::ThreadPool>) {
+        self.pool = Some(pool);
     }
 
     /// Notes a HEADER_FEATURE record's body (`u64 feat_id` then the feature data), to tell
@@ -491,12 +500,16 @@ impl Resolver {
         let tx = self.tx.clone();
         let path = PathBuf::from(std::ffi::OsStr::from_bytes(&dso.name));
         let kernel = dso.kernel;
-        rayon::spawn(move || {
+        let read = move || {
             // Always answer, even if parsing a hostile file panicked, so `resolve` cannot hang.
             let outcome = std::panic::catch_unwind(|| read_build_id(&path, Some(pid), kernel))
                 .unwrap_or(Outcome::NoBuildId);
             let _ = tx.send((id, outcome));
-        });
+        };
+        match &self.pool {
+            Some(pool) => pool.spawn(read),
+            None => rayon::spawn(read),
+        }
     }
 
     /// The outcome for a dso, waiting for its read if it is still running.
