@@ -197,11 +197,6 @@ impl Plan {
         )
     }
 
-    /// Whether the chain has an instance of `stage`.
-    pub fn has(&self, stage: &str) -> bool {
-        self.stages.iter().any(|s| s.spec.name == stage)
-    }
-
     /// Puts one `decompress` before the first stage that needs decompressed records, unless a
     /// `decompress` already runs before it.
     fn insert_decompress(&mut self, registry: &Registry) {
