@@ -42,6 +42,12 @@ impl Span {
 /// stream's header and attribute table), so that downstream stages need not rebuild it.
 pub type BatchContext = Arc<dyn Any + Send + Sync>;
 
+/// A value a stage attaches to the batch it emits, about the records of that batch (e.g. the
+/// resolved stacks of its samples), for downstream stages and the sink to read; see
+/// [`Batch::annotate`]. Like GStreamer's buffer metadata, it travels with the buffer and is gone
+/// when the batch is recycled.
+pub type Annotation = Arc<dyn Any + Send + Sync>;
+
 /// A buffer of bytes and the records framed in it.
 ///
 /// A batch is in one of two shapes:
@@ -66,6 +72,8 @@ pub struct Batch {
     /// start of the next stream, which may be hours away. Stages that pass batches on keep the
     /// flag; the runtime never reads it.
     pub ends_stream: bool,
+    /// Annotations attached by upstream stages, at most one of each type.
+    pub annotations: Vec<Annotation>,
 }
 
 impl std::fmt::Debug for Batch {
@@ -77,6 +85,7 @@ impl std::fmt::Debug for Batch {
             .field("stream_offset", &self.stream_offset)
             .field("context", &self.context.is_some())
             .field("ends_stream", &self.ends_stream)
+            .field("annotations", &self.annotations.len())
             .finish()
     }
 }
@@ -98,6 +107,34 @@ impl Batch {
         self.stream_offset = 0;
         self.context = None;
         self.ends_stream = false;
+        self.annotations.clear();
+    }
+
+    /// Attaches `value` to this batch, replacing an annotation of the same type. Annotations are
+    /// about records by their position in [`Batch::data`] (a span's `start`), which stays valid
+    /// while later stages remove records or insert new ones; a record a stage rewrites gets a new
+    /// `start`, so an annotation keyed by it no longer applies.
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use perfpipe_core::Batch;
+    ///
+    /// #[derive(Debug, PartialEq)]
+    /// struct Weight(u64);
+    /// let mut batch = Batch::default();
+    /// batch.annotate(Arc::new(Weight(3)));
+    /// batch.annotate(Arc::new(Weight(4)));
+    /// assert_eq!(batch.annotation::<Weight>(), Some(&Weight(4)));
+    /// assert_eq!(batch.annotations.len(), 1);
+    /// ```
+    pub fn annotate<T: Any + Send + Sync>(&mut self, value: Arc<T>) {
+        self.annotations.retain(|a| !a.is::<T>());
+        self.annotations.push(value);
+    }
+
+    /// The annotation of type `T`, if an upstream stage attached one.
+    pub fn annotation<T: Any + Send + Sync>(&self) -> Option<&T> {
+        self.annotations.iter().find_map(|a| a.downcast_ref::<T>())
     }
 
     /// Whether the batch holds framed records (as opposed to a raw payload).

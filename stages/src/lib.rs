@@ -70,6 +70,7 @@ pub mod record;
 pub mod registry;
 pub mod ring;
 mod stream;
+pub mod symbolize;
 pub mod synth;
 #[cfg(test)]
 mod test_child;

@@ -1,0 +1,3 @@
+//! `symbolize`: resolves each sample's ip and callchain to (dso, function, offset). (In progress.)
+
+pub mod symbols;
