@@ -62,6 +62,7 @@ pub(crate) fn run(what: &BenchCommand, registry: &Registry, plan: &Plan) -> Exit
 }
 
 fn pipeline(args: &PipelineBench, registry: &Registry, plan: &Plan) -> anyhow::Result<()> {
+    plan.clone().choose_output(registry, &SinkSpec::Discard)?;
     plan.check_attached(registry)?;
     let (data, what) = match &args.input {
         Some(p) => (

@@ -12,7 +12,9 @@ use perfpipe_stages::decode::DecodeConfig;
 use perfpipe_stages::read::file::Input;
 use perfpipe_stages::read::{Memory, ReadConfig};
 use perfpipe_stages::record::RecordConfig;
-use perfpipe_stages::registry::{BuildCtx, FlagValue, Options, Registry, StageSpec, Workers};
+use perfpipe_stages::registry::{
+    BuildCtx, FlagValue, FormatSpec, Options, Registry, Spec, StageSpec, Workers,
+};
 use perfpipe_stages::write::file::{Output, OutputMode};
 use perfpipe_stages::write::split::WriteSplitConfig;
 use perfpipe_stages::write::{Discard, WriteConfig};
@@ -39,6 +41,19 @@ pub struct Plan {
     pub stages: Vec<StageUse>,
     /// Options given by flags of a stage the chain does not have: (stage, flag, options).
     unattached: Vec<(&'static str, &'static str, Options)>,
+    /// The output format a flag or `--format` chose, with its options.
+    pub format: Option<FormatUse>,
+    /// Options given by flags of output formats: (flag, options), applied to the output's format.
+    format_settings: Vec<(&'static str, Options)>,
+}
+
+/// The output format a chain writes, and its checked options.
+#[derive(Clone, Debug)]
+pub struct FormatUse {
+    /// The format.
+    pub spec: FormatSpec,
+    /// Its options.
+    pub options: Options,
 }
 
 /// Why a command line's stage flags cannot make a plan.
@@ -102,8 +117,9 @@ impl Plan {
                 }
             }
         }
-        uses.sort_by_key(|(i, _, _, _)| *i);
         let mut plan = Plan::default();
+        plan.format_flags(matches, registry)?;
+        uses.sort_by_key(|(i, _, _, _)| *i);
         let mut settings = Vec::new();
         for (_, name, value, generic) in uses {
             let (spec, flag) = registry.flag(name).expect("flags come from the registry");
@@ -129,6 +145,165 @@ impl Plan {
             plan.set(stage, flag, &options);
         }
         Ok(plan)
+    }
+
+    /// Takes in the flags of the output formats and `--format NAME[:key=value,…]`.
+    fn format_flags(&mut self, matches: &ArgMatches, registry: &Registry) -> Result<(), PlanError> {
+        let mut chosen: Vec<(usize, FormatSpec, Options)> = Vec::new();
+        let value_err = |name: &str, e: perfpipe_stages::Error| {
+            PlanError::Value(anyhow::Error::new(e).context(format!("--{name}")))
+        };
+        for spec in registry.formats() {
+            for flag in spec.flags {
+                let Some(indices) = matches.indices_of(flag.name) else {
+                    continue;
+                };
+                let values: Vec<Option<String>> = match flag.value {
+                    FlagValue::None => indices.clone().map(|_| None).collect(),
+                    _ => matches
+                        .get_many::<String>(flag.name)
+                        .into_iter()
+                        .flatten()
+                        .map(|v| Some(v.clone()))
+                        .collect(),
+                };
+                for (i, v) in indices.zip(values) {
+                    let options = spec
+                        .options_of(flag, v.as_deref())
+                        .map_err(|e| value_err(flag.name, e))?;
+                    if flag.adds_stage {
+                        chosen.push((i, *spec, options));
+                    } else {
+                        self.format_settings.push((flag.name, options));
+                    }
+                }
+            }
+        }
+        if let (Some(indices), Some(values)) = (
+            matches.indices_of("format"),
+            matches.get_many::<String>("format"),
+        ) {
+            for (i, arg) in indices.zip(values) {
+                let (name, list) = arg.split_once(':').unwrap_or((arg.as_str(), ""));
+                if name == "perf" {
+                    chosen.push((i, PERF_FORMAT, Options::new()));
+                    continue;
+                }
+                let Some(spec) = registry.format(name) else {
+                    let known: Vec<&str> = std::iter::once("perf")
+                        .chain(registry.formats().iter().map(|f| f.name))
+                        .collect();
+                    return Err(PlanError::Usage(format!(
+                        "--format {arg}: no format named `{name}` (formats: {})",
+                        known.join(", ")
+                    )));
+                };
+                let mut options = Options::new();
+                spec.parse_list(&mut options, list)
+                    .map_err(|e| value_err("format", e))?;
+                chosen.push((i, *spec, options));
+            }
+        }
+        chosen.sort_by_key(|(i, _, _)| *i);
+        if let [first, rest @ ..] = &chosen[..] {
+            if let Some(other) = rest.iter().find(|c| c.1.name != first.1.name) {
+                return Err(PlanError::Usage(format!(
+                    "two output formats given: {} and {}",
+                    first.1.name, other.1.name
+                )));
+            }
+        }
+        self.format = chosen.pop().map(|(_, spec, _)| FormatUse {
+            spec,
+            options: Options::new(),
+        });
+        if let Some(f) = &mut self.format {
+            for (_, _, o) in chosen.iter().filter(|c| c.1.name == f.spec.name) {
+                f.options.extend(o);
+            }
+        }
+        Ok(())
+    }
+
+    /// Decides the output's format: the one a flag or `--format` chose, else the one the
+    /// output's extension names, else perf's own. Applies the format flags to it and puts the
+    /// stages it needs (`symbolize`) at the end of the chain unless the chain has them.
+    ///
+    /// # Errors
+    /// A format flag the format does not take (`--title` for folded stacks), or `--symbolize`
+    /// before perf output, which carries no symbols.
+    pub fn choose_output(&mut self, registry: &Registry, sink: &SinkSpec) -> anyhow::Result<()> {
+        if self.format.is_none() {
+            if let SinkSpec::Output { path, .. } = sink {
+                self.format = registry.format_of_path(path).map(|spec| FormatUse {
+                    spec: *spec,
+                    options: Options::new(),
+                });
+            }
+        }
+        let format = self
+            .format
+            .take()
+            .filter(|f| f.spec.name != PERF_FORMAT.name);
+        let Some(mut format) = format else {
+            if let Some((flag, _)) = self.format_settings.first() {
+                let (spec, _) = registry
+                    .format_flag(flag)
+                    .expect("format flags come from the registry");
+                anyhow::bail!(
+                    "--{flag}: an option of {} output ({})",
+                    spec.name,
+                    format_choices(spec)
+                );
+            }
+            if matches!(sink, SinkSpec::Output { .. }) {
+                if let Some(s) = self.stages.iter().find(|s| s.spec.name == "symbolize") {
+                    anyhow::bail!(
+                        "--{}: perf's format carries no symbols; write a profile instead ({})",
+                        s.label,
+                        registry
+                            .formats()
+                            .iter()
+                            .map(format_choices)
+                            .collect::<Vec<_>>()
+                            .join("; ")
+                    );
+                }
+            }
+            return Ok(());
+        };
+        for (flag, options) in std::mem::take(&mut self.format_settings) {
+            if let Some(key) = options.keys().find(|k| format.spec.option(k).is_none()) {
+                let owner = registry
+                    .formats()
+                    .iter()
+                    .find(|f| f.option(key).is_some())
+                    .map_or("another", |f| f.name);
+                anyhow::bail!(
+                    "--{flag}: an option of {owner} output, not of {}",
+                    format.spec.name
+                );
+            }
+            // Options from flags first, so `--format NAME:key=…` wins.
+            let mut merged = options.clone();
+            merged.extend(&format.options);
+            format.options = merged;
+        }
+        for need in format.spec.needs {
+            if self.stages.iter().any(|s| s.spec.name == *need) {
+                continue;
+            }
+            let Some(spec) = registry.find(need) else {
+                anyhow::bail!(
+                    "{} output needs the `{need}` stage, which is not registered",
+                    format.spec.name
+                );
+            };
+            let options = self.take_unattached(need).unwrap_or_default();
+            self.push(need, *spec, options);
+        }
+        self.format = Some(format);
+        Ok(())
     }
 
     /// Appends a stage, labelled `label` (`label#2`, `#3`… when repeated).
@@ -219,6 +394,33 @@ impl Plan {
             );
         }
     }
+}
+
+/// `--format perf`: perf's own format, the default, which no [`FormatSpec`] declares.
+const PERF_FORMAT: FormatSpec = FormatSpec {
+    name: "perf",
+    help: "perf's own format (pipe or file mode)",
+    extensions: &[],
+    flags: &[],
+    options: &[],
+    needs: &[],
+    build: |_, _, _| Err(perfpipe_stages::Error::EmptyInput),
+};
+
+/// How the command line chooses a format: `-o FILE.svg or --flamegraph`.
+fn format_choices(spec: &FormatSpec) -> String {
+    let mut ways: Vec<String> = spec
+        .extensions
+        .iter()
+        .map(|e| format!("-o FILE.{e}"))
+        .collect();
+    ways.extend(
+        spec.flags
+            .iter()
+            .filter(|f| f.adds_stage)
+            .map(|f| format!("--{}", f.name)),
+    );
+    ways.join(" or ")
 }
 
 /// Where `decompress` goes among stages given as (is decompress, needs decompressed).
@@ -317,6 +519,8 @@ impl Chain<'_> {
             requests,
             signals,
         } = self;
+        plan.choose_output(registry, &sink)?;
+        plan.check_attached(registry)?;
         plan.insert_decompress(registry);
         let ctx = BuildCtx {
             settings,
@@ -377,6 +581,11 @@ impl Chain<'_> {
             }
         }
         taps.check_all_used()?;
+        if let (Some(format), SinkSpec::Output { path, .. }) = (&plan.format, &sink) {
+            let sink = (format.spec.build)(&ctx, &format.options, path)
+                .with_context(|| format!("{} output", format.spec.name))?;
+            return Ok(pipeline.sink(format.spec.name, sink));
+        }
         Ok(match sink {
             SinkSpec::Discard => pipeline.sink("discard", Discard),
             SinkSpec::Output {

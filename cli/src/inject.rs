@@ -9,7 +9,7 @@ use std::process::ExitCode;
 
 use clap::Args;
 use perfpipe_core::{Requests, Settings};
-use perfpipe_stages::registry::{Options, Registry};
+use perfpipe_stages::registry::{Options, Registry, Spec};
 use perfpipe_stages::write::file::OutputMode;
 
 use crate::args::ReportArgs;

@@ -11,7 +11,7 @@ use std::process::ExitCode;
 
 use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand};
 use perfpipe_core::Requests;
-use perfpipe_stages::registry::{FlagValue, Kind, Registry, BUILTIN};
+use perfpipe_stages::registry::{FlagValue, Kind, Registry, Spec, BUILTIN};
 
 pub mod args;
 mod bench;
@@ -125,6 +125,43 @@ fn stage_args(mut cmd: clap::Command, registry: &Registry) -> clap::Command {
             cmd = cmd.arg(arg);
         }
     }
+    const FORMATS: &str = "Output formats (chosen by -o FILE.EXT, a format flag or --format)";
+    for spec in registry.formats() {
+        for flag in spec.flags {
+            if cmd.get_arguments().any(|a| a.get_id() == flag.name) {
+                continue; // a flag two formats share
+            }
+            let mut arg = clap::Arg::new(flag.name)
+                .long(flag.name)
+                .help(flag.help)
+                .help_heading(FORMATS)
+                .action(clap::ArgAction::Append);
+            arg = match spec.value_name(flag) {
+                Some(v) => arg.value_name(v).num_args(1),
+                None => arg.num_args(0).default_missing_value(""),
+            };
+            if let FlagValue::Option(key) = flag.value {
+                if let Some(Kind::Choice(words)) = spec.option(key).map(|o| o.kind) {
+                    arg = arg.value_parser(clap::builder::PossibleValuesParser::new(words.iter()));
+                }
+            }
+            cmd = cmd.arg(arg);
+        }
+    }
+    let names: Vec<&str> = std::iter::once("perf")
+        .chain(registry.formats().iter().map(|f| f.name))
+        .collect();
+    cmd = cmd.arg(
+        clap::Arg::new("format")
+            .long("format")
+            .value_name("NAME[:key=value,…]")
+            .help(format!(
+                "the output's format, whatever its name: {} (default: by -o's extension, else perf); see `perfpipe stages`",
+                names.join(", ")
+            ))
+            .help_heading(FORMATS)
+            .action(clap::ArgAction::Append),
+    );
     cmd.arg(
         clap::Arg::new("stage")
             .long("stage")
@@ -227,10 +264,6 @@ pub fn main_with(registry: Registry) -> ExitCode {
         Ok(p) => p,
         Err(code) => return code,
     };
-    if let Err(e) = plan.check_attached(&registry) {
-        eprintln!("perfpipe: {e:#}");
-        return ExitCode::from(EXIT_FAILURE);
-    }
     let run = &cli.run;
     let chain = Chain {
         settings: run.batch.settings(!run.io.no_measure),

@@ -174,3 +174,18 @@ impl<S: Stage + ?Sized> Stage for Box<S> {
         (**self).tick(out)
     }
 }
+
+impl<S: Sink + ?Sized> Sink for Box<S> {
+    fn consume(&mut self, batch: &Batch) -> Result<Flow, StageError> {
+        (**self).consume(batch)
+    }
+    fn finish(&mut self) -> Result<(), StageError> {
+        (**self).finish()
+    }
+    fn take_io_wait(&mut self) -> std::time::Duration {
+        (**self).take_io_wait()
+    }
+    fn counters(&self) -> Vec<(&'static str, Counter)> {
+        (**self).counters()
+    }
+}

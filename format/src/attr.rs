@@ -15,6 +15,8 @@ pub struct Attr {
     pub size: u32,
     /// `config`
     pub config: u64,
+    /// `sample_period` or `sample_freq` (the union at offset 16; which one: [`Attr::freq`]).
+    pub sample_period: u64,
     /// `sample_type`
     pub sample_type: u64,
     /// `read_format`
@@ -105,12 +107,28 @@ impl Attr {
             type_: e.u32(body, 0).ok_or(short)?,
             size,
             config: e.u64(body, 8).ok_or(short)?,
+            sample_period: e.u64(body, 16).ok_or(short)?,
             sample_type,
             read_format,
             flags,
             ids,
             layout: SampleLayout::new(sample_type, read_format, flags & flag::SAMPLE_ID_ALL != 0),
         })
+    }
+
+    /// Whether `sample_period` is a frequency (`freq`), so each sample carries its period.
+    pub fn freq(&self) -> bool {
+        self.flags & flag::FREQ != 0
+    }
+
+    /// The period of a sample that does not carry one (`PERF_SAMPLE_PERIOD` not set): the
+    /// fixed `sample_period`, as perf takes it (`evsel__parse_sample()`), or 1.
+    pub fn fixed_period(&self) -> u64 {
+        if self.freq() || self.sample_period == 0 {
+            1
+        } else {
+            self.sample_period
+        }
     }
 
     /// Whether non-sample records of this attr carry a `sample_id` trailer.

@@ -63,6 +63,8 @@ pub mod drop;
 pub mod encode;
 mod error;
 pub mod filter;
+pub mod flamegraph;
+pub mod folded;
 pub mod machine;
 pub mod prune_sideband;
 pub mod read;

@@ -19,7 +19,7 @@
 //!   [`perfpipe_core::DUMP`]) and the worker pool the pipeline's stages share.
 //!
 //! ```
-//! use perfpipe_stages::registry::{BuildCtx, Registry};
+//! use perfpipe_stages::registry::{BuildCtx, Registry, Spec};
 //!
 //! let registry = Registry::builtin();
 //! let (spec, flag) = registry.flag("pid").unwrap();
@@ -33,12 +33,18 @@
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
-use perfpipe_core::{Requests, Settings, Stage};
+use std::path::Path;
+
+use perfpipe_core::{Requests, Settings, Sink, Stage};
 
 use crate::Error;
 
 /// Builds a stage from its checked options.
 pub type BuildFn = fn(&BuildCtx, &Options) -> Result<Box<dyn Stage>, Error>;
+
+/// Builds an output format's sink from its checked options, writing to `path` (`-`: standard
+/// output).
+pub type BuildSinkFn = fn(&BuildCtx, &Options, &Path) -> Result<Box<dyn Sink>, Error>;
 
 /// What a stage's constructor gets besides its options.
 #[derive(Clone, Debug, Default)]
@@ -111,6 +117,31 @@ pub struct StageSpec {
     /// MMAPs, COMMs…): one `decompress` stage is put before the first such stage, unless a
     /// `decompress` already runs earlier.
     pub needs_decompressed: bool,
+}
+
+/// An output format other than perf's own (`perf` is the default and is not declared here): a
+/// profile written by a sink of its own, chosen by the output's extension (`-o flame.svg`), by
+/// `--format NAME` or by its own flag (`--folded`). Declared by the format's file, like a stage.
+#[derive(Clone, Copy, Debug)]
+pub struct FormatSpec {
+    /// The format's name, also the name of its file or folder in `stages/src/`.
+    pub name: &'static str,
+    /// One line of help.
+    pub help: &'static str,
+    /// File extensions that choose it, without the dot (`svg`, `pb.gz`).
+    pub extensions: &'static [&'static str],
+    /// Its flags: one that chooses the format (`adds_stage`), and flags that set its options.
+    /// A flag may set an option that several formats take (`--weight` for folded stacks and
+    /// flame graphs): it applies to whichever format the output has.
+    pub flags: &'static [Flag],
+    /// The options it takes (including those of the flags other formats declare, if it takes
+    /// them too).
+    pub options: &'static [StageOption],
+    /// Stages the sink reads the work of (its annotations), put at the end of the chain when the
+    /// command line did not name them: `symbolize` for a profile of named frames.
+    pub needs: &'static [&'static str],
+    /// Builds the sink.
+    pub build: BuildSinkFn,
 }
 
 /// One command-line flag of a stage.
@@ -377,31 +408,40 @@ impl Options {
     }
 }
 
-impl StageSpec {
+/// What [`StageSpec`] and [`FormatSpec`] share: a name, flags and typed options, and how a
+/// flag's value and a `key=value,…` list become checked [`Options`].
+pub trait Spec {
+    /// The name (a stage's verb, an output format's word).
+    fn name(&self) -> &'static str;
+    /// The flags.
+    fn flags(&self) -> &'static [Flag];
+    /// The options.
+    fn options(&self) -> &'static [StageOption];
+
     /// The stage's option `key`.
-    pub fn option(&self, key: &str) -> Option<&'static StageOption> {
-        self.options.iter().find(|o| o.key == key)
+    fn option(&self, key: &str) -> Option<&'static StageOption> {
+        self.options().iter().find(|o| o.key == key)
     }
 
-    /// The stage's own flag, `--name`, the first of [`StageSpec::flags`].
-    pub fn main_flag(&self) -> Option<&'static Flag> {
-        self.flags.first()
+    /// The stage's own flag, `--name`, the first of [`Spec::flags`].
+    fn main_flag(&self) -> Option<&'static Flag> {
+        self.flags().first()
     }
 
     /// Parses and checks one option.
     ///
     /// # Errors
     /// [`Error::BadOption`] for a key the stage does not take or a value of the wrong type.
-    pub fn parse_option(&self, options: &mut Options, key: &str, text: &str) -> Result<(), Error> {
+    fn parse_option(&self, options: &mut Options, key: &str, text: &str) -> Result<(), Error> {
         let Some(opt) = self.option(key) else {
-            let keys: Vec<&str> = self.options.iter().map(|o| o.key).collect();
+            let keys: Vec<&str> = self.options().iter().map(|o| o.key).collect();
             return Err(Error::BadOption {
-                option: self.name,
+                option: self.name(),
                 message: format!("unknown option `{key}` (keys: {})", keys.join(", ")),
             });
         };
         let value = opt.kind.parse(text).map_err(|message| Error::BadOption {
-            option: self.name,
+            option: self.name(),
             message: format!("{key}: {message}"),
         })?;
         options.values.push((opt.key, value));
@@ -411,8 +451,8 @@ impl StageSpec {
     /// Parses a `key=value,…` list (a bare `key` is a switch set to yes).
     ///
     /// # Errors
-    /// As [`StageSpec::parse_option`].
-    pub fn parse_list(&self, options: &mut Options, list: &str) -> Result<(), Error> {
+    /// As [`Spec::parse_option`].
+    fn parse_list(&self, options: &mut Options, list: &str) -> Result<(), Error> {
         for item in list.split(',').map(str::trim).filter(|i| !i.is_empty()) {
             let (key, value) = item.split_once('=').unwrap_or((item, ""));
             self.parse_option(options, key.trim(), value.trim())?;
@@ -423,9 +463,9 @@ impl StageSpec {
     /// The options that `flag` gives with `value` (what stands after it on the command line).
     ///
     /// # Errors
-    /// As [`StageSpec::parse_option`]; also a value for a switch, or none for a flag that takes
+    /// As [`Spec::parse_option`]; also a value for a switch, or none for a flag that takes
     /// one.
-    pub fn options_of(&self, flag: &Flag, value: Option<&str>) -> Result<Options, Error> {
+    fn options_of(&self, flag: &Flag, value: Option<&str>) -> Result<Options, Error> {
         let mut options = Options::new();
         for (k, v) in flag.set {
             self.parse_option(&mut options, k, v)?;
@@ -451,7 +491,7 @@ impl StageSpec {
     }
 
     /// What `flag` shows as its value in the help (`EXPR`, `SIZE`, `key=value,…`), if it takes one.
-    pub fn value_name(&self, flag: &Flag) -> Option<String> {
+    fn value_name(&self, flag: &Flag) -> Option<String> {
         match flag.value {
             FlagValue::None => None,
             FlagValue::Option(key) => Some(
@@ -459,7 +499,7 @@ impl StageSpec {
                     .map_or_else(|| "VALUE".into(), |o| o.kind.value_name()),
             ),
             FlagValue::Options => Some(
-                self.options
+                self.options()
                     .iter()
                     .map(|o| format!("{}={}", o.key, o.kind.value_name()))
                     .collect::<Vec<_>>()
@@ -469,18 +509,86 @@ impl StageSpec {
     }
 }
 
-/// A set of transform stages: the built-in ones plus any a program adds.
+impl Spec for StageSpec {
+    fn name(&self) -> &'static str {
+        self.name
+    }
+    fn flags(&self) -> &'static [Flag] {
+        self.flags
+    }
+    fn options(&self) -> &'static [StageOption] {
+        self.options
+    }
+}
+
+impl Spec for FormatSpec {
+    fn name(&self) -> &'static str {
+        self.name
+    }
+    fn flags(&self) -> &'static [Flag] {
+        self.flags
+    }
+    fn options(&self) -> &'static [StageOption] {
+        self.options
+    }
+}
+
+/// A set of transform stages and output formats: the built-in ones plus any a program adds.
 #[derive(Clone, Debug)]
 pub struct Registry {
     specs: Vec<StageSpec>,
+    formats: Vec<FormatSpec>,
 }
 
 impl Registry {
-    /// The built-in stages ([`TRANSFORMS`]).
+    /// The built-in stages ([`TRANSFORMS`]) and formats ([`FORMATS`]).
     pub fn builtin() -> Registry {
         Registry {
             specs: TRANSFORMS.to_vec(),
+            formats: FORMATS.to_vec(),
         }
+    }
+
+    /// Adds an output format; one with the same name is replaced.
+    pub fn add_format(&mut self, spec: FormatSpec) -> &mut Registry {
+        match self.formats.iter_mut().find(|s| s.name == spec.name) {
+            Some(old) => *old = spec,
+            None => self.formats.push(spec),
+        }
+        self
+    }
+
+    /// Every registered output format, in registration order.
+    pub fn formats(&self) -> &[FormatSpec] {
+        &self.formats
+    }
+
+    /// The format called `name`.
+    pub fn format(&self, name: &str) -> Option<&FormatSpec> {
+        self.formats.iter().find(|f| f.name == name)
+    }
+
+    /// The format a file name's extension chooses (the longest matching extension wins, so
+    /// `x.pb.gz` is not taken for a `gz`).
+    pub fn format_of_path(&self, path: &Path) -> Option<&FormatSpec> {
+        let name = path.file_name()?.to_str()?;
+        self.formats
+            .iter()
+            .flat_map(|f| f.extensions.iter().map(move |e| (f, *e)))
+            .filter(|(_, e)| {
+                name.len() > e.len() + 1
+                    && name.ends_with(e)
+                    && name.as_bytes()[name.len() - e.len() - 1] == b'.'
+            })
+            .max_by_key(|(_, e)| e.len())
+            .map(|(f, _)| f)
+    }
+
+    /// The format that declares the flag `--name`, and the flag.
+    pub fn format_flag(&self, name: &str) -> Option<(&FormatSpec, &'static Flag)> {
+        self.formats
+            .iter()
+            .find_map(|s| s.flags.iter().find(|f| f.name == name).map(|f| (s, f)))
     }
 
     /// Adds a stage; one with the same name is replaced.
@@ -547,6 +655,9 @@ pub const BUILTIN: &[(&str, &str)] = &[
     ),
 ];
 
+/// Output formats besides perf's own, each declared in its own file; one line per format.
+pub const FORMATS: &[FormatSpec] = &[crate::folded::SPEC, crate::flamegraph::SPEC];
+
 /// Transform stages, each declared in its own file; one line per stage.
 pub const TRANSFORMS: &[StageSpec] = &[
     crate::decompress::SPEC,
@@ -555,6 +666,7 @@ pub const TRANSFORMS: &[StageSpec] = &[
     crate::drop::SPEC,
     crate::prune_sideband::SPEC,
     crate::ring::SPEC,
+    crate::symbolize::SPEC,
 ];
 
 #[cfg(test)]

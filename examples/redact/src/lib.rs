@@ -23,7 +23,7 @@ use std::hash::Hasher as _;
 
 use perfpipe_core::{Batch, Counter, Flow, Out, Span, Stage, StageError};
 use perfpipe_stages::format::{build, feature, Endian, EventHeader, RecordType, StreamInfo};
-use perfpipe_stages::registry::{Flag, Kind, Options, StageOption, StageSpec};
+use perfpipe_stages::registry::{Flag, Kind, Options, Spec, StageOption, StageSpec};
 use siphasher::sip::SipHasher13;
 
 /// Features that name the machine or the command line.

@@ -166,6 +166,45 @@ impl HostIds {
     }
 }
 
+/// The host a stream names in its HOSTNAME and OSRELEASE features.
+#[derive(Clone, Debug, Default)]
+pub struct StreamHost {
+    name: Option<Vec<u8>>,
+    release: Option<Vec<u8>>,
+}
+
+impl StreamHost {
+    /// Takes in a HEADER_FEATURE record's body (after its 8-byte header).
+    pub fn note_feature(&mut self, body: &[u8], e: crate::format::Endian) {
+        let (host, release) = (feature::HOSTNAME.into(), feature::OSRELEASE.into());
+        let Some(id) = e.u64(body, 0) else { return };
+        if id != host && id != release {
+            return;
+        }
+        // A perf string: u32 len (NUL and padding included), then the bytes.
+        let Some(len) = e.u32(body, 8) else { return };
+        let s = body.get(12..12 + len as usize).map(|s| cstr(s).to_vec());
+        if id == host {
+            self.name = s;
+        } else {
+            self.release = s;
+        }
+    }
+
+    /// Whether the recording is taken to be of `host`: as `mode` says, and for
+    /// [`HostMode::Auto`] unless the stream names another hostname or kernel release.
+    pub fn is_host(&self, host: &HostIds, mode: HostMode) -> bool {
+        match mode {
+            HostMode::Yes => true,
+            HostMode::No => false,
+            HostMode::Auto => {
+                self.name.as_deref().is_none_or(|h| h == host.nodename())
+                    && self.release.as_deref().is_none_or(|r| r == host.release())
+            }
+        }
+    }
+}
+
 fn cstr(b: &[u8]) -> &[u8] {
     &b[..b.iter().position(|&c| c == 0).unwrap_or(b.len())]
 }
@@ -386,8 +425,7 @@ pub struct Resolver {
     host: HostIds,
     mode: HostMode,
     /// The stream's HOSTNAME / OSRELEASE features, when seen.
-    stream_host: Option<Vec<u8>>,
-    stream_release: Option<Vec<u8>>,
+    stream: StreamHost,
     slots: Vec<Slot>,
     tx: crossbeam_channel::Sender<(DsoId, Outcome)>,
     rx: crossbeam_channel::Receiver<(DsoId, Outcome)>,
@@ -403,8 +441,7 @@ impl Resolver {
             known,
             host,
             mode,
-            stream_host: None,
-            stream_release: None,
+            stream: StreamHost::default(),
             slots: Vec::new(),
             tx,
             rx,
@@ -420,36 +457,12 @@ impl Resolver {
     /// Notes a HEADER_FEATURE record's body (`u64 feat_id` then the feature data), to tell
     /// whether the stream was recorded on this host.
     pub fn note_feature(&mut self, body: &[u8], e: crate::format::Endian) {
-        let (host, release) = (feature::HOSTNAME.into(), feature::OSRELEASE.into());
-        let Some(id) = e.u64(body, 0) else { return };
-        if id != host && id != release {
-            return;
-        }
-        // A perf string: u32 len (NUL and padding included), then the bytes.
-        let Some(len) = e.u32(body, 8) else { return };
-        let s = body.get(12..12 + len as usize).map(|s| cstr(s).to_vec());
-        if id == host {
-            self.stream_host = s;
-        } else {
-            self.stream_release = s;
-        }
+        self.stream.note_feature(body, e);
     }
 
     /// Whether the recording is taken to be of this host (for kernel and vdso ids).
     pub fn is_host(&self) -> bool {
-        match self.mode {
-            HostMode::Yes => true,
-            HostMode::No => false,
-            HostMode::Auto => {
-                self.stream_host
-                    .as_deref()
-                    .is_none_or(|h| h == self.host.nodename())
-                    && self
-                        .stream_release
-                        .as_deref()
-                        .is_none_or(|r| r == self.host.release())
-            }
-        }
+        self.stream.is_host(&self.host, self.mode)
     }
 
     fn slot(&mut self, id: DsoId) -> &mut Slot {

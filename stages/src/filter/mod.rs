@@ -34,7 +34,7 @@
 pub mod expr;
 mod program;
 mod shorthand;
-mod state;
+pub(crate) mod state;
 
 use perfpipe_core::{Batch, Counter, Flow, Out, Span, Stage, StageError};
 use rayon::prelude::*;

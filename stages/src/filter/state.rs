@@ -14,7 +14,7 @@ const EVENT_UPDATE_NAME: u64 = 2;
 /// A multiplicative hasher for u32 keys (thread ids): the default SipHash costs more than the rest
 /// of a comm lookup.
 #[derive(Debug, Default, Clone, Copy)]
-pub(super) struct IdHasher(u64);
+pub(crate) struct IdHasher(u64);
 
 impl Hasher for IdHasher {
     fn finish(&self) -> u64 {
@@ -38,7 +38,7 @@ impl Hasher for IdHasher {
 /// A sample's comm is the last name set at or before the sample's time, which is what perf, which
 /// sorts events by time before handling them, sees.
 #[derive(Debug, Default)]
-pub(super) struct Threads {
+pub(crate) struct Threads {
     comms: HashMap<u32, Vec<(u64, Name)>, BuildHasherDefault<IdHasher>>,
 }
 
@@ -53,7 +53,7 @@ enum Name {
 }
 
 impl Threads {
-    fn comm_at(&self, tid: u32, time: u64) -> Option<&[u8]> {
+    fn comm_at(&self, tid: u32, time: u64) -> Option<&Arc<[u8]>> {
         let (mut tid, mut time) = (tid, time);
         // Follow FORK links up a bounded number of generations (a cycle is corrupt input).
         for _ in 0..64 {
@@ -68,8 +68,24 @@ impl Threads {
         None
     }
 
+    /// The comm of `tid` at `time`, shared, if the thread was named (see [`Threads::name_of`]
+    /// for the name perf gives an unnamed one).
+    pub fn comm_shared(&self, tid: u32, time: u64) -> Option<Arc<[u8]>> {
+        self.comm_at(tid, time).cloned()
+    }
+
+    /// The name perf gives a thread no COMM named: `swapper` for the idle thread 0, else
+    /// `:<tid>` (`thread__new()`).
+    pub fn name_of(tid: u32) -> String {
+        if tid == 0 {
+            "swapper".into()
+        } else {
+            format!(":{tid}")
+        }
+    }
+
     /// Whether the comm of `tid` at `time` matches `glob`.
-    pub fn comm_matches(&self, tid: u32, time: u64, glob: &Glob) -> bool {
+    pub(super) fn comm_matches(&self, tid: u32, time: u64, glob: &Glob) -> bool {
         match self.comm_at(tid, time) {
             Some(c) => glob.matches(c),
             None if tid == 0 => glob.matches(b"swapper"),

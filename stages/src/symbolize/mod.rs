@@ -1,3 +1,474 @@
-//! `symbolize`: resolves each sample's ip and callchain to (dso, function, offset). (In progress.)
+//! `symbolize`: resolves each sample's ip and callchain to frames of (dso, function, offset), for
+//! the profile outputs (folded stacks, flame graphs) to aggregate and name.
+//!
+//! The stage follows the address spaces of the stream with the [`crate::machine`] model (MMAP,
+//! MMAP2, FORK, EXIT in stream order) and each thread's name over time (COMM, FORK). For every
+//! SAMPLE it maps the ip, or each callchain entry with its context markers applied, to a
+//! [`Frame`]: the dso and the file-relative address (`ip - map.start + map.pgoff`, perf's
+//! `map__map_ip()`). It attaches the frames of a batch's samples to the batch as a [`Stacks`]
+//! annotation; records pass unchanged.
+//!
+//! Names come from [`Symbols`]: each dso's symbol table starts loading on the pipeline's worker
+//! pool when its first MMAP arrives, and a name is looked up once per distinct address, by the
+//! sink, when it writes (so a million samples of one loop cost one lookup, and the stream never
+//! waits for a file). Kernel frames are named from this host's `/proc/kallsyms` when the recording
+//! is of this host (`kernel=auto`: the stream's hostname and kernel release, as `--host-ids`).
+//!
+//! - **Order**: input order. **Buffering**: a batch is held until two more FINISHED_ROUNDs have
+//!   arrived (or [`HOLD_MAX_BYTES`] are held), because a sample's thread name may come in a COMM
+//!   that is later in the stream but earlier in time (perf sorts by time before naming threads);
+//!   maps are applied as records arrive, since they follow stream order.
+//! - **Counters**: `samples`, `frames`, `samples_without_ip`.
 
 pub mod symbols;
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+
+use perfpipe_core::{Batch, Counter, Flow, Out, Stage, StageError};
+
+use crate::buildid::source::{HostIds, HostMode, StreamHost};
+use crate::filter::state::Threads;
+use crate::format::{misc, Endian, Record, RecordType, Sample, StreamInfo};
+use crate::machine::{DsoId, Machine};
+use crate::registry::{BuildCtx, Flag, FlagValue, Kind, Options, StageOption, StageSpec};
+use crate::Error;
+pub use symbols::{DsoDesc, FrameKind, Query, Resolved, Symbols, SymbolsConfig};
+
+/// Most bytes of batches held while waiting for later COMM records.
+pub const HOLD_MAX_BYTES: usize = 32 << 20;
+
+/// Configuration of a `symbolize` stage. Plain data; no I/O.
+#[derive(Clone, Debug, Default)]
+pub struct SymbolizeConfig {
+    /// Inlined functions as frames of their own (`--inline`).
+    pub inline: bool,
+    /// Keep names mangled.
+    pub no_demangle: bool,
+    /// Whether kernel frames are named from this host's kallsyms.
+    pub kernel: HostMode,
+}
+
+impl SymbolizeConfig {
+    /// The configuration that checked options give.
+    pub fn from_options(o: &Options) -> SymbolizeConfig {
+        SymbolizeConfig {
+            inline: o.switch("inline"),
+            no_demangle: o.has("demangle") && !o.switch("demangle"),
+            kernel: match o.text("kernel") {
+                Some("yes") => HostMode::Yes,
+                Some("no") => HostMode::No,
+                _ => HostMode::Auto,
+            },
+        }
+    }
+
+    /// Builds the stage; symbol tables load on `pool` (inline when `None`).
+    pub fn build(&self, pool: Option<Arc<rayon::ThreadPool>>) -> Symbolize {
+        let symbols = Symbols::new(
+            SymbolsConfig {
+                inline: self.inline,
+                demangle: !self.no_demangle,
+                host_kernel: self.kernel != HostMode::No,
+                ..SymbolsConfig::default()
+            },
+            pool,
+        );
+        Symbolize {
+            symbols: Arc::new(symbols),
+            kernel: self.kernel,
+            host: StreamHost::default(),
+            this_host: HostIds::of_this_host(),
+            machine: Machine::new(),
+            threads: Threads::default(),
+            anon: Vec::new(),
+            held: VecDeque::new(),
+            held_bytes: 0,
+            rounds: 0,
+            samples: Counter::new(),
+            frames: Counter::new(),
+            no_ip: Counter::new(),
+        }
+    }
+}
+
+/// One frame of a sample: where its address is, for [`Symbols::resolve`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Frame {
+    /// The address to resolve.
+    pub query: Query,
+    /// The address means the same code in every process (a file or the kernel), so the frames of
+    /// two processes at one dso and offset are one frame; false for anonymous (JIT) memory and
+    /// unmapped addresses, which are per process.
+    pub shared: bool,
+}
+
+impl Frame {
+    /// What identifies the frame's code: (dso, address, kernel, pid) with the pid 0 for a shared
+    /// frame and the raw address for an unmapped one.
+    pub fn key(&self) -> (Option<DsoId>, u64, bool, u32) {
+        let q = &self.query;
+        let addr = if q.dso.is_some() { q.rel } else { q.ip };
+        (q.dso, addr, q.kernel, if self.shared { 0 } else { q.pid })
+    }
+}
+
+/// One sample of a [`Stacks`] annotation.
+#[derive(Clone, Debug)]
+pub struct StackSample {
+    /// The sample's record: its span's `start` in the batch.
+    pub start: u32,
+    /// Its attr's index (the span's `tag`).
+    pub attr: u16,
+    /// `pid`, `tid` (`u32::MAX` when the sample has none).
+    pub pid: u32,
+    /// `tid`
+    pub tid: u32,
+    /// `cpu` (`u32::MAX` when the sample has none).
+    pub cpu: u32,
+    /// `time` (0 when the sample has none).
+    pub time: u64,
+    /// `period` (1 when the sample has none).
+    pub period: u64,
+    /// The thread's name at the sample's time; `None` for a thread no COMM named.
+    pub comm: Option<Arc<[u8]>>,
+    frames: (u32, u32),
+}
+
+impl StackSample {
+    /// The thread's name as perf shows it (`:<tid>` for an unnamed thread).
+    pub fn comm_name(&self) -> std::borrow::Cow<'_, str> {
+        match &self.comm {
+            Some(c) => String::from_utf8_lossy(c),
+            None => Threads::name_of(self.tid).into(),
+        }
+    }
+}
+
+/// The frames of a batch's samples, as the `symbolize` stage attaches them
+/// ([`Batch::annotation`]); a sink reads a sample's frames by its record
+/// ([`Stacks::samples`] are in record order).
+#[derive(Debug)]
+pub struct Stacks {
+    /// Where to look names up.
+    pub symbols: Arc<Symbols>,
+    /// Whether kernel frames may be named from this host's kallsyms.
+    pub host_kernel: bool,
+    samples: Vec<StackSample>,
+    frames: Vec<Frame>,
+}
+
+impl Stacks {
+    /// The samples, in record order.
+    pub fn samples(&self) -> &[StackSample] {
+        &self.samples
+    }
+
+    /// A sample's frames, innermost (the ip) first, as perf prints a callchain.
+    pub fn frames(&self, s: &StackSample) -> &[Frame] {
+        &self.frames[s.frames.0 as usize..s.frames.1 as usize]
+    }
+
+    /// Resolves a frame, innermost (inlined) function first, the frame's function last; kernel
+    /// frames of a recording of another host are `[unknown]` in `[kernel.kallsyms]`.
+    pub fn resolve(&self, frame: &Frame, out: &mut Vec<Resolved>) {
+        resolve(&self.symbols, self.host_kernel, frame, out);
+    }
+}
+
+/// See [`Stacks::resolve`]; for a sink that keeps frames past their batch.
+pub fn resolve(symbols: &Symbols, host_kernel: bool, frame: &Frame, out: &mut Vec<Resolved>) {
+    if frame.query.kernel && !host_kernel {
+        out.push(Resolved {
+            name: None,
+            offset: frame.query.ip,
+            dso: Arc::from("[kernel.kallsyms]"),
+            kind: FrameKind::Kernel,
+            inlined: false,
+        });
+    } else {
+        symbols.resolve(&frame.query, out);
+    }
+}
+
+/// The running `symbolize` stage.
+#[derive(Debug)]
+pub struct Symbolize {
+    symbols: Arc<Symbols>,
+    kernel: HostMode,
+    host: StreamHost,
+    this_host: HostIds,
+    machine: Machine,
+    threads: Threads,
+    /// Per dso: its memory is anonymous (JIT code, named by `/tmp/perf-PID.map`).
+    anon: Vec<bool>,
+    /// Batches waiting for later COMMs, with their stacks (names not filled yet) and the round
+    /// count when they came.
+    held: VecDeque<(Batch, Stacks, u64)>,
+    held_bytes: usize,
+    rounds: u64,
+    samples: Counter,
+    frames: Counter,
+    no_ip: Counter,
+}
+
+/// Whether perf names the code of a map of this name from `/tmp/perf-PID.map`
+/// (`is_anon_memory()`, and `/memfd:` and `[anon:` maps, which JITs also use).
+fn is_anon(name: &[u8]) -> bool {
+    name.starts_with(b"//anon")
+        || name.starts_with(b"[anon")
+        || name.starts_with(b"/memfd:")
+        || name.starts_with(b"/tmp/perf-")
+}
+
+impl Symbolize {
+    /// The symbol tables this stage loads, for a sink built with it in a program of your own.
+    pub fn symbols(&self) -> Arc<Symbols> {
+        self.symbols.clone()
+    }
+
+    fn host_kernel(&self) -> bool {
+        self.host.is_host(&self.this_host, self.kernel)
+    }
+
+    fn frame(&self, pid: u32, mode: u16, ip: u64) -> Frame {
+        let kernel = matches!(mode, misc::KERNEL | misc::GUEST_KERNEL);
+        let map = self.machine.find(pid, mode, ip);
+        let dso = map.map(|m| m.dso);
+        let rel = match map {
+            Some(m) if !kernel => ip.wrapping_sub(m.start).wrapping_add(m.pgoff),
+            _ => ip,
+        };
+        let shared = match dso {
+            Some(d) => !self.anon.get(d.0 as usize).copied().unwrap_or(false),
+            None => kernel,
+        };
+        Frame {
+            query: Query {
+                dso,
+                pid,
+                ip,
+                rel,
+                kernel,
+            },
+            shared,
+        }
+    }
+
+    fn sample(
+        &mut self,
+        s: &Sample<'_>,
+        fixed_period: u64,
+        start: u32,
+        attr: u16,
+        stacks: &mut Stacks,
+    ) {
+        let pid = s.pid().unwrap_or(u32::MAX);
+        let first = stacks.frames.len();
+        let mode = s.cpumode();
+        match s.callchain() {
+            Some(cc) if !cc.is_empty() => {
+                for (mode, ip) in cc.frames(mode) {
+                    stacks.frames.push(self.frame(pid, mode, ip));
+                }
+            }
+            _ => match s.ip() {
+                Some(ip) => stacks.frames.push(self.frame(pid, mode, ip)),
+                None => self.no_ip.add(1),
+            },
+        }
+        let n = stacks.frames.len();
+        stacks.samples.push(StackSample {
+            start,
+            attr,
+            pid,
+            tid: s.tid().unwrap_or(u32::MAX),
+            cpu: s.cpu().unwrap_or(u32::MAX),
+            time: s.time().unwrap_or(0),
+            period: s.period().unwrap_or(fixed_period),
+            comm: None,
+            frames: (first as u32, n as u32),
+        });
+    }
+
+    fn observe(&mut self, rec: &Record<'_>, e: Endian) {
+        match rec.record_type() {
+            RecordType::MMAP | RecordType::MMAP2 => {
+                let Some(dso) = self.machine.apply(rec) else {
+                    return;
+                };
+                let d = self.machine.dso(dso);
+                let i = dso.0 as usize;
+                if self.anon.len() <= i {
+                    self.anon.resize(i + 1, false);
+                }
+                self.anon[i] = is_anon(&d.name);
+                let build_id = match &d.identity {
+                    crate::machine::Identity::BuildId(b) => Some(&b[..]),
+                    _ => None,
+                };
+                let pid = rec.mmap().map_or(u32::MAX, |m| m.pid);
+                self.symbols.prefetch(
+                    dso,
+                    DsoDesc {
+                        name: &d.name,
+                        build_id,
+                        kernel: d.kernel,
+                        pid,
+                    },
+                );
+            }
+            RecordType::COMM | RecordType::FORK => {
+                self.machine.apply(rec);
+                self.threads.observe(rec);
+            }
+            RecordType::EXIT => {
+                self.machine.apply(rec);
+            }
+            RecordType::FINISHED_ROUND => {
+                self.machine.apply(rec);
+                self.rounds += 1;
+            }
+            RecordType::HEADER_FEATURE => {
+                let b = rec.sized();
+                self.host.note_feature(&b[8.min(b.len())..], e);
+            }
+            _ => {}
+        }
+    }
+
+    /// Fills the names of a held batch's samples and attaches its stacks.
+    fn release(&self, mut batch: Batch, mut stacks: Stacks, out: &mut Out<'_>) {
+        stacks.host_kernel = self.host_kernel();
+        for s in &mut stacks.samples {
+            s.comm = self.threads.comm_shared(s.tid, s.time);
+        }
+        batch.annotate(Arc::new(stacks));
+        out.push(batch);
+    }
+
+    fn release_due(&mut self, out: &mut Out<'_>, all: bool) {
+        while let Some((_, _, at)) = self.held.front() {
+            if !all && self.rounds < at + 2 && self.held_bytes <= HOLD_MAX_BYTES {
+                break;
+            }
+            let (b, stacks, _) = self.held.pop_front().expect("front exists");
+            self.held_bytes -= b.data.len();
+            self.release(b, stacks, out);
+        }
+    }
+}
+
+impl Stage for Symbolize {
+    fn process(&mut self, batch: Batch, out: &mut Out<'_>) -> Result<Flow, StageError> {
+        let Some(info) = StreamInfo::shared(&batch) else {
+            if self.held.is_empty() {
+                out.push(batch);
+            } else {
+                self.held
+                    .push_back((batch, self.empty_stacks(), self.rounds));
+            }
+            return Ok(Flow::Continue);
+        };
+        let e = info.endian;
+        let mut stacks = self.empty_stacks();
+        let (mut samples, mut frames) = (0u64, 0u64);
+        for span in &batch.spans {
+            let rec = info.record(&batch, span);
+            if RecordType(span.kind) == RecordType::SAMPLE {
+                if let Some(s) = rec.sample() {
+                    let before = stacks.frames.len();
+                    let fixed = info.attr(span.tag as u16).map_or(1, |a| a.fixed_period());
+                    self.sample(&s, fixed, span.start, span.tag as u16, &mut stacks);
+                    samples += 1;
+                    frames += (stacks.frames.len() - before) as u64;
+                }
+            } else {
+                self.observe(&rec, e);
+            }
+        }
+        self.samples.add(samples);
+        self.frames.add(frames);
+        // Spans are usually in buffer order; a stage before may have appended records.
+        if !stacks.samples.is_sorted_by_key(|s| s.start) {
+            stacks.samples.sort_by_key(|s| s.start);
+        }
+        self.held_bytes += batch.data.len();
+        self.held.push_back((batch, stacks, self.rounds));
+        self.release_due(out, false);
+        Ok(Flow::Continue)
+    }
+
+    fn flush(&mut self, out: &mut Out<'_>) -> Result<(), StageError> {
+        self.release_due(out, true);
+        Ok(())
+    }
+
+    fn counters(&self) -> Vec<(&'static str, Counter)> {
+        let c = self.symbols.counters();
+        vec![
+            ("samples", self.samples.clone()),
+            ("frames", self.frames.clone()),
+            ("samples_without_ip", self.no_ip.clone()),
+            ("dsos_loaded", c.dsos_loaded.clone()),
+            ("dsos_missing", c.dsos_missing.clone()),
+            ("dsos_stripped", c.dsos_stripped.clone()),
+            ("addresses_unresolved", c.unresolved.clone()),
+        ]
+    }
+}
+
+impl Symbolize {
+    fn empty_stacks(&self) -> Stacks {
+        Stacks {
+            symbols: self.symbols.clone(),
+            host_kernel: true,
+            samples: Vec::new(),
+            frames: Vec::new(),
+        }
+    }
+}
+
+/// How the command line offers the stage: `--symbolize [OPTIONS]`, and `--inline` (an option of
+/// whichever `symbolize` the chain has, also of the one a profile output adds).
+pub const SPEC: StageSpec = StageSpec {
+    name: "symbolize",
+    help: "resolve each sample's ip and callchain to (dso, function, offset) for the profile outputs (-o FILE.folded, FILE.svg); symbol tables load in the background",
+    flags: &[
+        Flag::stage_options(
+            "symbolize",
+            "resolve frames to functions (added by itself before a profile output)",
+        ),
+        Flag {
+            name: "inline",
+            help: "inlined functions as frames of their own, from DWARF (like perf script --inline)",
+            value: FlagValue::None,
+            set: &[("inline", "yes")],
+            adds_stage: false,
+        },
+    ],
+    options: &[
+        StageOption {
+            key: "inline",
+            kind: Kind::Switch,
+            help: "inlined functions as frames of their own, from DWARF",
+        },
+        StageOption {
+            key: "demangle",
+            kind: Kind::Switch,
+            help: "demangle C++ and Rust names (default yes)",
+        },
+        StageOption {
+            key: "kernel",
+            kind: Kind::Choice(&["auto", "yes", "no"]),
+            help: "name kernel frames from this host's /proc/kallsyms: auto (unless the stream's hostname or kernel release names another host), yes or no",
+        },
+    ],
+    build: build_stage,
+    needs_decompressed: true,
+};
+
+fn build_stage(ctx: &BuildCtx, o: &Options) -> Result<Box<dyn Stage>, Error> {
+    let pool = ctx.workers.pool()?;
+    Ok(Box::new(SymbolizeConfig::from_options(o).build(Some(pool))))
+}

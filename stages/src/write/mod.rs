@@ -7,6 +7,7 @@
 //! - **Errors**: a closed downstream (`EPIPE`) ends the pipeline with an [`Error::Io`] whose source
 //!   has kind `BrokenPipe`, which the CLI treats as a normal end.
 
+pub mod atomic;
 pub mod file;
 pub mod split;
 

@@ -1,0 +1,166 @@
+//! `flamegraph`: the output format of flame graph SVGs (`-o FILE.svg`, `--flamegraph`), rendered
+//! by the `inferno` crate's flame graph writer from the folded stacks of the [`crate::folded`]
+//! sink, so the SVG is the one `inferno-flamegraph` draws (search, zoom, tooltips in a browser).
+//!
+//! Options: all of folded's (`weight`, `pid`, `tid`, `addrs`, `annotate`) and `title`,
+//! `subtitle`, `colors` (inferno's palettes: `hot`, `mem`, `io`, `java`, `rust`, …), `reverse`
+//! (stacks reversed, leaf at the root), `inverted` (an icicle graph, root at the top) and `width`.
+
+use std::io::Write;
+use std::str::FromStr;
+
+use inferno::flamegraph::{color::Palette, Direction, Options as FlameOptions};
+
+use crate::folded::{self, Render, FOLD_OPTIONS};
+use crate::registry::{Flag, FlagValue, FormatSpec, Kind, Options, StageOption};
+use crate::Error;
+
+/// How the flame graph is drawn. Plain data.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct FlameGraph {
+    /// The title (inferno's default: `Flame Graph`).
+    pub title: Option<String>,
+    /// A second line under the title.
+    pub subtitle: Option<String>,
+    /// The palette's name.
+    pub colors: Option<String>,
+    /// Leaf frames at the bottom (reversed stacks).
+    pub reverse: bool,
+    /// An icicle graph: root at the top.
+    pub inverted: bool,
+    /// Width in pixels.
+    pub width: Option<usize>,
+}
+
+impl FlameGraph {
+    /// The drawing options that checked options give.
+    ///
+    /// # Errors
+    /// [`Error::BadOption`] for a palette inferno does not know.
+    pub fn from_options(o: &Options) -> Result<FlameGraph, Error> {
+        let colors = o.text("colors").map(str::to_string);
+        if let Some(c) = &colors {
+            Palette::from_str(c).map_err(|_| Error::BadOption {
+                option: "colors",
+                message: format!(
+                    "`{c}` is not a palette (hot, mem, io, red, green, blue, aqua, yellow, purple, orange, wakeup, java, perl, js, rust)"
+                ),
+            })?;
+        }
+        Ok(FlameGraph {
+            title: o.text("title").map(str::to_string),
+            subtitle: o.text("subtitle").map(str::to_string),
+            colors,
+            reverse: o.switch("reverse"),
+            inverted: o.switch("inverted"),
+            width: o.count("width").map(|w| w as usize),
+        })
+    }
+}
+
+impl Render for FlameGraph {
+    fn render(&self, lines: &[(String, u64)], out: &mut dyn Write) -> std::io::Result<()> {
+        let mut opt = FlameOptions::default();
+        if let Some(t) = &self.title {
+            opt.title.clone_from(t);
+        }
+        opt.subtitle.clone_from(&self.subtitle);
+        if let Some(p) = self
+            .colors
+            .as_deref()
+            .and_then(|c| Palette::from_str(c).ok())
+        {
+            opt.colors = p;
+        }
+        opt.reverse_stack_order = self.reverse;
+        if self.inverted {
+            opt.direction = Direction::Inverted;
+        }
+        opt.image_width = self.width;
+        let text: Vec<String> = lines.iter().map(|(s, c)| format!("{s} {c}")).collect();
+        if text.is_empty() {
+            // inferno refuses an empty profile; an empty graph says what happened instead.
+            opt.subtitle = Some("no samples".into());
+            return inferno::flamegraph::from_lines(&mut opt, ["[no samples] 1"], out)
+                .map_err(std::io::Error::other);
+        }
+        inferno::flamegraph::from_lines(&mut opt, text.iter().map(String::as_str), out)
+            .map_err(std::io::Error::other)
+    }
+}
+
+const OPTIONS: [StageOption; 11] = [
+    FOLD_OPTIONS[0],
+    FOLD_OPTIONS[1],
+    FOLD_OPTIONS[2],
+    FOLD_OPTIONS[3],
+    FOLD_OPTIONS[4],
+    StageOption {
+        key: "title",
+        kind: Kind::Text("TEXT"),
+        help: "the title",
+    },
+    StageOption {
+        key: "subtitle",
+        kind: Kind::Text("TEXT"),
+        help: "a second line under the title",
+    },
+    StageOption {
+        key: "colors",
+        kind: Kind::Text("PALETTE"),
+        help: "hot (default), mem, io, java, rust, js, perl, red, green, blue, aqua, yellow, purple, orange, wakeup",
+    },
+    StageOption {
+        key: "reverse",
+        kind: Kind::Switch,
+        help: "reverse the stacks: leaf functions at the bottom",
+    },
+    StageOption {
+        key: "inverted",
+        kind: Kind::Switch,
+        help: "an icicle graph: the root at the top",
+    },
+    StageOption {
+        key: "width",
+        kind: Kind::Count,
+        help: "width in pixels (default 1200)",
+    },
+];
+
+const FLAGS: [Flag; 5] = [
+    Flag::stage(
+        "flamegraph",
+        "write a flame graph SVG (what -o FILE.svg chooses)",
+    ),
+    Flag::option("title", "title", "the flame graph's title"),
+    Flag::option("colors", "colors", "the flame graph's palette"),
+    Flag {
+        name: "reverse",
+        help: "flame graph of reversed stacks (leaf functions at the bottom)",
+        value: FlagValue::None,
+        set: &[("reverse", "yes")],
+        adds_stage: false,
+    },
+    Flag {
+        name: "inverted",
+        help: "an icicle graph (root at the top)",
+        value: FlagValue::None,
+        set: &[("inverted", "yes")],
+        adds_stage: false,
+    },
+];
+
+/// How the command line offers the format. Its folded-stack flags (`--weight`, `--stack-pid`…)
+/// are declared by [`crate::folded`] and apply here too.
+pub const SPEC: FormatSpec = FormatSpec {
+    name: "flamegraph",
+    help: "a flame graph SVG drawn by inferno, openable in a browser (search, zoom)",
+    extensions: &["svg"],
+    flags: &FLAGS,
+    options: &OPTIONS,
+    needs: &["symbolize"],
+    build: |ctx, o, path| {
+        let render = FlameGraph::from_options(o)?;
+        Ok(Box::new(folded::build(ctx, o, path, Box::new(render))?))
+    },
+};

@@ -1,0 +1,245 @@
+//! [`Aggregate`]: the distinct stacks of a stream's samples and their weights, as the `symbolize`
+//! stage's [`Stacks`] annotations give them, named only when written.
+//!
+//! Memory is bounded by the distinct stacks and frames, not by the samples: a stack is a key of
+//! interned frame ids (one `u32` a frame) with its sample count and period sum, and a frame is
+//! named once, however many stacks hold it, when the profile is written.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use perfpipe_core::{Batch, Counter};
+use rayon::prelude::*;
+
+use super::names::{frame_name, Naming};
+use crate::format::RecordType;
+use crate::machine::DsoId;
+use crate::symbolize::{resolve, Frame, StackSample, Stacks, Symbols};
+
+/// What a stack's weight is.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum WeightBy {
+    /// The sum of the samples' periods (what `perf script | inferno-collapse-perf` counts: the
+    /// period perf script prints, e.g. nanoseconds for cpu-clock).
+    #[default]
+    Period,
+    /// One per sample.
+    Samples,
+}
+
+/// How stacks are told apart and named.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct FoldOptions {
+    /// The root frame is `comm-PID` (the collapsers' `--pid`).
+    pub pid: bool,
+    /// The root frame is `comm-PID/TID` (`--tid`).
+    pub tid: bool,
+    /// How frames are named.
+    pub naming: Naming,
+    /// What the counts are.
+    pub weight: WeightBy,
+}
+
+#[derive(Clone, Copy, Debug, Default)]
+struct Weight {
+    samples: u64,
+    period: u64,
+}
+
+type FrameKey = (Option<DsoId>, u64, bool, u32);
+
+/// The distinct stacks of a stream.
+#[derive(Debug, Default)]
+pub struct Aggregate {
+    options: FoldOptions,
+    /// `[comm, pid, tid, frame ids root first…]` → weight.
+    stacks: HashMap<Box<[u32]>, Weight>,
+    frame_ids: HashMap<FrameKey, u32>,
+    frames: Vec<Frame>,
+    comm_ids: HashMap<Arc<[u8]>, u32>,
+    comms: Vec<String>,
+    symbols: Option<Arc<Symbols>>,
+    host_kernel: bool,
+    /// The attr whose samples are counted: the first one seen (as the collapsers keep the first
+    /// event of `perf script`'s output).
+    attr: Option<u16>,
+    key: Vec<u32>,
+    /// Samples counted.
+    pub samples: Counter,
+    /// Samples of other events than the first.
+    pub other_event: Counter,
+    /// Samples without frames (no ip, or an empty callchain).
+    pub empty: Counter,
+    /// Samples no `symbolize` stage annotated (rewritten by a later stage).
+    pub unannotated: Counter,
+}
+
+impl Aggregate {
+    /// An empty aggregate.
+    pub fn new(options: FoldOptions) -> Aggregate {
+        Aggregate {
+            options,
+            ..Aggregate::default()
+        }
+    }
+
+    /// Number of distinct stacks.
+    pub fn stacks(&self) -> usize {
+        self.stacks.len()
+    }
+
+    /// Number of distinct frames.
+    pub fn frames(&self) -> usize {
+        self.frames.len()
+    }
+
+    /// Adds the samples of a batch.
+    pub fn add_batch(&mut self, batch: &Batch) {
+        let samples = batch
+            .spans
+            .iter()
+            .filter(|s| RecordType(s.kind) == RecordType::SAMPLE);
+        let Some(stacks) = batch.annotation::<Stacks>() else {
+            self.unannotated.add(samples.count() as u64);
+            return;
+        };
+        if self.symbols.is_none() {
+            self.symbols = Some(stacks.symbols.clone());
+        }
+        self.host_kernel = stacks.host_kernel;
+        let list = stacks.samples();
+        let (mut counted, mut other, mut empty, mut missing) = (0, 0, 0, 0);
+        for span in samples {
+            let Ok(i) = list.binary_search_by_key(&span.start, |s| s.start) else {
+                missing += 1;
+                continue;
+            };
+            let s = &list[i];
+            if *self.attr.get_or_insert(s.attr) != s.attr {
+                other += 1;
+            } else if self.add(stacks, s) {
+                counted += 1;
+            } else {
+                empty += 1;
+            }
+        }
+        self.samples.add(counted);
+        self.other_event.add(other);
+        self.empty.add(empty);
+        self.unannotated.add(missing);
+    }
+
+    fn add(&mut self, stacks: &Stacks, s: &StackSample) -> bool {
+        let frames = stacks.frames(s);
+        if frames.is_empty() {
+            return false;
+        }
+        let mut key = std::mem::take(&mut self.key);
+        key.clear();
+        key.push(self.comm(s));
+        key.push(if self.options.pid || self.options.tid {
+            s.pid
+        } else {
+            0
+        });
+        key.push(if self.options.tid { s.tid } else { 0 });
+        for f in frames.iter().rev() {
+            let next = self.frames.len() as u32;
+            let id = *self.frame_ids.entry(f.key()).or_insert(next);
+            if id == next {
+                self.frames.push(*f);
+            }
+            key.push(id);
+        }
+        let w = match self.stacks.get_mut(&key[..]) {
+            Some(w) => w,
+            None => self
+                .stacks
+                .entry(key.clone().into_boxed_slice())
+                .or_default(),
+        };
+        w.samples += 1;
+        w.period += s.period;
+        self.key = key;
+        true
+    }
+
+    fn comm(&mut self, s: &StackSample) -> u32 {
+        let name: Arc<[u8]> = match &s.comm {
+            Some(c) => {
+                if let Some(&id) = self.comm_ids.get(c) {
+                    return id;
+                }
+                c.clone()
+            }
+            None => Arc::from(s.comm_name().as_bytes()),
+        };
+        if let Some(&id) = self.comm_ids.get(&name) {
+            return id;
+        }
+        let id = self.comms.len() as u32;
+        // The collapsers' process name: spaces made underscores.
+        self.comms
+            .push(String::from_utf8_lossy(&name).replace(' ', "_"));
+        self.comm_ids.insert(name, id);
+        id
+    }
+
+    /// The folded stacks, `(stack, count)` sorted by stack, stacks that name the same functions
+    /// merged. Names are resolved once per distinct frame, on `pool` if given.
+    pub fn folded(&self, pool: Option<&rayon::ThreadPool>) -> Vec<(String, u64)> {
+        let Some(symbols) = &self.symbols else {
+            return Vec::new();
+        };
+        let naming = self.options.naming;
+        let host = self.host_kernel;
+        let name = |f: &Frame| -> Vec<String> {
+            let mut resolved = Vec::new();
+            resolve(symbols, host, f, &mut resolved);
+            // Innermost first; a folded stack goes root first.
+            resolved
+                .iter()
+                .rev()
+                .map(|r| {
+                    let mut s = String::new();
+                    frame_name(r, f.query.ip, naming, &mut s);
+                    s
+                })
+                .collect()
+        };
+        let names: Vec<Vec<String>> = match pool {
+            Some(p) => p.install(|| self.frames.par_iter().map(name).collect()),
+            None => self.frames.iter().map(name).collect(),
+        };
+        let mut merged: HashMap<String, u64> = HashMap::with_capacity(self.stacks.len());
+        let mut line = String::new();
+        for (key, w) in &self.stacks {
+            line.clear();
+            line.push_str(&self.comms[key[0] as usize]);
+            if self.options.tid {
+                line.push_str(&format!("-{}/{}", key[1], key[2]));
+            } else if self.options.pid {
+                line.push_str(&format!("-{}", key[1]));
+            }
+            for &f in &key[3..] {
+                for n in &names[f as usize] {
+                    line.push(';');
+                    line.push_str(n);
+                }
+            }
+            let count = match self.options.weight {
+                WeightBy::Period => w.period,
+                WeightBy::Samples => w.samples,
+            };
+            match merged.get_mut(line.as_str()) {
+                Some(c) => *c += count,
+                None => {
+                    merged.insert(line.clone(), count);
+                }
+            }
+        }
+        let mut lines: Vec<(String, u64)> = merged.into_iter().collect();
+        lines.sort_unstable();
+        lines
+    }
+}
