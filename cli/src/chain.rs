@@ -213,15 +213,16 @@ impl Plan {
                 )));
             }
         }
-        self.format = chosen.pop().map(|(_, spec, _)| FormatUse {
-            spec,
-            options: Options::new(),
-        });
-        if let Some(f) = &mut self.format {
-            for (_, _, o) in chosen.iter().filter(|c| c.1.name == f.spec.name) {
-                f.options.extend(o);
+        self.format = chosen.first().map(|(_, spec, _)| {
+            let mut options = Options::new();
+            for (_, _, o) in &chosen {
+                options.extend(o);
             }
-        }
+            FormatUse {
+                spec: *spec,
+                options,
+            }
+        });
         Ok(())
     }
 

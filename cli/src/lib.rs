@@ -313,6 +313,36 @@ fn print_stages(registry: &Registry) {
     for (name, help) in rest {
         let _ = writeln!(out, "{name:<24} {help}");
     }
+    let _ = writeln!(
+        out,
+        "\noutput formats (-o FILE.EXT, a format flag, or --format NAME[:key=value,…]):"
+    );
+    let _ = writeln!(
+        out,
+        "{:<24} perf's own format, pipe or file mode (the default)",
+        "perf"
+    );
+    for spec in registry.formats() {
+        let exts: Vec<String> = spec.extensions.iter().map(|e| format!(".{e}")).collect();
+        let _ = writeln!(out, "{:<24} {} ({})", spec.name, spec.help, exts.join(", "));
+        for flag in spec.flags {
+            let usage = match spec.value_name(flag) {
+                Some(v) => format!("--{} {v}", flag.name),
+                None => format!("--{}", flag.name),
+            };
+            let _ = writeln!(out, "  {usage:<22} {}", flag.help);
+        }
+        for o in spec.options {
+            let _ = writeln!(
+                out,
+                "{:<24}   {}={}  {}",
+                "",
+                o.key,
+                o.kind.value_name(),
+                o.help
+            );
+        }
+    }
 }
 
 #[cfg(test)]
@@ -388,6 +418,100 @@ mod tests {
             let s = &plan.stages[0];
             assert!((s.spec.build)(&Default::default(), &s.options).is_ok());
         }
+    }
+
+    /// The output's format: by extension, by flag, by `--format`; format flags check that the
+    /// format takes them; profile formats bring their `symbolize` stage.
+    #[test]
+    fn outputs_choose_their_format_and_bring_what_they_need() {
+        let r = Registry::builtin();
+        let choose = |argv: &[&str]| -> Result<Plan, String> {
+            let m = command_with(&r)
+                .try_get_matches_from(argv)
+                .map_err(|e| e.to_string())?;
+            let cli = Cli::from_arg_matches(&m).unwrap();
+            let mut plan = match Plan::from_matches(&m, &r) {
+                Ok(p) => p,
+                Err(PlanError::Usage(e)) => return Err(e),
+                Err(PlanError::Value(e)) => return Err(format!("{e:#}")),
+            };
+            let sink = SinkSpec::Output {
+                path: cli.run.output.output.clone(),
+                mode: cli.run.output.mode(),
+                pipe_buffer: 0,
+            };
+            plan.choose_output(&r, &sink)
+                .map_err(|e| format!("{e:#}"))?;
+            plan.check_attached(&r).map_err(|e| format!("{e:#}"))?;
+            Ok(plan)
+        };
+        let format = |p: &Plan| p.format.as_ref().map(|f| f.spec.name);
+        let labels = |p: &Plan| p.stages.iter().map(|s| s.label.clone()).collect::<Vec<_>>();
+
+        let p = choose(&[
+            "perfpipe",
+            "-o",
+            "flame.svg",
+            "--title",
+            "db, 30 s",
+            "--inline",
+        ])
+        .unwrap();
+        assert_eq!(format(&p), Some("flamegraph"));
+        assert_eq!(
+            p.format.as_ref().unwrap().options.text("title"),
+            Some("db, 30 s")
+        );
+        assert_eq!(labels(&p), ["symbolize"]);
+        assert!(
+            p.stages[0].options.switch("inline"),
+            "--inline reaches the added stage"
+        );
+
+        let p = choose(&[
+            "perfpipe",
+            "--comm",
+            "db*",
+            "-o",
+            "db.folded",
+            "--weight",
+            "samples",
+        ])
+        .unwrap();
+        assert_eq!(format(&p), Some("folded"));
+        assert_eq!(
+            p.format.as_ref().unwrap().options.text("weight"),
+            Some("samples")
+        );
+        assert_eq!(labels(&p), ["comm", "symbolize"]);
+
+        // Named by the user: not added again, and where the user put it.
+        let p = choose(&["perfpipe", "--symbolize", "--comm", "x", "--folded"]).unwrap();
+        assert_eq!(labels(&p), ["symbolize", "comm"]);
+        assert_eq!(format(&p), Some("folded"));
+        let p = choose(&["perfpipe", "-o", "x.data", "--format", "flamegraph:title=T"]).unwrap();
+        assert_eq!(p.format.as_ref().unwrap().options.text("title"), Some("T"));
+        let p = choose(&["perfpipe", "-o", "x.svg", "--format", "perf"]).unwrap();
+        assert_eq!(format(&p), None);
+        assert!(choose(&["perfpipe", "-o", "x.data"])
+            .unwrap()
+            .format
+            .is_none());
+
+        let err = |argv: &[&str]| choose(argv).unwrap_err();
+        assert_eq!(
+            err(&["perfpipe", "-o", "x.folded", "--title", "T"]),
+            "--title: an option of flamegraph output, not of folded"
+        );
+        assert!(err(&["perfpipe", "--title", "T"])
+            .contains("--title: an option of flamegraph output (-o FILE.svg or --flamegraph)"));
+        assert!(err(&["perfpipe", "--symbolize"]).contains("perf's format carries no symbols"));
+        assert!(err(&["perfpipe", "--inline"]).contains("options of `symbolize` need --symbolize"));
+        assert!(err(&["perfpipe", "--format", "png"]).contains("no format named `png`"));
+        assert!(err(&["perfpipe", "--folded", "--flamegraph"]).contains("two output formats"));
+        assert!(
+            err(&["perfpipe", "--format", "folded:colour=red"]).contains("unknown option `colour`")
+        );
     }
 
     #[test]

@@ -164,3 +164,45 @@ pub const SPEC: FormatSpec = FormatSpec {
         Ok(Box::new(folded::build(ctx, o, path, Box::new(render))?))
     },
 };
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn renders_an_svg_with_a_frame_per_function_and_the_title() {
+        let lines = vec![
+            ("app;main;work".to_string(), 30),
+            ("app;main;idle".to_string(), 10),
+        ];
+        let mut out = Vec::new();
+        let fg = FlameGraph {
+            title: Some("db, 30 s".into()),
+            ..FlameGraph::default()
+        };
+        fg.render(&lines, &mut out).unwrap();
+        let svg = String::from_utf8(out).unwrap();
+        assert!(svg.starts_with("<?xml"), "{}", &svg[..40]);
+        assert!(svg.contains("db, 30 s"));
+        for f in [
+            "<title>work (30 samples, 75.00%)",
+            "<title>idle (10 samples, 25.00%)",
+        ] {
+            assert!(svg.contains(f), "{f}");
+        }
+        let mut empty = Vec::new();
+        fg.render(&[], &mut empty).unwrap();
+        assert!(String::from_utf8(empty).unwrap().contains("no samples"));
+    }
+
+    #[test]
+    fn an_unknown_palette_is_refused() {
+        let spec = SPEC;
+        let mut o = Options::new();
+        crate::registry::Spec::parse_list(&spec, &mut o, "colors=plaid").unwrap();
+        assert!(FlameGraph::from_options(&o)
+            .unwrap_err()
+            .to_string()
+            .contains("not a palette"));
+    }
+}

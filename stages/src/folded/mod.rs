@@ -259,3 +259,144 @@ pub fn build(
         Some(ctx.workers.pool()?),
     ))
 }
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashMap;
+
+    use perfpipe_core::harness::{raw_batches, run_stage};
+
+    use super::*;
+    use crate::decode::DecodeConfig;
+    use crate::format::{RecordType, StreamInfo};
+    use crate::symbolize::SymbolizeConfig;
+
+    const CALLGRAPH: &[u8] = include_bytes!("../../../tests/fixtures/callgraph.pipe.data");
+
+    /// The fixture through decode and symbolize, as batches carrying their stacks.
+    fn symbolized(stream: &[u8], batch: usize) -> Vec<Batch> {
+        let sizes: Vec<usize> = std::iter::repeat_n(batch, stream.len() / batch + 1).collect();
+        let decoded = run_stage(
+            &mut DecodeConfig::default().build(),
+            raw_batches(stream, &sizes, 0),
+        )
+        .unwrap();
+        run_stage(&mut SymbolizeConfig::default().build(None), decoded).unwrap()
+    }
+
+    /// The samples' raw stacks counted straight from the records: (tid, callchain) → count.
+    fn raw_stacks(batches: &[Batch]) -> HashMap<(u32, Vec<u64>), u64> {
+        let mut out = HashMap::new();
+        for b in batches {
+            let info = StreamInfo::of(b).unwrap();
+            for span in b.spans.iter().filter(|s| s.kind == RecordType::SAMPLE.0) {
+                let s = info.record(b, span).sample().unwrap();
+                let chain: Vec<u64> = s.callchain().unwrap().entries().collect();
+                *out.entry((s.tid().unwrap(), chain)).or_default() += 1;
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn every_sample_is_counted_once_with_its_period_whatever_the_batching() {
+        let reference = raw_stacks(&symbolized(CALLGRAPH, 1 << 20));
+        let samples: u64 = reference.values().sum();
+        assert_eq!(samples, 1777, "perf report --stats: 1777 samples");
+        for batch in [4096, 65536, 1 << 20] {
+            let batches = symbolized(CALLGRAPH, batch);
+            let mut agg = Aggregate::new(FoldOptions {
+                tid: true,
+                ..FoldOptions::default()
+            });
+            for b in &batches {
+                agg.add_batch(b);
+            }
+            assert_eq!(agg.samples.get(), samples, "batch {batch}");
+            assert_eq!(agg.unannotated.get(), 0);
+            // At most one stack per sample; a thread's samples of one callchain are one stack
+            // unless its maps or name changed in between (an exec).
+            assert!((reference.len() - 10..=samples as usize).contains(&agg.stacks()));
+            let lines = agg.folded(None);
+            let total: u64 = lines.iter().map(|(_, c)| c).sum();
+            assert_eq!(
+                total,
+                samples * 200_000,
+                "weights are the fixed period (-c 200000)"
+            );
+            assert!(lines.windows(2).all(|w| w[0].0 < w[1].0), "sorted, merged");
+            for (stack, _) in &lines {
+                let root = stack.split(';').next().unwrap();
+                let (comm, ids) = root.rsplit_once('-').unwrap();
+                let (pid, tid) = ids.split_once('/').unwrap();
+                assert!(!comm.is_empty() && !comm.contains(' '), "{root}");
+                assert!(
+                    pid.parse::<u32>().is_ok() && tid.parse::<u32>().is_ok(),
+                    "{root}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn samples_of_other_events_and_unannotated_batches_are_counted_apart() {
+        let batches = symbolized(CALLGRAPH, 1 << 20);
+        let mut agg = Aggregate::new(FoldOptions {
+            weight: WeightBy::Samples,
+            ..FoldOptions::default()
+        });
+        let mut bare = batches[0].clone();
+        bare.annotations.clear();
+        let in_bare = bare
+            .spans
+            .iter()
+            .filter(|s| s.kind == RecordType::SAMPLE.0)
+            .count() as u64;
+        agg.add_batch(&bare);
+        assert_eq!(agg.unannotated.get(), in_bare);
+        for b in &batches[1..] {
+            agg.add_batch(b);
+        }
+        let total: u64 = agg.folded(None).iter().map(|(_, c)| c).sum();
+        assert_eq!(total + in_bare, 1777, "weight=samples counts samples");
+    }
+
+    #[test]
+    fn the_sink_writes_the_file_at_the_end_and_on_request() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("out.folded");
+        let dump = Arc::new(AtomicBool::new(false));
+        let mut sink = Fold::new(
+            FoldOptions::default(),
+            Box::new(Lines),
+            &path,
+            Some(dump.clone()),
+            None,
+        );
+        let batches = symbolized(CALLGRAPH, 65536);
+        let (first, rest) = batches.split_at(batches.len() / 2);
+        for b in first {
+            assert_eq!(sink.consume(b).unwrap(), Flow::Continue);
+        }
+        assert!(
+            !path.exists(),
+            "nothing is written before the end unless asked"
+        );
+        dump.store(true, Ordering::SeqCst);
+        assert_eq!(sink.consume(&rest[0]).unwrap(), Flow::Continue);
+        let snapshot = std::fs::read_to_string(&path).unwrap();
+        for b in &rest[1..] {
+            assert_eq!(sink.consume(b).unwrap(), Flow::Continue);
+        }
+        sink.finish().unwrap();
+        let end = std::fs::read_to_string(&path).unwrap();
+        let total = |s: &str| -> u64 {
+            s.lines()
+                .map(|l| l.rsplit_once(' ').unwrap().1.parse::<u64>().unwrap())
+                .sum()
+        };
+        assert!(0 < total(&snapshot) && total(&snapshot) < total(&end));
+        assert_eq!(total(&end), 1777 * 200_000);
+        assert_eq!(sink.counters()[6].1.get(), 1, "one snapshot");
+    }
+}
