@@ -76,6 +76,7 @@ impl SymbolizeConfig {
         );
         Symbolize {
             symbols: Arc::new(symbols),
+            dsos: Arc::default(),
             kernel: self.kernel,
             host: StreamHost::default(),
             this_host: HostIds::of_this_host(),
@@ -145,6 +146,45 @@ impl StackSample {
     }
 }
 
+/// A dso as the stream named it, for outputs that describe the mappings (pprof's `Mapping`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DsoInfo {
+    /// The file name from the MMAP.
+    pub name: Arc<str>,
+    /// The build id the MMAP2 carried, if any.
+    pub build_id: Option<Arc<[u8]>>,
+    /// Mapped by a kernel map.
+    pub kernel: bool,
+}
+
+/// The dsos of a stream by [`DsoId`], shared by the stage (which adds them as MMAPs arrive) and
+/// the sinks; append-only.
+#[derive(Debug, Default)]
+pub struct Dsos(std::sync::RwLock<Vec<Option<DsoInfo>>>);
+
+impl Dsos {
+    /// The dso of an id, if the stage has seen it.
+    pub fn get(&self, id: DsoId) -> Option<DsoInfo> {
+        let v = self
+            .0
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        v.get(id.0 as usize).cloned().flatten()
+    }
+
+    fn set(&self, id: DsoId, info: DsoInfo) {
+        let mut v = self
+            .0
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let i = id.0 as usize;
+        if v.len() <= i {
+            v.resize(i + 1, None);
+        }
+        v[i] = Some(info);
+    }
+}
+
 /// The frames of a batch's samples, as the `symbolize` stage attaches them
 /// ([`Batch::annotation`]); a sink reads a sample's frames by its record
 /// ([`Stacks::samples`] are in record order).
@@ -152,6 +192,8 @@ impl StackSample {
 pub struct Stacks {
     /// Where to look names up.
     pub symbols: Arc<Symbols>,
+    /// The stream's dsos.
+    pub dsos: Arc<Dsos>,
     /// Whether kernel frames may be named from this host's kallsyms.
     pub host_kernel: bool,
     samples: Vec<StackSample>,
@@ -195,6 +237,7 @@ pub fn resolve(symbols: &Symbols, host_kernel: bool, frame: &Frame, out: &mut Ve
 #[derive(Debug)]
 pub struct Symbolize {
     symbols: Arc<Symbols>,
+    dsos: Arc<Dsos>,
     kernel: HostMode,
     host: StreamHost,
     this_host: HostIds,
@@ -308,6 +351,16 @@ impl Symbolize {
                     _ => None,
                 };
                 let pid = rec.mmap().map_or(u32::MAX, |m| m.pid);
+                if self.dsos.get(dso).is_none() {
+                    self.dsos.set(
+                        dso,
+                        DsoInfo {
+                            name: Arc::from(String::from_utf8_lossy(&d.name)),
+                            build_id: build_id.map(Arc::from),
+                            kernel: d.kernel,
+                        },
+                    );
+                }
                 self.symbols.prefetch(
                     dso,
                     DsoDesc {
@@ -422,6 +475,7 @@ impl Symbolize {
     fn empty_stacks(&self) -> Stacks {
         Stacks {
             symbols: self.symbols.clone(),
+            dsos: self.dsos.clone(),
             host_kernel: true,
             samples: Vec::new(),
             frames: Vec::new(),
