@@ -5,7 +5,7 @@
 //! interned frame ids (one `u32` a frame) with its sample count and period sum, and a frame is
 //! named once, however many stacks hold it, when the profile is written.
 
-use std::collections::HashMap;
+use rustc_hash::FxHashMap as HashMap;
 use std::sync::Arc;
 
 use perfpipe_core::{Batch, Counter};
@@ -13,8 +13,7 @@ use rayon::prelude::*;
 
 use super::names::{frame_name, Naming};
 use crate::format::RecordType;
-use crate::machine::DsoId;
-use crate::symbolize::{resolve, Frame, StackSample, Stacks, Symbols};
+use crate::symbolize::{resolve, Frame, Frames, StackSample, Stacks, Symbols};
 
 /// What a stack's weight is.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -46,16 +45,16 @@ struct Weight {
     period: u64,
 }
 
-type FrameKey = (Option<DsoId>, u64, bool, u32);
-
 /// The distinct stacks of a stream.
 #[derive(Debug, Default)]
 pub struct Aggregate {
     options: FoldOptions,
     /// `[comm, pid, tid, frame ids root first…]` → weight.
     stacks: HashMap<Box<[u32]>, Weight>,
-    frame_ids: HashMap<FrameKey, u32>,
-    frames: Vec<Frame>,
+    /// The frames the stacks use (by id).
+    used: Vec<bool>,
+    used_count: usize,
+    table: Option<Arc<Frames>>,
     comm_ids: HashMap<Arc<[u8]>, u32>,
     comms: Vec<String>,
     symbols: Option<Arc<Symbols>>,
@@ -88,9 +87,9 @@ impl Aggregate {
         self.stacks.len()
     }
 
-    /// Number of distinct frames.
+    /// Number of distinct frames in the stacks.
     pub fn frames(&self) -> usize {
-        self.frames.len()
+        self.used_count
     }
 
     /// Adds the samples of a batch.
@@ -105,6 +104,7 @@ impl Aggregate {
         };
         if self.symbols.is_none() {
             self.symbols = Some(stacks.symbols.clone());
+            self.table = Some(stacks.table.clone());
         }
         self.host_kernel = stacks.host_kernel;
         let list = stacks.samples();
@@ -143,20 +143,23 @@ impl Aggregate {
             0
         });
         key.push(if self.options.tid { s.tid } else { 0 });
-        for f in frames.iter().rev() {
-            let next = self.frames.len() as u32;
-            let id = *self.frame_ids.entry(f.key()).or_insert(next);
-            if id == next {
-                self.frames.push(*f);
-            }
-            key.push(id);
-        }
+        key.extend(frames.iter().rev());
         let w = match self.stacks.get_mut(&key[..]) {
             Some(w) => w,
-            None => self
-                .stacks
-                .entry(key.clone().into_boxed_slice())
-                .or_default(),
+            None => {
+                for &id in &key[3..] {
+                    let i = id as usize;
+                    if self.used.len() <= i {
+                        self.used.resize(i + 1, false);
+                    }
+                    if !std::mem::replace(&mut self.used[i], true) {
+                        self.used_count += 1;
+                    }
+                }
+                self.stacks
+                    .entry(key.clone().into_boxed_slice())
+                    .or_default()
+            }
         };
         w.samples += 1;
         w.period += s.period;
@@ -188,9 +191,10 @@ impl Aggregate {
     /// The folded stacks, `(stack, count)` sorted by stack, stacks that name the same functions
     /// merged. Names are resolved once per distinct frame, on `pool` if given.
     pub fn folded(&self, pool: Option<&rayon::ThreadPool>) -> Vec<(String, u64)> {
-        let Some(symbols) = &self.symbols else {
+        let (Some(symbols), Some(table)) = (&self.symbols, &self.table) else {
             return Vec::new();
         };
+        let frames = table.snapshot();
         let naming = self.options.naming;
         let host = self.host_kernel;
         let name = |f: &Frame| -> Vec<String> {
@@ -207,11 +211,20 @@ impl Aggregate {
                 })
                 .collect()
         };
-        let names: Vec<Vec<String>> = match pool {
-            Some(p) => p.install(|| self.frames.par_iter().map(name).collect()),
-            None => self.frames.iter().map(name).collect(),
+        let used = &self.used;
+        let name_used = |(i, f): (usize, &Frame)| -> Vec<String> {
+            if used.get(i).copied().unwrap_or(false) {
+                name(f)
+            } else {
+                Vec::new()
+            }
         };
-        let mut merged: HashMap<String, u64> = HashMap::with_capacity(self.stacks.len());
+        let names: Vec<Vec<String>> = match pool {
+            Some(p) => p.install(|| frames.par_iter().enumerate().map(name_used).collect()),
+            None => frames.iter().enumerate().map(name_used).collect(),
+        };
+        let mut merged: HashMap<String, u64> =
+            HashMap::with_capacity_and_hasher(self.stacks.len(), Default::default());
         let mut line = String::new();
         for (key, w) in &self.stacks {
             line.clear();

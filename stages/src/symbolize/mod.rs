@@ -77,6 +77,8 @@ impl SymbolizeConfig {
         Symbolize {
             symbols: Arc::new(symbols),
             dsos: Arc::default(),
+            table: Arc::default(),
+            frame_ids: Default::default(),
             kernel: self.kernel,
             host: StreamHost::default(),
             this_host: HostIds::of_this_host(),
@@ -93,6 +95,9 @@ impl SymbolizeConfig {
     }
 }
 
+/// What identifies a frame's code; see [`Frame::key`].
+pub type FrameKey = (Option<DsoId>, u64, bool, u32);
+
 /// One frame of a sample: where its address is, for [`Symbols::resolve`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct Frame {
@@ -107,10 +112,36 @@ pub struct Frame {
 impl Frame {
     /// What identifies the frame's code: (dso, address, kernel, pid) with the pid 0 for a shared
     /// frame and the raw address for an unmapped one.
-    pub fn key(&self) -> (Option<DsoId>, u64, bool, u32) {
+    pub fn key(&self) -> FrameKey {
         let q = &self.query;
         let addr = if q.dso.is_some() { q.rel } else { q.ip };
         (q.dso, addr, q.kernel, if self.shared { 0 } else { q.pid })
+    }
+}
+
+/// A frame's id: its index in the stream's [`Frames`].
+pub type FrameId = u32;
+
+/// Every distinct frame of a stream, by [`FrameId`]: the stage interns each frame it maps (one
+/// hash lookup, on the stage's thread) and the sinks aggregate ids, reading the frames themselves
+/// only when they write. Append-only.
+#[derive(Debug, Default)]
+pub struct Frames(std::sync::RwLock<Vec<Frame>>);
+
+impl Frames {
+    /// The frames so far (a copy, taken under the lock once).
+    pub fn snapshot(&self) -> Vec<Frame> {
+        self.0
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
+    }
+
+    fn push(&self, frame: Frame) {
+        self.0
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .push(frame);
     }
 }
 
@@ -194,10 +225,12 @@ pub struct Stacks {
     pub symbols: Arc<Symbols>,
     /// The stream's dsos.
     pub dsos: Arc<Dsos>,
+    /// The stream's frames, which [`Stacks::frames`] gives the ids of.
+    pub table: Arc<Frames>,
     /// Whether kernel frames may be named from this host's kallsyms.
     pub host_kernel: bool,
     samples: Vec<StackSample>,
-    frames: Vec<Frame>,
+    frames: Vec<FrameId>,
 }
 
 impl Stacks {
@@ -207,7 +240,7 @@ impl Stacks {
     }
 
     /// A sample's frames, innermost (the ip) first, as perf prints a callchain.
-    pub fn frames(&self, s: &StackSample) -> &[Frame] {
+    pub fn frames(&self, s: &StackSample) -> &[FrameId] {
         &self.frames[s.frames.0 as usize..s.frames.1 as usize]
     }
 
@@ -238,6 +271,8 @@ pub fn resolve(symbols: &Symbols, host_kernel: bool, frame: &Frame, out: &mut Ve
 pub struct Symbolize {
     symbols: Arc<Symbols>,
     dsos: Arc<Dsos>,
+    table: Arc<Frames>,
+    frame_ids: rustc_hash::FxHashMap<FrameKey, FrameId>,
     kernel: HostMode,
     host: StreamHost,
     this_host: HostIds,
@@ -298,6 +333,16 @@ impl Symbolize {
         }
     }
 
+    fn intern(&mut self, pid: u32, mode: u16, ip: u64) -> FrameId {
+        let frame = self.frame(pid, mode, ip);
+        let next = self.frame_ids.len() as FrameId;
+        let id = *self.frame_ids.entry(frame.key()).or_insert(next);
+        if id == next {
+            self.table.push(frame);
+        }
+        id
+    }
+
     fn sample(
         &mut self,
         s: &Sample<'_>,
@@ -312,11 +357,15 @@ impl Symbolize {
         match s.callchain() {
             Some(cc) if !cc.is_empty() => {
                 for (mode, ip) in cc.frames(mode) {
-                    stacks.frames.push(self.frame(pid, mode, ip));
+                    let id = self.intern(pid, mode, ip);
+                    stacks.frames.push(id);
                 }
             }
             _ => match s.ip() {
-                Some(ip) => stacks.frames.push(self.frame(pid, mode, ip)),
+                Some(ip) => {
+                    let id = self.intern(pid, mode, ip);
+                    stacks.frames.push(id);
+                }
                 None => self.no_ip.add(1),
             },
         }
@@ -476,6 +525,7 @@ impl Symbolize {
         Stacks {
             symbols: self.symbols.clone(),
             dsos: self.dsos.clone(),
+            table: self.table.clone(),
             host_kernel: true,
             samples: Vec::new(),
             frames: Vec::new(),
