@@ -16,6 +16,7 @@
 //! - `regression`: fuzz crashes turned into tests (`r7_*`).
 //! - `record`: `perfpipe record` (native capture) against `perf record`: counts, symbols, forks, tiny rings, lost events, overwrite dumps.
 //! - `ring`: the flight recorder: newest window, side-band, SIGUSR2 dumps, bounded memory over 1 GiB.
+//! - `profile`: folded stacks and flame graphs: stack shapes against `perf script`, pipe = file, `-z`, SIGUSR2 snapshots.
 //! - `memory`: RSS stays under the stated bound behind a throttled reader; a stalled producer costs no CPU.
 
 #[macro_use]
@@ -34,6 +35,7 @@ mod filter;
 mod malformed;
 mod memory;
 mod passthrough;
+mod profile;
 mod record;
 mod regression;
 mod ring;

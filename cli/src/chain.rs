@@ -535,6 +535,15 @@ impl Chain<'_> {
                 (s.spec.build)(&ctx, &s.options).with_context(|| format!("--{}", s.label))?;
             stages.push((s.label.clone(), stage));
         }
+        // A profile's sink is built with the stages: it subscribes to SIGUSR2 too.
+        let profile = match (&plan.format, &sink) {
+            (Some(format), SinkSpec::Output { path, .. }) => Some((
+                format.spec.name,
+                (format.spec.build)(&ctx, &format.options, path)
+                    .with_context(|| format!("{} output", format.spec.name))?,
+            )),
+            _ => None,
+        };
         if signals {
             crate::run::watch_requests(&ctx.requests);
         }
@@ -582,10 +591,8 @@ impl Chain<'_> {
             }
         }
         taps.check_all_used()?;
-        if let (Some(format), SinkSpec::Output { path, .. }) = (&plan.format, &sink) {
-            let sink = (format.spec.build)(&ctx, &format.options, path)
-                .with_context(|| format!("{} output", format.spec.name))?;
-            return Ok(pipeline.sink(format.spec.name, sink));
+        if let Some((name, sink)) = profile {
+            return Ok(pipeline.sink(name, sink));
         }
         Ok(match sink {
             SinkSpec::Discard => pipeline.sink("discard", Discard),

@@ -91,6 +91,7 @@ impl SymbolizeConfig {
             samples: Counter::new(),
             frames: Counter::new(),
             no_ip: Counter::new(),
+            dump: None,
         }
     }
 }
@@ -288,7 +289,13 @@ pub struct Symbolize {
     samples: Counter,
     frames: Counter,
     no_ip: Counter,
+    /// A snapshot request (SIGUSR2), so that the sink after it hears of it while the input is
+    /// quiet: the stage then sends it an empty batch.
+    dump: Option<Arc<std::sync::atomic::AtomicBool>>,
 }
+
+/// How often a quiet stage looks at the snapshot request.
+pub const TICK: std::time::Duration = std::time::Duration::from_millis(50);
 
 /// Whether perf names the code of a map of this name from `/tmp/perf-PID.map`
 /// (`is_anon_memory()`, and `/memfd:` and `[anon:` maps, which JITs also use).
@@ -506,6 +513,21 @@ impl Stage for Symbolize {
         Ok(())
     }
 
+    fn tick_interval(&self) -> Option<std::time::Duration> {
+        self.dump.as_ref().map(|_| TICK)
+    }
+
+    fn tick(&mut self, out: &mut Out<'_>) -> Result<Flow, StageError> {
+        if let Some(d) = &self.dump {
+            if d.swap(false, std::sync::atomic::Ordering::SeqCst) {
+                // What is held goes first, so the snapshot has every sample read so far.
+                self.release_due(out, true);
+                out.push(Batch::default());
+            }
+        }
+        Ok(Flow::Continue)
+    }
+
     fn counters(&self) -> Vec<(&'static str, Counter)> {
         let c = self.symbols.counters();
         vec![
@@ -574,5 +596,7 @@ pub const SPEC: StageSpec = StageSpec {
 
 fn build_stage(ctx: &BuildCtx, o: &Options) -> Result<Box<dyn Stage>, Error> {
     let pool = ctx.workers.pool()?;
-    Ok(Box::new(SymbolizeConfig::from_options(o).build(Some(pool))))
+    let mut stage = SymbolizeConfig::from_options(o).build(Some(pool));
+    stage.dump = Some(ctx.requests.subscribe(perfpipe_core::DUMP));
+    Ok(Box::new(stage))
 }
