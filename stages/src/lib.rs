@@ -66,6 +66,7 @@ pub mod filter;
 pub mod flamegraph;
 pub mod folded;
 pub mod machine;
+pub mod pprof;
 pub mod prune_sideband;
 pub mod read;
 pub mod record;

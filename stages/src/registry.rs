@@ -656,7 +656,11 @@ pub const BUILTIN: &[(&str, &str)] = &[
 ];
 
 /// Output formats besides perf's own, each declared in its own file; one line per format.
-pub const FORMATS: &[FormatSpec] = &[crate::folded::SPEC, crate::flamegraph::SPEC];
+pub const FORMATS: &[FormatSpec] = &[
+    crate::folded::SPEC,
+    crate::flamegraph::SPEC,
+    crate::pprof::SPEC,
+];
 
 /// Transform stages, each declared in its own file; one line per stage.
 pub const TRANSFORMS: &[StageSpec] = &[
