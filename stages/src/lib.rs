@@ -63,6 +63,7 @@ pub mod drop;
 pub mod encode;
 mod error;
 pub mod filter;
+pub mod firefox;
 pub mod flamegraph;
 pub mod folded;
 pub mod machine;

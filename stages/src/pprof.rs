@@ -245,8 +245,11 @@ pub struct Pprof {
     path: PathBuf,
     dump: Option<Arc<AtomicBool>>,
     pool: Option<Arc<rayon::ThreadPool>>,
-    /// `[attr, comm, pid, tid, cpu, frame ids leaf first…]` → (samples, period).
-    samples: FxHashMap<Box<[u32]>, (u64, u64)>,
+    /// `[attr, comm, pid, tid, cpu, stack]` → (samples, period).
+    samples: FxHashMap<[u32; 6], (u64, u64)>,
+    /// Distinct stacks (frame ids, leaf first) by id.
+    stacks: FxHashMap<Arc<[u32]>, u32>,
+    stack_list: Vec<Arc<[u32]>>,
     comms: Vec<String>,
     comm_ids: FxHashMap<String, u32>,
     /// Events by attr index, in the order their samples first came.
@@ -254,8 +257,9 @@ pub struct Pprof {
     symbols: Option<Naming>,
     first_time: Option<u64>,
     last_time: u64,
-    key: Vec<u32>,
     counted: Counter,
+    distinct: Counter,
+    distinct_stacks: Counter,
     snapshots: Counter,
 }
 
@@ -272,14 +276,17 @@ impl Pprof {
             dump,
             pool,
             samples: FxHashMap::default(),
+            stacks: FxHashMap::default(),
+            stack_list: Vec::new(),
             comms: Vec::new(),
             comm_ids: FxHashMap::default(),
             events: Vec::new(),
             symbols: None,
             first_time: None,
             last_time: 0,
-            key: Vec::new(),
             counted: Counter::new(),
+            distinct: Counter::new(),
+            distinct_stacks: Counter::new(),
             snapshots: Counter::new(),
         }
     }
@@ -325,21 +332,23 @@ impl Pprof {
                     c
                 }
             };
-            let mut key = std::mem::take(&mut self.key);
-            key.clear();
-            key.extend([u32::from(s.attr), comm, s.pid, s.tid, s.cpu]);
-            key.extend(stacks.frames(s));
-            match self.samples.get_mut(&key[..]) {
-                Some(v) => {
-                    v.0 += 1;
-                    v.1 += s.period;
-                }
+            let frames = stacks.frames(s);
+            let stack = match self.stacks.get(frames) {
+                Some(&id) => id,
                 None => {
-                    self.samples
-                        .insert(key.clone().into_boxed_slice(), (1, s.period));
+                    let id = self.stack_list.len() as u32;
+                    let shared: Arc<[u32]> = frames.into();
+                    self.stack_list.push(shared.clone());
+                    self.stacks.insert(shared, id);
+                    id
                 }
-            }
-            self.key = key;
+            };
+            let v = self
+                .samples
+                .entry([u32::from(s.attr), comm, s.pid, s.tid, s.cpu, stack])
+                .or_default();
+            v.0 += 1;
+            v.1 += s.period;
             if s.time != 0 {
                 self.first_time.get_or_insert(s.time);
                 self.last_time = self.last_time.max(s.time);
@@ -349,8 +358,8 @@ impl Pprof {
         self.counted.add(counted);
     }
 
-    /// The profile so far.
-    pub fn profile(&self) -> proto::Profile {
+    /// The profile so far without its samples, and the strings of their labels.
+    fn profile_head(&self) -> (proto::Profile, Labels) {
         let mut strings = Strings::new();
         let mut p = proto::Profile::default();
         for (_, name, unit) in &self.events {
@@ -373,13 +382,20 @@ impl Pprof {
         p.time_nanos = self.first_time.unwrap_or(0) as i64;
         p.duration_nanos = self.last_time.saturating_sub(self.first_time.unwrap_or(0)) as i64;
         let Some((symbols, table, dsos, host)) = &self.symbols else {
+            let keys = ["comm", "pid", "tid", "cpu"].map(|k| strings.get(k));
             p.string_table = strings.table;
-            return p;
+            return (
+                p,
+                Labels {
+                    keys,
+                    comms: Vec::new(),
+                },
+            );
         };
         let frames = table.snapshot();
         let mut used = vec![false; frames.len()];
-        for key in self.samples.keys() {
-            for &f in &key[5..] {
+        for stack in &self.stack_list {
+            for &f in stack.iter() {
                 used[f as usize] = true;
             }
         }
@@ -459,48 +475,81 @@ impl Pprof {
             });
         }
         let keys = ["comm", "pid", "tid", "cpu"].map(|k| strings.get(k));
-        let types = p.sample_type.len();
-        for (key, &(count, period)) in &self.samples {
-            let ev = self
-                .events
-                .iter()
-                .position(|e| u32::from(e.0) == key[0])
-                .unwrap_or(0);
-            let mut value = vec![0i64; types];
-            value[2 * ev] = count as i64;
-            value[2 * ev + 1] = period as i64;
-            let mut label = vec![proto::Label {
-                key: keys[0],
-                str: strings.get(&self.comms[key[1] as usize]),
-                ..Default::default()
-            }];
-            for (k, &v) in keys[1..].iter().zip(&key[2..5]) {
-                if v != u32::MAX {
-                    label.push(proto::Label {
-                        key: *k,
-                        num: i64::from(v),
-                        ..Default::default()
-                    });
-                }
-            }
-            p.sample.push(proto::Sample {
-                location_id: key[5..].iter().map(|&f| u64::from(f) + 1).collect(),
-                value,
-                label,
-            });
-        }
+        let comms = self.comms.iter().map(|c| strings.get(c)).collect();
         p.string_table = strings.table;
-        p
+        (p, Labels { keys, comms })
+    }
+
+    /// One sample of the profile.
+    fn sample(&self, key: &[u32; 6], count: u64, period: u64, labels: &Labels) -> proto::Sample {
+        let ev = self
+            .events
+            .iter()
+            .position(|e| u32::from(e.0) == key[0])
+            .unwrap_or(0);
+        let mut value = vec![0i64; 2 * self.events.len().max(1)];
+        value[2 * ev] = count as i64;
+        value[2 * ev + 1] = period as i64;
+        let mut label = vec![proto::Label {
+            key: labels.keys[0],
+            str: labels.comms[key[1] as usize],
+            ..Default::default()
+        }];
+        for (k, &v) in labels.keys[1..].iter().zip(&key[2..5]) {
+            if v != u32::MAX {
+                label.push(proto::Label {
+                    key: *k,
+                    num: i64::from(v),
+                    ..Default::default()
+                });
+            }
+        }
+        proto::Sample {
+            location_id: self.stack_list[key[5] as usize]
+                .iter()
+                .map(|&f| u64::from(f) + 1)
+                .collect(),
+            value,
+            label,
+        }
+    }
+
+    /// Encodes the profile: everything but the samples as one message, then each sample as a
+    /// field of its own (a protobuf message is the concatenation of its fields), so the samples
+    /// are never all held encoded or decoded at once.
+    pub fn encode(&self, out: &mut dyn Write) -> std::io::Result<()> {
+        let (head, labels) = self.profile_head();
+        out.write_all(&head.encode_to_vec())?;
+        let mut buf = Vec::new();
+        for (key, &(count, period)) in &self.samples {
+            buf.clear();
+            prost::encoding::message::encode(
+                2,
+                &self.sample(key, count, period, &labels),
+                &mut buf,
+            );
+            out.write_all(&buf)?;
+        }
+        Ok(())
     }
 
     fn write(&self) -> Result<(), Error> {
-        let bytes = self.profile().encode_to_vec();
         write_file(&self.path, |w| {
-            let mut gz = flate2::write::GzEncoder::new(w, flate2::Compression::default());
-            gz.write_all(&bytes)?;
-            gz.finish().map(|_| ())
+            let gz = flate2::write::GzEncoder::new(w, flate2::Compression::default());
+            let mut buf = std::io::BufWriter::with_capacity(1 << 20, gz);
+            self.encode(&mut buf)?;
+            buf.into_inner()
+                .map_err(|e| e.into_error())?
+                .finish()
+                .map(|_| ())
         })
     }
+}
+
+/// The string indices of the labels' keys and of each comm.
+struct Labels {
+    keys: [i64; 4],
+    comms: Vec<i64>,
 }
 
 impl Sink for Pprof {
@@ -518,6 +567,8 @@ impl Sink for Pprof {
     }
 
     fn finish(&mut self) -> Result<(), StageError> {
+        self.distinct.set_once(self.samples.len() as u64);
+        self.distinct_stacks.set_once(self.stack_list.len() as u64);
         self.write()?;
         Ok(())
     }
@@ -525,6 +576,8 @@ impl Sink for Pprof {
     fn counters(&self) -> Vec<(&'static str, Counter)> {
         vec![
             ("samples", self.counted.clone()),
+            ("profile_samples", self.distinct.clone()),
+            ("stacks", self.distinct_stacks.clone()),
             ("snapshots", self.snapshots.clone()),
         ]
     }

@@ -660,6 +660,7 @@ pub const FORMATS: &[FormatSpec] = &[
     crate::folded::SPEC,
     crate::flamegraph::SPEC,
     crate::pprof::SPEC,
+    crate::firefox::SPEC,
 ];
 
 /// Transform stages, each declared in its own file; one line per stage.

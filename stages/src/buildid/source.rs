@@ -176,7 +176,7 @@ pub struct StreamHost {
 impl StreamHost {
     /// Takes in a HEADER_FEATURE record's body (after its 8-byte header).
     pub fn note_feature(&mut self, body: &[u8], e: crate::format::Endian) {
-        let (host, release) = (feature::HOSTNAME.into(), feature::OSRELEASE.into());
+        let (host, release): (u64, u64) = (feature::HOSTNAME.into(), feature::OSRELEASE.into());
         let Some(id) = e.u64(body, 0) else { return };
         if id != host && id != release {
             return;
