@@ -34,16 +34,19 @@ pub enum Need {
     Tracefs,
     /// util-linux `script`, for a pseudo-terminal.
     Script,
+    /// The Go toolchain, for `go tool pprof` (Debian `golang-go`).
+    Go,
 }
 
 impl Need {
     /// Every need, for the cfgs a build script declares.
-    pub const ALL: [Need; 5] = [
+    pub const ALL: [Need; 6] = [
         Need::Perf,
         Need::Cc,
         Need::Mount,
         Need::Tracefs,
         Need::Script,
+        Need::Go,
     ];
 
     /// The cfg a build script sets when this need is missing and `CI` is not set.
@@ -54,6 +57,7 @@ impl Need {
             Need::Mount => "skip_mount",
             Need::Tracefs => "skip_tracefs",
             Need::Script => "skip_script",
+            Need::Go => "skip_go",
         }
     }
 
@@ -65,6 +69,7 @@ impl Need {
             Need::Mount => "mounting a tmpfs (`unshare --mount`, `mount`; root)",
             Need::Tracefs => "tracefs (/sys/kernel/tracing, mounted or mountable)",
             Need::Script => "util-linux `script` (a pseudo-terminal)",
+            Need::Go => "the Go toolchain (`go tool pprof`; Debian golang-go)",
         }
     }
 
@@ -75,6 +80,7 @@ impl Need {
             Need::Cc => &["cc"],
             Need::Mount | Need::Tracefs => &["unshare", "mount"],
             Need::Script => &["script"],
+            Need::Go => &["go"],
         }
     }
 
@@ -85,6 +91,7 @@ impl Need {
             Need::Perf => runs("perf", &["--version"]),
             Need::Cc => runs("cc", &["--version"]),
             Need::Script => runs("script", &["--version"]),
+            Need::Go => runs("go", &["version"]),
             Need::Mount => {
                 let at = std::env::temp_dir().to_string_lossy().into_owned();
                 let args = [

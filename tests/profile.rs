@@ -260,3 +260,82 @@ pipetest!(format_flags_that_do_not_fit_the_output_are_refused, |dir| {
     }
     assert!(!out.exists());
 });
+
+pipetest!(needs(go)
+    go_tool_pprof_reads_the_profile_and_its_total_is_every_sample,
+    |dir| {
+        let out = dir.path("cpu.pb.gz");
+        run_ok(
+            &["-i", fixture("multiproc.pipe.data").to_str().unwrap(), "-o", out.to_str().unwrap()],
+            b"",
+        );
+        let pprof = |args: &[&str]| {
+            let o = Command::new("go")
+                .args(["tool", "pprof"])
+                .args(args)
+                .arg(&out)
+                .output()
+                .unwrap();
+            assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+            String::from_utf8(o.stdout).unwrap()
+        };
+        // fixtures/README.md: 1664 samples of -c 200000 cpu-clock: 332.8 ms in all.
+        let top = pprof(&["-top"]);
+        assert!(top.contains("Type: cpu-clock"), "{top}");
+        assert!(top.contains("Total samples = 332.80ms"), "{top}");
+        let counts = pprof(&["-top", "-sample_index=cpu-clock_samples"]);
+        assert!(counts.contains("Total samples = 1664"), "{counts}");
+        // -raw lists every sample with its labels.
+        let raw = pprof(&["-raw"]);
+        for label in ["comm:[", "pid:[", "tid:["] {
+            assert!(raw.contains(label), "{label} in {raw:.2000}");
+        }
+        assert!(raw.contains("libc.so.6"), "mappings name their files");
+    }
+);
+
+pipetest!(
+    a_firefox_profile_has_every_sample_on_its_threads_timeline,
+    |dir| {
+        let out = dir.path("p.json.gz");
+        run_ok(
+            &[
+                "-i",
+                fixture("multiproc.pipe.data").to_str().unwrap(),
+                "-o",
+                out.to_str().unwrap(),
+            ],
+            b"",
+        );
+        let gz = std::fs::read(&out).unwrap();
+        let o = Command::new("gzip")
+            .arg("-dc")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let text = {
+            let mut o = o;
+            o.stdin.take().unwrap().write_all(&gz).unwrap();
+            let r = o.wait_with_output().unwrap();
+            String::from_utf8(r.stdout).unwrap()
+        };
+        assert!(text.starts_with("{\"meta\":"), "{:.200}", text);
+        assert!(text.contains("\"preprocessedProfileVersion\""));
+        // Each thread's samples table has a length; they add up to the recording's 1664.
+        let total: u64 = text
+            .match_indices("\"samples\":{")
+            .map(|(i, _)| {
+                let rest = &text[i..];
+                let at = rest.find("\"length\":").unwrap() + 9;
+                rest[at..]
+                    .split(|c: char| !c.is_ascii_digit())
+                    .next()
+                    .unwrap()
+                    .parse::<u64>()
+                    .unwrap()
+            })
+            .sum();
+        assert_eq!(total, 1664);
+    }
+);

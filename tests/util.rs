@@ -42,6 +42,11 @@ macro_rules! pipetest {
             [#[cfg_attr(any(skip_perf, skip_cc), ignore = "needs perf and cc (missing at build time)")]]
             [Perf, Cc] $($rest)*);
     };
+    (needs(go) $($rest:tt)*) => {
+        $crate::pipetest!(@needs
+            [#[cfg_attr(skip_go, ignore = "needs go (missing at build time)")]]
+            [Go] $($rest)*);
+    };
     (needs(perf, tracefs) $($rest:tt)*) => {
         $crate::pipetest!(@needs
             [#[cfg_attr(any(skip_perf, skip_tracefs), ignore = "needs perf and tracefs (missing at build time)")]]
