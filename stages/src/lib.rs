@@ -67,6 +67,8 @@ pub mod firefox;
 pub mod flamegraph;
 pub mod folded;
 pub mod machine;
+#[cfg(feature = "parquet")]
+pub mod parquet;
 pub mod pprof;
 pub mod prune_sideband;
 pub mod read;

@@ -31,7 +31,7 @@ use rustc_hash::FxHashMap;
 
 use crate::format::{RecordType, StreamInfo};
 use crate::registry::{BuildCtx, Flag, FormatSpec, Options};
-use crate::symbolize::{resolve, Dsos, Frame, Frames, Resolved, Stacks, Symbols};
+use crate::symbolize::{resolve, Frame, Resolved, Sources, Stacks};
 use crate::write::atomic::write_file;
 use crate::Error;
 
@@ -235,10 +235,6 @@ fn event_of(info: &StreamInfo, attr: u16) -> (String, &'static str) {
     }
 }
 
-/// Where names, frames and dsos come from (the first annotation's), and whether kernel frames
-/// may be named.
-type Naming = (Arc<Symbols>, Arc<Frames>, Arc<Dsos>, bool);
-
 /// The sink of a pprof profile.
 #[derive(Debug)]
 pub struct Pprof {
@@ -254,7 +250,7 @@ pub struct Pprof {
     comm_ids: FxHashMap<String, u32>,
     /// Events by attr index, in the order their samples first came.
     events: Vec<(u16, String, &'static str)>,
-    symbols: Option<Naming>,
+    symbols: Option<Sources>,
     first_time: Option<u64>,
     last_time: u64,
     counted: Counter,
@@ -297,15 +293,10 @@ impl Pprof {
             return;
         };
         if self.symbols.is_none() {
-            self.symbols = Some((
-                stacks.symbols.clone(),
-                stacks.table.clone(),
-                stacks.dsos.clone(),
-                stacks.host_kernel,
-            ));
+            self.symbols = Some(stacks.sources());
         }
         if let Some(s) = &mut self.symbols {
-            s.3 = stacks.host_kernel;
+            s.host_kernel = stacks.host_kernel;
         }
         let list = stacks.samples();
         let mut counted = 0;
@@ -381,7 +372,13 @@ impl Pprof {
         }
         p.time_nanos = self.first_time.unwrap_or(0) as i64;
         p.duration_nanos = self.last_time.saturating_sub(self.first_time.unwrap_or(0)) as i64;
-        let Some((symbols, table, dsos, host)) = &self.symbols else {
+        let Some(Sources {
+            symbols,
+            table,
+            dsos,
+            host_kernel: host,
+        }) = &self.symbols
+        else {
             let keys = ["comm", "pid", "tid", "cpu"].map(|k| strings.get(k));
             p.string_table = strings.table;
             return (

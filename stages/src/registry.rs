@@ -661,6 +661,8 @@ pub const FORMATS: &[FormatSpec] = &[
     crate::flamegraph::SPEC,
     crate::pprof::SPEC,
     crate::firefox::SPEC,
+    #[cfg(feature = "parquet")]
+    crate::parquet::SPEC,
 ];
 
 /// Transform stages, each declared in its own file; one line per stage.

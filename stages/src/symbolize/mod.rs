@@ -252,6 +252,31 @@ impl Stacks {
     }
 }
 
+/// What a sink keeps, past the batches, to name frames when it writes: [`Stacks::sources`].
+#[derive(Clone, Debug)]
+pub struct Sources {
+    /// The symbol tables.
+    pub symbols: Arc<Symbols>,
+    /// The stream's frames.
+    pub table: Arc<Frames>,
+    /// The stream's dsos.
+    pub dsos: Arc<Dsos>,
+    /// Whether kernel frames may be named from this host's kallsyms.
+    pub host_kernel: bool,
+}
+
+impl Stacks {
+    /// Where this batch's frames are named.
+    pub fn sources(&self) -> Sources {
+        Sources {
+            symbols: self.symbols.clone(),
+            table: self.table.clone(),
+            dsos: self.dsos.clone(),
+            host_kernel: self.host_kernel,
+        }
+    }
+}
+
 /// See [`Stacks::resolve`]; for a sink that keeps frames past their batch.
 pub fn resolve(symbols: &Symbols, host_kernel: bool, frame: &Frame, out: &mut Vec<Resolved>) {
     if frame.query.kernel && !host_kernel {
