@@ -36,17 +36,20 @@ pub enum Need {
     Script,
     /// The Go toolchain, for `go tool pprof` (Debian `golang-go`).
     Go,
+    /// DuckDB's Python package (PyPI `duckdb`), to query our Parquet output.
+    Duckdb,
 }
 
 impl Need {
     /// Every need, for the cfgs a build script declares.
-    pub const ALL: [Need; 6] = [
+    pub const ALL: [Need; 7] = [
         Need::Perf,
         Need::Cc,
         Need::Mount,
         Need::Tracefs,
         Need::Script,
         Need::Go,
+        Need::Duckdb,
     ];
 
     /// The cfg a build script sets when this need is missing and `CI` is not set.
@@ -58,6 +61,7 @@ impl Need {
             Need::Tracefs => "skip_tracefs",
             Need::Script => "skip_script",
             Need::Go => "skip_go",
+            Need::Duckdb => "skip_duckdb",
         }
     }
 
@@ -70,6 +74,7 @@ impl Need {
             Need::Tracefs => "tracefs (/sys/kernel/tracing, mounted or mountable)",
             Need::Script => "util-linux `script` (a pseudo-terminal)",
             Need::Go => "the Go toolchain (`go tool pprof`; Debian golang-go)",
+            Need::Duckdb => "DuckDB for Python (`python3 -c 'import duckdb'`; PyPI duckdb)",
         }
     }
 
@@ -81,6 +86,7 @@ impl Need {
             Need::Mount | Need::Tracefs => &["unshare", "mount"],
             Need::Script => &["script"],
             Need::Go => &["go"],
+            Need::Duckdb => &["python3"],
         }
     }
 
@@ -92,6 +98,7 @@ impl Need {
             Need::Cc => runs("cc", &["--version"]),
             Need::Script => runs("script", &["--version"]),
             Need::Go => runs("go", &["version"]),
+            Need::Duckdb => runs("python3", &["-c", "import duckdb"]),
             Need::Mount => {
                 let at = std::env::temp_dir().to_string_lossy().into_owned();
                 let args = [

@@ -339,3 +339,60 @@ pipetest!(
         assert_eq!(total, 1664);
     }
 );
+
+/// Runs a DuckDB query in Python; its rows as `a|b|…` lines.
+fn duckdb(sql: &str) -> String {
+    let script = format!(
+        "import duckdb\nfor row in duckdb.sql({sql:?}).fetchall():\n    print('|'.join(str(v) for v in row))\n"
+    );
+    let o = Command::new("python3")
+        .args(["-c", &script])
+        .output()
+        .unwrap();
+    assert!(
+        o.status.success(),
+        "{sql}: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    String::from_utf8(o.stdout).unwrap()
+}
+
+pipetest!(needs(perf, duckdb)
+    duckdb_reads_the_parquet_file_and_dataset_with_perf_scripts_samples,
+    |dir| {
+        let input = fixture_bytes("multiproc.pipe.data");
+        let mut theirs: BTreeMap<String, u64> = BTreeMap::new();
+        for ((comm, _), n) in script_shapes(&perf_on(&["script"], &input)) {
+            *theirs.entry(comm).or_default() += n;
+        }
+        let file = dir.path("s.parquet");
+        run_ok(&["-o", file.to_str().unwrap()], &input);
+        let rows = duckdb(&format!(
+            "select comm, count(*), sum(period) from '{}' group by comm order by comm",
+            file.display()
+        ));
+        let mut ours = BTreeMap::new();
+        for line in rows.lines() {
+            let v: Vec<&str> = line.split('|').collect();
+            let n: u64 = v[1].parse().unwrap();
+            assert_eq!(v[2].parse::<u64>().unwrap(), n * 200_000, "{line}");
+            ours.insert(v[0].to_string(), n);
+        }
+        assert_eq!(ours, theirs, "samples per thread name: ours (DuckDB) vs perf script");
+        // Every row's stack is its frames, root first, as many as perf script prints.
+        let depths = duckdb(&format!("select min(len(stack)), max(len(stack)) from '{}'", file.display()));
+        assert!(depths.trim().starts_with('1'), "{depths}");
+
+        // A dataset: two parts (SIGUSR2 would make more; --rotate 1G makes it a dataset), read as one table.
+        let ds = dir.path("ds");
+        run_ok(&["--parquet", "--rotate", "1G", "-o", &format!("{}/", ds.display())], &input);
+        let count = duckdb(&format!(
+            "select count(*), count(distinct host), min(date) from read_parquet('{}/**/*.parquet', hive_partitioning = true)",
+            ds.display()
+        ));
+        let v: Vec<&str> = count.trim().split('|').collect();
+        assert_eq!(v[0].parse::<u64>().unwrap(), theirs.values().sum::<u64>());
+        assert_eq!(v[1], "1");
+        assert!(v[2].starts_with("20"), "{count}");
+    }
+);

@@ -47,6 +47,11 @@ macro_rules! pipetest {
             [#[cfg_attr(skip_go, ignore = "needs go (missing at build time)")]]
             [Go] $($rest)*);
     };
+    (needs(perf, duckdb) $($rest:tt)*) => {
+        $crate::pipetest!(@needs
+            [#[cfg_attr(any(skip_perf, skip_duckdb), ignore = "needs perf and duckdb (missing at build time)")]]
+            [Perf, Duckdb] $($rest)*);
+    };
     (needs(perf, tracefs) $($rest:tt)*) => {
         $crate::pipetest!(@needs
             [#[cfg_attr(any(skip_perf, skip_tracefs), ignore = "needs perf and tracefs (missing at build time)")]]
