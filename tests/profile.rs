@@ -396,3 +396,41 @@ pipetest!(needs(perf, duckdb)
         assert!(v[2].starts_with("20"), "{count}");
     }
 );
+
+pipetest!(
+    bad_input_gives_the_error_and_a_complete_profile_of_what_came_before,
+    |dir| {
+        let input = fixture_bytes("multiproc.pipe.data");
+        let cut = &input[..100_000];
+        // What perfpipe keeps of the truncated stream, as a stream of its own.
+        let kept = perfpipe(&[], cut);
+        assert_eq!(kept.status.code(), Some(1));
+        for ext in ["folded", "svg", "pb.gz", "json.gz", "parquet"] {
+            let broken = dir.path(&format!("broken.{ext}"));
+            let r = perfpipe(&["-o", broken.to_str().unwrap()], cut);
+            assert_eq!(r.status.code(), Some(1), "{ext}");
+            let err = String::from_utf8_lossy(&r.stderr);
+            assert!(
+                err.contains("offset 99952") && err.contains("SAMPLE"),
+                "{ext}: {err}"
+            );
+            let whole = dir.path(&format!("whole.{ext}"));
+            run_ok(&["-o", whole.to_str().unwrap()], &kept.stdout);
+            let leftovers = std::fs::read_dir(dir.path("."))
+                .unwrap()
+                .filter_map(|e| e.ok())
+                .filter(|e| e.file_name().to_string_lossy().contains(".tmp-"))
+                .count();
+            assert_eq!(leftovers, 0, "{ext}: no temporary file");
+            if ext == "folded" || ext == "svg" {
+                assert_eq!(
+                    std::fs::read(&broken).unwrap(),
+                    std::fs::read(&whole).unwrap(),
+                    "{ext}: the profile of every complete record"
+                );
+            } else {
+                assert!(std::fs::metadata(&broken).unwrap().len() > 0, "{ext}");
+            }
+        }
+    }
+);
