@@ -75,12 +75,12 @@ impl Threads {
     }
 
     /// The name perf gives a thread no COMM named: `swapper` for the idle thread 0, else
-    /// `:<tid>` (`thread__new()`).
+    /// `:<tid>` (`thread__new()`, a signed tid: `:-1`).
     pub fn name_of(tid: u32) -> String {
         if tid == 0 {
             "swapper".into()
         } else {
-            format!(":{tid}")
+            format!(":{}", tid as i32)
         }
     }
 
@@ -89,7 +89,7 @@ impl Threads {
         match self.comm_at(tid, time) {
             Some(c) => glob.matches(c),
             None if tid == 0 => glob.matches(b"swapper"),
-            None => glob.matches(format!(":{tid}").as_bytes()),
+            None => glob.matches(Threads::name_of(tid).as_bytes()),
         }
     }
 

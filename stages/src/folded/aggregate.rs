@@ -11,7 +11,7 @@ use std::sync::Arc;
 use perfpipe_core::{Batch, Counter};
 use rayon::prelude::*;
 
-use super::names::{frame_name, Naming};
+use super::names::{frame_name, kept, Naming};
 use crate::format::RecordType;
 use crate::symbolize::{resolve, Frame, Frames, StackSample, Stacks, Symbols};
 
@@ -204,6 +204,7 @@ impl Aggregate {
             resolved
                 .iter()
                 .rev()
+                .filter(|r| kept(r))
                 .map(|r| {
                     let mut s = String::new();
                     frame_name(r, f.query.ip, naming, &mut s);
@@ -234,11 +235,15 @@ impl Aggregate {
             } else if self.options.pid {
                 line.push_str(&format!("-{}", key[1]));
             }
+            let root = line.len();
             for &f in &key[3..] {
                 for n in &names[f as usize] {
                     line.push(';');
                     line.push_str(n);
                 }
+            }
+            if line.len() == root {
+                continue; // every frame dropped: the collapsers count no stack
             }
             let count = match self.options.weight {
                 WeightBy::Period => w.period,

@@ -15,6 +15,13 @@ pub struct Naming {
     pub annotate: bool,
 }
 
+/// Whether the collapsers keep a frame of this name: they drop frames whose symbol starts with `(`
+/// (`stackcollapse-perf.pl`'s "skip process names", which also drops C++'s
+/// `(anonymous namespace)::…` functions), and a sample left with no frame.
+pub fn kept(r: &Resolved) -> bool {
+    !r.name.as_deref().is_some_and(|n| n.starts_with('('))
+}
+
 /// The name of one frame: `function` (argument lists and Rust hashes dropped, `;` made `:`), or
 /// for an address no symbol covers `[dso basename]` (`[unknown]` when no map covers it either).
 pub fn frame_name(r: &Resolved, ip: u64, naming: Naming, out: &mut String) {
@@ -125,9 +132,17 @@ mod tests {
             "std::vector<int, std::allocator<int> >::push_back"
         );
         assert_eq!(
-            name(Some("(anonymous namespace)::run(int)"), "/x", u, plain),
-            "(anonymous namespace)::run"
+            name(Some("ns::(anonymous namespace)::run(int)"), "/x", u, plain),
+            "ns::(anonymous namespace)::run"
         );
+        let anon = Resolved {
+            name: Some(Arc::from("(anonymous namespace)::run(int)")),
+            offset: 0,
+            dso: Arc::from("/x"),
+            kind: u,
+            inlined: false,
+        };
+        assert!(!kept(&anon), "the collapsers drop frames that start with (");
         assert_eq!(
             name(Some("net/http.(*Client).Do"), "/x", u, plain),
             "net/http.(*Client).Do"

@@ -29,7 +29,7 @@ use perfpipe_core::{Batch, Counter, Flow, Out, Stage, StageError};
 
 use crate::buildid::source::{HostIds, HostMode, StreamHost};
 use crate::filter::state::Threads;
-use crate::format::{misc, Endian, Record, RecordType, Sample, StreamInfo};
+use crate::format::{context, misc, Endian, Record, RecordType, Sample, StreamInfo};
 use crate::machine::{DsoId, Machine};
 use crate::registry::{BuildCtx, Flag, FlagValue, Kind, Options, StageOption, StageSpec};
 use crate::Error;
@@ -91,6 +91,9 @@ impl SymbolizeConfig {
             samples: Counter::new(),
             frames: Counter::new(),
             no_ip: Counter::new(),
+            corrupt: Counter::new(),
+            late_maps: Counter::new(),
+            unmapped: Vec::new(),
             dump: None,
         }
     }
@@ -232,6 +235,8 @@ pub struct Stacks {
     pub host_kernel: bool,
     samples: Vec<StackSample>,
     frames: Vec<FrameId>,
+    /// Frames no map covered when their sample came: (index in `frames`, pid, ip).
+    pending: Vec<(u32, u32, u64)>,
 }
 
 impl Stacks {
@@ -314,6 +319,10 @@ pub struct Symbolize {
     samples: Counter,
     frames: Counter,
     no_ip: Counter,
+    corrupt: Counter,
+    late_maps: Counter,
+    /// Per frame id: no map covered its address.
+    unmapped: Vec<bool>,
     /// A snapshot request (SIGUSR2), so that the sink after it hears of it while the input is
     /// quiet: the stage then sends it an empty batch.
     dump: Option<Arc<std::sync::atomic::AtomicBool>>,
@@ -370,9 +379,25 @@ impl Symbolize {
         let next = self.frame_ids.len() as FrameId;
         let id = *self.frame_ids.entry(frame.key()).or_insert(next);
         if id == next {
+            self.unmapped.push(frame.query.dso.is_none());
             self.table.push(frame);
         }
         id
+    }
+
+    /// Adds a frame to a sample's stack; a user address no map covers yet is looked up again
+    /// when the batch is released (its MMAP may come later in the stream, from another cpu, though
+    /// earlier in time).
+    fn push_frame(&mut self, pid: u32, mode: u16, ip: u64, stacks: &mut Stacks) {
+        let id = self.intern(pid, mode, ip);
+        if mode == misc::USER && self.table_frame_unmapped(id) {
+            stacks.pending.push((stacks.frames.len() as u32, pid, ip));
+        }
+        stacks.frames.push(id);
+    }
+
+    fn table_frame_unmapped(&self, id: FrameId) -> bool {
+        self.unmapped.get(id as usize).copied().unwrap_or(false)
     }
 
     fn sample(
@@ -388,16 +413,29 @@ impl Symbolize {
         let mode = s.cpumode();
         match s.callchain() {
             Some(cc) if !cc.is_empty() => {
-                for (mode, ip) in cc.frames(mode) {
-                    let id = self.intern(pid, mode, ip);
-                    stacks.frames.push(id);
+                let mut mode = mode;
+                for ip in cc.entries() {
+                    if ip >= context::MAX {
+                        mode = match ip {
+                            context::HV => misc::HYPERVISOR,
+                            context::KERNEL => misc::KERNEL,
+                            context::USER => misc::USER,
+                            _ => {
+                                // perf 6.1 (`add_callchain_ip()`) takes any other marker for a
+                                // corrupt callchain and discards all of it.
+                                stacks.frames.truncate(first);
+                                stacks.pending.retain(|p| (p.0 as usize) < first);
+                                self.corrupt.add(1);
+                                break;
+                            }
+                        };
+                        continue;
+                    }
+                    self.push_frame(pid, mode, ip, stacks);
                 }
             }
             _ => match s.ip() {
-                Some(ip) => {
-                    let id = self.intern(pid, mode, ip);
-                    stacks.frames.push(id);
-                }
+                Some(ip) => self.push_frame(pid, mode, ip, stacks),
                 None => self.no_ip.add(1),
             },
         }
@@ -472,8 +510,14 @@ impl Symbolize {
     }
 
     /// Fills the names of a held batch's samples and attaches its stacks.
-    fn release(&self, mut batch: Batch, mut stacks: Stacks, out: &mut Out<'_>) {
+    fn release(&mut self, mut batch: Batch, mut stacks: Stacks, out: &mut Out<'_>) {
         stacks.host_kernel = self.host_kernel();
+        for (at, pid, ip) in std::mem::take(&mut stacks.pending) {
+            if self.machine.find(pid, misc::USER, ip).is_some() {
+                stacks.frames[at as usize] = self.intern(pid, misc::USER, ip);
+                self.late_maps.add(1);
+            }
+        }
         for s in &mut stacks.samples {
             s.comm = self.threads.comm_shared(s.tid, s.time);
         }
@@ -559,6 +603,8 @@ impl Stage for Symbolize {
             ("samples", self.samples.clone()),
             ("frames", self.frames.clone()),
             ("samples_without_ip", self.no_ip.clone()),
+            ("callchains_corrupt", self.corrupt.clone()),
+            ("frames_mapped_late", self.late_maps.clone()),
             ("dsos_loaded", c.dsos_loaded.clone()),
             ("dsos_missing", c.dsos_missing.clone()),
             ("dsos_stripped", c.dsos_stripped.clone()),
@@ -576,6 +622,7 @@ impl Symbolize {
             host_kernel: true,
             samples: Vec::new(),
             frames: Vec::new(),
+            pending: Vec::new(),
         }
     }
 }
