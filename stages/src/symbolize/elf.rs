@@ -1,0 +1,468 @@
+//! Loading one ELF dso's symbols the way perf 6.1's `dso__load` does: candidate files in perf's
+//! order (debuglink, `/usr/lib/debug/PATH.debug`, `/usr/lib/debug/PATH`, the build-id debug
+//! file, the file itself), each skipped when its build id differs from the dso's; symbols from
+//! the first with a `.symtab` (else `.dynsym` of the runtime file); addresses made file offsets
+//! with the runtime file's PT_LOADs (so `Query::rel` looks them up); `name@plt` from
+//! `.rela.plt` (`dso__synthesize_plt_symbols`). Files are read by positioned reads
+//! ([`ReadCache`]), never mapped.
+
+use std::fs::File;
+use std::path::{Path, PathBuf};
+
+use object::elf::{
+    SHN_ABS, SHN_LORESERVE, SHN_UNDEF, SHT_DYNSYM, SHT_NOBITS, SHT_RELA, SHT_SYMTAB, STT_FUNC,
+    STT_GNU_IFUNC, STT_NOTYPE, STT_OBJECT,
+};
+use object::read::elf::{ElfFile, FileHeader, ProgramHeader, Rela, SectionHeader, Sym};
+use object::read::ReadCache;
+use object::{Endianness, FileKind, Object, ObjectSection, ReadRef};
+
+use super::table::{Builder, Table};
+
+/// Most bytes of a decompressed `.gnu_debugdata` (bounded work on a hostile file).
+const MINIDEBUG_MAX: u64 = 256 << 20;
+
+/// A PT_LOAD: `(p_vaddr, p_offset, max(p_memsz, p_filesz))`.
+pub(crate) type Load = (u64, u64, u64);
+
+/// What one candidate file has.
+#[derive(Debug, Default)]
+pub(crate) struct Info {
+    pub build_id: Option<Vec<u8>>,
+    pub debuglink: Option<Vec<u8>>,
+    pub symtab: bool,
+    pub dynsym: bool,
+    pub dwarf: bool,
+    pub loads: Vec<Load>,
+    pub debugdata: bool,
+}
+
+/// Bytes to read an ELF from: a file by positioned reads, or memory (MiniDebugInfo, the vdso).
+pub(crate) enum Src {
+    File(ReadCache<File>),
+    Mem(Vec<u8>),
+}
+
+impl Src {
+    pub fn open(path: &Path) -> Option<Src> {
+        let f = File::open(path).ok()?;
+        if !f.metadata().ok()?.is_file() {
+            return None;
+        }
+        Some(Src::File(ReadCache::new(f)))
+    }
+}
+
+macro_rules! with_elf {
+    ($src:expr, $f:ident ( $($arg:expr),* )) => {
+        match $src {
+            Src::File(c) => with_elf!(@kind c, $f($($arg),*)),
+            Src::Mem(m) => with_elf!(@kind &m[..], $f($($arg),*)),
+        }
+    };
+    (@kind $data:expr, $f:ident ( $($arg:expr),* )) => {{
+        let data = $data;
+        match FileKind::parse(data) {
+            Ok(FileKind::Elf64) => $f::<object::elf::FileHeader64<Endianness>, _>(data $(, $arg)*),
+            Ok(FileKind::Elf32) => $f::<object::elf::FileHeader32<Endianness>, _>(data $(, $arg)*),
+            _ => None,
+        }
+    }};
+}
+
+/// What `src` has (`None`: not an ELF file we can read).
+pub(crate) fn info(src: &Src) -> Option<Info> {
+    with_elf!(src, info_impl())
+}
+
+fn info_impl<'d, E: FileHeader<Endian = Endianness>, R: ReadRef<'d>>(data: R) -> Option<Info> {
+    let f = ElfFile::<E, R>::parse(data).ok()?;
+    let endian = f.endian();
+    let sections = f.elf_section_table();
+    let has = |t: object::elf::SectionType| {
+        sections.iter().any(|s| {
+            s.sh_type(endian) == t && s.sh_size(endian).into() > 0 && s.sh_type(endian) != SHT_NOBITS
+        })
+    };
+    let loads = f
+        .elf_program_headers()
+        .iter()
+        .filter(|p| p.p_type(endian) == object::elf::PT_LOAD)
+        .map(|p| {
+            let sz = p.p_memsz(endian).into().max(p.p_filesz(endian).into());
+            (p.p_vaddr(endian).into(), p.p_offset(endian).into(), sz)
+        })
+        .filter(|l| l.2 > 0)
+        .collect();
+    let dwarf = f
+        .section_by_name(".debug_info")
+        .is_some_and(|s| s.kind() != object::SectionKind::UninitializedData && s.size() > 0);
+    Some(Info {
+        build_id: f.build_id().ok().flatten().map(<[u8]>::to_vec),
+        debuglink: f.gnu_debuglink().ok().flatten().map(|(n, _)| n.to_vec()),
+        symtab: has(SHT_SYMTAB),
+        dynsym: has(SHT_DYNSYM),
+        dwarf,
+        loads,
+        debugdata: f.section_by_name(".gnu_debugdata").is_some(),
+    })
+}
+
+/// perf's `elf_read_program_header` + adjust: the file offset of `vaddr`.
+pub(crate) fn to_offset(loads: &[Load], vaddr: u64) -> Option<u64> {
+    loads
+        .iter()
+        .find(|&&(v, _, sz)| vaddr >= v && vaddr - v < sz)
+        .map(|&(v, o, _)| vaddr - v + o)
+}
+
+/// The virtual address of file offset `off` (for DWARF lookups).
+pub(crate) fn to_vaddr(loads: &[Load], off: u64) -> Option<u64> {
+    loads
+        .iter()
+        .find(|&&(_, o, sz)| off >= o && off - o < sz)
+        .map(|&(v, o, _)| off - o + v)
+}
+
+/// Pushes the function symbols of `src` (`.symtab`, or `.dynsym` when `dynsym`) onto `b`, at
+/// file offsets by `loads`, with perf's filter (`elf_sym__filter`, text labels). Returns how
+/// many were pushed.
+pub(crate) fn symbols(src: &Src, dynsym: bool, loads: &[Load], b: &mut Builder) -> Option<usize> {
+    with_elf!(src, symbols_impl(dynsym, loads, b))
+}
+
+fn symbols_impl<'d, E: FileHeader<Endian = Endianness>, R: ReadRef<'d>>(
+    data: R,
+    dynsym: bool,
+    loads: &[Load],
+    b: &mut Builder,
+) -> Option<usize> {
+    let f = ElfFile::<E, R>::parse(data).ok()?;
+    let endian = f.endian();
+    let sections = f.elf_section_table();
+    let table = sections
+        .symbols(endian, data, if dynsym { SHT_DYNSYM } else { SHT_SYMTAB })
+        .ok()?;
+    let strings = table.strings();
+    let before = b.len();
+    for sym in table.symbols() {
+        let ty = sym.st_type();
+        let shndx = sym.st_shndx(endian);
+        if sym.st_name(endian) == 0 || shndx == SHN_UNDEF || shndx == SHN_ABS || shndx.0 >= SHN_LORESERVE
+        {
+            continue;
+        }
+        let func = ty == STT_FUNC || ty == STT_GNU_IFUNC || ty == STT_OBJECT;
+        if !func {
+            if ty != STT_NOTYPE {
+                continue;
+            }
+            // A label counts in a text section only (`elf_sec__filter`).
+            let Ok(sec) = sections.section(object::SectionIndex(shndx.0 as usize)) else {
+                continue;
+            };
+            let Ok(name) = sections.section_name(endian, sec) else {
+                continue;
+            };
+            if !name.windows(4).any(|w| w == b"text") {
+                continue;
+            }
+        }
+        let Ok(name) = sym.name(endian, strings) else {
+            continue;
+        };
+        let Some(start) = to_offset(loads, sym.st_value(endian).into()) else {
+            continue;
+        };
+        b.push(start, sym.st_size(endian).into(), sym.st_bind(), 0, name);
+    }
+    Some(b.len() - before)
+}
+
+/// perf's `dso__synthesize_plt_symbols`: `name@plt` for each `.rela.plt` (or `.rel.plt`) entry
+/// whose symbol table is `.dynsym`, at `.plt`'s file offset + (i + 1) × `sh_entsize`.
+pub(crate) fn plt(src: &Src, demangle: bool) -> Vec<(u64, u64, String)> {
+    with_elf!(src, plt_impl(demangle)).unwrap_or_default()
+}
+
+fn plt_impl<'d, E: FileHeader<Endian = Endianness>, R: ReadRef<'d>>(
+    data: R,
+    demangle: bool,
+) -> Option<Vec<(u64, u64, String)>> {
+    let f = ElfFile::<E, R>::parse(data).ok()?;
+    let endian = f.endian();
+    let sections = f.elf_section_table();
+    let dynsym = sections.symbols(endian, data, SHT_DYNSYM).ok()?;
+    if dynsym.is_empty() {
+        return None;
+    }
+    let (_, rel) = sections
+        .section_by_name(endian, b".rela.plt")
+        .or_else(|| sections.section_by_name(endian, b".rel.plt"))?;
+    if rel.sh_link(endian) as usize != dynsym.section().0 {
+        return None;
+    }
+    let (_, plt) = sections.section_by_name(endian, b".plt")?;
+    let entsize: u64 = plt.sh_entsize(endian).into();
+    if entsize == 0 {
+        return None;
+    }
+    let mut off: u64 = plt.sh_offset(endian).into();
+    off += entsize; // the PLT header
+    let idx: Vec<u32> = if rel.sh_type(endian) == SHT_RELA {
+        let (relas, _) = rel.rela(endian, data).ok()??;
+        relas.iter().map(|r| r.r_sym(endian, false)).collect()
+    } else {
+        let (rels, _) = rel.rel(endian, data).ok()??;
+        rels.iter()
+            .map(|r| object::read::elf::Rel::r_sym(r, endian))
+            .collect()
+    };
+    let strings = dynsym.strings();
+    let mut out = Vec::with_capacity(idx.len());
+    for i in idx {
+        let name = dynsym
+            .symbol(object::SymbolIndex(i as usize))
+            .ok()
+            .and_then(|s| s.name(endian, strings).ok())
+            .unwrap_or(b"");
+        let shown = if demangle {
+            super::demangle::demangle(name)
+        } else {
+            None
+        }
+        .unwrap_or_else(|| String::from_utf8_lossy(name).into_owned());
+        out.push((off, entsize, format!("{shown}@plt")));
+        off += entsize;
+    }
+    Some(out)
+}
+
+/// The decompressed `.gnu_debugdata` (MiniDebugInfo: an xz'd ELF with a `.symtab`).
+pub(crate) fn debugdata(src: &Src) -> Option<Src> {
+    let xz = with_elf!(src, section_bytes(".gnu_debugdata"))?;
+    let mut out = Limited(Vec::new());
+    lzma_rs::xz_decompress(&mut &xz[..], &mut out).ok()?;
+    Some(Src::Mem(out.0))
+}
+
+/// A `Vec` writer that fails past [`MINIDEBUG_MAX`] bytes (an xz bomb stops there).
+struct Limited(Vec<u8>);
+
+impl std::io::Write for Limited {
+    fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+        if self.0.len() + b.len() > MINIDEBUG_MAX as usize {
+            return Err(std::io::Error::other("MiniDebugInfo too large"));
+        }
+        self.0.extend_from_slice(b);
+        Ok(b.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+fn section_bytes<'d, E: FileHeader<Endian = Endianness>, R: ReadRef<'d>>(
+    data: R,
+    name: &str,
+) -> Option<Vec<u8>> {
+    let f = ElfFile::<E, R>::parse(data).ok()?;
+    let s = f.section_by_name(name)?;
+    if s.size() > MINIDEBUG_MAX {
+        return None;
+    }
+    Some(s.uncompressed_data().ok()?.into_owned())
+}
+
+/// The DWARF sections of `src`, decompressed, for an `addr2line` context.
+pub(crate) fn dwarf_sections(src: &Src) -> Option<Vec<(gimli::SectionId, Vec<u8>)>> {
+    with_elf!(src, dwarf_impl())
+}
+
+fn dwarf_impl<'d, E: FileHeader<Endian = Endianness>, R: ReadRef<'d>>(
+    data: R,
+) -> Option<Vec<(gimli::SectionId, Vec<u8>)>> {
+    use gimli::SectionId::*;
+    let f = ElfFile::<E, R>::parse(data).ok()?;
+    let mut out = Vec::new();
+    for id in [
+        DebugAbbrev,
+        DebugAddr,
+        DebugAranges,
+        DebugInfo,
+        DebugLine,
+        DebugLineStr,
+        DebugRanges,
+        DebugRngLists,
+        DebugStr,
+        DebugStrOffsets,
+    ] {
+        if let Some(s) = f.section_by_name(id.name()) {
+            if let Ok(d) = s.uncompressed_data() {
+                out.push((id, d.into_owned()));
+            }
+        }
+    }
+    Some(out)
+}
+
+/// Where perf 6.1 looks for the files of a dso `name` (its `binary_type_symtab` order, without
+/// the build-id cache in `~/.debug`): debuglink (`DIR/LINK`, `DIR/.debug/LINK`,
+/// `/usr/lib/debug/DIR/LINK`), `/usr/lib/debug/NAME.debug`, `/usr/lib/debug/NAME`, the
+/// build-id file, and last the dso itself (`main`).
+pub(crate) fn candidates(
+    name: &Path,
+    main: &Path,
+    debuglink: Option<&[u8]>,
+    build_id: Option<&[u8]>,
+    debug_dirs: &[PathBuf],
+) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    let dir = main.parent().unwrap_or(Path::new("/"));
+    let ndir = name.parent().unwrap_or(Path::new("/"));
+    let rel = |p: &Path| p.strip_prefix("/").map(Path::to_path_buf).unwrap_or(p.into());
+    if let Some(link) = debuglink {
+        let link = Path::new(std::str::from_utf8(link).unwrap_or(""));
+        if !link.as_os_str().is_empty() {
+            out.push(dir.join(link));
+            out.push(dir.join(".debug").join(link));
+            for d in debug_dirs {
+                out.push(d.join(rel(ndir)).join(link));
+            }
+        }
+    }
+    for d in debug_dirs {
+        let mut p = d.join(rel(name)).into_os_string();
+        p.push(".debug");
+        out.push(p.into());
+        out.push(d.join(rel(name)));
+    }
+    if let Some(bid) = build_id.filter(|b| b.len() > 1) {
+        let hex: String = bid.iter().map(|b| format!("{b:02x}")).collect();
+        for d in debug_dirs {
+            out.push(
+                d.join(".build-id")
+                    .join(&hex[..2])
+                    .join(format!("{}.debug", &hex[2..])),
+            );
+        }
+    }
+    out.push(main.to_path_buf());
+    out
+}
+
+/// A dso's symbols as perf would load them, and where its DWARF is.
+#[derive(Debug, Default)]
+pub(crate) struct Loaded {
+    pub table: Table,
+    pub loads: Vec<Load>,
+    /// The file with the DWARF (the symbol file's, else the runtime file's).
+    pub dwarf: Option<PathBuf>,
+    /// No candidate could be opened.
+    pub missing: bool,
+}
+
+/// Loads the dso `name` (opened as `main`, e.g. under `/proc/PID/root`) with build id `bid`.
+pub(crate) fn load(
+    name: &Path,
+    main: &Path,
+    bid: Option<&[u8]>,
+    debug_dirs: &[PathBuf],
+    demangle: bool,
+    minidebuginfo: bool,
+) -> Loaded {
+    let main_src = Src::open(main);
+    let main_info = main_src.as_ref().and_then(info);
+    // perf reads the build id from the file when the stream gave none.
+    let bid: Option<Vec<u8>> = bid
+        .map(<[u8]>::to_vec)
+        .or_else(|| main_info.as_ref().and_then(|i| i.build_id.clone()));
+    let link = main_info.as_ref().and_then(|i| i.debuglink.clone());
+    let mut syms: Option<(Src, Info, PathBuf)> = None;
+    let mut runtime: Option<(Src, Info, PathBuf)> = None;
+    let mut main_src = main_src.zip(main_info);
+    let mut seen = Vec::new();
+    for c in candidates(name, main, link.as_deref(), bid.as_deref(), debug_dirs) {
+        if seen.contains(&c) {
+            continue;
+        }
+        seen.push(c.clone());
+        let (src, inf) = if c == main {
+            match main_src.take() {
+                Some(x) => x,
+                None => continue,
+            }
+        } else {
+            let Some(src) = Src::open(&c) else { continue };
+            let Some(inf) = info(&src) else { continue };
+            (src, inf)
+        };
+        if let (Some(want), Some(got)) = (&bid, &inf.build_id) {
+            if want != got {
+                continue;
+            }
+        }
+        let (want_syms, want_rt) = (syms.is_none() && inf.symtab, runtime.is_none() && inf.dynsym);
+        if want_syms && want_rt {
+            // One file is both: keep it as the symbol source, reopen for the runtime role.
+            let again = Src::open(&c);
+            if let (Some(a), Some(i2)) = (again, info(&src)) {
+                runtime = Some((a, i2, c.clone()));
+            }
+            syms = Some((src, inf, c));
+        } else if want_syms {
+            syms = Some((src, inf, c));
+        } else if want_rt {
+            runtime = Some((src, inf, c));
+        }
+        if syms.is_some() && runtime.is_some() {
+            break;
+        }
+    }
+    if syms.is_none() && runtime.is_none() {
+        return Loaded {
+            missing: true,
+            ..Loaded::default()
+        };
+    }
+    let mut b = Builder::new(demangle);
+    let rt_loads = runtime
+        .as_ref()
+        .or(syms.as_ref())
+        .map(|r| r.1.loads.clone())
+        .unwrap_or_default();
+    let dwarf = [&syms, &runtime]
+        .into_iter()
+        .flatten()
+        .find(|s| s.1.dwarf)
+        .map(|s| s.2.clone());
+    match &syms {
+        Some((src, _, _)) => {
+            symbols(src, false, &rt_loads, &mut b);
+        }
+        None => {
+            let (src, inf, _) = runtime.as_ref().expect("one of them");
+            symbols(src, true, &rt_loads, &mut b);
+            if minidebuginfo && inf.debugdata {
+                if let Some(mini) = debugdata(src) {
+                    symbols(&mini, false, &rt_loads, &mut b);
+                }
+            }
+        }
+    }
+    let plt_syms = if b.len() > 0 {
+        runtime
+            .as_ref()
+            .map(|r| plt(&r.0, demangle))
+            .unwrap_or_default()
+    } else {
+        Vec::new()
+    };
+    b.fixup(false);
+    Loaded {
+        table: b.finish(plt_syms),
+        loads: rt_loads,
+        dwarf,
+        missing: false,
+    }
+}
