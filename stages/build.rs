@@ -7,5 +7,5 @@
 mod needs;
 
 fn main() {
-    needs::build_script(&[needs::Need::Mount]);
+    needs::build_script(&[needs::Need::Mount, needs::Need::Cc]);
 }

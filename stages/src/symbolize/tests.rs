@@ -1,1 +1,495 @@
+//! Tests of the symbol engine: perf's table rules on built tables, kallsyms and perf-map text,
+//! and real files compiled here (`cc`), checked against `nm`'s view of them.
 
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use object::elf::{STB_GLOBAL, STB_LOCAL, STB_WEAK};
+use object::{Object, ObjectSection};
+
+use super::table::{parse_kallsyms, parse_perf_map, Builder};
+use super::*;
+
+#[test]
+fn aliases_resolve_as_perf_chooses() {
+    let mut b = Builder::new(true);
+    // At 0x100: weak, global and local aliases; perf keeps the global one.
+    b.push(0x100, 0x10, STB_WEAK, 0, b"weak_alias");
+    b.push(0x100, 0x10, STB_LOCAL, 0, b"local_alias");
+    b.push(0x100, 0x10, STB_GLOBAL, 0, b"strong");
+    // At 0x200: two globals; fewer leading underscores wins.
+    b.push(0x200, 0x10, STB_GLOBAL, 0, b"__memcpy");
+    b.push(0x200, 0x10, STB_GLOBAL, 0, b"memcpy");
+    // At 0x300: same underscores; the longer name wins.
+    b.push(0x300, 0x10, STB_GLOBAL, 0, b"abc");
+    b.push(0x300, 0x10, STB_GLOBAL, 0, b"abcdef");
+    // At 0x400: a sized symbol beats a zero-size one even if that one is global.
+    b.push(0x400, 0, STB_GLOBAL, 0, b"zero");
+    b.push(0x400, 0x10, STB_LOCAL, 0, b"sized");
+    b.push(0x410, 0x10, STB_GLOBAL, 0, b"next");
+    // Full tie: the first listed stays.
+    b.push(0x500, 0x10, STB_GLOBAL, 0, b"first");
+    b.push(0x500, 0x10, STB_GLOBAL, 0, b"secnd");
+    b.fixup(false);
+    let t = b.finish(Vec::new());
+    let name = |a| t.find(a).map(|h| h.name.to_string());
+    assert_eq!(name(0x105).as_deref(), Some("strong"));
+    assert_eq!(name(0x200).as_deref(), Some("memcpy"));
+    assert_eq!(name(0x30f).as_deref(), Some("abcdef"));
+    assert_eq!(name(0x400).as_deref(), Some("sized"));
+    assert_eq!(name(0x504).as_deref(), Some("first"));
+    assert_eq!(name(0x510), None);
+    assert_eq!(t.len(), 6);
+}
+
+#[test]
+fn zero_size_symbols_extend_to_the_next() {
+    let mut b = Builder::new(false);
+    b.push(0x1000, 0, STB_GLOBAL, 0, b"asm_func");
+    b.push(0x1040, 0x20, STB_GLOBAL, 0, b"c_func");
+    b.push(0x2010, 0, STB_GLOBAL, 0, b"last");
+    b.fixup(false);
+    let t = b.finish(vec![(0x900, 0x10, "puts@plt".into())]);
+    assert_eq!(&*t.find(0x103f).unwrap().name, "asm_func");
+    assert_eq!(t.find(0x1060).map(|h| h.name), None);
+    // The last one ends at the page after its own (symbols__fixup_end).
+    assert_eq!(&*t.find(0x3fff).unwrap().name, "last");
+    assert!(t.find(0x4000).is_none());
+    let h = t.find(0x90f).unwrap();
+    assert_eq!((&*h.name, h.start), ("puts@plt", 0x900));
+}
+
+const KALLSYMS: &str = "\
+ffffffff81000000 T _stext
+ffffffff81000000 T startup_64
+ffffffff81000040 t secondary_startup
+ffffffff81000100 r rodata_thing
+ffffffff81000200 A abs_thing
+ffffffff81000300 T do_syscall_64
+ffffffff81001000 D some_data
+ffffffffc0000000 t xfs_trans_alloc\t[xfs]
+ffffffffc0000100 T xfs_iread\t[xfs]
+ffffffffc0010000 t ext4_map_blocks\t[ext4]
+";
+
+#[test]
+fn kallsyms_as_perf_reads_it() {
+    let t = parse_kallsyms(KALLSYMS.as_bytes());
+    let hit = |a: u64| t.find(a).map(|h| (h.name.to_string(), t.modules[h.module as usize].to_string(), a - h.start));
+    // Equal starts: same binding and underscores, the longer name.
+    assert_eq!(hit(0xffffffff81000010), Some(("startup_64".into(), "[kernel.kallsyms]".into(), 0x10)));
+    // `r` and `A` are not kept: secondary_startup runs to do_syscall_64.
+    assert_eq!(hit(0xffffffff81000250).unwrap().0, "secondary_startup");
+    assert_eq!(hit(0xffffffff81000305).unwrap().0, "do_syscall_64");
+    // The last core symbol before the modules ends a page on, not at the first module.
+    assert_eq!(hit(0xffffffff81001fff).unwrap().0, "some_data");
+    assert_eq!(hit(0xffffffff81002000), None);
+    assert_eq!(hit(0xffffffffc0000104), Some(("xfs_iread".into(), "[xfs]".into(), 4)));
+    assert_eq!(hit(0xffffffffc0010001).unwrap().1, "[ext4]");
+    // An unprivileged read (all zero) gives nothing.
+    assert!(parse_kallsyms(b"0000000000000000 T _stext\n").is_empty());
+}
+
+#[test]
+fn kernel_frames_from_kallsyms_or_unknown() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("kallsyms"), KALLSYMS).unwrap();
+    let config = SymbolsConfig {
+        kallsyms: dir.path().join("kallsyms"),
+        ..SymbolsConfig::default()
+    };
+    let s = Symbols::new(config.clone(), None);
+    let q = Query {
+        dso: None,
+        pid: 1,
+        ip: 0xffffffffc0000101,
+        rel: 0xffffffffc0000101,
+        kernel: true,
+    };
+    let mut out = Vec::new();
+    s.resolve(&q, &mut out);
+    assert_eq!(out.len(), 1);
+    assert_eq!(out[0].name.as_deref(), Some("xfs_iread"));
+    assert_eq!((&*out[0].dso, out[0].offset, out[0].kind), ("[xfs]", 1, FrameKind::Kernel));
+    // Not this host's kernel: no name, [kernel.kallsyms].
+    let s = Symbols::new(SymbolsConfig { host_kernel: false, ..config }, None);
+    out.clear();
+    s.resolve(&q, &mut out);
+    assert_eq!((out[0].name.clone(), &*out[0].dso), (None, "[kernel.kallsyms]"));
+    assert_eq!(s.counters().unresolved.get(), 1);
+    assert_eq!(kernel_dso_name(b"/lib/modules/6.1.0/kernel/fs/xfs/xfs-mod.ko.xz"), "[xfs_mod]");
+}
+
+#[test]
+fn jit_frames_from_perf_map() {
+    let t = parse_perf_map(b"7f0000001000 40 LazyCompile:~foo bar.js:1\n0x7f0000002000 0x10 stub\nbad line\n");
+    assert_eq!(&*t.find(0x7f000000103f).unwrap().name, "LazyCompile:~foo bar.js:1");
+    assert!(t.find(0x7f0000001040).is_none());
+    assert_eq!(&*t.find(0x7f0000002008).unwrap().name, "stub");
+
+    let dir = tempfile::tempdir().unwrap();
+    let pid = 999_999_999;
+    std::fs::write(dir.path().join(format!("perf-{pid}.map")), "1000 100 jitted_fn\n").unwrap();
+    let s = Symbols::new(
+        SymbolsConfig {
+            perf_map_dir: dir.path().into(),
+            ..SymbolsConfig::default()
+        },
+        None,
+    );
+    for (i, name) in [&b"//anon"[..], b"[anon:v8]", b"/memfd:jit (deleted)"].iter().enumerate() {
+        s.prefetch(
+            DsoId(i as u32),
+            DsoDesc {
+                name,
+                build_id: None,
+                kernel: false,
+                pid,
+            },
+        );
+        let mut out = Vec::new();
+        s.resolve(&query(i as u32, 0x1010, 0x10), &mut out);
+        assert_eq!(out[0].name.as_deref(), Some("jitted_fn"));
+        assert_eq!((out[0].offset, out[0].kind), (0x10, FrameKind::Jit));
+        assert_eq!(&*out[0].dso, format!("/tmp/perf-{pid}.map"));
+    }
+}
+
+fn query(dso: u32, ip: u64, rel: u64) -> Query {
+    Query {
+        dso: Some(DsoId(dso)),
+        pid: u32::MAX,
+        ip,
+        rel,
+        kernel: false,
+    }
+}
+
+#[test]
+fn vdso_from_this_process() {
+    let s = Symbols::new(SymbolsConfig::default(), None);
+    s.prefetch(
+        DsoId(0),
+        DsoDesc {
+            name: b"[vdso]",
+            build_id: None,
+            kernel: false,
+            pid: 1,
+        },
+    );
+    let mut names = std::collections::BTreeSet::new();
+    for rel in (0..0x2000).step_by(8) {
+        let mut out = Vec::new();
+        s.resolve(&query(0, rel, rel), &mut out);
+        assert_eq!(&*out[0].dso, "[vdso]");
+        if let Some(n) = &out[0].name {
+            names.insert(n.to_string());
+        }
+    }
+    assert!(names.iter().any(|n| n.contains("clock_gettime")), "{names:?}");
+}
+
+/// Compiles `src` (C, or C++ when `cxx`) with `args` into `dir/name`.
+fn compile(dir: &Path, name: &str, src: &str, cxx: bool, args: &[&str]) -> PathBuf {
+    let ext = if cxx { "cpp" } else { "c" };
+    let file = dir.join(format!("{name}.{ext}"));
+    std::fs::write(&file, src).unwrap();
+    let out = dir.join(name);
+    let st = Command::new(if cxx { "c++" } else { "cc" })
+        .args(args)
+        .arg(&file)
+        .arg("-o")
+        .arg(&out)
+        .status()
+        .unwrap();
+    assert!(st.success());
+    out
+}
+
+fn run(cmd: &str, args: &[&std::ffi::OsStr]) {
+    let st = Command::new(cmd).args(args).status().unwrap();
+    assert!(st.success(), "{cmd} {args:?}");
+}
+
+const PROG: &str = r#"
+#include <stdio.h>
+__attribute__((noinline)) static int hidden_static(int x) { return x * 3 + 1; }
+__attribute__((noinline)) int strong_f(int x) { return hidden_static(x) + 2; }
+int weak_f(int) __attribute__((weak, alias("strong_f")));
+int __under_f(int) __attribute__((alias("strong_f")));
+__asm__(".text\n.globl zs_func\n.type zs_func,@function\nzs_func:\n nop\n nop\n nop\n nop\n ret\n"
+        ".globl after_zs\n.type after_zs,@function\nafter_zs:\n ret\n.size after_zs,1\n");
+void zs_func(void);
+int main(int argc, char **argv) { puts("hi"); zs_func(); return strong_f(argc) + weak_f(1); }
+"#;
+
+/// `nm`'s address of `sym` in `file`, made a file offset with the PT_LOADs (what `Query::rel`
+/// is for a frame in it).
+fn offset_of(file: &Path, sym: &str) -> u64 {
+    let out = Command::new("nm").arg(file).output().unwrap();
+    let text = String::from_utf8(out.stdout).unwrap();
+    let v = text
+        .lines()
+        .find_map(|l| {
+            let mut f = l.split_whitespace();
+            let (a, _, n) = (f.next()?, f.next()?, f.next()?);
+            (n == sym).then(|| u64::from_str_radix(a, 16).unwrap())
+        })
+        .unwrap_or_else(|| panic!("{sym} not in nm {}", file.display()));
+    let src = elf::Src::open(file).unwrap();
+    elf::to_offset(&elf::info(&src).unwrap().loads, v).unwrap()
+}
+
+fn resolve_in(s: &Symbols, id: u32, path: &Path, rel: u64) -> Resolved {
+    let name = path.as_os_str().as_encoded_bytes();
+    s.prefetch(
+        DsoId(id),
+        DsoDesc {
+            name,
+            build_id: None,
+            kernel: false,
+            pid: u32::MAX,
+        },
+    );
+    let mut out = Vec::new();
+    s.resolve(&query(id, rel, rel), &mut out);
+    out.pop().unwrap()
+}
+
+#[test]
+#[cfg_attr(skip_cc, ignore = "needs cc")]
+fn elf_symbols_aliases_zero_size_and_plt() {
+    let dir = tempfile::tempdir().unwrap();
+    let bin = compile(dir.path(), "prog", PROG, false, &["-O1", "-g"]);
+    let s = Symbols::new(SymbolsConfig::default(), None);
+    let off = offset_of(&bin, "strong_f");
+    let r = resolve_in(&s, 0, &bin, off + 3);
+    // Global over weak and over more underscores.
+    assert_eq!((r.name.as_deref(), r.offset), (Some("strong_f"), 3));
+    assert_eq!(*r.dso, *bin.to_string_lossy());
+    let zs = offset_of(&bin, "zs_func");
+    assert_eq!(resolve_in(&s, 0, &bin, zs + 3).name.as_deref(), Some("zs_func"));
+    assert_eq!(resolve_in(&s, 0, &bin, zs + 4).name.as_deref(), Some("zs_func"));
+    assert_eq!(resolve_in(&s, 0, &bin, zs + 5).name.as_deref(), Some("after_zs"));
+    let hs = offset_of(&bin, "hidden_static");
+    assert_eq!(resolve_in(&s, 0, &bin, hs).name.as_deref(), Some("hidden_static"));
+    // PLT: the entries of .rela.plt after the .plt header, named name@plt.
+    let data = std::fs::read(&bin).unwrap();
+    let obj = object::File::parse(&data[..]).unwrap();
+    let plt = obj.section_by_name(".plt").unwrap();
+    let mut plt_names = Vec::new();
+    for i in 1..plt.size() / 16 {
+        if let Some(n) = resolve_in(&s, 0, &bin, plt.file_range().unwrap().0 + i * 16 + 4).name {
+            plt_names.push(n.to_string());
+        }
+    }
+    assert!(plt_names.iter().any(|n| n == "puts@plt"), "{plt_names:?}");
+    assert_eq!(s.counters().dsos_loaded.get(), 1);
+    // A missing file: its path as the dso, no name, counted.
+    let gone = dir.path().join("gone.so");
+    let r = resolve_in(&s, 1, &gone, 0x1000);
+    assert_eq!((r.name, &*r.dso), (None, &*gone.to_string_lossy()));
+    assert_eq!(s.counters().dsos_missing.get(), 1);
+    assert!(s.counters().unresolved.get() >= 1);
+}
+
+#[test]
+#[cfg_attr(skip_cc, ignore = "needs cc")]
+fn cpp_names_demangled_as_perf_prints() {
+    let dir = tempfile::tempdir().unwrap();
+    let src = "namespace ns { template<class T> struct W { __attribute__((noinline)) T spin(T n) \
+               { volatile T x = 0; for (T i = 0; i < n; i++) x += i; return x; } }; }\n\
+               int main(int c, char**) { ns::W<long> w; return (int)w.spin(c); }\n";
+    let bin = compile(dir.path(), "cpp", src, true, &["-O1"]);
+    let off = offset_of(&bin, "_ZN2ns1WIlE4spinEl");
+    let s = Symbols::new(SymbolsConfig::default(), None);
+    assert_eq!(resolve_in(&s, 0, &bin, off + 1).name.as_deref(), Some("ns::W<long>::spin"));
+    let raw = Symbols::new(
+        SymbolsConfig {
+            demangle: false,
+            ..SymbolsConfig::default()
+        },
+        None,
+    );
+    assert_eq!(resolve_in(&raw, 0, &bin, off).name.as_deref(), Some("_ZN2ns1WIlE4spinEl"));
+}
+
+#[test]
+#[cfg_attr(skip_cc, ignore = "needs cc")]
+fn debuglink_build_id_and_minidebuginfo() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let bin = compile(d, "prog", PROG, false, &["-O1", "-g", "-Wl,--build-id"]);
+    let hs = offset_of(&bin, "hidden_static");
+    let os = |p: &Path| p.as_os_str().to_owned();
+    // Debug file next to a stripped binary, by .gnu_debuglink.
+    let dbg = d.join("prog.debug");
+    run("objcopy", &[&"--only-keep-debug".as_ref(), &os(&bin), &os(&dbg)]);
+    let linked = d.join("linked");
+    run("strip", &[&"--strip-all".as_ref(), &os(&bin), &"-o".as_ref(), &os(&linked)]);
+    run("objcopy", &[&format!("--add-gnu-debuglink={}", dbg.display()).as_ref(), &os(&linked)]);
+    // The same stripped binary with no link: found by build id in a debug dir.
+    let plain = d.join("plain");
+    run("strip", &[&"--strip-all".as_ref(), &os(&bin), &"-o".as_ref(), &os(&plain)]);
+    let bid = {
+        let data = std::fs::read(&bin).unwrap();
+        object::File::parse(&data[..]).unwrap().build_id().unwrap().unwrap().to_vec()
+    };
+    let hex: String = bid.iter().map(|b| format!("{b:02x}")).collect();
+    let bdir = d.join("debug/.build-id").join(&hex[..2]);
+    std::fs::create_dir_all(&bdir).unwrap();
+    std::fs::copy(&dbg, bdir.join(format!("{}.debug", &hex[2..]))).unwrap();
+    // MiniDebugInfo: the symtab, xz'd, in .gnu_debugdata of a stripped copy.
+    let mini = d.join("mini");
+    run("strip", &[&"--strip-debug".as_ref(), &os(&bin), &"-o".as_ref(), &os(&mini)]);
+    run("xz", &[&"--check=crc32".as_ref(), &"-k".as_ref(), &os(&mini)]);
+    let with_mini = d.join("with_mini");
+    run("strip", &[&"--strip-all".as_ref(), &os(&bin), &"-o".as_ref(), &os(&with_mini)]);
+    run(
+        "objcopy",
+        &[&format!("--add-section=.gnu_debugdata={}.xz", mini.display()).as_ref(), &os(&with_mini)],
+    );
+
+    let config = SymbolsConfig {
+        debug_dirs: vec![d.join("debug")],
+        ..SymbolsConfig::default()
+    };
+    let s = Symbols::new(config.clone(), None);
+    for (i, f) in [&linked, &plain].into_iter().enumerate() {
+        let r = resolve_in(&s, i as u32, f, hs + 1);
+        assert_eq!(r.name.as_deref(), Some("hidden_static"), "{}", f.display());
+        assert_eq!((r.offset, &*r.dso), (1, &*f.to_string_lossy()));
+    }
+    // MiniDebugInfo, with no debug file to find.
+    let s = Symbols::new(
+        SymbolsConfig {
+            debug_dirs: Vec::new(),
+            ..config
+        },
+        None,
+    );
+    let r = resolve_in(&s, 0, &with_mini, hs + 1);
+    assert_eq!((r.name.as_deref(), r.offset), (Some("hidden_static"), 1));
+    // Without it (perf 6.1) the static function is not in .dynsym.
+    let s = Symbols::new(
+        SymbolsConfig {
+            minidebuginfo: false,
+            ..s.config().clone()
+        },
+        None,
+    );
+    assert_ne!(resolve_in(&s, 0, &with_mini, hs + 1).name.as_deref(), Some("hidden_static"));
+}
+
+#[test]
+#[cfg_attr(skip_cc, ignore = "needs cc")]
+fn inlined_frames_from_dwarf() {
+    let dir = tempfile::tempdir().unwrap();
+    let src = "static inline __attribute__((always_inline)) int inl_add(volatile int *p, int n) \
+               { for (int i = 0; i < n; i++) *p += i; return *p; }\n\
+               __attribute__((noinline)) int outer_fn(int n) { volatile int x = 0; return inl_add(&x, n); }\n\
+               int main(int c, char **v) { return outer_fn(c); }\n";
+    let bin = compile(dir.path(), "inl", src, false, &["-O2", "-g"]);
+    let off = offset_of(&bin, "outer_fn");
+    let s = Symbols::new(
+        SymbolsConfig {
+            inline: true,
+            ..SymbolsConfig::default()
+        },
+        None,
+    );
+    s.prefetch(
+        DsoId(0),
+        DsoDesc {
+            name: bin.as_os_str().as_encoded_bytes(),
+            build_id: None,
+            kernel: false,
+            pid: u32::MAX,
+        },
+    );
+    let mut found = false;
+    for rel in off..off + 64 {
+        let mut out = Vec::new();
+        s.resolve(&query(0, rel, rel), &mut out);
+        let last = out.last().unwrap();
+        if last.name.as_deref() != Some("outer_fn") {
+            break;
+        }
+        assert!(!last.inlined);
+        if out.len() == 2 {
+            assert_eq!((out[0].name.as_deref(), out[0].inlined), (Some("inl_add"), true));
+            assert_eq!(out[0].offset, rel - off);
+            found = true;
+        }
+    }
+    assert!(found, "no inlined frame in outer_fn");
+}
+
+#[test]
+#[cfg_attr(skip_cc, ignore = "needs cc")]
+fn garbage_elf_never_panics() {
+    let dir = tempfile::tempdir().unwrap();
+    let bin = compile(dir.path(), "prog", PROG, false, &["-O1", "-g"]);
+    let good = std::fs::read(&bin).unwrap();
+    let bad = dir.path().join("bad");
+    let mut seed = 0x2545_F491_4F6C_DD1Du64;
+    for case in 0..60u32 {
+        let mut data = good.clone();
+        match case % 3 {
+            0 => data.truncate((seed % good.len() as u64) as usize),
+            1 => {
+                for _ in 0..64 {
+                    seed ^= seed << 13;
+                    seed ^= seed >> 7;
+                    seed ^= seed << 17;
+                    let i = (seed % data.len() as u64) as usize;
+                    data[i] = (seed >> 32) as u8;
+                }
+            }
+            _ => data = (0..4096u32).map(|i| (i.wrapping_mul(seed as u32) >> 3) as u8).collect(),
+        }
+        seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        if case == 2 {
+            data[..4].copy_from_slice(b"\x7fELF");
+        }
+        std::fs::write(&bad, &data).unwrap();
+        let s = Symbols::new(
+            SymbolsConfig {
+                inline: true,
+                ..SymbolsConfig::default()
+            },
+            None,
+        );
+        for rel in [0u64, 0x1000, 0x1130, u64::MAX] {
+            let r = resolve_in(&s, 0, &bad, rel);
+            assert_eq!(*r.dso, *bad.to_string_lossy());
+        }
+    }
+}
+
+#[test]
+fn loads_once_on_the_pool_and_lookups_wait() {
+    let pool = Arc::new(rayon::ThreadPoolBuilder::new().num_threads(2).build().unwrap());
+    let s = Arc::new(Symbols::new(SymbolsConfig::default(), Some(pool)));
+    let me = std::env::current_exe().unwrap();
+    // Two ids, one file: one load.
+    for id in 0..2 {
+        s.prefetch(
+            DsoId(id),
+            DsoDesc {
+                name: me.as_os_str().as_encoded_bytes(),
+                build_id: None,
+                kernel: false,
+                pid: u32::MAX,
+            },
+        );
+    }
+    let mut out = Vec::new();
+    s.resolve(&query(1, 0, 0), &mut out);
+    s.resolve(&query(0, 0, 0), &mut out);
+    assert_eq!(out.len(), 2);
+    assert_eq!(
+        s.counters().dsos_loaded.get() + s.counters().dsos_stripped.get(),
+        1
+    );
+}
