@@ -9,16 +9,97 @@ use cpp_demangle::{DemangleOptions, Symbol};
 pub fn demangle(raw: &[u8]) -> Option<String> {
     let s = std::str::from_utf8(raw).ok()?;
     if is_rust(s) {
-        if let Ok(d) = rustc_demangle::try_demangle(s) {
+        // libiberty ignores a suffix after the hash (`.llvm.123`, `.warm`).
+        let base = if s.starts_with("_ZN") {
+            s.split('.').next().unwrap_or(s)
+        } else {
+            s
+        };
+        if let Ok(d) = rustc_demangle::try_demangle(base) {
             return Some(format!("{d:#}"));
         }
     }
     if !s.starts_with("_Z") {
         return None;
     }
+    // Thunks: libiberty prints the target with its parameters even without DMGL_PARAMS.
+    for (pre, what) in [
+        ("_ZThn", "non-virtual thunk to "),
+        ("_ZTv", "virtual thunk to "),
+        ("_ZTc", "covariant return thunk to "),
+    ] {
+        if let Some(rest) = s.strip_prefix(pre) {
+            let target = skip_call_offsets(rest, pre)?;
+            let mangled = format!("_Z{target}");
+            let sym = Symbol::new(mangled.as_bytes()).ok()?;
+            return Some(format!("{what}{}", sym.demangle().ok()?));
+        }
+    }
     let sym = Symbol::new(raw).ok()?;
     let opts = DemangleOptions::new().no_params().no_return_type();
-    sym.demangle_with_options(&opts).ok()
+    let d = sym.demangle_with_options(&opts).ok()?;
+    Some(like_libiberty(d))
+}
+
+/// The encoding after a thunk's call offsets (`h <offset> _`, `v <offset> _ <offset> _`; a
+/// covariant thunk has two).
+fn skip_call_offsets<'a>(rest: &'a str, pre: &str) -> Option<&'a str> {
+    let one = |r: &'a str, n: usize| -> Option<&'a str> {
+        let mut r = r;
+        for _ in 0..n {
+            r = &r[r.find('_')? + 1..];
+        }
+        Some(r)
+    };
+    match pre {
+        "_ZThn" => one(rest, 1),
+        "_ZTv" => one(rest, 2),
+        _ => {
+            // Two call offsets, each `h…_` or `v…_…_`.
+            let mut r = rest;
+            for _ in 0..2 {
+                let n = if r.starts_with('v') { 2 } else { 1 };
+                r = one(r, n)?;
+            }
+            Some(r)
+        }
+    }
+}
+
+/// Where `cpp_demangle` without parameters prints differently from libiberty's
+/// `cplus_demangle(DMGL_NO_OPTS)`: an empty pack (`<T, >`), integer literals
+/// (`(unsigned int)8` for `8u`), and a member function's cv-qualifiers at the end.
+fn like_libiberty(mut d: String) -> String {
+    if d.contains(", >") {
+        d = d.replace(", >", ">");
+    }
+    if d.contains('(') {
+        for (ty, suffix) in [
+            ("(unsigned int)", "u"),
+            ("(unsigned long)", "ul"),
+            ("(unsigned long long)", "ull"),
+            ("(long)", "l"),
+            ("(long long)", "ll"),
+        ] {
+            while let Some(i) = d.find(ty) {
+                let digits = d[i + ty.len()..]
+                    .bytes()
+                    .take_while(|c| c.is_ascii_digit() || *c == b'-')
+                    .count();
+                if digits == 0 {
+                    break;
+                }
+                let num = d[i + ty.len()..i + ty.len() + digits].to_string();
+                d.replace_range(i..i + ty.len() + digits, &format!("{num}{suffix}"));
+            }
+        }
+    }
+    for q in [" const", " volatile", " &&", " &"] {
+        while d.ends_with(q) {
+            d.truncate(d.len() - q.len());
+        }
+    }
+    d
 }
 
 /// A Rust v0 name (`_R…`), or a legacy one: `_ZN…17h<16 hex>E`, maybe with a `.llvm.…` suffix
@@ -54,6 +135,21 @@ mod tests {
         );
         assert_eq!(demangle(b"_Z4workRSt6vectorIlSaIlEE").as_deref(), Some("work"));
         assert_eq!(demangle(b"main"), None);
+        // Where cpp_demangle differs from libiberty, perf's output.
+        assert_eq!(
+            demangle(b"_ZN4llvm11PassManagerINS_8FunctionENS_15AnalysisManagerIS1_JEEEJEE3runERS1_RS3_")
+                .as_deref(),
+            Some("llvm::PassManager<llvm::Function, llvm::AnalysisManager<llvm::Function>>::run")
+        );
+        assert_eq!(
+            demangle(b"_ZN4llvm11SmallPtrSetIPvLj8EE4findES1_").as_deref(),
+            Some("llvm::SmallPtrSet<void*, 8u>::find")
+        );
+        assert_eq!(demangle(b"_ZNK1A1fEv").as_deref(), Some("A::f"));
+        assert_eq!(
+            demangle(b"_ZThn40_N4llvm17VPSingleDefRecipeD1Ev").as_deref(),
+            Some("non-virtual thunk to llvm::VPSingleDefRecipe::~VPSingleDefRecipe()")
+        );
         assert_eq!(demangle(b"_Zgarbage"), None);
     }
 
@@ -66,6 +162,10 @@ mod tests {
         );
         assert_eq!(
             demangle(b"_ZN1r4spin17h1d1e45a5bbad1bfbE.llvm.123").as_deref(),
+            Some("r::spin")
+        );
+        assert_eq!(
+            demangle(b"_ZN1r4spin17h1d1e45a5bbad1bfbE.warm").as_deref(),
             Some("r::spin")
         );
         assert_eq!(demangle(b"_RNvCs1234_1r4spin").as_deref(), Some("r::spin"));
