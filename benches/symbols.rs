@@ -106,7 +106,9 @@ fn agree() {
         let Ok(addr) = u64::from_str_radix(addr, 16) else {
             continue;
         };
-        let Some(open) = rest.rfind(" (") else {
+        // The dso is in the last parentheses that open with a path or a `[name]` (a symbol
+        // may have parentheses, a dso may end in "(deleted)").
+        let Some(open) = rest.rfind(" (/").max(rest.rfind(" ([")) else {
             continue;
         };
         let (sym, dso) = (&rest[..open], rest[open + 2..].trim_end_matches(')'));

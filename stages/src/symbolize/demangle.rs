@@ -9,11 +9,11 @@ use cpp_demangle::{DemangleOptions, Symbol};
 pub fn demangle(raw: &[u8]) -> Option<String> {
     let s = std::str::from_utf8(raw).ok()?;
     if is_rust(s) {
-        // libiberty ignores a suffix after the hash (`.llvm.123`, `.warm`).
-        let base = if s.starts_with("_ZN") {
-            s.split('.').next().unwrap_or(s)
-        } else {
-            s
+        // libiberty ignores a suffix (`.llvm.123`, `.warm`): after the hash's `E`, or after
+        // a v0 name (which has no dots).
+        let base = match legacy_end(s) {
+            Some(end) => &s[..end],
+            None => s.split('.').next().unwrap_or(s),
         };
         if let Ok(d) = rustc_demangle::try_demangle(base) {
             return Some(format!("{d:#}"));
@@ -102,25 +102,30 @@ fn like_libiberty(mut d: String) -> String {
     d
 }
 
-/// A Rust v0 name (`_R…`), or a legacy one: `_ZN…17h<16 hex>E`, maybe with a `.llvm.…` suffix
+/// A Rust v0 name (`_R…`), or a legacy one: `_ZN…17h<16 hex>E`, maybe with a suffix
 /// (libiberty's `rust_is_mangled` needs the hash; without one it is C++).
 fn is_rust(s: &str) -> bool {
-    if s.starts_with("_R") {
-        return true;
-    }
+    s.starts_with("_R") || legacy_end(s).is_some()
+}
+
+/// Where a legacy Rust name ends: just after the `E` that closes its `17h<16 hex>` hash.
+fn legacy_end(s: &str) -> Option<usize> {
     if !s.starts_with("_ZN") {
-        return false;
+        return None;
     }
-    let s = s.split('.').next().unwrap_or(s);
-    let Some(body) = s.strip_suffix('E') else {
-        return false;
-    };
-    body.len() > 20 && {
-        let (pre, hash) = body.split_at(body.len() - 19);
-        pre.len() > 3
-            && hash.starts_with("17h")
-            && hash[3..].bytes().all(|c| c.is_ascii_hexdigit())
+    let b = s.as_bytes();
+    let mut from = 0;
+    while let Some(i) = s[from..].find("17h").map(|i| i + from) {
+        let h = i + 3;
+        if b.len() > h + 16
+            && b[h..h + 16].iter().all(u8::is_ascii_hexdigit)
+            && b[h + 16] == b'E'
+        {
+            return Some(h + 17);
+        }
+        from = i + 1;
     }
+    None
 }
 
 #[cfg(test)]
@@ -169,5 +174,11 @@ mod tests {
             Some("r::spin")
         );
         assert_eq!(demangle(b"_RNvCs1234_1r4spin").as_deref(), Some("r::spin"));
+        assert_eq!(demangle(b"_RNvCs1234_1r4spin.warm").as_deref(), Some("r::spin"));
+        assert_eq!(
+            demangle(b"_ZN4core3ptr57drop_in_place$LT$std..io..error..repr_bitpacked..Repr$GT$17hb014358f923db8dfE")
+                .as_deref(),
+            Some("core::ptr::drop_in_place<std::io::error::repr_bitpacked::Repr>")
+        );
     }
 }

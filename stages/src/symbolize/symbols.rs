@@ -215,11 +215,13 @@ fn classify(name: &[u8]) -> &'static str {
         || name.starts_with(b"[stack")
         || name.starts_with(b"/SYSV")
         || name == b"[heap]"
-        || name.starts_with(b"[anon")
-        || name.starts_with(b"/memfd:")
         || name.starts_with(b"/tmp/perf-");
     if anon {
         "anon"
+    } else if name.starts_with(b"[anon") || name.starts_with(b"/memfd:") {
+        // perf 6.1 shows these under their own names (and cannot name their code); we keep the
+        // name and still look the JIT's map up.
+        "anon-named"
     } else if name == b"[vdso]" {
         "vdso"
     } else if name.starts_with(b"[") || name.is_empty() {
@@ -321,6 +323,7 @@ impl Symbols {
                 format!("/tmp/perf-{}.map", dso.pid),
                 None::<Box<dyn FnOnce() + Send>>,
             ),
+            "anon-named" => (EntryKind::Anon, shown.into_owned(), None),
             "vdso" => {
                 let slot = self.vdso.clone();
                 let c = self.config.clone();
