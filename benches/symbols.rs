@@ -115,7 +115,9 @@ fn agree() {
         if !seen.insert((addr, dso.to_string())) {
             continue;
         }
-        let kernel = addr >= 0xffff_8000_0000_0000;
+        // perf's `[unknown]` dso: no map covers the address (our `dso: None`).
+        let unmapped = dso == "[unknown]";
+        let kernel = addr >= 0xffff_8000_0000_0000 && !unmapped;
         let next = ids.len() as u32;
         let id = *ids.entry(dso.to_string()).or_insert(next);
         let name: Arc<str> = Arc::from(dso);
@@ -124,14 +126,14 @@ fn agree() {
             DsoDesc {
                 name: name.as_bytes(),
                 build_id: None,
-                kernel: kernel || dso.starts_with('['),
+                kernel,
                 pid: u32::MAX,
             },
         );
         let mut out = Vec::new();
         s.resolve(
             &Query {
-                dso: Some(DsoId(id)),
+                dso: (!unmapped).then_some(DsoId(id)),
                 pid: u32::MAX,
                 ip: addr,
                 rel: addr,
