@@ -21,7 +21,10 @@ use perfpipe_stages::machine::DsoId;
 use perfpipe_stages::symbolize::symbols::{DsoDesc, Query, Symbols, SymbolsConfig};
 
 fn main() {
-    let args: Vec<String> = std::env::args().skip(1).filter(|a| a != "--bench").collect();
+    let args: Vec<String> = std::env::args()
+        .skip(1)
+        .filter(|a| a != "--bench")
+        .collect();
     match args.first().map(String::as_str) {
         Some("load") => load(&args[1..]),
         Some("agree") => agree(),
@@ -56,7 +59,10 @@ fn load(files: &[String]) {
         }
         times.sort_by(f64::total_cmp);
         let s = last.expect("ran");
-        let size = std::fs::metadata(f).map(|m| m.len()).unwrap_or(1 << 20).max(1);
+        let size = std::fs::metadata(f)
+            .map(|m| m.len())
+            .unwrap_or(1 << 20)
+            .max(1);
         let kernel = desc(f).kernel;
         let n = 1_000_000u64;
         let base = if kernel { 0xffff_ffff_8100_0000 } else { 0 };

@@ -117,10 +117,7 @@ fn legacy_end(s: &str) -> Option<usize> {
     let mut from = 0;
     while let Some(i) = s[from..].find("17h").map(|i| i + from) {
         let h = i + 3;
-        if b.len() > h + 16
-            && b[h..h + 16].iter().all(u8::is_ascii_hexdigit)
-            && b[h + 16] == b'E'
-        {
+        if b.len() > h + 16 && b[h..h + 16].iter().all(u8::is_ascii_hexdigit) && b[h + 16] == b'E' {
             return Some(h + 17);
         }
         from = i + 1;
@@ -138,12 +135,17 @@ mod tests {
             demangle(b"_ZN2ns1WIlE4spinEl").as_deref(),
             Some("ns::W<long>::spin")
         );
-        assert_eq!(demangle(b"_Z4workRSt6vectorIlSaIlEE").as_deref(), Some("work"));
+        assert_eq!(
+            demangle(b"_Z4workRSt6vectorIlSaIlEE").as_deref(),
+            Some("work")
+        );
         assert_eq!(demangle(b"main"), None);
         // Where cpp_demangle differs from libiberty, perf's output.
         assert_eq!(
-            demangle(b"_ZN4llvm11PassManagerINS_8FunctionENS_15AnalysisManagerIS1_JEEEJEE3runERS1_RS3_")
-                .as_deref(),
+            demangle(
+                b"_ZN4llvm11PassManagerINS_8FunctionENS_15AnalysisManagerIS1_JEEEJEE3runERS1_RS3_"
+            )
+            .as_deref(),
             Some("llvm::PassManager<llvm::Function, llvm::AnalysisManager<llvm::Function>>::run")
         );
         assert_eq!(
@@ -174,7 +176,10 @@ mod tests {
             Some("r::spin")
         );
         assert_eq!(demangle(b"_RNvCs1234_1r4spin").as_deref(), Some("r::spin"));
-        assert_eq!(demangle(b"_RNvCs1234_1r4spin.warm").as_deref(), Some("r::spin"));
+        assert_eq!(
+            demangle(b"_RNvCs1234_1r4spin.warm").as_deref(),
+            Some("r::spin")
+        );
         assert_eq!(
             demangle(b"_ZN4core3ptr57drop_in_place$LT$std..io..error..repr_bitpacked..Repr$GT$17hb014358f923db8dfE")
                 .as_deref(),

@@ -81,7 +81,9 @@ fn info_impl<'d, E: FileHeader<Endian = Endianness>, R: ReadRef<'d>>(data: R) ->
     let sections = f.elf_section_table();
     let has = |t: object::elf::SectionType| {
         sections.iter().any(|s| {
-            s.sh_type(endian) == t && s.sh_size(endian).into() > 0 && s.sh_type(endian) != SHT_NOBITS
+            s.sh_type(endian) == t
+                && s.sh_size(endian).into() > 0
+                && s.sh_type(endian) != SHT_NOBITS
         })
     };
     let loads = f
@@ -148,7 +150,10 @@ fn symbols_impl<'d, E: FileHeader<Endian = Endianness>, R: ReadRef<'d>>(
     for sym in table.symbols() {
         let ty = sym.st_type();
         let shndx = sym.st_shndx(endian);
-        if sym.st_name(endian) == 0 || shndx == SHN_UNDEF || shndx == SHN_ABS || shndx.0 >= SHN_LORESERVE
+        if sym.st_name(endian) == 0
+            || shndx == SHN_UNDEF
+            || shndx == SHN_ABS
+            || shndx.0 >= SHN_LORESERVE
         {
             continue;
         }
@@ -320,7 +325,11 @@ pub(crate) fn candidates(
     let mut out = Vec::new();
     let dir = main.parent().unwrap_or(Path::new("/"));
     let ndir = name.parent().unwrap_or(Path::new("/"));
-    let rel = |p: &Path| p.strip_prefix("/").map(Path::to_path_buf).unwrap_or(p.into());
+    let rel = |p: &Path| {
+        p.strip_prefix("/")
+            .map(Path::to_path_buf)
+            .unwrap_or(p.into())
+    };
     if let Some(link) = debuglink {
         let link = Path::new(std::str::from_utf8(link).unwrap_or(""));
         if !link.as_os_str().is_empty() {
@@ -402,7 +411,10 @@ pub(crate) fn load(
                 continue;
             }
         }
-        let (want_syms, want_rt) = (syms.is_none() && inf.symtab, runtime.is_none() && inf.dynsym);
+        let (want_syms, want_rt) = (
+            syms.is_none() && inf.symtab,
+            runtime.is_none() && inf.dynsym,
+        );
         if want_syms && want_rt {
             // One file is both: keep it as the symbol source, reopen for the runtime role.
             let again = Src::open(&c);

@@ -155,6 +155,8 @@ pub struct Symbols {
     /// Tables by build id (hex) or path: one load per file.
     by_key: Mutex<HashMap<String, Arc<Slot>>>,
     kallsyms: Arc<OnceLock<Table>>,
+    /// A kallsyms load was handed to the pool (so a hundred module MMAPs spawn one job).
+    kallsyms_started: std::sync::atomic::AtomicBool,
     vdso: Arc<Slot>,
     perf_maps: Mutex<HashMap<u32, Arc<OnceLock<Table>>>>,
 }
@@ -266,6 +268,7 @@ impl Symbols {
             dsos: RwLock::default(),
             by_key: Mutex::default(),
             kallsyms: Arc::default(),
+            kallsyms_started: Default::default(),
             vdso,
             perf_maps: Mutex::default(),
         }
@@ -335,7 +338,9 @@ impl Symbols {
             }
             "nofile" => (EntryKind::NoFile, shown.into_owned(), None),
             _ => {
-                let name = PathBuf::from(<std::ffi::OsStr as std::os::unix::ffi::OsStrExt>::from_bytes(dso.name));
+                let name = PathBuf::from(
+                    <std::ffi::OsStr as std::os::unix::ffi::OsStrExt>::from_bytes(dso.name),
+                );
                 let proc_path = Path::new("/proc")
                     .join(dso.pid.to_string())
                     .join("root")
@@ -389,7 +394,11 @@ impl Symbols {
     }
 
     fn kallsyms_job(&self) -> Option<Box<dyn FnOnce() + Send>> {
-        if !self.config.host_kernel || self.kallsyms.get().is_some() {
+        if !self.config.host_kernel
+            || self
+                .kallsyms_started
+                .swap(true, std::sync::atomic::Ordering::Relaxed)
+        {
             return None;
         }
         let k = self.kallsyms.clone();

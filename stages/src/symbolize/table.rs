@@ -321,7 +321,13 @@ pub fn parse_perf_map(text: &[u8]) -> Table {
         let (Some(start), Some(size)) = (parse_hex(start), parse_hex(size)) else {
             continue;
         };
-        b.push(start, size, STB_GLOBAL, 0, name.strip_suffix(b"\r").unwrap_or(name));
+        b.push(
+            start,
+            size,
+            STB_GLOBAL,
+            0,
+            name.strip_suffix(b"\r").unwrap_or(name),
+        );
     }
     b.fixup(false);
     b.finish(Vec::new())

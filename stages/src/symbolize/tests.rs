@@ -75,16 +75,30 @@ ffffffffc0010000 t ext4_map_blocks\t[ext4]
 #[test]
 fn kallsyms_as_perf_reads_it() {
     let t = parse_kallsyms(KALLSYMS.as_bytes());
-    let hit = |a: u64| t.find(a).map(|h| (h.name.to_string(), t.modules[h.module as usize].to_string(), a - h.start));
+    let hit = |a: u64| {
+        t.find(a).map(|h| {
+            (
+                h.name.to_string(),
+                t.modules[h.module as usize].to_string(),
+                a - h.start,
+            )
+        })
+    };
     // Equal starts: same binding and underscores, the longer name.
-    assert_eq!(hit(0xffffffff81000010), Some(("startup_64".into(), "[kernel.kallsyms]".into(), 0x10)));
+    assert_eq!(
+        hit(0xffffffff81000010),
+        Some(("startup_64".into(), "[kernel.kallsyms]".into(), 0x10))
+    );
     // `r` and `A` are not kept: secondary_startup runs to do_syscall_64.
     assert_eq!(hit(0xffffffff81000250).unwrap().0, "secondary_startup");
     assert_eq!(hit(0xffffffff81000305).unwrap().0, "do_syscall_64");
     // The last core symbol before the modules ends a page on, not at the first module.
     assert_eq!(hit(0xffffffff81001fff).unwrap().0, "some_data");
     assert_eq!(hit(0xffffffff81002000), None);
-    assert_eq!(hit(0xffffffffc0000104), Some(("xfs_iread".into(), "[xfs]".into(), 4)));
+    assert_eq!(
+        hit(0xffffffffc0000104),
+        Some(("xfs_iread".into(), "[xfs]".into(), 4))
+    );
     assert_eq!(hit(0xffffffffc0010001).unwrap().1, "[ext4]");
     // An unprivileged read (all zero) gives nothing.
     assert!(parse_kallsyms(b"0000000000000000 T _stext\n").is_empty());
@@ -110,26 +124,50 @@ fn kernel_frames_from_kallsyms_or_unknown() {
     s.resolve(&q, &mut out);
     assert_eq!(out.len(), 1);
     assert_eq!(out[0].name.as_deref(), Some("xfs_iread"));
-    assert_eq!((&*out[0].dso, out[0].offset, out[0].kind), ("[xfs]", 1, FrameKind::Kernel));
+    assert_eq!(
+        (&*out[0].dso, out[0].offset, out[0].kind),
+        ("[xfs]", 1, FrameKind::Kernel)
+    );
     // Not this host's kernel: no name, [kernel.kallsyms].
-    let s = Symbols::new(SymbolsConfig { host_kernel: false, ..config }, None);
+    let s = Symbols::new(
+        SymbolsConfig {
+            host_kernel: false,
+            ..config
+        },
+        None,
+    );
     out.clear();
     s.resolve(&q, &mut out);
-    assert_eq!((out[0].name.clone(), &*out[0].dso), (None, "[kernel.kallsyms]"));
+    assert_eq!(
+        (out[0].name.clone(), &*out[0].dso),
+        (None, "[kernel.kallsyms]")
+    );
     assert_eq!(s.counters().unresolved.get(), 1);
-    assert_eq!(kernel_dso_name(b"/lib/modules/6.1.0/kernel/fs/xfs/xfs-mod.ko.xz"), "[xfs_mod]");
+    assert_eq!(
+        kernel_dso_name(b"/lib/modules/6.1.0/kernel/fs/xfs/xfs-mod.ko.xz"),
+        "[xfs_mod]"
+    );
 }
 
 #[test]
 fn jit_frames_from_perf_map() {
-    let t = parse_perf_map(b"7f0000001000 40 LazyCompile:~foo bar.js:1\n0x7f0000002000 0x10 stub\nbad line\n");
-    assert_eq!(&*t.find(0x7f000000103f).unwrap().name, "LazyCompile:~foo bar.js:1");
+    let t = parse_perf_map(
+        b"7f0000001000 40 LazyCompile:~foo bar.js:1\n0x7f0000002000 0x10 stub\nbad line\n",
+    );
+    assert_eq!(
+        &*t.find(0x7f000000103f).unwrap().name,
+        "LazyCompile:~foo bar.js:1"
+    );
     assert!(t.find(0x7f0000001040).is_none());
     assert_eq!(&*t.find(0x7f0000002008).unwrap().name, "stub");
 
     let dir = tempfile::tempdir().unwrap();
     let pid = 999_999_999;
-    std::fs::write(dir.path().join(format!("perf-{pid}.map")), "1000 100 jitted_fn\n").unwrap();
+    std::fs::write(
+        dir.path().join(format!("perf-{pid}.map")),
+        "1000 100 jitted_fn\n",
+    )
+    .unwrap();
     let s = Symbols::new(
         SymbolsConfig {
             perf_map_dir: dir.path().into(),
@@ -137,7 +175,10 @@ fn jit_frames_from_perf_map() {
         },
         None,
     );
-    for (i, name) in [&b"//anon"[..], b"[anon:v8]", b"/memfd:jit (deleted)"].iter().enumerate() {
+    for (i, name) in [&b"//anon"[..], b"[anon:v8]", b"/memfd:jit (deleted)"]
+        .iter()
+        .enumerate()
+    {
         s.prefetch(
             DsoId(i as u32),
             DsoDesc {
@@ -190,7 +231,10 @@ fn vdso_from_this_process() {
             names.insert(n.to_string());
         }
     }
-    assert!(names.iter().any(|n| n.contains("clock_gettime")), "{names:?}");
+    assert!(
+        names.iter().any(|n| n.contains("clock_gettime")),
+        "{names:?}"
+    );
 }
 
 /// Compiles `src` (C, or C++ when `cxx`) with `args` into `dir/name`.
@@ -210,8 +254,9 @@ fn compile(dir: &Path, name: &str, src: &str, cxx: bool, args: &[&str]) -> PathB
     out
 }
 
-fn run(cmd: &str, args: &[&std::ffi::OsStr]) {
-    let st = Command::new(cmd).args(args).status().unwrap();
+fn run(cmd: &str, args: &[&dyn AsRef<std::ffi::OsStr>]) {
+    let args: Vec<&std::ffi::OsStr> = args.iter().map(|a| a.as_ref()).collect();
+    let st = Command::new(cmd).args(&args).status().unwrap();
     assert!(st.success(), "{cmd} {args:?}");
 }
 
@@ -272,11 +317,23 @@ fn elf_symbols_aliases_zero_size_and_plt() {
     assert_eq!((r.name.as_deref(), r.offset), (Some("strong_f"), 3));
     assert_eq!(*r.dso, *bin.to_string_lossy());
     let zs = offset_of(&bin, "zs_func");
-    assert_eq!(resolve_in(&s, 0, &bin, zs + 3).name.as_deref(), Some("zs_func"));
-    assert_eq!(resolve_in(&s, 0, &bin, zs + 4).name.as_deref(), Some("zs_func"));
-    assert_eq!(resolve_in(&s, 0, &bin, zs + 5).name.as_deref(), Some("after_zs"));
+    assert_eq!(
+        resolve_in(&s, 0, &bin, zs + 3).name.as_deref(),
+        Some("zs_func")
+    );
+    assert_eq!(
+        resolve_in(&s, 0, &bin, zs + 4).name.as_deref(),
+        Some("zs_func")
+    );
+    assert_eq!(
+        resolve_in(&s, 0, &bin, zs + 5).name.as_deref(),
+        Some("after_zs")
+    );
     let hs = offset_of(&bin, "hidden_static");
-    assert_eq!(resolve_in(&s, 0, &bin, hs).name.as_deref(), Some("hidden_static"));
+    assert_eq!(
+        resolve_in(&s, 0, &bin, hs).name.as_deref(),
+        Some("hidden_static")
+    );
     // PLT: the entries of .rela.plt after the .plt header, named name@plt.
     let data = std::fs::read(&bin).unwrap();
     let obj = object::File::parse(&data[..]).unwrap();
@@ -307,7 +364,10 @@ fn cpp_names_demangled_as_perf_prints() {
     let bin = compile(dir.path(), "cpp", src, true, &["-O1"]);
     let off = offset_of(&bin, "_ZN2ns1WIlE4spinEl");
     let s = Symbols::new(SymbolsConfig::default(), None);
-    assert_eq!(resolve_in(&s, 0, &bin, off + 1).name.as_deref(), Some("ns::W<long>::spin"));
+    assert_eq!(
+        resolve_in(&s, 0, &bin, off + 1).name.as_deref(),
+        Some("ns::W<long>::spin")
+    );
     let raw = Symbols::new(
         SymbolsConfig {
             demangle: false,
@@ -315,7 +375,10 @@ fn cpp_names_demangled_as_perf_prints() {
         },
         None,
     );
-    assert_eq!(resolve_in(&raw, 0, &bin, off).name.as_deref(), Some("_ZN2ns1WIlE4spinEl"));
+    assert_eq!(
+        resolve_in(&raw, 0, &bin, off).name.as_deref(),
+        Some("_ZN2ns1WIlE4spinEl")
+    );
 }
 
 #[test]
@@ -325,19 +388,26 @@ fn debuglink_build_id_and_minidebuginfo() {
     let d = dir.path();
     let bin = compile(d, "prog", PROG, false, &["-O1", "-g", "-Wl,--build-id"]);
     let hs = offset_of(&bin, "hidden_static");
-    let os = |p: &Path| p.as_os_str().to_owned();
     // Debug file next to a stripped binary, by .gnu_debuglink.
     let dbg = d.join("prog.debug");
-    run("objcopy", &[&"--only-keep-debug".as_ref(), &os(&bin), &os(&dbg)]);
+    run("objcopy", &[&"--only-keep-debug", &bin, &dbg]);
     let linked = d.join("linked");
-    run("strip", &[&"--strip-all".as_ref(), &os(&bin), &"-o".as_ref(), &os(&linked)]);
-    run("objcopy", &[&format!("--add-gnu-debuglink={}", dbg.display()).as_ref(), &os(&linked)]);
+    run("strip", &[&"--strip-all", &bin, &"-o", &linked]);
+    run(
+        "objcopy",
+        &[&format!("--add-gnu-debuglink={}", dbg.display()), &linked],
+    );
     // The same stripped binary with no link: found by build id in a debug dir.
     let plain = d.join("plain");
-    run("strip", &[&"--strip-all".as_ref(), &os(&bin), &"-o".as_ref(), &os(&plain)]);
+    run("strip", &[&"--strip-all", &bin, &"-o", &plain]);
     let bid = {
         let data = std::fs::read(&bin).unwrap();
-        object::File::parse(&data[..]).unwrap().build_id().unwrap().unwrap().to_vec()
+        object::File::parse(&data[..])
+            .unwrap()
+            .build_id()
+            .unwrap()
+            .unwrap()
+            .to_vec()
     };
     let hex: String = bid.iter().map(|b| format!("{b:02x}")).collect();
     let bdir = d.join("debug/.build-id").join(&hex[..2]);
@@ -345,13 +415,16 @@ fn debuglink_build_id_and_minidebuginfo() {
     std::fs::copy(&dbg, bdir.join(format!("{}.debug", &hex[2..]))).unwrap();
     // MiniDebugInfo: the symtab, xz'd, in .gnu_debugdata of a stripped copy.
     let mini = d.join("mini");
-    run("strip", &[&"--strip-debug".as_ref(), &os(&bin), &"-o".as_ref(), &os(&mini)]);
-    run("xz", &[&"--check=crc32".as_ref(), &"-k".as_ref(), &os(&mini)]);
+    run("strip", &[&"--strip-debug", &bin, &"-o", &mini]);
+    run("xz", &[&"--check=crc32", &"-k", &mini]);
     let with_mini = d.join("with_mini");
-    run("strip", &[&"--strip-all".as_ref(), &os(&bin), &"-o".as_ref(), &os(&with_mini)]);
+    run("strip", &[&"--strip-all", &bin, &"-o", &with_mini]);
     run(
         "objcopy",
-        &[&format!("--add-section=.gnu_debugdata={}.xz", mini.display()).as_ref(), &os(&with_mini)],
+        &[
+            &format!("--add-section=.gnu_debugdata={}.xz", mini.display()),
+            &with_mini,
+        ],
     );
 
     let config = SymbolsConfig {
@@ -382,7 +455,10 @@ fn debuglink_build_id_and_minidebuginfo() {
         },
         None,
     );
-    assert_ne!(resolve_in(&s, 0, &with_mini, hs + 1).name.as_deref(), Some("hidden_static"));
+    assert_ne!(
+        resolve_in(&s, 0, &with_mini, hs + 1).name.as_deref(),
+        Some("hidden_static")
+    );
 }
 
 #[test]
@@ -421,7 +497,10 @@ fn inlined_frames_from_dwarf() {
         }
         assert!(!last.inlined);
         if out.len() == 2 {
-            assert_eq!((out[0].name.as_deref(), out[0].inlined), (Some("inl_add"), true));
+            assert_eq!(
+                (out[0].name.as_deref(), out[0].inlined),
+                (Some("inl_add"), true)
+            );
             assert_eq!(out[0].offset, rel - off);
             found = true;
         }
@@ -450,9 +529,15 @@ fn garbage_elf_never_panics() {
                     data[i] = (seed >> 32) as u8;
                 }
             }
-            _ => data = (0..4096u32).map(|i| (i.wrapping_mul(seed as u32) >> 3) as u8).collect(),
+            _ => {
+                data = (0..4096u32)
+                    .map(|i| (i.wrapping_mul(seed as u32) >> 3) as u8)
+                    .collect()
+            }
         }
-        seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        seed = seed
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
         if case == 2 {
             data[..4].copy_from_slice(b"\x7fELF");
         }
@@ -473,7 +558,12 @@ fn garbage_elf_never_panics() {
 
 #[test]
 fn loads_once_on_the_pool_and_lookups_wait() {
-    let pool = Arc::new(rayon::ThreadPoolBuilder::new().num_threads(2).build().unwrap());
+    let pool = Arc::new(
+        rayon::ThreadPoolBuilder::new()
+            .num_threads(2)
+            .build()
+            .unwrap(),
+    );
     let s = Arc::new(Symbols::new(SymbolsConfig::default(), Some(pool)));
     let me = std::env::current_exe().unwrap();
     // Two ids, one file: one load.
