@@ -114,8 +114,8 @@ impl Need {
             Need::Script => runs("script", &["--version"]),
             Need::Go => runs("go", &["version"]),
             Need::Duckdb => runs("python3", &["-c", "import duckdb"]),
-            Need::Inferno => runs("inferno-collapse-perf", &["--version"])
-                .and_then(|()| runs("inferno-flamegraph", &["--version"])),
+            Need::Inferno => runs("inferno-collapse-perf", &["--help"])
+                .and_then(|()| runs("inferno-flamegraph", &["--help"])),
             Need::Chromium => runs("chromium", &["--version"]),
             Need::Mount => {
                 let at = std::env::temp_dir().to_string_lossy().into_owned();
