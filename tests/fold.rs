@@ -141,11 +141,14 @@ pipetest!(needs(perf, cc, inferno) stack_pid_like_inferno_pid, |dir| {
     check(&dir, "stack_pid", &rec, &["--stack-pid"], &["-F", "+pid"], &["--pid"]);
 });
 
+/// An option pair: name, our flags, perf script's, inferno-collapse-perf's.
+type Case<'a> = (&'a str, &'a [&'a str], &'a [&'a str], &'a [&'a str]);
+
 pipetest!(needs(perf, cc, inferno) options_like_inferno_options, |dir| {
     // The Rust workload's three named threads, kernel frames under them.
     let w = workloads::rust(&dir);
     let rec = w.record(&[]);
-    let cases: [(&str, &[&str], &[&str], &[&str]); 4] = [
+    let cases: [Case<'_>; 4] = [
         ("stack_tid", &["--stack-tid"], &["-F", "+pid"], &["--tid"]),
         ("annotate", &["--annotate"], &[], &["--all"]),
         ("addrs", &["--addrs"], &[], &["--addrs"]),
