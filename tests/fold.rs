@@ -134,6 +134,15 @@ pipetest!(needs(perf, cc, inferno) inline_frames_like_perf_script_inline, |dir| 
     check(&dir, "inline", &rec, &["--inline"], &["--inline"], &[]);
 });
 
+pipetest!(needs(perf, cc, inferno) inline_frames_of_a_dwarf_recording, |dir| {
+    // perf 6.1 adds inlined frames only to callchains it unwinds from DWARF (never to
+    // frame-pointer ones, where `--inline` changes nothing): the recording that shows them.
+    let w = workloads::cpp_templates(&dir);
+    let args = ["-e", "cpu-clock", "-F", "2000", "--call-graph", "dwarf,16384"];
+    let rec = perf_record(&args, &[w.exe.to_str().unwrap(), "300"]);
+    check(&dir, "inline_dwarf", &rec, &["--inline"], &["--inline"], &[]);
+});
+
 pipetest!(needs(perf, cc, inferno) stack_pid_like_inferno_pid, |dir| {
     // Three processes of one comm: only the pid tells their stacks apart.
     let w = workloads::frame_pointer_c(&dir);
