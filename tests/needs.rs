@@ -38,11 +38,16 @@ pub enum Need {
     Go,
     /// DuckDB's Python package (PyPI `duckdb`), to query our Parquet output.
     Duckdb,
+    /// inferno's `inferno-collapse-perf` and `inferno-flamegraph`, the folded-stack oracle
+    /// (`cargo install inferno --locked`).
+    Inferno,
+    /// Debian's `chromium`, a headless browser that renders our flame graphs.
+    Chromium,
 }
 
 impl Need {
     /// Every need, for the cfgs a build script declares.
-    pub const ALL: [Need; 7] = [
+    pub const ALL: [Need; 9] = [
         Need::Perf,
         Need::Cc,
         Need::Mount,
@@ -50,6 +55,8 @@ impl Need {
         Need::Script,
         Need::Go,
         Need::Duckdb,
+        Need::Inferno,
+        Need::Chromium,
     ];
 
     /// The cfg a build script sets when this need is missing and `CI` is not set.
@@ -62,6 +69,8 @@ impl Need {
             Need::Script => "skip_script",
             Need::Go => "skip_go",
             Need::Duckdb => "skip_duckdb",
+            Need::Inferno => "skip_inferno",
+            Need::Chromium => "skip_chromium",
         }
     }
 
@@ -75,6 +84,10 @@ impl Need {
             Need::Script => "util-linux `script` (a pseudo-terminal)",
             Need::Go => "the Go toolchain (`go tool pprof`; Debian golang-go)",
             Need::Duckdb => "DuckDB for Python (`python3 -c 'import duckdb'`; PyPI duckdb)",
+            Need::Inferno => {
+                "inferno-collapse-perf and inferno-flamegraph (`cargo install inferno --locked`)"
+            }
+            Need::Chromium => "a headless browser (`chromium --version` runs; Debian chromium)",
         }
     }
 
@@ -87,6 +100,8 @@ impl Need {
             Need::Script => &["script"],
             Need::Go => &["go"],
             Need::Duckdb => &["python3"],
+            Need::Inferno => &["inferno-collapse-perf", "inferno-flamegraph"],
+            Need::Chromium => &["chromium"],
         }
     }
 
@@ -99,6 +114,9 @@ impl Need {
             Need::Script => runs("script", &["--version"]),
             Need::Go => runs("go", &["version"]),
             Need::Duckdb => runs("python3", &["-c", "import duckdb"]),
+            Need::Inferno => runs("inferno-collapse-perf", &["--help"])
+                .and_then(|()| runs("inferno-flamegraph", &["--help"])),
+            Need::Chromium => runs("chromium", &["--version"]),
             Need::Mount => {
                 let at = std::env::temp_dir().to_string_lossy().into_owned();
                 let args = [

@@ -17,6 +17,9 @@
 //! - `record`: `perfpipe record` (native capture) against `perf record`: counts, symbols, forks, tiny rings, lost events, overwrite dumps.
 //! - `ring`: the flight recorder: newest window, side-band, SIGUSR2 dumps, bounded memory over 1 GiB.
 //! - `profile`: folded stacks and flame graphs: stack shapes against `perf script`, pipe = file, `-z`, SIGUSR2 snapshots.
+//! - `fold`: folded stacks and flame graphs of live C, C++, Rust, kernel-heavy, `-a` and `-z`
+//!   recordings against `perf script | inferno-collapse-perf` (≥ 99.9 % of the weight), and the SVG
+//!   rendered by headless Chromium; `oracle` holds the comparison, `workloads` the programs.
 //! - `memory`: RSS stays under the stated bound behind a throttled reader; a stalled producer costs no CPU.
 
 #[macro_use]
@@ -32,8 +35,10 @@ mod ends;
 mod fields;
 mod filemode;
 mod filter;
+mod fold;
 mod malformed;
 mod memory;
+pub mod oracle;
 mod passthrough;
 mod profile;
 mod record;
@@ -41,3 +46,4 @@ mod regression;
 mod ring;
 mod skipping;
 mod stats;
+mod workloads;

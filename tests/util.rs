@@ -28,8 +28,9 @@ macro_rules! eqnice {
 }
 
 /// Declares a test that gets a fresh [`Dir`]. `pipetest!(needs(perf) name, |dir| ..)` declares
-/// one that needs perf (or `needs(perf, cc)`, `needs(perf, tracefs)`): ignored with the reason
-/// when the build found it missing, else it [`require`]s it first (see `needs`).
+/// one that needs perf (or `needs(perf, cc)`, `needs(perf, tracefs)`, `needs(perf, cc, inferno)`,
+/// …): ignored with the reason when the build found it missing, else it [`require`]s it first
+/// (see `needs`).
 #[macro_export]
 macro_rules! pipetest {
     (needs(perf) $($rest:tt)*) => {
@@ -51,6 +52,21 @@ macro_rules! pipetest {
         $crate::pipetest!(@needs
             [#[cfg_attr(any(skip_perf, skip_duckdb), ignore = "needs perf and duckdb (missing at build time)")]]
             [Perf, Duckdb] $($rest)*);
+    };
+    (needs(perf, inferno) $($rest:tt)*) => {
+        $crate::pipetest!(@needs
+            [#[cfg_attr(any(skip_perf, skip_inferno), ignore = "needs perf and inferno (missing at build time)")]]
+            [Perf, Inferno] $($rest)*);
+    };
+    (needs(perf, cc, inferno) $($rest:tt)*) => {
+        $crate::pipetest!(@needs
+            [#[cfg_attr(any(skip_perf, skip_cc, skip_inferno), ignore = "needs perf, cc and inferno (missing at build time)")]]
+            [Perf, Cc, Inferno] $($rest)*);
+    };
+    (needs(perf, cc, chromium) $($rest:tt)*) => {
+        $crate::pipetest!(@needs
+            [#[cfg_attr(any(skip_perf, skip_cc, skip_chromium), ignore = "needs perf, cc and chromium (missing at build time)")]]
+            [Perf, Cc, Chromium] $($rest)*);
     };
     (needs(perf, tracefs) $($rest:tt)*) => {
         $crate::pipetest!(@needs

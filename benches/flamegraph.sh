@@ -1,0 +1,154 @@
+#!/usr/bin/env bash
+# Folded stacks and flame graphs: perfpipe against perf script | inferno on a large -g recording.
+#
+# Times, alternating for BENCH_ROUNDS rounds (the starting command rotates):
+#   perfpipe folded   cat rec | $PERFPIPE -o out.folded
+#   perf folded       perf script -i rec | inferno-collapse-perf > out.folded
+#   perfpipe svg      cat rec | $PERFPIPE -o flame.svg
+#   perf svg          perf script -i rec | inferno-collapse-perf | inferno-flamegraph > flame.svg
+# measuring the whole pipeline's wall time and the peak RSS (and user/sys) of its first heavy
+# process (perfpipe, or perf script), and prints medians, the ratios perf / perfpipe, and how
+# much of the folded weight agrees. See benches/README.md for the environment variables.
+set -euo pipefail
+
+script_dir=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+repo_root=$(cd "$script_dir/.." && pwd)
+
+bench_dir=/tmp/perfpipe-bench
+INPUT=${PERFPIPE_BENCH_INPUT:-$bench_dir/rec.pipe}
+BENCH_OUT=${BENCH_OUT:-$bench_dir/flamegraph.tsv}
+BENCH_ROUNDS=${BENCH_ROUNDS:-3}
+PERF=${PERF:-perf}
+PERFPIPE=${PERFPIPE:-$repo_root/target/release/perfpipe}
+PERFPIPE_ARGS=${PERFPIPE_ARGS:-}
+COLLAPSE=${INFERNO_COLLAPSE:-inferno-collapse-perf}
+FLAMEGRAPH=${INFERNO_FLAMEGRAPH:-inferno-flamegraph}
+BENCH_MIN_MB=${BENCH_MIN_MB:-400}                 # MiB
+BENCH_WORKLOAD_LOOPS=${BENCH_WORKLOAD_LOOPS:-15}  # starting value, grown if too small
+
+die() { echo "flamegraph.sh: $*" >&2; exit 1; }
+log() { echo "# $*" >&2; }
+
+[[ $BENCH_ROUNDS =~ ^[1-9][0-9]*$ ]] || die "BENCH_ROUNDS must be a positive integer"
+for tool in "$PERF" "$COLLAPSE" "$FLAMEGRAPH"; do
+    command -v "$tool" >/dev/null || die "$tool not found (inferno: cargo install inferno --locked)"
+done
+if [[ $PERFPIPE == */* ]]; then
+    [[ -x $PERFPIPE ]] || die "perfpipe binary not found: $PERFPIPE (cargo build --release, or set PERFPIPE=...)"
+else
+    command -v "$PERFPIPE" >/dev/null || die "PERFPIPE=$PERFPIPE not found in PATH"
+fi
+[[ -x /usr/bin/time ]] && /usr/bin/time -f '%e' -o /dev/null true 2>/dev/null ||
+    die "needs GNU time (apt-get install time)"
+
+# ---------------------------------------------------------------------------
+# 1. Input recording (only if missing): the same one benches/passthrough.sh uses
+# ---------------------------------------------------------------------------
+record_input() {
+    local min_bytes=$((BENCH_MIN_MB * 1024 * 1024))
+    local loops=$BENCH_WORKLOAD_LOOPS size tmp
+    mkdir -p "$(dirname "$INPUT")"
+    tmp="$INPUT.tmp.$$"
+    trap 'rm -f "$tmp"' EXIT
+    while :; do
+        log "recording $INPUT (workload loops=$loops, need >= $BENCH_MIN_MB MiB); takes minutes"
+        BENCH_WORKLOAD_LOOPS=$loops \
+            "$PERF" record -e cpu-clock -c 20000 -g -o - -- "$script_dir/workload.sh" >"$tmp"
+        size=$(stat -c %s "$tmp")
+        log "recorded $size bytes ($((size / 1024 / 1024)) MiB)"
+        ((size >= min_bytes)) && break
+        loops=$(( (loops * min_bytes * 115 / 100 + size - 1) / size ))
+        log "too small; re-recording with loops=$loops"
+    done
+    mv -f "$tmp" "$INPUT"
+    trap - EXIT
+    {
+        echo "command: BENCH_WORKLOAD_LOOPS=$loops $PERF record -e cpu-clock -c 20000 -g -o - -- benches/workload.sh > $INPUT"
+        echo "perf: $("$PERF" --version)"
+        echo "kernel: $(uname -r)"
+        echo "date: $(date -u +%FT%TZ)"
+        echo "bytes: $size"
+    } >"$INPUT.info"
+}
+[[ -s $INPUT ]] || record_input
+input_size=$(stat -c %s "$INPUT")
+echo "input: $INPUT ($input_size bytes, $(awk -v b="$input_size" 'BEGIN{printf "%.1f", b/1048576}') MiB)"
+
+# ---------------------------------------------------------------------------
+# 2. The commands: each a pipeline whose first heavy process runs under $T (GNU time)
+# ---------------------------------------------------------------------------
+workdir=$(mktemp -d)
+trap 'rm -rf "$workdir"' EXIT
+T="/usr/bin/time -f %e_%U_%S_%M -o $workdir/t"
+names=("perfpipe folded" "perf folded" "perfpipe svg" "perf svg")
+cmds=(
+    "cat '$INPUT' | $T '$PERFPIPE' $PERFPIPE_ARGS -o '$workdir/ours.folded'"
+    "$T '$PERF' script -i '$INPUT' 2>/dev/null | '$COLLAPSE' > '$workdir/theirs.folded'"
+    "cat '$INPUT' | $T '$PERFPIPE' $PERFPIPE_ARGS -o '$workdir/ours.svg'"
+    "$T '$PERF' script -i '$INPUT' 2>/dev/null | '$COLLAPSE' | '$FLAMEGRAPH' > '$workdir/theirs.svg'"
+)
+ncmd=${#names[@]}
+
+mkdir -p "$(dirname "$BENCH_OUT")"
+runs_out="${BENCH_OUT%.tsv}.runs.tsv"
+printf 'round\tname\tcommand\tpipeline_wall_s\twall_s\tuser_s\tsys_s\tmaxrss_kb\tstatus\n' >"$runs_out"
+cat "$INPUT" >/dev/null # page cache
+
+# run_one IDX: prints "pipeline_wall wall user sys rss_kb status"
+run_one() {
+    local i=$1 t0 t1 st=ok vals
+    rm -f "$workdir/t"
+    t0=$(date +%s%N)
+    bash -o pipefail -c "${cmds[$i]}" 2>"$workdir/err" || st=fail
+    t1=$(date +%s%N)
+    vals=$(tr '_' ' ' <"$workdir/t" 2>/dev/null | grep -E '^[0-9.]+ [0-9.]+ [0-9.]+ [0-9]+$' | tail -n1 || true)
+    [[ -n $vals ]] || vals="NA NA NA NA"
+    [[ $st == ok ]] || log "'${names[$i]}' failed: $(tail -n3 "$workdir/err" | tr '\n' ' ')"
+    echo "$(awk -v a="$t0" -v b="$t1" 'BEGIN{printf "%.3f", (b-a)/1e9}') $vals $st"
+}
+
+for ((r = 1; r <= BENCH_ROUNDS; r++)); do
+    for ((k = 0; k < ncmd; k++)); do
+        i=$(( (k + r - 1) % ncmd ))
+        read -r pw wall user sys rss st < <(run_one "$i")
+        printf '%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$r" "${names[$i]}" "${cmds[$i]}" \
+            "$pw" "$wall" "$user" "$sys" "$rss" "$st" >>"$runs_out"
+        log "round $r/$BENCH_ROUNDS  $(printf '%-16s' "${names[$i]}") pipeline ${pw}s (first process: wall ${wall}s user ${user}s sys ${sys}s rss ${rss}KB)  $st"
+    done
+done
+
+# ---------------------------------------------------------------------------
+# 3. Summary
+# ---------------------------------------------------------------------------
+median() { sort -g | awk '{a[NR]=$1} END{if(NR==0){print "NA"} else if(NR%2){print a[(NR+1)/2]} else {printf "%.3f\n",(a[NR/2]+a[NR/2+1])/2}}'; }
+col() { awk -F'\t' -v n="$1" -v f="$2" 'NR>1 && $2==n && $9=="ok" && $f!="NA"{print $f}' "$runs_out"; }
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN{ if (a=="NA"||b=="NA"||b==0) print "NA"; else printf "%.1f", a/b }'; }
+
+declare -A pw rss
+printf 'name\truns_ok\tmedian_pipeline_wall_s\tmedian_user_s\tmedian_sys_s\tmedian_maxrss_mb\n' >"$BENCH_OUT"
+echo
+echo "rounds: $BENCH_ROUNDS   input: $input_size bytes   machine: $(nproc) CPU, $(uname -r), $("$PERF" --version)"
+echo "(pipe_s: wall time of the whole pipeline; user/sys/RSS: of its first process, perfpipe or perf script)"
+printf '%-16s %5s %9s %8s %8s %9s\n' command ok pipe_s user_s sys_s rss_MB
+for n in "${names[@]}"; do
+    ok=$(col "$n" 4 | wc -l)
+    pw[$n]=$(col "$n" 4 | median)
+    u=$(col "$n" 6 | median); s=$(col "$n" 7 | median)
+    rss[$n]=$(col "$n" 8 | median | awk '{ if ($1=="NA") print "NA"; else printf "%.1f", $1/1024 }')
+    printf '%s\t%s\t%s\t%s\t%s\t%s\n' "$n" "$ok" "${pw[$n]}" "$u" "$s" "${rss[$n]}" >>"$BENCH_OUT"
+    printf '%-16s %5s %9s %8s %8s %9s\n' "$n" "$ok/$BENCH_ROUNDS" "${pw[$n]}" "$u" "$s" "${rss[$n]}"
+done
+echo
+echo "folded: perf script | inferno-collapse-perf / perfpipe (wall): $(ratio "${pw[perf folded]}" "${pw[perfpipe folded]}")x   (issue 16 target: >= 20x)"
+echo "svg:    perf script | collapse | flamegraph / perfpipe (wall): $(ratio "${pw[perf svg]}" "${pw[perfpipe svg]}")x"
+echo "perfpipe peak RSS: folded ${rss[perfpipe folded]} MB, svg ${rss[perfpipe svg]} MB   (target: <= 256 MB)"
+if [[ -s $workdir/ours.folded && -s $workdir/theirs.folded ]]; then
+    # The weight of the stacks both count the same, over the larger total (tests/oracle.rs).
+    awk 'FNR==NR { i=match($0, / [0-9]+$/); t[substr($0,1,i-1)]=substr($0,i+1); tt+=substr($0,i+1); next }
+         { i=match($0, / [0-9]+$/); s=substr($0,1,i-1); c=substr($0,i+1); to+=c; if (t[s]==c) a+=c }
+         END { m = to > tt ? to : tt; printf "folded agreement with the oracle: %.3f%% of the weight (ours %.0f, oracle %.0f)\n", m ? 100*a/m : 100, to, tt }' \
+        "$workdir/theirs.folded" "$workdir/ours.folded"
+fi
+echo "results: $BENCH_OUT (summary), $runs_out (per run)"
+nfail=$(awk -F'\t' 'NR>1 && $9!="ok"' "$runs_out" | wc -l)
+((nfail == 0)) || { echo "FAILED runs: $nfail (see $runs_out)"; exit 1; }

@@ -1,0 +1,284 @@
+//! Folded stacks and flame graphs against their oracles on live recordings (issue 16): for each
+//! workload, `perfpipe -i rec -o out.folded` (and the same from a pipe) against
+//! `perf script -i rec | inferno-collapse-perf`, at least 99.9 % of the weight agreeing, with the
+//! option pairs (`--inline`/`perf script --inline`, `--stack-pid`/`-F +pid … --pid`, …); and the
+//! flame graph rendered by headless Chromium. Every comparison prints its differences (see
+//! `oracle`); `PERFPIPE_KEEP=DIR` keeps each test's recording, perf script output and both
+//! folded outputs in `DIR/<test>/`.
+
+use std::process::Command;
+
+use crate::oracle::{assert_agrees, collapse, compare};
+use crate::util::*;
+use crate::workloads::{self, Workload};
+
+/// Keeps `files` in `$PERFPIPE_KEEP/<test>/` when that is set, for a look after the run.
+fn keep(test: &str, files: &[(&str, &[u8])]) {
+    let Some(root) = std::env::var_os("PERFPIPE_KEEP") else {
+        return;
+    };
+    let at = std::path::Path::new(&root).join(test);
+    std::fs::create_dir_all(&at).unwrap();
+    for (name, bytes) in files {
+        std::fs::write(at.join(name), bytes).unwrap();
+    }
+}
+
+/// Our folded stacks of `rec` with `args`, from `-i FILE` and from standard input, which must be
+/// the same.
+fn ours(dir: &Dir, rec: &[u8], args: &[&str]) -> String {
+    let file = dir.write("rec.data", rec);
+    let out = dir.path("out.folded");
+    let mut all = vec!["-i", file.to_str().unwrap(), "-o", out.to_str().unwrap()];
+    all.extend_from_slice(args);
+    let r = perfpipe(&all, b"");
+    assert!(
+        r.status.success(),
+        "perfpipe {all:?}: {}",
+        String::from_utf8_lossy(&r.stderr)
+    );
+    let from_file = std::fs::read_to_string(&out).unwrap();
+    let mut piped = vec!["--folded"];
+    piped.extend_from_slice(args);
+    let r = perfpipe(&piped, rec);
+    assert!(
+        r.status.success(),
+        "perfpipe {piped:?} < rec: {}",
+        String::from_utf8_lossy(&r.stderr)
+    );
+    let from_pipe = String::from_utf8(r.stdout).unwrap();
+    assert!(
+        from_file == from_pipe,
+        "-i FILE and standard input fold differently:\n{}",
+        compare(&from_pipe, &from_file)
+    );
+    from_file
+}
+
+/// The oracle: `perf script SCRIPT_ARGS -i - < rec | inferno-collapse-perf COLLAPSE_ARGS`, and
+/// the perf script output it came from.
+fn oracle(rec: &[u8], script_args: &[&str], collapse_args: &[&str]) -> (String, String) {
+    let mut args = vec!["script"];
+    args.extend_from_slice(script_args);
+    let script = perf_on(&args, rec);
+    (collapse(&script, collapse_args), script)
+}
+
+/// Folds `rec` both ways and asserts they agree (`test` names what is compared and kept).
+fn check(
+    dir: &Dir,
+    test: &str,
+    rec: &[u8],
+    ours_args: &[&str],
+    script_args: &[&str],
+    collapse_args: &[&str],
+) {
+    let (theirs, script) = oracle(rec, script_args, collapse_args);
+    let folded = ours(dir, rec, ours_args);
+    keep(
+        test,
+        &[
+            ("rec.data", rec),
+            ("perf.script", script.as_bytes()),
+            ("ours.folded", folded.as_bytes()),
+            ("oracle.folded", theirs.as_bytes()),
+        ],
+    );
+    let what = format!(
+        "{test}: perfpipe {ours_args:?} vs perf script {script_args:?} | inferno-collapse-perf \
+         {collapse_args:?}"
+    );
+    assert_agrees(&what, &folded, &theirs);
+}
+
+fn default_options(dir: &Dir, test: &str, w: &Workload, record: &[&str]) {
+    let rec = w.record(record);
+    check(dir, test, &rec, &[], &[], &[]);
+}
+
+pipetest!(needs(perf, cc, inferno) frame_pointer_multiprocess_c, |dir| {
+    let w = workloads::frame_pointer_c(&dir);
+    default_options(&dir, "frame_pointer_multiprocess_c", &w, &[]);
+});
+
+pipetest!(needs(perf, cc, inferno) cpp_templates_and_inlining, |dir| {
+    let w = workloads::cpp_templates(&dir);
+    default_options(&dir, "cpp_templates_and_inlining", &w, &[]);
+});
+
+pipetest!(needs(perf, cc, inferno) rust_with_frame_pointers, |dir| {
+    let w = workloads::rust(&dir);
+    default_options(&dir, "rust_with_frame_pointers", &w, &[]);
+});
+
+pipetest!(needs(perf, cc, inferno) kernel_heavy_syscalls, |dir| {
+    let w = workloads::kernel_heavy(&dir);
+    default_options(&dir, "kernel_heavy_syscalls", &w, &[]);
+});
+
+pipetest!(needs(perf, cc, inferno) system_wide, |dir| {
+    // -a: every process on the machine while the workload runs, idle and kernel threads too.
+    let w = workloads::frame_pointer_c(&dir);
+    default_options(&dir, "system_wide", &w, &["-a"]);
+});
+
+pipetest!(needs(perf, cc, inferno) compressed, |dir| {
+    // -z: the samples are inside COMPRESSED records (perf 6.1 reads a compressed pipe itself).
+    let w = workloads::frame_pointer_c(&dir);
+    default_options(&dir, "compressed", &w, &["-z"]);
+});
+
+pipetest!(needs(perf, cc, inferno) inline_frames_like_perf_script_inline, |dir| {
+    let w = workloads::cpp_templates(&dir);
+    let rec = w.record(&[]);
+    check(&dir, "inline", &rec, &["--inline"], &["--inline"], &[]);
+});
+
+pipetest!(needs(perf, cc, inferno) inline_frames_of_a_dwarf_recording, |dir| {
+    // perf 6.1 adds inlined frames only to callchains it unwinds from DWARF (never to
+    // frame-pointer ones, where `--inline` changes nothing): the recording that shows them.
+    let w = workloads::cpp_templates(&dir);
+    let args = ["-e", "cpu-clock", "-F", "2000", "--call-graph", "dwarf,16384"];
+    let rec = perf_record(&args, &[w.exe.to_str().unwrap(), "300"]);
+    check(&dir, "inline_dwarf", &rec, &["--inline"], &["--inline"], &[]);
+});
+
+pipetest!(needs(perf, cc, inferno) stack_pid_like_inferno_pid, |dir| {
+    // Three processes of one comm: only the pid tells their stacks apart.
+    let w = workloads::frame_pointer_c(&dir);
+    let rec = w.record(&[]);
+    check(&dir, "stack_pid", &rec, &["--stack-pid"], &["-F", "+pid"], &["--pid"]);
+});
+
+/// An option pair: name, our flags, perf script's, inferno-collapse-perf's.
+type Case<'a> = (&'a str, &'a [&'a str], &'a [&'a str], &'a [&'a str]);
+
+pipetest!(needs(perf, cc, inferno) options_like_inferno_options, |dir| {
+    // The Rust workload's three named threads, kernel frames under them.
+    let w = workloads::rust(&dir);
+    let rec = w.record(&[]);
+    let cases: [Case<'_>; 4] = [
+        ("stack_tid", &["--stack-tid"], &["-F", "+pid"], &["--tid"]),
+        ("annotate", &["--annotate"], &[], &["--all"]),
+        ("addrs", &["--addrs"], &[], &["--addrs"]),
+        // Without a period on perf script's event lines inferno counts each sample once.
+        (
+            "weight_samples",
+            &["--weight", "samples"],
+            &["-F", "comm,tid,time,event,ip,sym,dso"],
+            &[],
+        ),
+    ];
+    let mut failed = Vec::new();
+    for (name, ours_args, script_args, collapse_args) in cases {
+        let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            check(&dir, name, &rec, ours_args, script_args, collapse_args)
+        }));
+        if result.is_err() {
+            failed.push(name);
+        }
+    }
+    assert!(failed.is_empty(), "options that disagree: {failed:?} (reports above)");
+});
+
+pipetest!(needs(perf, inferno) the_comparison_finds_one_sample_dropped_from_perf_script, |dir| {
+    // The oracle against itself: identical, then with one sample removed from perf script's
+    // output, which must show as exactly one stack short by that sample's period.
+    let _ = &dir;
+    let script = perf_on(&["script"], &fixture_bytes("callgraph.pipe.data"));
+    let full = collapse(&script, &[]);
+    let same = compare(&full, &full);
+    assert_eq!(same.fraction(), 1.0, "{same}");
+    assert!(same.diffs.is_empty() && same.ours > 1_000_000, "{same}");
+
+    // Samples are separated by blank lines; drop the third one.
+    let samples: Vec<&str> = script.split("\n\n").collect();
+    assert!(samples.len() > 100, "{} samples", samples.len());
+    let dropped = samples[2];
+    let period: u64 = dropped
+        .lines()
+        .next()
+        .and_then(|l| l.split(':').nth(1))
+        .and_then(|p| p.split_whitespace().next())
+        .and_then(|p| p.parse().ok())
+        .unwrap_or_else(|| panic!("no period in {dropped:?}"));
+    let mut rest = samples.clone();
+    rest.remove(2);
+    let short = collapse(&rest.join("\n\n"), &[]);
+    let r = compare(&short, &full);
+    assert_eq!(r.diffs.len(), 1, "{r}");
+    assert_eq!(r.diffs[0].theirs - r.diffs[0].ours, period, "{r}");
+    assert_eq!((r.ours + period, r.agreed + r.diffs[0].theirs), (r.theirs, r.theirs));
+    let leaf = dropped.lines().nth(1).unwrap().split_whitespace().nth(1).unwrap();
+    let leaf = &leaf[..leaf.rfind("+0x").unwrap_or(leaf.len())];
+    assert!(r.diffs[0].stack.ends_with(leaf), "{leaf} is the leaf of {r}");
+    assert!(r.fraction() < 1.0 && r.fraction() > 0.9, "{r}");
+});
+
+/// `<title>` texts of an SVG document.
+fn titles(svg: &str) -> Vec<&str> {
+    svg.split("<title>")
+        .skip(1)
+        .filter_map(|t| t.split_once("</title>").map(|(t, _)| t))
+        .collect()
+}
+
+/// The `width` of inferno's `<svg id="frames" …>` element.
+fn frames_width(svg: &str) -> f64 {
+    let at = svg.find("<svg id=\"frames\"").expect("a frames element");
+    let tag = &svg[at..at + svg[at..].find('>').unwrap()];
+    let w = tag.split("width=\"").nth(1).expect("a width");
+    w[..w.find('"').unwrap()].parse().expect("a number")
+}
+
+pipetest!(needs(perf, cc, chromium) the_flame_graph_renders_in_chromium_with_the_workloads_functions, |dir| {
+    let w = workloads::frame_pointer_c(&dir);
+    let rec = dir.write("rec.data", &w.record(&[]));
+    let svg_path = dir.path("flame.svg");
+    let r = perfpipe(
+        &["-i", rec.to_str().unwrap(), "-o", svg_path.to_str().unwrap()],
+        b"",
+    );
+    assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
+    let svg = std::fs::read_to_string(&svg_path).unwrap();
+    // The flags that let Chromium run headless as root on a machine with no network.
+    let width = 900;
+    let out = Command::new("chromium")
+        .args([
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-quic",
+            "--no-first-run",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--disable-sync",
+            &format!("--window-size={width},700"),
+            &format!("--user-data-dir={}", dir.path("chromium").display()),
+            "--dump-dom",
+            &format!("file://{}", svg_path.display()),
+        ])
+        .output()
+        .expect("chromium");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let dom = String::from_utf8(out.stdout).unwrap();
+    keep("flame_graph", &[("flame.svg", svg.as_bytes()), ("dom.svg", dom.as_bytes())]);
+    // Parsed as SVG (an XML error would give an error page instead), every frame in the DOM.
+    assert!(dom.contains("<svg") && !dom.contains("parsererror"), "{dom:.2000}");
+    let (in_file, in_dom) = (titles(&svg), titles(&dom));
+    assert!(in_file.len() > 10, "{} frames", in_file.len());
+    eqnice!(in_file, in_dom);
+    // inferno's script ran on load and laid the frames out for this window: their width is the
+    // window's less the padding, where the file says 1200's.
+    let (file_w, dom_w) = (frames_width(&svg), frames_width(&dom));
+    assert!(
+        dom_w != file_w && dom_w > width as f64 / 2.0 && dom_w < width as f64,
+        "frames width {dom_w} in the page, {file_w} in the file"
+    );
+    for f in w.functions {
+        assert!(
+            in_dom.iter().any(|t| t.starts_with(&format!("{f} ("))),
+            "no frame of {f} among the titles: {in_dom:?}"
+        );
+    }
+});
