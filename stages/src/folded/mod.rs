@@ -177,7 +177,7 @@ pub const FOLD_OPTIONS: [StageOption; 5] = [
     StageOption {
         key: "annotate",
         kind: Kind::Switch,
-        help: "kernel frames end in _[k], JIT frames in _[j]",
+        help: "kernel frames end in _[k], JIT frames in _[j], inlined functions in _[i]",
     },
 ];
 
@@ -211,7 +211,7 @@ pub const FOLD_FLAGS: [Flag; 5] = [
     },
     Flag {
         name: "annotate",
-        help: "folded stacks and flame graphs: kernel frames end in _[k], JIT frames in _[j]",
+        help: "folded stacks and flame graphs: kernel frames end in _[k], JIT frames in _[j], inlined functions (--inline) in _[i]",
         value: FlagValue::None,
         set: &[("annotate", "yes")],
         adds_stage: false,

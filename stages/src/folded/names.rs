@@ -11,7 +11,8 @@ use crate::symbolize::{FrameKind, Resolved};
 pub struct Naming {
     /// Unknown frames show their address: `[libc.so.6 <7f12…>]`, `[unknown <…>]` (`--addrs`).
     pub addrs: bool,
-    /// Kernel frames end in `_[k]`, JIT frames in `_[j]` (`--all` of the collapsers).
+    /// Kernel frames end in `_[k]`, JIT frames in `_[j]`, inlined functions in `_[i]` (`--all` of
+    /// the collapsers).
     pub annotate: bool,
 }
 
@@ -47,6 +48,11 @@ pub fn frame_name(r: &Resolved, ip: u64, naming: Naming, out: &mut String) {
         }
     }
     if naming.annotate {
+        if r.inlined {
+            // An inlined function (--inline): the collapsers mark inlined frames `_[i]`.
+            out.push_str("_[i]");
+            return;
+        }
         match r.kind {
             FrameKind::Kernel => out.push_str("_[k]"),
             FrameKind::Jit if !out[start..].contains("_[j]") => out.push_str("_[j]"),
