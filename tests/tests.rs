@@ -20,6 +20,8 @@
 //! - `fold`: folded stacks and flame graphs of live C, C++, Rust, kernel-heavy, `-a` and `-z`
 //!   recordings against `perf script | inferno-collapse-perf` (≥ 99.9 % of the weight), and the SVG
 //!   rendered by headless Chromium; `oracle` holds the comparison, `workloads` the programs.
+//! - `export`: pprof and Parquet against `perf report --sort sym` on live recordings (top 20 within
+//!   0.1 pp), the pprof read by a protobuf decoder of its own and by `go tool pprof`, DuckDB's row counts.
 //! - `memory`: RSS stays under the stated bound behind a throttled reader; a stalled producer costs no CPU.
 
 #[macro_use]
@@ -32,6 +34,7 @@ mod buildid;
 mod chunking;
 mod decompress;
 mod ends;
+mod export;
 mod fields;
 mod filemode;
 mod filter;

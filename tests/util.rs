@@ -68,6 +68,16 @@ macro_rules! pipetest {
             [#[cfg_attr(any(skip_perf, skip_cc, skip_chromium), ignore = "needs perf, cc and chromium (missing at build time)")]]
             [Perf, Cc, Chromium] $($rest)*);
     };
+    (needs(perf, cc, go) $($rest:tt)*) => {
+        $crate::pipetest!(@needs
+            [#[cfg_attr(any(skip_perf, skip_cc, skip_go), ignore = "needs perf, cc and go (missing at build time)")]]
+            [Perf, Cc, Go] $($rest)*);
+    };
+    (needs(perf, cc, duckdb) $($rest:tt)*) => {
+        $crate::pipetest!(@needs
+            [#[cfg_attr(any(skip_perf, skip_cc, skip_duckdb), ignore = "needs perf, cc and duckdb (missing at build time)")]]
+            [Perf, Cc, Duckdb] $($rest)*);
+    };
     (needs(perf, tracefs) $($rest:tt)*) => {
         $crate::pipetest!(@needs
             [#[cfg_attr(any(skip_perf, skip_tracefs), ignore = "needs perf and tracefs (missing at build time)")]]

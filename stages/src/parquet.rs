@@ -334,8 +334,9 @@ impl ParquetSink {
             let frame = &frames[f as usize];
             let mut resolved = Vec::new();
             resolve(symbols, *host, frame, &mut resolved);
-            let build_id = frame.query.dso.and_then(|d| dsos.get(d)).and_then(|d| {
-                d.build_id
+            let build_id = frame.query.dso.and_then(|d| {
+                let id = dsos.get(d).and_then(|i| i.build_id.map(|b| b.to_vec()));
+                id.or_else(|| symbols.build_id(d))
                     .map(|b| Arc::from(b.iter().map(|x| format!("{x:02x}")).collect::<String>()))
             });
             let named = resolved

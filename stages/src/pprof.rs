@@ -7,7 +7,8 @@
 //! - **Samples**: one per distinct (event, stack, comm, pid, tid, cpu), labelled `comm`, `pid`,
 //!   `tid`, `cpu`, with the sample count and the period sum.
 //! - **Mappings**: one per dso, with its file name and **build id** (so that a back end can
-//!   symbolize later), `memory_start` 0 and `file_offset` 0: a location's `address` is the file
+//!   symbolize later; the stream's, else read from the file), `memory_start` 0 and
+//!   `file_offset` 0: a location's `address` is the file
 //!   offset of the frame (`ip - map.start + map.pgoff`, as perf maps it), the same in every process
 //!   that maps the file; kernel frames keep their address.
 //! - **Locations and functions**: one location per distinct frame, its lines the resolved
@@ -417,14 +418,20 @@ impl Pprof {
             let dso = f.query.dso.map(|d| d.0);
             let next = p.mapping.len() as u64 + 1;
             let mapping_id = *mapping_of.entry(dso).or_insert_with(|| {
-                let info = f.query.dso.and_then(|d| dsos.get(d));
+                let info = f.query.dso.and_then(|d| Some((d, dsos.get(d)?)));
                 let (file, build_id) = match &info {
-                    Some(d) => (
-                        strings.get(&d.name),
-                        d.build_id.as_ref().map_or(0, |b| {
-                            strings.get(&b.iter().map(|x| format!("{x:02x}")).collect::<String>())
-                        }),
-                    ),
+                    Some((id, d)) => {
+                        // The stream's id, else the file's own (as perf reads it).
+                        let bid = d.build_id.as_ref().map(|b| b.to_vec());
+                        let bid = bid.or_else(|| symbols.build_id(*id));
+                        (
+                            strings.get(&d.name),
+                            bid.map_or(0, |b| {
+                                strings
+                                    .get(&b.iter().map(|x| format!("{x:02x}")).collect::<String>())
+                            }),
+                        )
+                    }
                     None => (strings.get("[unknown]"), 0),
                 };
                 p.mapping.push(proto::Mapping {

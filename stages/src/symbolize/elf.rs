@@ -369,6 +369,8 @@ pub(crate) struct Loaded {
     pub dwarf: Option<PathBuf>,
     /// No candidate could be opened.
     pub missing: bool,
+    /// The dso's build id: the stream's, else the file's own (as perf reads it).
+    pub build_id: Option<Vec<u8>>,
 }
 
 /// Loads the dso `name` (opened as `main`, e.g. under `/proc/PID/root`) with build id `bid`.
@@ -434,6 +436,7 @@ pub(crate) fn load(
     if syms.is_none() && runtime.is_none() {
         return Loaded {
             missing: true,
+            build_id: bid,
             ..Loaded::default()
         };
     }
@@ -476,5 +479,6 @@ pub(crate) fn load(
         loads: rt_loads,
         dwarf,
         missing: false,
+        build_id: bid,
     }
 }

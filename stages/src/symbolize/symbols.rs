@@ -424,6 +424,21 @@ impl Symbols {
         m
     }
 
+    /// The build id of dso `id`: the stream's, else read from its file (waiting for the file to
+    /// load, as [`Symbols::resolve`] does). None for the kernel, anonymous maps and files
+    /// without one.
+    pub fn build_id(&self, id: DsoId) -> Option<Vec<u8>> {
+        let entry = {
+            let v = self.dsos.read().unwrap_or_else(|e| e.into_inner());
+            v.get(id.0 as usize).cloned().flatten()
+        }?;
+        match &entry.kind {
+            EntryKind::Elf(slot) => slot.get(&self.config, &self.counters).build_id.clone(),
+            EntryKind::Vdso => self.vdso.get(&self.config, &self.counters).build_id.clone(),
+            _ => None,
+        }
+    }
+
     /// Resolves one address, waiting for its dso's table if it is still loading: pushes its frames
     /// onto `out`, innermost (inlined) first, the function itself last; always at least one.
     pub fn resolve(&self, q: &Query, out: &mut Vec<Resolved>) {
@@ -644,6 +659,7 @@ fn load_vdso(demangle: bool) -> Loaded {
         loads: info.loads,
         dwarf: None,
         missing: false,
+        build_id: info.build_id,
     }
 }
 
