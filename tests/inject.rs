@@ -462,3 +462,124 @@ fn new_record_types_round_trip() {
     }
     eqnice!(input, inject_ok(&[], &input));
 }
+
+fn le64(b: &[u8], at: usize) -> u64 {
+    u64::from_le_bytes(b[at..at + 8].try_into().unwrap())
+}
+
+/// `file` (a little-endian file-mode perf.data) laid out as perf ≥ 6.12 writes a file it made
+/// from a pipe (`perf_session__do_write_header()` with `write_attrs_after_data`, upstream
+/// "perf header: Allow attributes to be written after data"): the header, the data section at
+/// 104, the feature table and features after the data, then the attrs' id arrays and the attrs.
+fn attrs_after_data(file: &[u8]) -> Vec<u8> {
+    let attr_size = le64(file, 16) as usize;
+    let (attrs_at, attrs_len) = (le64(file, 24) as usize, le64(file, 32) as usize);
+    let (data_at, data_len) = (le64(file, 40) as usize, le64(file, 48) as usize);
+    let bitmap = &file[72..104];
+    let nr_features: u32 = (0..4).map(|i| le64(bitmap, i * 8).count_ones()).sum();
+    let mut out = file[..104].to_vec();
+    out.extend_from_slice(&file[data_at..data_at + data_len]);
+    // The feature table, then each feature's bytes, at their new offsets.
+    let table_at = data_at + data_len;
+    let new_table_at = out.len();
+    let mut next = new_table_at + 16 * nr_features as usize;
+    let mut table = Vec::new();
+    let mut bodies = Vec::new();
+    for i in 0..nr_features as usize {
+        let (off, size) = (
+            le64(file, table_at + 16 * i) as usize,
+            le64(file, table_at + 16 * i + 8),
+        );
+        table.extend_from_slice(&(next as u64).to_le_bytes());
+        table.extend_from_slice(&size.to_le_bytes());
+        bodies.extend_from_slice(&file[off..off + size as usize]);
+        next += size as usize;
+    }
+    out.extend_from_slice(&table);
+    out.extend_from_slice(&bodies);
+    // The id arrays, then the attrs pointing at them.
+    let mut attrs = Vec::new();
+    for k in 0..attrs_len / attr_size {
+        let a = &file[attrs_at + k * attr_size..attrs_at + (k + 1) * attr_size];
+        let (ids_at, ids_len) = (
+            le64(a, attr_size - 16) as usize,
+            le64(a, attr_size - 8) as usize,
+        );
+        let new_ids_at = out.len() as u64;
+        out.extend_from_slice(&file[ids_at..ids_at + ids_len]);
+        let mut a = a.to_vec();
+        a[attr_size - 16..attr_size - 8].copy_from_slice(&new_ids_at.to_le_bytes());
+        attrs.extend_from_slice(&a);
+    }
+    let new_attrs_at = out.len() as u64;
+    out.extend_from_slice(&attrs);
+    out[24..32].copy_from_slice(&new_attrs_at.to_le_bytes());
+    out[40..48].copy_from_slice(&104u64.to_le_bytes());
+    out
+}
+
+/// Input conventions of current perf: a pipe-format stream saved to a regular file is read as a
+/// pipe (byte for byte back), and a file-mode perf.data with its attrs after the data (as perf
+/// ≥ 6.12 writes one it made from a pipe) reads as the same stream as the usual layout.
+#[test]
+fn pipe_format_files_and_attrs_after_data_are_read() {
+    let dir = Dir::new("input_conventions");
+    let pipe = fixture_bytes("cpu-clock.pipe.data");
+    let saved = dir.write("saved.pipe.data", &pipe);
+    eqnice!(pipe, inject_ok(&["-i", saved.to_str().unwrap()], b""));
+
+    let file = fixture_bytes("plain.file.data");
+    let moved = attrs_after_data(&file);
+    assert!(le64(&moved, 24) > le64(&moved, 40), "attrs after the data");
+    assert_ne!(moved, file);
+    let usual = dir.write("usual.data", &file);
+    let late = dir.write("late.data", &moved);
+    let want = inject_ok(&["-i", usual.to_str().unwrap()], b"");
+    assert!(want.len() > 16 + file.len() / 2, "the stream is written");
+    eqnice!(want, inject_ok(&["-i", late.to_str().unwrap()], b""));
+    // And file to file: the output is a usual file-mode perf.data with the same stream.
+    let out = dir.path("out.data");
+    inject_ok(
+        &["-i", late.to_str().unwrap(), "-o", out.to_str().unwrap()],
+        b"",
+    );
+    eqnice!(want, inject_ok(&["-i", out.to_str().unwrap()], b""));
+}
+
+/// Turns every MMAP2 in build-id form back into the inode form with zeros (misc without
+/// MMAP_BUILD_ID), as the kernel writes a `--buildid-mmap` map whose ELF pages it could not read.
+fn strip_ids(stream: &[u8]) -> (Vec<u8>, usize) {
+    let mut out = stream[..16].to_vec();
+    let mut n = 0;
+    for (t, mut r) in split_records(stream) {
+        let misc = u16::from_le_bytes([r[4], r[5]]);
+        if t == 10 && misc & (1 << 14) != 0 {
+            r[4..6].copy_from_slice(&(misc & !(1 << 14)).to_le_bytes());
+            r[40..64].fill(0);
+            n += 1;
+        }
+        out.extend_from_slice(&r);
+    }
+    (out, n)
+}
+
+/// A `--buildid-mmap` recording whose MMAP2 records lost their ids (the kernel could not read
+/// them): `--mmap2-buildid-all` fills each from its file with exactly the bytes the kernel
+/// wrote, so the result equals that of the intact recording; and `-b` lists the same ids.
+#[test]
+#[cfg_attr(skip_perf, ignore = "needs perf (missing at build time)")]
+fn buildid_mmap_maps_without_ids_are_filled() {
+    require(Need::Perf);
+    let rec = perf_record(
+        &["-e", "cpu-clock", "--buildid-mmap"],
+        &[&workload(), "multi"],
+    );
+    let (stripped, n) = strip_ids(&rec);
+    assert!(n >= 5, "{n} MMAP2 records with ids");
+    let want = inject_ok(&["--mmap2-buildid-all"], &rec);
+    eqnice!(want, inject_ok(&["--mmap2-buildid-all"], &stripped));
+    eqnice!(
+        pairs(&inject_ok(&["-b"], &rec)),
+        pairs(&inject_ok(&["-b"], &stripped))
+    );
+}
