@@ -117,6 +117,19 @@ fn pipe_test_cases_for_every_build_id_style() {
         inject_ok(&args, b"");
         let r = report_file(&data2);
         assert!(r.contains(sym), "{style} #6 pipe-format file -> file:\n{r}");
+        // And the file's build-id table lists the workload (for the MMAP2 styles too).
+        let out = Command::new("perf")
+            .args(["buildid-list", "-i"])
+            .arg(&data2)
+            .output()
+            .expect("perf buildid-list");
+        let ids = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success() && ids.contains(w.exe.to_str().unwrap()),
+            "{style} #6: buildid-list lacks {}:\n{ids}{}",
+            w.exe.display(),
+            String::from_utf8_lossy(&out.stderr)
+        );
     }
 }
 

@@ -30,14 +30,17 @@
 //!   A sample that falls in no map when it arrives (its MMAP comes later in the stream, from
 //!   another cpu) is retried at the next two FINISHED_ROUNDs, as `--buildid` does.
 //!
-//! perf 6.1 reads these records (`machine__process_mmap2_event()` takes the id into the dso);
-//! `perf buildid-list` lists the ids of a pipe output (its events are read), and of a file output
-//! with `--with-hits` (no HEADER_BUILD_ID record is written, so the file's build-id table is empty).
+//! perf 6.1 reads these records (`machine__process_mmap2_event()` takes the id into the dso), and
+//! `perf buildid-list` of a pipe output lists the ids from them. A file-mode output's build-id
+//! table (what `perf buildid-list -i FILE` and `perf archive` read) is built from HEADER_BUILD_ID
+//! records, so at the end of the stream both stages emit one for each dso whose id they put into
+//! an MMAP2 (`-B`: the dsos samples hit and the kernel; `--mmap2-buildid-all`: every one), as
+//! upstream's file output lists its dsos' ids; pipe readers take them in after every sample.
 //!
 //! **Order**: input order; records rewritten in place, or (`-B`) held back and inserted before the
 //! sample that needs them. **Buffering**: none beyond the batch; one entry per dso, and per live
-//! process the maps written for it. **EOF**: nothing to flush (samples still waiting for their map
-//! when the stream ends keep no map, as the dropped record would have come after them).
+//! process the maps written for it. **EOF**: one batch of HEADER_BUILD_ID records (above); frames
+//! still waiting for their map when the stream ends get none.
 
 use std::collections::HashSet;
 
@@ -139,6 +142,9 @@ impl BuildidConfig {
             counted: Vec::new(),
             present: HashSet::new(),
             counts: Counts::default(),
+            listed: Vec::new(),
+            listed_at_end: Counter::new(),
+            info: None,
         }
     }
 
@@ -158,6 +164,9 @@ impl BuildidConfig {
             counts: Counts::default(),
             held_back: Counter::new(),
             emitted: Counter::new(),
+            listed: Vec::new(),
+            listed_at_end: Counter::new(),
+            info: None,
         }
     }
 }
@@ -170,9 +179,13 @@ pub struct Mmap2All {
     resolver: Resolver,
     /// Per dso: its missing/no-id outcome was counted.
     counted: Vec<bool>,
-    /// Names with a BUILD_ID record in the stream (only noted: the maps are rewritten anyway).
+    /// Names with a BUILD_ID record in the stream: not listed again at the end.
     present: HashSet<Vec<u8>>,
     counts: Counts,
+    /// Per dso: the id its rewritten MMAPs got, listed at the end.
+    listed: Vec<Option<BuildId>>,
+    listed_at_end: Counter,
+    info: Option<std::sync::Arc<StreamInfo>>,
 }
 
 impl Mmap2All {
@@ -180,6 +193,17 @@ impl Mmap2All {
     pub fn on_pool(mut self, pool: std::sync::Arc<rayon::ThreadPool>) -> Mmap2All {
         self.resolver.on_pool(pool);
         self
+    }
+
+    /// Notes the id `dso`'s MMAP2 records carry, to list it at the end.
+    fn list(&mut self, dso: DsoId, id: Option<BuildId>) {
+        let k = dso.0 as usize;
+        if self.listed.len() <= k {
+            self.listed.resize(k + 1, None);
+        }
+        if id.is_some() {
+            self.listed[k] = id;
+        }
     }
 
     fn count_once(&mut self, dso: DsoId, o: &Outcome) {
@@ -208,13 +232,15 @@ impl Stage for Mmap2All {
                 RecordType::MMAP | RecordType::MMAP2 => {
                     let rec = info.record(&batch, span);
                     let Some(m) = rec.mmap() else { continue };
-                    if matches!(m.file_id, FileId::BuildId(_)) {
-                        carried += 1;
-                        continue;
-                    }
                     let dso = self
                         .dsos
                         .intern(m.filename, Identity::of(&m.file_id), is_kernel(&m));
+                    if let FileId::BuildId(b) = m.file_id {
+                        // Left alone, and listed at the end like the rest.
+                        carried += 1;
+                        self.list(dso, BuildId::new(b));
+                        continue;
+                    }
                     self.resolver.prefetch(dso, self.dsos.dso(dso), m.pid);
                     todo.push((i, dso, m.pid));
                 }
@@ -230,13 +256,14 @@ impl Stage for Mmap2All {
             let outcome = self.resolver.resolve(dso, self.dsos.dso(dso), pid);
             self.count_once(dso, &outcome);
             if let Outcome::Found(id) = outcome {
+                self.list(dso, Some(id));
                 let rec = info.record(&batch, &batch.spans[i]);
                 if let Some(m) = rec.mmap() {
                     rewrites.push((i, rewrite(rec.sized(), &m, &id, e)));
                 }
             }
         }
-        drop(info);
+        self.info = Some(info);
         if carried != 0 {
             self.counts.carried.add(carried);
         }
@@ -252,9 +279,59 @@ impl Stage for Mmap2All {
         Ok(Flow::Continue)
     }
 
-    fn counters(&self) -> Vec<(&'static str, Counter)> {
-        self.counts.list()
+    /// At the end, one HEADER_BUILD_ID record per dso whose MMAP2 records carry an id (rewritten
+    /// or already so), for a file-mode output's build-id table (see [`Mmap2Hit`]'s).
+    fn flush(&mut self, out: &mut Out<'_>) -> Result<(), StageError> {
+        let ids = self
+            .listed
+            .iter()
+            .enumerate()
+            .filter_map(|(k, id)| Some((DsoId(k as u32), (*id)?)));
+        list_at_end(
+            ids,
+            &self.dsos,
+            &self.present,
+            self.info.clone(),
+            &self.listed_at_end,
+            out,
+        );
+        Ok(())
     }
+
+    fn counters(&self) -> Vec<(&'static str, Counter)> {
+        let mut c = self.counts.list();
+        c.push(("build_ids_listed_at_end", self.listed_at_end.clone()));
+        c
+    }
+}
+
+/// Emits one batch of HEADER_BUILD_ID records for `ids` (dsos of `machine`), but for names that
+/// already have one in the stream.
+fn list_at_end(
+    ids: impl Iterator<Item = (DsoId, BuildId)>,
+    machine: &Machine,
+    present: &HashSet<Vec<u8>>,
+    info: Option<std::sync::Arc<StreamInfo>>,
+    counter: &Counter,
+    out: &mut Out<'_>,
+) {
+    let Some(info) = info else { return };
+    let records: Vec<Vec<u8>> = ids
+        .map(|(dso, id)| (machine.dso(dso), id))
+        .filter(|(d, _)| !present.contains(&d.name))
+        .map(|(d, id)| crate::buildid::record::build_id(&id, &d.name, d.kernel, info.endian))
+        .collect();
+    if records.is_empty() {
+        return;
+    }
+    counter.add(records.len() as u64);
+    let mut batch = out.take();
+    for bytes in &records {
+        let span = batch.append(bytes, RecordType::HEADER_BUILD_ID.0, 0);
+        batch.spans.push(span);
+    }
+    batch.context = Some(info);
+    out.push(batch);
 }
 
 /// When a process was forked, and when it last mapped each held-back dso (the times of the
@@ -291,7 +368,8 @@ struct Pending {
 pub struct Mmap2Hit {
     machine: Machine,
     resolver: Resolver,
-    /// Per dso: its maps are held back, with this id (a user-space file with a build id).
+    /// Per dso: its maps are held back, with this id (a user-space file with a build id); for a
+    /// kernel dso, the id its rewritten MMAP got.
     held: Vec<Option<BuildId>>,
     /// Per dso: `prot` and `flags` of its last MMAP2.
     prot: Vec<(u32, u32)>,
@@ -309,9 +387,23 @@ pub struct Mmap2Hit {
     counts: Counts,
     held_back: Counter,
     emitted: Counter,
+    /// Per dso: an MMAP2 in build-id form was written for it (listed at the end).
+    listed: Vec<bool>,
+    listed_at_end: Counter,
+    /// The stream's info, for the batch `flush` emits.
+    info: Option<std::sync::Arc<StreamInfo>>,
 }
 
 impl Mmap2Hit {
+    /// Marks `dso` as written in build-id form.
+    fn list(&mut self, dso: DsoId) {
+        let k = dso.0 as usize;
+        if self.listed.len() <= k {
+            self.listed.resize(k + 1, false);
+        }
+        self.listed[k] = true;
+    }
+
     /// The same stage, reading files on `pool` (the pipeline's workers).
     pub fn on_pool(mut self, pool: std::sync::Arc<rayon::ThreadPool>) -> Mmap2Hit {
         self.resolver.on_pool(pool);
@@ -362,7 +454,9 @@ impl Mmap2Hit {
         let id_fields = SampleId { time, ..p.id };
         let trailer = Trailer::of(info.attr(p.attr), id_fields);
         self.emitted.add(1);
-        Some(mmap2_build_id(&map, &id, misc::USER, trailer, info.endian))
+        let bytes = mmap2_build_id(&map, &id, misc::USER, trailer, info.endian);
+        self.list(m.dso);
+        Some(bytes)
     }
 
     /// The user-mode frames of a sample (its ip, then its callchain), into `out`.
@@ -476,6 +570,9 @@ impl Stage for Mmap2Hit {
                     if is_kernel(&m) {
                         actions.push((i, Action::Replace(rewrite(rec.sized(), &m, &id, e))));
                         rewritten += 1;
+                        // Only user-mode frames look maps up here: this only keeps the id.
+                        self.held[k] = Some(id);
+                        self.list(dso);
                     } else {
                         self.held[k] = Some(id);
                         if let Some(t) = rec.sample_id().and_then(|i| i.time) {
@@ -540,7 +637,7 @@ impl Stage for Mmap2Hit {
                 _ => {}
             }
         }
-        drop(info);
+        self.info = Some(info);
         if carried != 0 {
             self.counts.carried.add(carried);
         }
@@ -578,8 +675,31 @@ impl Stage for Mmap2Hit {
         Ok(Flow::Continue)
     }
 
+    /// At the end of the stream, one HEADER_BUILD_ID record for each dso whose id went into an
+    /// MMAP2 here (the dsos samples hit, and the kernel's): a file-mode output's build-id table,
+    /// which `perf buildid-list` and `perf archive` read, then lists them, as upstream's `-B`
+    /// output lists its hit dsos. perf's pipe readers take them in after every sample.
+    fn flush(&mut self, out: &mut Out<'_>) -> Result<(), StageError> {
+        let ids = self
+            .listed
+            .iter()
+            .enumerate()
+            .filter(|(_, &l)| l)
+            .filter_map(|(k, _)| Some((DsoId(k as u32), (*self.held.get(k)?)?)));
+        list_at_end(
+            ids,
+            &self.machine,
+            &self.present,
+            self.info.clone(),
+            &self.listed_at_end,
+            out,
+        );
+        Ok(())
+    }
+
     fn counters(&self) -> Vec<(&'static str, Counter)> {
         let mut c = self.counts.list();
+        c.push(("build_ids_listed_at_end", self.listed_at_end.clone()));
         c.push(("mmaps_held_back", self.held_back.clone()));
         c.push(("mmap2_written_at_hit", self.emitted.clone()));
         c
