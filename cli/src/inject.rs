@@ -343,6 +343,24 @@ mod tests {
                 .is_none()
         );
         assert!(T::try_parse_from(["x", "-b", "--buildid-all"]).is_err());
+        let t = T::try_parse_from(["x", "-B"]).unwrap();
+        let plan = stage(&t.a, &Registry::builtin()).unwrap().unwrap();
+        assert_eq!(plan.stages[0].label, "mmap2-buildids");
+        assert!(plan.stages[0].options.switch("mmap2") && !plan.stages[0].options.switch("all"));
+        let t = T::try_parse_from(["x", "--mmap2-buildid-all"]).unwrap();
+        let plan = stage(&t.a, &Registry::builtin()).unwrap().unwrap();
+        assert_eq!(plan.stages[0].label, "mmap2-buildid-all");
+        assert!(plan.stages[0].options.switch("mmap2") && plan.stages[0].options.switch("all"));
+        assert!(T::try_parse_from(["x", "-B", "-b"]).is_err());
+        assert!(T::try_parse_from(["x", "-B", "--mmap2-buildid-all"]).is_err());
+        let t = T::try_parse_from(["x", "--itrace=i100us"]).unwrap();
+        assert_eq!(t.a.refused.first().unwrap().0, "--itrace");
+        assert!(T::try_parse_from(["x", "-f"])
+            .unwrap()
+            .a
+            .refused
+            .first()
+            .is_none());
         assert!(T::try_parse_from(["x", "--host-ids", "maybe"]).is_err());
     }
 }
