@@ -7,6 +7,8 @@
 //! - `passthrough`: byte-identical round trips over fixtures and live recordings, accepted by perf.
 //! - `chunking`: the same stream in every read size and split gives the same output.
 //! - `buildid`: `--buildid`/`--buildid-all`/`perfpipe inject` against `perf inject -b` on live recordings.
+//! - `inject`: `perfpipe inject` in upstream `pipe_test.sh`'s six cases for every build-id style;
+//!   `-B`/`--mmap2-buildid-all` against perf's readers; the refused options.
 //! - `badinput`: malformed input gives a clear error with an offset, and keeps what came before.
 //! - `decompress`: `--decompress` of `perf record -z` streams, checked against perf.
 //! - `filemode`: file-mode perf.data in and out (file ↔ pipe ↔ file), checked against perf.
@@ -39,6 +41,7 @@ mod fields;
 mod filemode;
 mod filter;
 mod fold;
+mod inject;
 mod malformed;
 mod memory;
 pub mod oracle;

@@ -139,3 +139,13 @@ pub fn rust(dir: &Dir) -> Workload {
         functions: &["frames::spin", "frames::checksum", "frames::fib"],
     }
 }
+
+/// `noploop.c`: `noploop` spins for a second, as `perf test -w noploop` (the workload of perf's
+/// `tools/perf/tests/shell/pipe_test.sh`).
+pub fn noploop(dir: &Dir) -> Workload {
+    Workload {
+        exe: c_program(dir, "noploop.c", "noploop"),
+        args: vec!["1".into()],
+        functions: &["noploop"],
+    }
+}

@@ -1,8 +1,13 @@
 //! `perfpipe inject`: a drop-in for the common `perf inject` flags, so scripts can swap it in.
 //!
 //! `perfpipe inject -b -i - -o -` runs read → decode → decompress → buildid → write;
-//! `--buildid-all` runs `buildid-all` instead; with neither flag the stream is passed through (as
-//! `perf inject` repipes it, but byte for byte). `-v` prints the per-stage table and counters.
+//! `--buildid-all` runs `buildid-all` instead, `-B`/`--mmap2-buildids` and `--mmap2-buildid-all`
+//! the MMAP2 styles (`stages/src/buildid/mmap2.rs`); with none of them the stream is passed
+//! through (as `perf inject` repipes it, but byte for byte). `-v` prints the per-stage table and
+//! counters.
+//!
+//! Every other option of current `perf inject` (`tools/perf/builtin-inject.c`) is known here and
+//! refused with a message naming it ([`REFUSED`]), so that none is silently ignored.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -32,6 +37,14 @@ pub(crate) struct InjectArgs {
     /// Inject build ids of all mapped dsos.
     #[arg(long = "buildid-all", conflicts_with = "build_ids")]
     buildid_all: bool,
+    /// Put the build id into the MMAP2 of each map a sample hits (as perf writes it with
+    /// --buildid-mmap); maps no sample hits are dropped. No BUILD_ID records (perf inject -B).
+    #[arg(short = 'B', long = "mmap2-buildids", conflicts_with_all = ["build_ids", "buildid_all"])]
+    mmap2_buildids: bool,
+    /// Rewrite every MMAP/MMAP2 of a file with a build id as an MMAP2 carrying it; MMAP2 that
+    /// already carry one are left alone.
+    #[arg(long = "mmap2-buildid-all", conflicts_with_all = ["build_ids", "buildid_all", "mmap2_buildids"])]
+    mmap2_buildid_all: bool,
     /// Build ids to use instead of reading files: PATH=HEXID,...
     #[arg(long = "known-build-ids", value_name = "LIST")]
     known_build_ids: Option<String>,
@@ -45,12 +58,172 @@ pub(crate) struct InjectArgs {
     /// Print the per-stage table with the build-id counters on stderr at the end.
     #[arg(short, long)]
     verbose: bool,
+    /// Accepted, changes nothing: perf's -f lets it read a file another user owns; perfpipe
+    /// reads any file it can open.
+    #[arg(short = 'f', long = "force")]
+    force: bool,
+    #[command(flatten)]
+    refused: Refused,
+}
+
+/// The options of current `perf inject` that perfpipe does not implement: each is parsed (with
+/// its value, if it takes one) only to be refused by name.
+#[derive(Debug, Args)]
+#[command(next_help_heading = "Refused (perf inject options perfpipe does not implement)")]
+struct Refused {
+    /// Refused: merging sched_stat and sched_switch.
+    #[arg(short = 's', long = "sched-stat")]
+    sched_stat: bool,
+    /// Refused: jitdump processing.
+    #[arg(short = 'j', long = "jit")]
+    jit: bool,
+    /// Refused: decoding instruction traces (Intel PT, CoreSight).
+    #[arg(long = "itrace", value_name = "OPTS", num_args = 0..=1, require_equals = true, default_missing_value = "")]
+    itrace: Option<String>,
+    /// Refused: --strip goes with --itrace.
+    #[arg(long = "strip")]
+    strip: bool,
+    /// Refused: correlating AUX timestamps of a guest, in place.
+    #[arg(long = "vm-time-correlation", value_name = "OPTS", num_args = 0..=1, require_equals = true, default_missing_value = "")]
+    vm_time_correlation: Option<String>,
+    /// Refused: inserting a guest's perf.data.
+    #[arg(long = "guest-data", value_name = "PATH,PID[,OFF[,SCALE]]")]
+    guest_data: Option<String>,
+    /// Refused: a guest's root file system.
+    #[arg(long = "guestmount", value_name = "DIR")]
+    guestmount: Option<String>,
+    /// Refused: a vmlinux for the kernel's build id.
+    #[arg(short = 'k', long = "vmlinux", value_name = "FILE")]
+    vmlinux: Option<String>,
+    /// Refused: not loading vmlinux.
+    #[arg(long = "ignore-vmlinux")]
+    ignore_vmlinux: bool,
+    /// Refused: a kallsyms file.
+    #[arg(long = "kallsyms", value_name = "FILE")]
+    kallsyms: Option<String>,
+    /// Refused: converting DWARF callchains to frame callchains.
+    #[arg(long = "convert-callchain")]
+    convert_callchain: bool,
+    /// Refused: removing address-space randomization from the addresses.
+    #[arg(long = "aslr")]
+    aslr: bool,
+}
+
+/// Every refused option: (the flag as perf spells it, what it does, why perfpipe refuses it).
+pub(crate) const REFUSED: &[(&str, &str, &str)] = &[
+    (
+        "-s/--sched-stat",
+        "merges sched_stat and sched_switch events",
+        "it needs the events of a task sorted and held back; use perf inject -s",
+    ),
+    (
+        "-j/--jit",
+        "turns jitdump files into ELF images and MMAP records",
+        "perfpipe writes no files beside the stream; use perf inject -j",
+    ),
+    (
+        "--itrace",
+        "decodes Intel PT / CoreSight AUX data into synthesized events",
+        "perfpipe has no instruction-trace decoder; use perf inject --itrace",
+    ),
+    (
+        "--strip",
+        "drops the events --itrace did not synthesize",
+        "it goes with --itrace, which is refused",
+    ),
+    (
+        "--vm-time-correlation",
+        "rewrites a guest's AUX timestamps in place",
+        "perfpipe never modifies its input; use perf inject --vm-time-correlation",
+    ),
+    (
+        "--guest-data",
+        "inserts the events of a guest's perf.data",
+        "perfpipe models one host; use perf inject --guest-data",
+    ),
+    (
+        "--guestmount",
+        "names a guest's root file system",
+        "perfpipe models one host and reads no guest files",
+    ),
+    (
+        "-k/--vmlinux",
+        "reads the kernel's build id from a vmlinux",
+        "perfpipe takes the kernel's id from /sys/kernel/notes (see --host-ids)",
+    ),
+    (
+        "--ignore-vmlinux",
+        "does not load a vmlinux",
+        "perfpipe never loads one",
+    ),
+    (
+        "--kallsyms",
+        "names a kallsyms file",
+        "perfpipe's build-id stages read no kallsyms",
+    ),
+    (
+        "--convert-callchain",
+        "converts DWARF (--call-graph dwarf) callchains",
+        "perfpipe does not unwind stacks; use perf inject --convert-callchain",
+    ),
+    (
+        "--aslr",
+        "removes address-space randomization",
+        "perfpipe does not rewrite addresses",
+    ),
+];
+
+impl Refused {
+    /// The first refused option given, as [`REFUSED`] names it.
+    fn first(&self) -> Option<&'static (&'static str, &'static str, &'static str)> {
+        let given = [
+            self.sched_stat,
+            self.jit,
+            self.itrace.is_some(),
+            self.strip,
+            self.vm_time_correlation.is_some(),
+            self.guest_data.is_some(),
+            self.guestmount.is_some(),
+            self.vmlinux.is_some(),
+            self.ignore_vmlinux,
+            self.kallsyms.is_some(),
+            self.convert_callchain,
+            self.aslr,
+        ];
+        given.iter().position(|&g| g).map(|i| &REFUSED[i])
+    }
+}
+
+/// The message for a refused option.
+fn refusal(r: &(&str, &str, &str)) -> String {
+    format!(
+        "{} is not supported: perf inject {} {}, and {}",
+        r.0, r.0, r.1, r.2
+    )
+}
+
+/// The `--help` text after the options: what is supported and what is refused.
+pub(crate) fn after_help() -> String {
+    let mut s = String::from(
+        "Supported perf inject options: -i, -o, -b/--build-ids, --buildid-all, \
+         -B/--mmap2-buildids, --mmap2-buildid-all, --known-build-ids, -v/--verbose, -f/--force \
+         (changes nothing); perfpipe's own: --buildid-callchain, --host-ids.\n\
+         Refused, each with an error naming it (exit status 2):\n",
+    );
+    for (flag, what, _) in REFUSED {
+        s.push_str(&format!("  {flag}: {what}\n"));
+    }
+    s
 }
 
 /// The build-id stage these flags ask for, if any: (its row name, its options).
 fn stage(args: &InjectArgs, registry: &Registry) -> anyhow::Result<Option<Plan>> {
-    let wanted =
-        args.buildid_all || args.build_ids || args.known_build_ids.is_some() || args.callchain;
+    let wanted = args.buildid_all
+        || args.build_ids
+        || args.mmap2_buildids
+        || args.mmap2_buildid_all
+        || args.known_build_ids.is_some()
+        || args.callchain;
     if !wanted {
         return Ok(None);
     }
@@ -66,7 +239,14 @@ fn stage(args: &InjectArgs, registry: &Registry) -> anyhow::Result<Option<Plan>>
     if let Some(list) = &args.known_build_ids {
         set("known", list)?;
     }
-    let label = if args.buildid_all {
+    let label = if args.mmap2_buildid_all {
+        set("mmap2", "yes")?;
+        set("all", "yes")?;
+        "mmap2-buildid-all"
+    } else if args.mmap2_buildids {
+        set("mmap2", "yes")?;
+        "mmap2-buildids"
+    } else if args.buildid_all {
         set("all", "yes")?;
         "buildid-all"
     } else {
@@ -79,6 +259,10 @@ fn stage(args: &InjectArgs, registry: &Registry) -> anyhow::Result<Option<Plan>>
 
 /// Runs `perfpipe inject`.
 pub(crate) fn main(args: &InjectArgs, registry: &Registry) -> ExitCode {
+    if let Some(r) = args.refused.first() {
+        eprintln!("perfpipe inject: {}", refusal(r));
+        return ExitCode::from(crate::EXIT_USAGE);
+    }
     let plan = match stage(args, registry) {
         Ok(p) => p.unwrap_or_default(),
         Err(e) => {
@@ -159,6 +343,24 @@ mod tests {
                 .is_none()
         );
         assert!(T::try_parse_from(["x", "-b", "--buildid-all"]).is_err());
+        let t = T::try_parse_from(["x", "-B"]).unwrap();
+        let plan = stage(&t.a, &Registry::builtin()).unwrap().unwrap();
+        assert_eq!(plan.stages[0].label, "mmap2-buildids");
+        assert!(plan.stages[0].options.switch("mmap2") && !plan.stages[0].options.switch("all"));
+        let t = T::try_parse_from(["x", "--mmap2-buildid-all"]).unwrap();
+        let plan = stage(&t.a, &Registry::builtin()).unwrap().unwrap();
+        assert_eq!(plan.stages[0].label, "mmap2-buildid-all");
+        assert!(plan.stages[0].options.switch("mmap2") && plan.stages[0].options.switch("all"));
+        assert!(T::try_parse_from(["x", "-B", "-b"]).is_err());
+        assert!(T::try_parse_from(["x", "-B", "--mmap2-buildid-all"]).is_err());
+        let t = T::try_parse_from(["x", "--itrace=i100us"]).unwrap();
+        assert_eq!(t.a.refused.first().unwrap().0, "--itrace");
+        assert!(T::try_parse_from(["x", "-f"])
+            .unwrap()
+            .a
+            .refused
+            .first()
+            .is_none());
         assert!(T::try_parse_from(["x", "--host-ids", "maybe"]).is_err());
     }
 }

@@ -60,7 +60,9 @@ enum Command {
         #[command(subcommand)]
         what: bench::BenchCommand,
     },
-    /// A drop-in for `perf inject`: -i, -o, -b, --buildid-all, --known-build-ids, -v.
+    /// A drop-in for `perf inject`: -i, -o, -b, --buildid-all, -B, --mmap2-buildid-all,
+    /// --known-build-ids, -v; perf inject's other options are refused by name.
+    #[command(after_help = inject::after_help())]
     Inject(inject::InjectArgs),
     /// Record with perf_event_open itself: -e, -c/-F, -g, -a/-p/-- CMD, --overwrite, stage flags.
     Record(record::RecordArgs),

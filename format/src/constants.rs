@@ -1,8 +1,10 @@
 //! Constants of the perf data format.
 //!
-//! From the kernel's `include/uapi/linux/perf_event.h` (kernel record types, sample and read format
-//! bits, misc bits), `tools/lib/perf/include/perf/event.h` (user record types) and
-//! `tools/perf/util/header.h` (feature ids). Names keep their C spelling without the common prefix.
+//! From the kernel's `include/uapi/linux/perf_event.h` (kernel record types up to
+//! `CALLCHAIN_DEFERRED` 22, sample and read format bits, misc bits),
+//! `tools/lib/perf/include/perf/event.h` (user record types up to `SCHEDSTAT_DOMAIN` 86:
+//! `COMPRESSED2` 83, `BPF_METADATA` 84, `SCHEDSTAT_CPU` 85) and `tools/perf/util/header.h`
+//! (feature ids). Names keep their C spelling without the common prefix.
 
 /// `perf_event_header.type`: the kind of a record. A newtype, not an enum, so that record types this
 /// crate does not know still pass through.
@@ -72,6 +74,8 @@ record_types! {
     FINISHED_INIT = 82, "FINISHED_INIT";
     COMPRESSED2 = 83, "COMPRESSED2";
     BPF_METADATA = 84, "BPF_METADATA";
+    SCHEDSTAT_CPU = 85, "SCHEDSTAT_CPU";
+    SCHEDSTAT_DOMAIN = 86, "SCHEDSTAT_DOMAIN";
     PIPE_HEADER = 255, "PIPE_HEADER";
 }
 

@@ -31,6 +31,7 @@
 //! vdso (see [`Stage::flush`] of [`Buildid`]).
 
 pub mod all;
+pub mod mmap2;
 pub mod record;
 pub mod source;
 pub mod synth;
@@ -480,6 +481,18 @@ pub const SPEC: StageSpec = StageSpec {
             "inject a BUILD_ID record before the MMAP of every dso (perf inject --buildid-all)",
         )
         .setting(&[("all", "yes")]),
+        Flag::stage(
+            "mmap2-buildids",
+            "put the build id into the MMAP2 of each map a sample hits, dropping the maps no \
+             sample hits (perf inject -B)",
+        )
+        .setting(&[("mmap2", "yes")]),
+        Flag::stage(
+            "mmap2-buildid-all",
+            "rewrite every MMAP/MMAP2 of a file with a build id as an MMAP2 carrying it \
+             (perf inject --mmap2-buildid-all)",
+        )
+        .setting(&[("mmap2", "yes"), ("all", "yes")]),
         Flag::option(
             "host-ids",
             "host",
@@ -504,6 +517,12 @@ pub const SPEC: StageSpec = StageSpec {
             help: "every mapped dso, before its MMAP, hit or not (--buildid-all)",
         },
         StageOption {
+            key: "mmap2",
+            kind: Kind::Switch,
+            help: "build ids go into MMAP2 records instead of BUILD_ID records (with all: every \
+                   map; else the maps samples hit)",
+        },
+        StageOption {
             key: "host",
             kind: Kind::Choice(&["auto", "yes", "no"]),
             help: "kernel and vdso ids from this host: auto, yes or no",
@@ -512,7 +531,11 @@ pub const SPEC: StageSpec = StageSpec {
     build: |ctx, o| {
         let config = BuildidConfig::from_options(o)?;
         let pool = ctx.workers.pool()?;
-        Ok(if o.switch("all") {
+        Ok(if o.switch("mmap2") && o.switch("all") {
+            Box::new(config.build_mmap2_all().on_pool(pool))
+        } else if o.switch("mmap2") {
+            Box::new(config.build_mmap2_hit().on_pool(pool))
+        } else if o.switch("all") {
             Box::new(config.build_all().on_pool(pool))
         } else {
             Box::new(config.build().on_pool(pool))

@@ -1,0 +1,598 @@
+//! `perfpipe inject` standing in for `perf inject`: upstream's `tools/perf/tests/shell/pipe_test.sh`
+//! cases with our binary, for each build-id style; the MMAP2 styles (`-B`, `--mmap2-buildid-all`)
+//! against perf 6.1's readers; the refused options' messages.
+
+use std::collections::BTreeSet;
+use std::path::Path;
+use std::process::{Command, Output};
+
+use crate::util::*;
+use crate::workloads;
+
+/// `perfpipe inject ARGS` with `stdin`.
+fn inject(args: &[&str], stdin: &[u8]) -> Output {
+    let mut all = vec!["inject"];
+    all.extend_from_slice(args);
+    perfpipe(&all, stdin)
+}
+
+/// `perfpipe inject ARGS`, asserting success; its standard output.
+fn inject_ok(args: &[&str], stdin: &[u8]) -> Vec<u8> {
+    let out = inject(args, stdin);
+    assert!(
+        out.status.success(),
+        "perfpipe inject {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out.stdout
+}
+
+/// `perf report --stdio` of a file.
+fn report_file(path: &Path) -> String {
+    let out = Command::new("perf")
+        .args(["report", "--stdio", "-i"])
+        .arg(path)
+        .output()
+        .expect("perf report");
+    assert!(
+        out.status.success(),
+        "perf report -i {}: {}",
+        path.display(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// `perf record -e cpu-clock [-g] -o FILE -- noploop`: a file-mode recording.
+fn record_file(dir: &Dir, w: &workloads::Workload, name: &str) -> std::path::PathBuf {
+    let path = dir.path(name);
+    let out = Command::new("perf")
+        .args(["record", "-e", "cpu-clock", "-o"])
+        .arg(&path)
+        .arg("--")
+        .args(w.argv())
+        .output()
+        .expect("perf record");
+    assert!(
+        out.status.success(),
+        "perf record -o: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    path
+}
+
+/// The build-id styles pipe_test.sh runs (`test_inject_bids`), upstream's latest list.
+const STYLES: [&str; 4] = ["-b", "--buildid-all", "-B", "--mmap2-buildid-all"];
+
+/// The six cases of upstream `pipe_test.sh`'s `test_inject_bids`, each checked as it checks them
+/// (`perf report` finds the workload's `noploop`), with `perfpipe inject` for `perf inject`:
+/// pipe → pipe, `-g` pipe → pipe, pipe → file, file → pipe, pipe-format file → pipe, pipe-format
+/// file → file; for `-b`, `--buildid-all`, `-B` and `--mmap2-buildid-all`.
+#[test]
+#[cfg_attr(
+    any(skip_perf, skip_cc),
+    ignore = "needs perf and cc (missing at build time)"
+)]
+fn pipe_test_cases_for_every_build_id_style() {
+    require(Need::Perf);
+    require(Need::Cc);
+    let dir = Dir::new("pipe_test_cases");
+    let w = workloads::noploop(&dir);
+    let sym = "noploop";
+    let plain = perf_record(&["-e", "cpu-clock"], &w.argv());
+    let graph = perf_record(&["-e", "cpu-clock", "-g"], &w.argv());
+    let file = record_file(&dir, &w, "perf.data");
+    let pipe_file = dir.write("pipe.data", &plain);
+    for style in STYLES {
+        // #1: perf record -o - | perf inject OPT | perf report -i -
+        let out = inject_ok(&[style], &plain);
+        let r = perf_on(&["report", "--stdio"], &out);
+        assert!(r.contains(sym), "{style} #1 pipe -> pipe:\n{r}");
+        // #2: the same with -g.
+        let out = inject_ok(&[style], &graph);
+        let r = perf_on(&["report", "--stdio"], &out);
+        assert!(r.contains(sym), "{style} #2 -g pipe -> pipe:\n{r}");
+        // #3: perf record -o - | perf inject OPT -o FILE; perf report -i FILE
+        let data = dir.path(&format!("out3{style}"));
+        inject_ok(&[style, "-o", data.to_str().unwrap()], &plain);
+        let r = report_file(&data);
+        assert!(r.contains(sym), "{style} #3 pipe -> file:\n{r}");
+        // #4: perf record -o FILE; perf inject OPT -i FILE | perf report -i -
+        let out = inject_ok(&[style, "-i", file.to_str().unwrap()], b"");
+        let r = perf_on(&["report", "--stdio"], &out);
+        assert!(r.contains(sym), "{style} #4 file -> pipe:\n{r}");
+        // #5: perf record -o - > FILE; perf inject OPT -i FILE | perf report -i -
+        let out = inject_ok(&[style, "-i", pipe_file.to_str().unwrap()], b"");
+        let r = perf_on(&["report", "--stdio"], &out);
+        assert!(r.contains(sym), "{style} #5 pipe-format file -> pipe:\n{r}");
+        // #6: perf record -o - > FILE; perf inject OPT -i FILE -o FILE2; perf report -i FILE2
+        let data2 = dir.path(&format!("out6{style}"));
+        let args = [
+            style,
+            "-i",
+            pipe_file.to_str().unwrap(),
+            "-o",
+            data2.to_str().unwrap(),
+        ];
+        inject_ok(&args, b"");
+        let r = report_file(&data2);
+        assert!(r.contains(sym), "{style} #6 pipe-format file -> file:\n{r}");
+        // And the file's build-id table lists the workload (for the MMAP2 styles too).
+        let out = Command::new("perf")
+            .args(["buildid-list", "-i"])
+            .arg(&data2)
+            .output()
+            .expect("perf buildid-list");
+        let ids = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success() && ids.contains(w.exe.to_str().unwrap()),
+            "{style} #6: buildid-list lacks {}:\n{ids}{}",
+            w.exe.display(),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+}
+
+/// `perf script`'s frames (comm, ip, symbol, dso of every sample and callchain entry).
+fn frames(stream: &[u8]) -> String {
+    perf_on(&["script", "-F", "comm,tid,ip,sym,dso"], stream)
+}
+
+/// `(build id, path)` pairs `perf buildid-list -i -` lists.
+fn pairs(stream: &[u8]) -> BTreeSet<(String, String)> {
+    perf_on(&["buildid-list"], stream)
+        .lines()
+        .filter_map(|l| {
+            let mut w = l.split_whitespace();
+            Some((w.next()?.to_string(), w.next()?.to_string()))
+        })
+        .collect()
+}
+
+/// The MMAP2 styles on a multi-process `-g` recording: perf 6.1's `perf script` resolves every
+/// frame as on the input, `perf buildid-list` lists the ids of the dsos samples hit (what it lists
+/// for `-b`'s output), and the `-B` output is no larger than the `-b` output (it is the input
+/// minus the maps no sample hit).
+#[test]
+#[cfg_attr(skip_perf, ignore = "needs perf (missing at build time)")]
+fn mmap2_styles_keep_every_frame_and_list_the_ids() {
+    require(Need::Perf);
+    let input = perf_record(
+        &["-e", "cpu-clock", "-c", "20000", "-g"],
+        &[&workload(), "multi"],
+    );
+    let want = frames(&input);
+    let b = inject_ok(&["-b"], &input);
+    let big_b = inject_ok(&["-B"], &input);
+    let all = inject_ok(&["--mmap2-buildid-all"], &input);
+    eqnice!(want, frames(&big_b));
+    eqnice!(want, frames(&all));
+    let ids_b = pairs(&b);
+    assert!(ids_b.len() >= 3, "{ids_b:?}");
+    for ids in [pairs(&big_b), pairs(&all)] {
+        for p in &ids_b {
+            assert!(
+                ids.contains(p) || p.1 == "[kernel.kallsyms]" || p.1 == "[vdso]",
+                "{p:?} missing from {ids:?}"
+            );
+        }
+    }
+    eprintln!(
+        "input {} bytes, -b {} bytes, -B {} bytes, --mmap2-buildid-all {} bytes",
+        input.len(),
+        b.len(),
+        big_b.len(),
+        all.len()
+    );
+    assert!(
+        big_b.len() <= b.len(),
+        "-B {} > -b {}",
+        big_b.len(),
+        b.len()
+    );
+    // --mmap2-buildid-all only rewrites in place: MMAP2 records keep their size.
+    assert!(
+        all.len() <= input.len() + 32 * 64,
+        "{} vs {}",
+        all.len(),
+        input.len()
+    );
+}
+
+/// A counter's value in the `-v` table.
+fn counter(stats: &str, name: &str) -> u64 {
+    stats
+        .lines()
+        .find_map(|l| {
+            l.trim()
+                .strip_prefix(name)?
+                .trim()
+                .strip_prefix("= ")?
+                .parse()
+                .ok()
+        })
+        .unwrap_or_else(|| panic!("no counter {name} in:\n{stats}"))
+}
+
+/// A `--buildid-mmap` recording (perf record's default since 6.17): its MMAP2 records that carry
+/// ids are left alone, the rest (perf's synthesized kernel MMAP, maps the kernel wrote without an
+/// id) get theirs from the file; a second pass changes nothing. A recording without ids gets
+/// every file's id, and perf resolves the same frames.
+#[test]
+#[cfg_attr(skip_perf, ignore = "needs perf (missing at build time)")]
+fn mmap2_buildid_all_leaves_carried_ids_and_fills_the_rest() {
+    require(Need::Perf);
+    let carried = perf_record(
+        &["-e", "cpu-clock", "--buildid-mmap"],
+        &[&workload(), "single"],
+    );
+    let out = perfpipe(&["inject", "--mmap2-buildid-all", "-v"], &carried);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert!(counter(&err, "mmap2_ids_carried") > 0, "{err}");
+    eqnice!(out.stdout, inject_ok(&["--mmap2-buildid-all"], &out.stdout));
+    eqnice!(frames(&carried), frames(&out.stdout));
+
+    let plain = perf_record(&["-e", "cpu-clock"], &[&workload(), "single"]);
+    let out = perfpipe(&["inject", "--mmap2-buildid-all", "-v"], &plain);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert!(counter(&err, "mmaps_rewritten") > 0, "{err}");
+    assert_eq!(counter(&err, "mmap2_ids_carried"), 0, "{err}");
+    eqnice!(out.stdout, inject_ok(&["--mmap2-buildid-all"], &out.stdout));
+    eqnice!(frames(&plain), frames(&out.stdout));
+    assert!(!pairs(&out.stdout).is_empty());
+}
+
+/// Every refused perf inject option exits 2 with a message naming it, before reading any input;
+/// `--help` lists the supported and the refused options.
+#[test]
+fn refused_options_are_named() {
+    let cases: &[(&[&str], &str)] = &[
+        (&["-s"], "-s/--sched-stat is not supported"),
+        (&["--sched-stat"], "-s/--sched-stat is not supported"),
+        (&["-j"], "-j/--jit is not supported"),
+        (&["--jit"], "-j/--jit is not supported"),
+        (&["--itrace"], "--itrace is not supported"),
+        (&["--itrace=i100usg"], "--itrace is not supported"),
+        (&["--strip"], "--strip is not supported"),
+        (
+            &["--vm-time-correlation"],
+            "--vm-time-correlation is not supported",
+        ),
+        (
+            &["--vm-time-correlation=dry-run"],
+            "--vm-time-correlation is not supported",
+        ),
+        (
+            &["--guest-data", "g.data,42"],
+            "--guest-data is not supported",
+        ),
+        (&["--guestmount", "/tmp"], "--guestmount is not supported"),
+        (&["-k", "/boot/vmlinux"], "-k/--vmlinux is not supported"),
+        (
+            &["--vmlinux", "/boot/vmlinux"],
+            "-k/--vmlinux is not supported",
+        ),
+        (&["--ignore-vmlinux"], "--ignore-vmlinux is not supported"),
+        (
+            &["--kallsyms", "/proc/kallsyms"],
+            "--kallsyms is not supported",
+        ),
+        (
+            &["--convert-callchain"],
+            "--convert-callchain is not supported",
+        ),
+        (&["--aslr"], "--aslr is not supported"),
+        (&["-b", "--jit"], "-j/--jit is not supported"),
+    ];
+    for (args, want) in cases {
+        let mut all = args.to_vec();
+        all.extend_from_slice(&["-i", "/nonexistent/never-read"]);
+        let out = inject(&all, b"");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+        assert!(err.contains(want), "{args:?}: {err}");
+        assert!(err.starts_with("perfpipe inject: "), "{args:?}: {err}");
+        assert!(out.stdout.is_empty());
+    }
+    // -f changes nothing and is accepted.
+    let input = fixture_bytes("callgraph.pipe.data");
+    eqnice!(input, inject_ok(&["-f"], &input));
+    // An option perf inject never had is clap's usage error, also exit 2.
+    assert_eq!(inject(&["--no-such"], b"").status.code(), Some(2));
+    let help = inject_ok(&["--help"], b"");
+    let help = String::from_utf8_lossy(&help);
+    for flag in [
+        "--mmap2-buildids",
+        "--mmap2-buildid-all",
+        "--buildid-all",
+        "--known-build-ids",
+        "Refused",
+        "--sched-stat",
+        "--itrace",
+        "--convert-callchain",
+        "--aslr",
+        "--vm-time-correlation",
+        "--guest-data",
+    ] {
+        assert!(help.contains(flag), "--help lacks {flag}:\n{help}");
+    }
+}
+
+/// Records of a little-endian pipe stream after its 16-byte header: (type, bytes).
+fn split_records(s: &[u8]) -> Vec<(u32, Vec<u8>)> {
+    let mut v = Vec::new();
+    let mut at = 16;
+    while at + 8 <= s.len() {
+        let t = u32::from_le_bytes(s[at..at + 4].try_into().unwrap());
+        let size = usize::from(u16::from_le_bytes([s[at + 6], s[at + 7]]));
+        // HEADER_TRACING_DATA and AUXTRACE carry a payload past header.size.
+        assert!(t != 66 && t != 71, "a fixture without payload records");
+        v.push((t, s[at..at + size].to_vec()));
+        at += size;
+    }
+    assert_eq!(at, s.len());
+    v
+}
+
+/// A record of `type_` and `misc` with `body` (a multiple of 8 bytes).
+fn raw(type_: u32, misc: u16, body: &[u8]) -> Vec<u8> {
+    assert_eq!(body.len() % 8, 0);
+    let mut r = type_.to_le_bytes().to_vec();
+    r.extend_from_slice(&misc.to_le_bytes());
+    r.extend_from_slice(&u16::try_from(8 + body.len()).unwrap().to_le_bytes());
+    r.extend_from_slice(body);
+    r
+}
+
+/// One record of each type current perf added since 6.1, laid out as upstream declares them,
+/// and three types no perf defines yet (a kernel one and two user ones).
+fn new_records(with_compressed2: bool) -> Vec<(u32, Vec<u8>)> {
+    let mut v = Vec::new();
+    // PERF_RECORD_CALLCHAIN_DEFERRED (22): u64 cookie, u64 nr, u64 ips[nr].
+    let mut b = 7u64.to_le_bytes().to_vec();
+    b.extend_from_slice(&2u64.to_le_bytes());
+    b.extend_from_slice(&0x40_1000u64.to_le_bytes());
+    b.extend_from_slice(&0x40_2000u64.to_le_bytes());
+    v.push((22, raw(22, 2, &b)));
+    if with_compressed2 {
+        // PERF_RECORD_COMPRESSED2 (83): u64 data_size, data padded to 8; here a zstd frame
+        // of nothing, which `decompress` (put before --drop) replaces with no records.
+        let data = zstd::bulk::compress(&[], 3).expect("zstd");
+        let mut b = (data.len() as u64).to_le_bytes().to_vec();
+        b.extend_from_slice(&data);
+        b.resize(b.len().next_multiple_of(8), 0);
+        v.push((83, raw(83, 0, &b)));
+    }
+    // PERF_RECORD_BPF_METADATA (84): char prog_name[16], u64 nr_entries, entries of
+    // char key[64] and char value[256].
+    let mut b = vec![0u8; 16];
+    b[..4].copy_from_slice(b"prog");
+    b.extend_from_slice(&1u64.to_le_bytes());
+    let mut entry = vec![0u8; 320];
+    entry[..3].copy_from_slice(b"key");
+    entry[64..69].copy_from_slice(b"value");
+    b.extend_from_slice(&entry);
+    v.push((84, raw(84, 0, &b)));
+    // PERF_RECORD_SCHEDSTAT_CPU (85): u64 timestamp, u32 cpu, u16 version, pad, counters.
+    let mut b = 123u64.to_le_bytes().to_vec();
+    b.extend_from_slice(&1u32.to_le_bytes());
+    b.extend_from_slice(&17u16.to_le_bytes());
+    b.extend_from_slice(&[0, 0]);
+    b.extend((0..10u64).flat_map(u64::to_le_bytes));
+    v.push((85, raw(85, 0, &b)));
+    // PERF_RECORD_SCHEDSTAT_DOMAIN (86): u64 timestamp, u32 cpu, u16 version, u16 domain,
+    // counters.
+    let mut b = 124u64.to_le_bytes().to_vec();
+    b.extend_from_slice(&1u32.to_le_bytes());
+    b.extend_from_slice(&17u16.to_le_bytes());
+    b.extend_from_slice(&2u16.to_le_bytes());
+    b.extend((0..12u64).flat_map(u64::to_le_bytes));
+    v.push((86, raw(86, 0, &b)));
+    for t in [23, 87, 200] {
+        v.push((t, raw(t, 0, &[t as u8; 16])));
+    }
+    v
+}
+
+/// A real stream with the new records after its first sample and at its end.
+fn with_new_records(base: &[u8], with_compressed2: bool) -> Vec<u8> {
+    let mut out = base[..16].to_vec();
+    let mut placed = false;
+    for (t, r) in split_records(base) {
+        out.extend_from_slice(&r);
+        if t == 9 && !placed {
+            placed = true;
+            new_records(with_compressed2)
+                .iter()
+                .for_each(|(_, r)| out.extend_from_slice(r));
+        }
+    }
+    assert!(placed);
+    new_records(with_compressed2)
+        .iter()
+        .for_each(|(_, r)| out.extend_from_slice(r));
+    out
+}
+
+/// The records of the types [`new_records`] makes, in order.
+fn only_new(s: &[u8]) -> Vec<Vec<u8>> {
+    let types = [22, 83, 84, 85, 86, 23, 87, 200];
+    split_records(s)
+        .into_iter()
+        .filter(|(t, _)| types.contains(t))
+        .map(|(_, r)| r)
+        .collect()
+}
+
+/// Every record type of current perf (CALLCHAIN_DEFERRED 22, COMPRESSED2 83, BPF_METADATA 84,
+/// SCHEDSTAT_CPU 85, SCHEDSTAT_DOMAIN 86) and types no perf defines yet pass through byte for byte,
+/// are named in `--stats-json` and by `--drop`, and the unknown ones are counted; through
+/// `perfpipe inject` (every build-id style) they come out unchanged and in order.
+#[test]
+fn new_record_types_round_trip() {
+    let base = fixture_bytes("cpu-clock.pipe.data");
+    let input = with_new_records(&base, true);
+    let dir = Dir::new("new_record_types");
+    let json = dir.path("stats.json");
+    let out = perfpipe(&["--stats", "--stats-json", json.to_str().unwrap()], &input);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert!(out.stdout == input, "passthrough is not byte for byte");
+    assert_eq!(counter(&err, "unknown_record_types"), 6, "{err}");
+    let json = std::fs::read_to_string(&json).unwrap();
+    for name in [
+        "\"CALLCHAIN_DEFERRED\": 2",
+        "\"COMPRESSED2\": 2",
+        "\"BPF_METADATA\": 2",
+        "\"SCHEDSTAT_CPU\": 2",
+        "\"SCHEDSTAT_DOMAIN\": 2",
+        "\"type 23\": 2",
+        "\"type 87\": 2",
+        "\"type 200\": 2",
+    ] {
+        assert!(json.contains(name), "{name} not in {json}");
+    }
+
+    let drop =
+        "callchain_deferred,COMPRESSED2,bpf_metadata,schedstat_cpu,schedstat_domain,23,87,200";
+    let out = perfpipe(&["--drop", drop], &input);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    eqnice!(base, out.stdout);
+
+    // perf inject decompresses (a COMPRESSED2 becomes what it holds), so without one here.
+    let input = with_new_records(&base, false);
+    let want = only_new(&input);
+    assert_eq!(want.len(), 14);
+    for style in ["-b", "--buildid-all", "-B", "--mmap2-buildid-all"] {
+        let out = inject_ok(&[style], &input);
+        eqnice!(want, only_new(&out));
+    }
+    eqnice!(input, inject_ok(&[], &input));
+}
+
+fn le64(b: &[u8], at: usize) -> u64 {
+    u64::from_le_bytes(b[at..at + 8].try_into().unwrap())
+}
+
+/// `file` (a little-endian file-mode perf.data) laid out as perf ≥ 6.12 writes a file it made
+/// from a pipe (`perf_session__do_write_header()` with `write_attrs_after_data`, upstream
+/// "perf header: Allow attributes to be written after data"): the header, the data section at
+/// 104, the feature table and features after the data, then the attrs' id arrays and the attrs.
+fn attrs_after_data(file: &[u8]) -> Vec<u8> {
+    let attr_size = le64(file, 16) as usize;
+    let (attrs_at, attrs_len) = (le64(file, 24) as usize, le64(file, 32) as usize);
+    let (data_at, data_len) = (le64(file, 40) as usize, le64(file, 48) as usize);
+    let bitmap = &file[72..104];
+    let nr_features: u32 = (0..4).map(|i| le64(bitmap, i * 8).count_ones()).sum();
+    let mut out = file[..104].to_vec();
+    out.extend_from_slice(&file[data_at..data_at + data_len]);
+    // The feature table, then each feature's bytes, at their new offsets.
+    let table_at = data_at + data_len;
+    let new_table_at = out.len();
+    let mut next = new_table_at + 16 * nr_features as usize;
+    let mut table = Vec::new();
+    let mut bodies = Vec::new();
+    for i in 0..nr_features as usize {
+        let (off, size) = (
+            le64(file, table_at + 16 * i) as usize,
+            le64(file, table_at + 16 * i + 8),
+        );
+        table.extend_from_slice(&(next as u64).to_le_bytes());
+        table.extend_from_slice(&size.to_le_bytes());
+        bodies.extend_from_slice(&file[off..off + size as usize]);
+        next += size as usize;
+    }
+    out.extend_from_slice(&table);
+    out.extend_from_slice(&bodies);
+    // The id arrays, then the attrs pointing at them.
+    let mut attrs = Vec::new();
+    for k in 0..attrs_len / attr_size {
+        let a = &file[attrs_at + k * attr_size..attrs_at + (k + 1) * attr_size];
+        let (ids_at, ids_len) = (
+            le64(a, attr_size - 16) as usize,
+            le64(a, attr_size - 8) as usize,
+        );
+        let new_ids_at = out.len() as u64;
+        out.extend_from_slice(&file[ids_at..ids_at + ids_len]);
+        let mut a = a.to_vec();
+        a[attr_size - 16..attr_size - 8].copy_from_slice(&new_ids_at.to_le_bytes());
+        attrs.extend_from_slice(&a);
+    }
+    let new_attrs_at = out.len() as u64;
+    out.extend_from_slice(&attrs);
+    out[24..32].copy_from_slice(&new_attrs_at.to_le_bytes());
+    out[40..48].copy_from_slice(&104u64.to_le_bytes());
+    out
+}
+
+/// Input conventions of current perf: a pipe-format stream saved to a regular file is read as a
+/// pipe (byte for byte back), and a file-mode perf.data with its attrs after the data (as perf
+/// ≥ 6.12 writes one it made from a pipe) reads as the same stream as the usual layout.
+#[test]
+fn pipe_format_files_and_attrs_after_data_are_read() {
+    let dir = Dir::new("input_conventions");
+    let pipe = fixture_bytes("cpu-clock.pipe.data");
+    let saved = dir.write("saved.pipe.data", &pipe);
+    eqnice!(pipe, inject_ok(&["-i", saved.to_str().unwrap()], b""));
+
+    let file = fixture_bytes("plain.file.data");
+    let moved = attrs_after_data(&file);
+    assert!(le64(&moved, 24) > le64(&moved, 40), "attrs after the data");
+    assert_ne!(moved, file);
+    let usual = dir.write("usual.data", &file);
+    let late = dir.write("late.data", &moved);
+    let want = inject_ok(&["-i", usual.to_str().unwrap()], b"");
+    assert!(want.len() > 16 + file.len() / 2, "the stream is written");
+    eqnice!(want, inject_ok(&["-i", late.to_str().unwrap()], b""));
+    // And file to file: the output is a usual file-mode perf.data with the same stream.
+    let out = dir.path("out.data");
+    inject_ok(
+        &["-i", late.to_str().unwrap(), "-o", out.to_str().unwrap()],
+        b"",
+    );
+    eqnice!(want, inject_ok(&["-i", out.to_str().unwrap()], b""));
+}
+
+/// Turns every MMAP2 in build-id form back into the inode form with zeros (misc without
+/// MMAP_BUILD_ID), as the kernel writes a `--buildid-mmap` map whose ELF pages it could not read.
+fn strip_ids(stream: &[u8]) -> (Vec<u8>, usize) {
+    let mut out = stream[..16].to_vec();
+    let mut n = 0;
+    for (t, mut r) in split_records(stream) {
+        let misc = u16::from_le_bytes([r[4], r[5]]);
+        if t == 10 && misc & (1 << 14) != 0 {
+            r[4..6].copy_from_slice(&(misc & !(1 << 14)).to_le_bytes());
+            r[40..64].fill(0);
+            n += 1;
+        }
+        out.extend_from_slice(&r);
+    }
+    (out, n)
+}
+
+/// A `--buildid-mmap` recording whose MMAP2 records lost their ids (the kernel could not read
+/// them): `--mmap2-buildid-all` fills each from its file with exactly the bytes the kernel
+/// wrote, so the result equals that of the intact recording; and `-b` lists the same ids.
+#[test]
+#[cfg_attr(skip_perf, ignore = "needs perf (missing at build time)")]
+fn buildid_mmap_maps_without_ids_are_filled() {
+    require(Need::Perf);
+    let rec = perf_record(
+        &["-e", "cpu-clock", "--buildid-mmap"],
+        &[&workload(), "multi"],
+    );
+    let (stripped, n) = strip_ids(&rec);
+    assert!(n >= 5, "{n} MMAP2 records with ids");
+    let want = inject_ok(&["--mmap2-buildid-all"], &rec);
+    eqnice!(want, inject_ok(&["--mmap2-buildid-all"], &stripped));
+    eqnice!(
+        pairs(&inject_ok(&["-b"], &rec)),
+        pairs(&inject_ok(&["-b"], &stripped))
+    );
+}
