@@ -509,6 +509,43 @@ impl Symbolize {
         }
     }
 
+    /// A FORK gives its child the parent's maps. The child's samples that came before it in the
+    /// stream (from the child's cpu; later in time) are looked up now, while the child still has
+    /// them: by release its exec may have replaced them (`bash;_Fork`, `bash;__GI___execve`).
+    fn forked(&mut self, child: u32, current: &mut Stacks) {
+        for i in 0..=self.held.len() {
+            let stacks = match self.held.get_mut(i) {
+                Some((_, s, _)) => s,
+                None => &mut *current,
+            };
+            if !stacks.pending.iter().any(|p| p.1 == child) {
+                continue;
+            }
+            let mut pending = std::mem::take(&mut stacks.pending);
+            let mut found = Vec::new();
+            pending.retain(|&(at, pid, ip)| {
+                if pid != child || self.machine.find(pid, misc::USER, ip).is_none() {
+                    return true;
+                }
+                found.push((at, ip));
+                false
+            });
+            let ids: Vec<(u32, FrameId)> = found
+                .into_iter()
+                .map(|(at, ip)| (at, self.intern(child, misc::USER, ip)))
+                .collect();
+            self.late_maps.add(ids.len() as u64);
+            let stacks = match self.held.get_mut(i) {
+                Some((_, s, _)) => s,
+                None => &mut *current,
+            };
+            for (at, id) in ids {
+                stacks.frames[at as usize] = id;
+            }
+            stacks.pending = pending;
+        }
+    }
+
     /// Fills the names of a held batch's samples and attaches its stacks.
     fn release(&mut self, mut batch: Batch, mut stacks: Stacks, out: &mut Out<'_>) {
         stacks.host_kernel = self.host_kernel();
@@ -563,6 +600,11 @@ impl Stage for Symbolize {
                 }
             } else {
                 self.observe(&rec, e);
+                if RecordType(span.kind) == RecordType::FORK {
+                    if let Some(t) = rec.task().filter(|t| t.pid != t.ppid) {
+                        self.forked(t.pid, &mut stacks);
+                    }
+                }
             }
         }
         self.samples.add(samples);
