@@ -1,0 +1,607 @@
+//! `unwind`: DWARF unwinding in the stream (`--unwind`). Samples recorded with
+//! `perf record --call-graph dwarf` carry the user registers (`PERF_SAMPLE_REGS_USER`) and a copy
+//! of the user stack (`PERF_SAMPLE_STACK_USER`, 8 KiB by default); this stage unwinds that stack
+//! with the `.eh_frame`/`.eh_frame_hdr`/`.debug_frame` of the dsos mapped in the sample's process
+//! (with [`framehop`], samply's unwinder) and writes the sample again as a frame-pointer-style one:
+//! its callchain is the kernel part the kernel recorded, then `PERF_CONTEXT_USER` and the user
+//! frames, and the registers and stack copy are gone. The attr's `sample_type` loses `REGS_USER`
+//! and `STACK_USER` and gains `CALLCHAIN` (the HEADER_ATTR records, which the file-mode writer
+//! turns into the attrs section, and the attr table the batches carry downstream), so perf reads
+//! the output as a `perf record -g` recording, 10–100× smaller.
+//!
+//! - **Frames** are the user ip (from the registers), then each return address minus one, as
+//!   perf's libunwind and libdw unwinders give them (`perf script` prints the same addresses on
+//!   the input and on the output).
+//! - **Address spaces** are the [`Machine`] model (MMAP, MMAP2, FORK, EXIT); a process's framehop
+//!   unwinder is rebuilt when its maps change, lazily, at its next sample. A dso's unwind sections
+//!   are read once (see [`dso`]).
+//! - **Bounded**: at most `max-frames` frames per sample (default 1024), stack reads only inside
+//!   the copy (`dyn_size` bytes of it, clamped to its size), and unwinding stops at a frame in code
+//!   without unwind information. Garbage registers, truncated copies and looping unwind info end
+//!   a sample's walk early; they are counted, never an error.
+//! - **Parallel**: the samples of a batch are unwound on the pipeline's worker pool
+//!   ([`BuildCtx::workers`]), in order (`parallel=no`: on the stage's thread).
+//!
+//! **Order**: input order; samples are rewritten in place, nothing is added or reordered.
+//! **Buffering**: none beyond the batch. **EOF**: nothing to flush.
+//! Counters: `samples_unwound` (the walk reached the outermost frame), `samples_partial` (it
+//! stopped early; per reason `partial_stack_end`, `partial_no_unwind_info`, `partial_bad_frame`,
+//! `partial_frame_cap`), `samples_no_unwind_info` (the sample's ip is in no dso with unwind
+//! information), `samples_no_user_regs` (kernel threads, 32-bit processes), `samples_malformed`
+//! (dropped: a field runs past the record), `dyn_size_clamped`, `user_frames`, `dsos_loaded`,
+//! `dsos_missing`, `dsos_without_unwind_info`.
+
+pub mod dso;
+pub mod sample;
+#[cfg(test)]
+mod tests;
+
+use std::cell::RefCell;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use framehop::x86_64::{CacheX86_64, UnwindRegsX86_64, UnwinderX86_64};
+use framehop::{Error as WalkError, FrameAddress, Unwinder as _};
+use perfpipe_core::{Batch, Counter, Flow, Out, Stage, StageError};
+use rayon::prelude::*;
+
+use crate::format::{Attr, Endian, RecordType, SampleLayout, StreamInfo, EVENT_HEADER_SIZE};
+use crate::machine::{IdMap, Machine, KERNEL_PID};
+use crate::registry::{BuildCtx, Flag, Kind, Options, StageOption, StageSpec};
+use crate::Error;
+use dso::{Bytes, Missing, UnwindInfo};
+use sample::AttrExtra;
+
+/// How `unwind` appears on the command line: `--unwind [parallel=no,max-frames=N]`.
+pub const SPEC: StageSpec = StageSpec {
+    name: "unwind",
+    help: "unwind --call-graph dwarf samples' user stacks into callchains (.eh_frame/.debug_frame) and drop the stack copies",
+    flags: &[Flag::stage_options(
+        "unwind",
+        "unwind --call-graph dwarf samples into callchains and drop their stack copies",
+    )],
+    options: &[
+        StageOption {
+            key: "parallel",
+            kind: Kind::Switch,
+            help: "unwind each batch's samples on the worker pool (default yes; no: on the stage's thread)",
+        },
+        StageOption {
+            key: "max-frames",
+            kind: Kind::Count,
+            help: "most user frames per sample (default 1024)",
+        },
+    ],
+    build: build_stage,
+    needs_decompressed: true,
+};
+
+fn build_stage(ctx: &BuildCtx, o: &Options) -> Result<Box<dyn Stage>, Error> {
+    let config = UnwindConfig::from_options(o)?;
+    let pool = if config.parallel {
+        Some(ctx.workers.pool()?)
+    } else {
+        None
+    };
+    Ok(Box::new(config.build(pool)))
+}
+
+/// Default of `max-frames`.
+pub const MAX_FRAMES: usize = 1024;
+
+/// Configuration of an `unwind` stage. Plain data; no I/O.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct UnwindConfig {
+    /// Unwind on the worker pool.
+    pub parallel: bool,
+    /// Most user frames per sample.
+    pub max_frames: usize,
+}
+
+impl Default for UnwindConfig {
+    fn default() -> Self {
+        UnwindConfig {
+            parallel: true,
+            max_frames: MAX_FRAMES,
+        }
+    }
+}
+
+impl UnwindConfig {
+    /// The configuration that checked options give.
+    ///
+    /// # Errors
+    /// [`Error::BadOption`] for `max-frames=0`.
+    pub fn from_options(o: &Options) -> Result<UnwindConfig, Error> {
+        let max_frames = match o.count("max-frames") {
+            Some(0) => {
+                return Err(Error::BadOption {
+                    option: "unwind",
+                    message: "max-frames must be at least 1".into(),
+                })
+            }
+            Some(n) => usize::try_from(n).unwrap_or(usize::MAX),
+            None => MAX_FRAMES,
+        };
+        Ok(UnwindConfig {
+            parallel: !o.has("parallel") || o.switch("parallel"),
+            max_frames,
+        })
+    }
+
+    /// Builds the stage; samples are unwound on `pool` (on the stage's thread when `None`).
+    pub fn build(&self, pool: Option<Arc<rayon::ThreadPool>>) -> Unwind {
+        Unwind {
+            pool,
+            max_frames: self.max_frames,
+            machine: Machine::new(),
+            dsos: Vec::new(),
+            processes: IdMap::default(),
+            extras: Vec::new(),
+            info_in: None,
+            info_out: None,
+            extras_changed: false,
+            modules_added: 0,
+            c: Counters::default(),
+        }
+    }
+}
+
+/// The stage's counters.
+#[derive(Clone, Debug, Default)]
+struct Counters {
+    unwound: Counter,
+    partial: Counter,
+    stack_end: Counter,
+    no_info_later: Counter,
+    bad_frame: Counter,
+    frame_cap: Counter,
+    no_unwind_info: Counter,
+    no_regs: Counter,
+    malformed: Counter,
+    dyn_clamped: Counter,
+    frames: Counter,
+    dsos_loaded: Counter,
+    dsos_missing: Counter,
+    dsos_no_info: Counter,
+}
+
+/// A process's unwinder and the address ranges of its modules with unwind information.
+pub struct Process {
+    unwinder: UnwinderX86_64<Bytes>,
+    /// Sorted, non-overlapping `[start, end)` of maps whose dso has unwind information.
+    covered: Vec<(u64, u64)>,
+}
+
+impl std::fmt::Debug for Process {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Process")
+            .field("covered", &self.covered)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Process {
+    fn covers(&self, addr: u64) -> bool {
+        let i = self.covered.partition_point(|r| r.0 <= addr);
+        i > 0 && addr < self.covered[i - 1].1
+    }
+}
+
+/// How one sample's walk ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Outcome {
+    /// The outermost frame was reached.
+    Complete,
+    /// The stack copy ended (the usual end with 8 KiB copies of deep stacks).
+    StackEnd,
+    /// A frame (after the first) lies in code without unwind information.
+    NoInfoLater,
+    /// The unwinder gave up on a frame (it did not advance, moved backwards, a null return address).
+    BadFrame,
+    /// `max-frames` frames were found.
+    FrameCap,
+    /// The sample's own ip lies in no dso with unwind information: only that frame is written.
+    NoUnwindInfo,
+    /// No usable user registers: no user frames.
+    NoRegs,
+    /// A field runs past the record: the sample is dropped.
+    Malformed,
+}
+
+/// A sample's walk: its new record (none if malformed), how it ended and the user frames written.
+#[derive(Debug)]
+pub struct Walked {
+    /// The rewritten record.
+    pub record: Option<Vec<u8>>,
+    /// How the walk ended.
+    pub outcome: Outcome,
+    /// User frames in the new callchain.
+    pub frames: usize,
+    /// `dyn_size` exceeded the stack copy.
+    pub dyn_clamped: bool,
+}
+
+/// Adds of modules after which the unwind caches are replaced: framehop tells its unwinders apart in
+/// its rule caches by a global 16-bit generation that wraps after 65,536 module adds.
+const CACHE_EPOCH_ADDS: u64 = 30_000;
+static CACHE_EPOCH: AtomicU64 = AtomicU64::new(0);
+
+thread_local! {
+    static CACHE: RefCell<(u64, Option<CacheX86_64>)> = const { RefCell::new((0, None)) };
+}
+
+/// Unwinds and rewrites one sample record.
+pub fn walk(
+    rec: &[u8],
+    e: Endian,
+    layout: &SampleLayout,
+    extra: &AttrExtra,
+    process: Option<&Process>,
+    max_frames: usize,
+) -> Walked {
+    let Some(parts) = sample::parse(rec, e, layout, extra) else {
+        return Walked {
+            record: None,
+            outcome: Outcome::Malformed,
+            frames: 0,
+            dyn_clamped: false,
+        };
+    };
+    let mut frames: Vec<u64> = Vec::new();
+    let outcome = match (parts.regs, process) {
+        (None, _) => Outcome::NoRegs,
+        (Some((ip, _, _)), None) => {
+            frames.push(ip);
+            Outcome::NoUnwindInfo
+        }
+        (Some((ip, _, _)), Some(p)) if !p.covers(ip) => {
+            frames.push(ip);
+            Outcome::NoUnwindInfo
+        }
+        (Some((ip, sp, bp)), Some(p)) => {
+            let stack = &rec[parts.stack.clone()];
+            CACHE.with(|c| {
+                let mut c = c.borrow_mut();
+                let epoch = CACHE_EPOCH.load(Ordering::Relaxed);
+                if c.0 != epoch || c.1.is_none() {
+                    *c = (epoch, Some(CacheX86_64::new()));
+                }
+                let cache = c.1.as_mut().expect("set above");
+                walk_stack(p, ip, sp, bp, stack, e, cache, max_frames, &mut frames)
+            })
+        }
+    };
+    let mut out = Vec::with_capacity(rec.len().min(parts.head.len() + 16 + 8 * frames.len() + 64));
+    let n = sample::rewrite(rec, e, &parts, &frames, &mut out);
+    Walked {
+        record: Some(out),
+        outcome,
+        frames: n,
+        dyn_clamped: parts.dyn_size_clamped,
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+fn walk_stack(
+    p: &Process,
+    ip: u64,
+    sp: u64,
+    bp: u64,
+    stack: &[u8],
+    e: Endian,
+    cache: &mut CacheX86_64,
+    max_frames: usize,
+    frames: &mut Vec<u64>,
+) -> Outcome {
+    let mut read = |addr: u64| -> Result<u64, ()> {
+        let off = usize::try_from(addr.checked_sub(sp).ok_or(())?).map_err(|_| ())?;
+        let b = stack.get(off..off.checked_add(8).ok_or(())?).ok_or(())?;
+        e.u64(b, 0).ok_or(())
+    };
+    let mut it = p
+        .unwinder
+        .iter_frames(ip, UnwindRegsX86_64::new(ip, sp, bp), cache, &mut read);
+    loop {
+        match it.next() {
+            Ok(Some(FrameAddress::InstructionPointer(ip))) => frames.push(ip),
+            Ok(Some(FrameAddress::ReturnAddress(ra))) => {
+                if frames.len() >= max_frames {
+                    return Outcome::FrameCap;
+                }
+                let at = u64::from(ra) - 1;
+                frames.push(at);
+                if !p.covers(at) {
+                    return Outcome::NoInfoLater;
+                }
+            }
+            Ok(None) => return Outcome::Complete,
+            Err(WalkError::CouldNotReadStack(_)) => return Outcome::StackEnd,
+            Err(_err) => {
+                if std::env::var_os("UNWIND_DEBUG").is_some() {
+                    eprintln!(
+                        "unwind: {_err:?} after {frames:x?} covered {:x?}",
+                        p.covered
+                    );
+                }
+                return Outcome::BadFrame;
+            }
+        }
+    }
+}
+
+/// The running `unwind` stage.
+#[derive(Debug)]
+pub struct Unwind {
+    pool: Option<Arc<rayon::ThreadPool>>,
+    max_frames: usize,
+    machine: Machine,
+    /// By [`crate::machine::DsoId`]: the dso's unwind information, once looked for.
+    dsos: Vec<Option<Result<UnwindInfo, Missing>>>,
+    /// pid → its unwinder, built at the process's first sample after its maps changed.
+    processes: IdMap<u32, Arc<Process>>,
+    /// By attr index: the attr's extra fields, for attrs whose samples are unwound.
+    extras: Vec<Option<AttrExtra>>,
+    info_in: Option<Arc<StreamInfo>>,
+    info_out: Option<Arc<StreamInfo>>,
+    extras_changed: bool,
+    modules_added: u64,
+    c: Counters,
+}
+
+/// One sample to unwind: its span's index in the batch, its attr and its process.
+struct Job {
+    span: usize,
+    attr: u16,
+    extra: AttrExtra,
+    process: Option<Arc<Process>>,
+}
+
+impl Unwind {
+    /// The unwinder of process `pid` as its maps are now.
+    fn process(&mut self, pid: u32) -> Arc<Process> {
+        if let Some(p) = self.processes.get(&pid) {
+            return p.clone();
+        }
+        let mut unwinder = UnwinderX86_64::new();
+        let mut covered = Vec::new();
+        let maps: Vec<_> = self.machine.maps(pid).to_vec();
+        for map in maps {
+            let i = map.dso.0 as usize;
+            if self.dsos.len() <= i {
+                self.dsos.resize_with(i + 1, || None);
+            }
+            if self.dsos[i].is_none() {
+                let name = &self.machine.dso(map.dso).name;
+                let loaded = dso::load(name, pid);
+                match &loaded {
+                    Ok(_) => self.c.dsos_loaded.add(1),
+                    Err(Missing::NotFound) => self.c.dsos_missing.add(1),
+                    Err(Missing::NoInfo) => self.c.dsos_no_info.add(1),
+                    Err(Missing::Pseudo) => {}
+                }
+                self.dsos[i] = Some(loaded);
+            }
+            let Some(Ok(info)) = &self.dsos[i] else {
+                continue;
+            };
+            let base = info.base_avma(map.start, map.pgoff);
+            let name = String::from_utf8_lossy(&self.machine.dso(map.dso).name);
+            unwinder.add_module(info.module(&name, map.start..map.end, base));
+            covered.push((map.start, map.end));
+            self.modules_added += 1;
+            if self.modules_added % CACHE_EPOCH_ADDS == 0 {
+                CACHE_EPOCH.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+        let p = Arc::new(Process { unwinder, covered });
+        self.processes.insert(pid, p.clone());
+        p
+    }
+
+    /// The stream info for downstream: the attrs of unwound samples rewritten.
+    fn info_out(&mut self, info: &Arc<StreamInfo>) -> Arc<StreamInfo> {
+        let same = self.info_in.as_ref().is_some_and(|i| Arc::ptr_eq(i, info));
+        if same && !self.extras_changed {
+            if let Some(o) = &self.info_out {
+                return o.clone();
+            }
+        }
+        let mut out = StreamInfo::clone(info);
+        for (j, attr) in out.attrs.iter_mut().enumerate() {
+            if self.extras.get(j).copied().flatten().is_some() {
+                unwound_attr(attr);
+            }
+        }
+        let out = Arc::new(out);
+        self.info_in = Some(info.clone());
+        self.info_out = Some(out.clone());
+        self.extras_changed = false;
+        out
+    }
+
+    fn count(&self, w: &Walked) {
+        let c = &self.c;
+        match w.outcome {
+            Outcome::Complete => c.unwound.add(1),
+            Outcome::StackEnd => c.stack_end.add(1),
+            Outcome::NoInfoLater => c.no_info_later.add(1),
+            Outcome::BadFrame => c.bad_frame.add(1),
+            Outcome::FrameCap => c.frame_cap.add(1),
+            Outcome::NoUnwindInfo => c.no_unwind_info.add(1),
+            Outcome::NoRegs => c.no_regs.add(1),
+            Outcome::Malformed => c.malformed.add(1),
+        }
+        if matches!(
+            w.outcome,
+            Outcome::StackEnd | Outcome::NoInfoLater | Outcome::BadFrame | Outcome::FrameCap
+        ) {
+            c.partial.add(1);
+        }
+        if w.dyn_clamped {
+            c.dyn_clamped.add(1);
+        }
+        c.frames.add(w.frames as u64);
+    }
+}
+
+/// An attr as it is after its samples are unwound.
+pub fn unwound_attr(attr: &mut Attr) {
+    attr.sample_type = sample::unwound_type(attr.sample_type);
+    attr.flags = sample::unwound_flags(attr.flags);
+    attr.layout = SampleLayout::new(attr.sample_type, attr.read_format, attr.sample_id_all());
+}
+
+impl Stage for Unwind {
+    fn process(&mut self, mut batch: Batch, out: &mut Out<'_>) -> Result<Flow, StageError> {
+        let Some(info) = StreamInfo::shared(&batch) else {
+            out.push(batch);
+            return Ok(Flow::Continue);
+        };
+        let e = info.endian;
+        if e != Endian::Little {
+            // Only x86-64 is unwound; big-endian streams come from other machines.
+            out.push(batch);
+            return Ok(Flow::Continue);
+        }
+        let mut jobs: Vec<Job> = Vec::new();
+        let mut attrs: Vec<(usize, Vec<u8>)> = Vec::new();
+        for (i, span) in batch.spans.iter().enumerate() {
+            let rt = RecordType(span.kind);
+            match rt {
+                RecordType::HEADER_ATTR => {
+                    let rec = batch.bytes(span);
+                    let Ok(attr) = Attr::parse(&rec[EVENT_HEADER_SIZE.min(rec.len())..], e) else {
+                        continue;
+                    };
+                    if !sample::wants_unwinding(attr.sample_type) {
+                        continue;
+                    }
+                    let Some(j) = info.attrs.iter().position(|a| *a == attr) else {
+                        continue;
+                    };
+                    if self.extras.len() <= j {
+                        self.extras.resize(j + 1, None);
+                    }
+                    let extra = Some(sample::attr_extra(rec, e));
+                    if self.extras[j] != extra {
+                        self.extras[j] = extra;
+                        self.extras_changed = true;
+                    }
+                    attrs.push((i, sample::rewrite_attr(rec, e)));
+                }
+                RecordType::SAMPLE => {
+                    let attr = span.tag as u16;
+                    let Some(extra) = self.extras.get(usize::from(attr)).copied().flatten() else {
+                        continue;
+                    };
+                    let pid = info.record(&batch, span).sample().and_then(|s| s.pid());
+                    let process = pid.map(|pid| self.process(pid));
+                    jobs.push(Job {
+                        span: i,
+                        attr,
+                        extra,
+                        process,
+                    });
+                }
+                RecordType::MMAP
+                | RecordType::MMAP2
+                | RecordType::FORK
+                | RecordType::EXIT
+                | RecordType::COMM
+                | RecordType::FINISHED_ROUND => {
+                    let rec = info.record(&batch, span);
+                    self.machine.apply(&rec);
+                    let changed = match rt {
+                        RecordType::MMAP | RecordType::MMAP2 => {
+                            rec.mmap().map(|m| m.pid).filter(|&p| p != KERNEL_PID)
+                        }
+                        RecordType::FORK => rec.task().filter(|t| t.pid != t.ppid).map(|t| t.pid),
+                        RecordType::EXIT => rec.task().filter(|t| t.pid == t.tid).map(|t| t.pid),
+                        _ => None,
+                    };
+                    if let Some(pid) = changed {
+                        self.processes.remove(&pid);
+                    }
+                }
+                _ => {}
+            }
+        }
+        let info_out = self.info_out(&info);
+        if jobs.is_empty() && attrs.is_empty() {
+            batch.context = Some(info_out);
+            out.push(batch);
+            return Ok(Flow::Continue);
+        }
+        let max_frames = self.max_frames;
+        let walked: Vec<Walked> = {
+            let b = &batch;
+            let one = |job: &Job| {
+                let span = &b.spans[job.span];
+                let layout = &info.attrs[usize::from(job.attr)].layout;
+                walk(
+                    b.bytes(span),
+                    e,
+                    layout,
+                    &job.extra,
+                    job.process.as_deref(),
+                    max_frames,
+                )
+            };
+            match &self.pool {
+                Some(pool) if jobs.len() > 1 => {
+                    pool.install(|| jobs.par_iter().with_min_len(2).map(one).collect())
+                }
+                _ => jobs.iter().map(one).collect(),
+            }
+        };
+        for w in &walked {
+            self.count(w);
+        }
+        let mut jobs = jobs.iter().zip(walked).peekable();
+        let mut attrs = attrs.into_iter().peekable();
+        let mut ed = batch.edit();
+        let mut i = 0;
+        while ed.next_record().is_some() {
+            if attrs.peek().is_some_and(|(at, _)| *at == i) {
+                let (_, rec) = attrs.next().expect("peeked");
+                ed.replace(&rec);
+            } else if jobs.peek().is_some_and(|(job, _)| job.span == i) {
+                let (_, w) = jobs.next().expect("peeked");
+                match w.record {
+                    Some(rec) => ed.replace(&rec),
+                    None => ed.remove(),
+                }
+            }
+            i += 1;
+        }
+        ed.finish();
+        batch.context = Some(info_out);
+        if batch.spans.is_empty() {
+            out.recycle(batch);
+        } else {
+            out.push(batch);
+        }
+        Ok(Flow::Continue)
+    }
+
+    fn counters(&self) -> Vec<(&'static str, Counter)> {
+        let c = &self.c;
+        vec![
+            ("samples_unwound", c.unwound.clone()),
+            ("samples_partial", c.partial.clone()),
+            ("partial_stack_end", c.stack_end.clone()),
+            ("partial_no_unwind_info", c.no_info_later.clone()),
+            ("partial_bad_frame", c.bad_frame.clone()),
+            ("partial_frame_cap", c.frame_cap.clone()),
+            ("samples_no_unwind_info", c.no_unwind_info.clone()),
+            ("samples_no_user_regs", c.no_regs.clone()),
+            ("samples_malformed", c.malformed.clone()),
+            ("dyn_size_clamped", c.dyn_clamped.clone()),
+            ("user_frames", c.frames.clone()),
+            ("dsos_loaded", c.dsos_loaded.clone()),
+            ("dsos_missing", c.dsos_missing.clone()),
+            ("dsos_without_unwind_info", c.dsos_no_info.clone()),
+        ]
+    }
+}
