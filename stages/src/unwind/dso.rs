@@ -42,6 +42,11 @@ impl UnwindInfo {
         self.eh_frame.is_some() || self.debug_frame.is_some()
     }
 
+    /// The PT_LOADs: `(p_vaddr, p_offset, p_filesz)`.
+    pub fn loads(&self) -> &[(u64, u64, u64)] {
+        &self.loads
+    }
+
     /// Bytes held.
     pub fn bytes(&self) -> usize {
         self.eh_frame.as_ref().map_or(0, |s| s.1.len())
@@ -51,16 +56,23 @@ impl UnwindInfo {
 
     /// The load bias of a map of this file at `start` showing file offset `pgoff`: the address
     /// minus the file's virtual address there. perf and the dynamic loader map a PT_LOAD from its
-    /// offset rounded down to a page, so the PT_LOAD whose page-rounded file range holds `pgoff`
-    /// gives it; without one, offsets and addresses are taken as equal.
+    /// offset rounded down to a page, so the PT_LOAD that starts in that page (else the one
+    /// whose page-rounded file range holds `pgoff`) gives it; without one, offsets and addresses are taken as equal.
     pub fn base_avma(&self, start: u64, pgoff: u64) -> u64 {
-        let svma = self
+        // Two PT_LOADs can share a file page (the end of one, the start of the next): the map
+        // starting at that page is of the one that starts there.
+        let load = self
             .loads
             .iter()
-            .find(|&&(_, off, filesz)| pgoff >= off & !0xfff && pgoff < off.saturating_add(filesz))
-            .map_or(pgoff, |&(vaddr, off, _)| {
-                vaddr.wrapping_add(pgoff).wrapping_sub(off)
+            .find(|&&(_, off, _)| off & !0xfff == pgoff)
+            .or_else(|| {
+                self.loads.iter().find(|&&(_, off, filesz)| {
+                    pgoff >= off & !0xfff && pgoff < off.saturating_add(filesz)
+                })
             });
+        let svma = load.map_or(pgoff, |&(vaddr, off, _)| {
+            vaddr.wrapping_add(pgoff).wrapping_sub(off)
+        });
         start.wrapping_sub(svma)
     }
 

@@ -141,7 +141,6 @@ impl UnwindConfig {
             info_in: None,
             info_out: None,
             extras_changed: false,
-            modules_added: 0,
             c: Counters::default(),
         }
     }
@@ -181,7 +180,40 @@ impl std::fmt::Debug for Process {
     }
 }
 
+impl Default for Process {
+    fn default() -> Self {
+        Process::new()
+    }
+}
+
+/// Module adds so far, by every stage (see [`CACHE_EPOCH_ADDS`]).
+static MODULES_ADDED: AtomicU64 = AtomicU64::new(0);
+
 impl Process {
+    /// A process with no maps.
+    pub fn new() -> Process {
+        Process {
+            unwinder: UnwinderX86_64::new(),
+            covered: Vec::new(),
+        }
+    }
+
+    /// Adds a map `[start, end)` of a file with unwind information `info`, at file offset `pgoff`.
+    pub fn add(&mut self, info: &UnwindInfo, name: &str, start: u64, end: u64, pgoff: u64) {
+        if end <= start {
+            return;
+        }
+        let base = info.base_avma(start, pgoff);
+        self.unwinder
+            .add_module(info.module(name, start..end, base));
+        let i = self.covered.partition_point(|r| r.0 < start);
+        self.covered.insert(i, (start, end));
+        if MODULES_ADDED.fetch_add(1, Ordering::Relaxed) % CACHE_EPOCH_ADDS == CACHE_EPOCH_ADDS - 1
+        {
+            CACHE_EPOCH.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
     fn covers(&self, addr: u64) -> bool {
         let i = self.covered.partition_point(|r| r.0 <= addr);
         i > 0 && addr < self.covered[i - 1].1
@@ -317,15 +349,7 @@ fn walk_stack(
             }
             Ok(None) => return Outcome::Complete,
             Err(WalkError::CouldNotReadStack(_)) => return Outcome::StackEnd,
-            Err(_err) => {
-                if std::env::var_os("UNWIND_DEBUG").is_some() {
-                    eprintln!(
-                        "unwind: {_err:?} after {frames:x?} covered {:x?}",
-                        p.covered
-                    );
-                }
-                return Outcome::BadFrame;
-            }
+            Err(_) => return Outcome::BadFrame,
         }
     }
 }
@@ -345,7 +369,6 @@ pub struct Unwind {
     info_in: Option<Arc<StreamInfo>>,
     info_out: Option<Arc<StreamInfo>>,
     extras_changed: bool,
-    modules_added: u64,
     c: Counters,
 }
 
@@ -363,8 +386,7 @@ impl Unwind {
         if let Some(p) = self.processes.get(&pid) {
             return p.clone();
         }
-        let mut unwinder = UnwinderX86_64::new();
-        let mut covered = Vec::new();
+        let mut p = Process::new();
         let maps: Vec<_> = self.machine.maps(pid).to_vec();
         for map in maps {
             let i = map.dso.0 as usize;
@@ -385,16 +407,10 @@ impl Unwind {
             let Some(Ok(info)) = &self.dsos[i] else {
                 continue;
             };
-            let base = info.base_avma(map.start, map.pgoff);
             let name = String::from_utf8_lossy(&self.machine.dso(map.dso).name);
-            unwinder.add_module(info.module(&name, map.start..map.end, base));
-            covered.push((map.start, map.end));
-            self.modules_added += 1;
-            if self.modules_added % CACHE_EPOCH_ADDS == 0 {
-                CACHE_EPOCH.fetch_add(1, Ordering::Relaxed);
-            }
+            p.add(info, &name, map.start, map.end, map.pgoff);
         }
-        let p = Arc::new(Process { unwinder, covered });
+        let p = Arc::new(p);
         self.processes.insert(pid, p.clone());
         p
     }
