@@ -46,4 +46,5 @@ mod regression;
 mod ring;
 mod skipping;
 mod stats;
+mod unwind;
 mod workloads;

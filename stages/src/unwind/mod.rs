@@ -141,6 +141,12 @@ impl UnwindConfig {
             info_in: None,
             info_out: None,
             extras_changed: false,
+            held: Vec::new(),
+            held_bytes: 0,
+            held_rounds: 0,
+            waiting: IdMap::default(),
+            given_up: IdMap::default(),
+            parents: IdMap::default(),
             c: Counters::default(),
         }
     }
@@ -163,6 +169,7 @@ struct Counters {
     dsos_loaded: Counter,
     dsos_missing: Counter,
     dsos_no_info: Counter,
+    held: Counter,
 }
 
 /// A process's unwinder and the address ranges of its modules with unwind information.
@@ -369,25 +376,253 @@ pub struct Unwind {
     info_in: Option<Arc<StreamInfo>>,
     info_out: Option<Arc<StreamInfo>>,
     extras_changed: bool,
+    /// Batches held back (in order) while waiting for the FORKs of `waiting`.
+    held: Vec<Batch>,
+    held_bytes: usize,
+    held_rounds: usize,
+    waiting: IdMap<u32, ()>,
+    /// pid → parent pid, from FORK records, until the EXIT.
+    parents: IdMap<u32, u32>,
+    /// Processes waited for once (not waited for again).
+    given_up: IdMap<u32, ()>,
     c: Counters,
 }
 
-/// One sample to unwind: its span's index in the batch, its attr and its process.
+/// One sample to unwind: its span's index in the batch, its attr and its process (or its pid,
+/// when the process is looked up after the batches held with it).
 struct Job {
     span: usize,
     attr: u16,
     extra: AttrExtra,
+    pid: Option<u32>,
     process: Option<Arc<Process>>,
 }
 
+/// A batch after pass one.
+struct Scanned {
+    info: Arc<StreamInfo>,
+    info_out: Arc<StreamInfo>,
+    jobs: Vec<Job>,
+    attrs: Vec<(usize, Vec<u8>)>,
+}
+
 impl Unwind {
+    /// Notes the extra fields of a dwarf attr (its HEADER_ATTR record `rec`); false if the attr
+    /// is not in the stream's table.
+    fn note_attr(&mut self, info: &StreamInfo, attr: &Attr, rec: &[u8]) -> bool {
+        let Some(j) = info.attrs.iter().position(|a| a == attr) else {
+            return false;
+        };
+        if self.extras.len() <= j {
+            self.extras.resize(j + 1, None);
+        }
+        let extra = Some(sample::attr_extra(rec, info.endian));
+        if self.extras[j] != extra {
+            self.extras[j] = extra;
+            self.extras_changed = true;
+        }
+        true
+    }
+
+    /// Pass one over a batch, in stream order: applies its side-band records to the address
+    /// spaces, notes its dwarf attrs and makes a job of each sample to unwind. With `defer`, a
+    /// sample of a process in `defer` gets its process later ([`Unwind::run`]).
+    fn scan(&mut self, batch: &Batch, defer: &IdMap<u32, ()>) -> Option<Scanned> {
+        let info = StreamInfo::shared(batch)?;
+        if info.endian != Endian::Little {
+            // Only x86-64 is unwound; big-endian streams come from other machines.
+            return None;
+        }
+        let e = info.endian;
+        let mut jobs: Vec<Job> = Vec::new();
+        let mut attrs: Vec<(usize, Vec<u8>)> = Vec::new();
+        for (i, span) in batch.spans.iter().enumerate() {
+            let rt = RecordType(span.kind);
+            match rt {
+                RecordType::HEADER_ATTR => {
+                    let rec = batch.bytes(span);
+                    let Ok(attr) = Attr::parse(&rec[EVENT_HEADER_SIZE.min(rec.len())..], e) else {
+                        continue;
+                    };
+                    if !sample::wants_unwinding(attr.sample_type) {
+                        continue;
+                    }
+                    if self.note_attr(&info, &attr, rec) {
+                        attrs.push((i, sample::rewrite_attr(rec, e)));
+                    }
+                }
+                RecordType::SAMPLE => {
+                    let attr = span.tag as u16;
+                    let Some(extra) = self.extras.get(usize::from(attr)).copied().flatten() else {
+                        continue;
+                    };
+                    let pid = info.record(batch, span).sample().and_then(|s| s.pid());
+                    let later = pid.is_some_and(|p| defer.contains_key(&p));
+                    let process = match pid {
+                        Some(pid) if !later => Some(self.process(pid)),
+                        _ => None,
+                    };
+                    jobs.push(Job {
+                        span: i,
+                        attr,
+                        extra,
+                        pid: pid.filter(|_| later),
+                        process,
+                    });
+                }
+                RecordType::MMAP
+                | RecordType::MMAP2
+                | RecordType::FORK
+                | RecordType::EXIT
+                | RecordType::COMM
+                | RecordType::FINISHED_ROUND => {
+                    let rec = info.record(batch, span);
+                    self.machine.apply(&rec);
+                    let changed = match rt {
+                        RecordType::MMAP | RecordType::MMAP2 => {
+                            rec.mmap().map(|m| m.pid).filter(|&p| p != KERNEL_PID)
+                        }
+                        RecordType::FORK => rec.task().filter(|t| t.pid != t.ppid).map(|t| {
+                            self.parents.insert(t.pid, t.ppid);
+                            t.pid
+                        }),
+                        RecordType::EXIT => rec.task().filter(|t| t.pid == t.tid).map(|t| {
+                            self.parents.remove(&t.pid);
+                            t.pid
+                        }),
+                        _ => None,
+                    };
+                    if let Some(pid) = changed {
+                        self.processes.remove(&pid);
+                    }
+                }
+                _ => {}
+            }
+        }
+        let info_out = self.info_out(&info);
+        Some(Scanned {
+            info,
+            info_out,
+            jobs,
+            attrs,
+        })
+    }
+
+    /// Runs batches in order: scans them all, gives the deferred samples the processes as they
+    /// are after the last one, unwinds, rewrites and emits them.
+    fn run(&mut self, batches: Vec<Batch>, defer: &IdMap<u32, ()>, out: &mut Out<'_>) {
+        let mut scanned: Vec<(Batch, Option<Scanned>)> = Vec::with_capacity(batches.len());
+        for b in batches {
+            let s = self.scan(&b, defer);
+            scanned.push((b, s));
+        }
+        for (_, s) in &mut scanned {
+            for job in s.iter_mut().flat_map(|s| s.jobs.iter_mut()) {
+                if let Some(pid) = job.pid.take() {
+                    job.process = Some(self.process(pid));
+                }
+            }
+        }
+        for (b, s) in scanned {
+            match s {
+                Some(s) => self.finish(b, s, out),
+                None => out.push(b),
+            }
+        }
+    }
+
+    /// Pass two: unwinds the jobs (on the pool), rewrites the samples and attrs, emits the batch.
+    fn finish(&mut self, mut batch: Batch, s: Scanned, out: &mut Out<'_>) {
+        let Scanned {
+            info,
+            info_out,
+            jobs,
+            attrs,
+        } = s;
+        if jobs.is_empty() && attrs.is_empty() {
+            batch.context = Some(info_out);
+            out.push(batch);
+            return;
+        }
+        let (e, max_frames) = (info.endian, self.max_frames);
+        let walked: Vec<Walked> = {
+            let b = &batch;
+            let one = |job: &Job| {
+                let span = &b.spans[job.span];
+                let layout = &info.attrs[usize::from(job.attr)].layout;
+                walk(
+                    b.bytes(span),
+                    e,
+                    layout,
+                    &job.extra,
+                    job.process.as_deref(),
+                    max_frames,
+                )
+            };
+            match &self.pool {
+                Some(pool) if jobs.len() > 1 => {
+                    pool.install(|| jobs.par_iter().with_min_len(2).map(one).collect())
+                }
+                _ => jobs.iter().map(one).collect(),
+            }
+        };
+        for w in &walked {
+            self.count(w);
+        }
+        let mut jobs = jobs.iter().zip(walked).peekable();
+        let mut attrs = attrs.into_iter().peekable();
+        let mut ed = batch.edit();
+        let mut i = 0;
+        while ed.next_record().is_some() {
+            if attrs.peek().is_some_and(|(at, _)| *at == i) {
+                let (_, rec) = attrs.next().expect("peeked");
+                ed.replace(&rec);
+            } else if jobs.peek().is_some_and(|(job, _)| job.span == i) {
+                let (_, w) = jobs.next().expect("peeked");
+                match w.record {
+                    Some(rec) => ed.replace(&rec),
+                    None => ed.remove(),
+                }
+            }
+            i += 1;
+        }
+        ed.finish();
+        batch.context = Some(info_out);
+        if batch.spans.is_empty() {
+            out.recycle(batch);
+        } else {
+            out.push(batch);
+        }
+    }
+
+    /// Releases the held batches (see [`Unwind`]'s `process`).
+    fn release(&mut self, out: &mut Out<'_>) {
+        let held = std::mem::take(&mut self.held);
+        self.held_bytes = 0;
+        self.held_rounds = 0;
+        if self.given_up.len() > 1 << 16 {
+            self.given_up.clear();
+        }
+        // A process waited for once is not waited for again.
+        let waiting = std::mem::take(&mut self.waiting);
+        self.run(held, &waiting, out);
+        self.given_up.extend(waiting);
+    }
+
     /// The unwinder of process `pid` as its maps are now.
     fn process(&mut self, pid: u32) -> Arc<Process> {
         if let Some(p) = self.processes.get(&pid) {
             return p.clone();
         }
         let mut p = Process::new();
-        let maps: Vec<_> = self.machine.maps(pid).to_vec();
+        let mut maps: Vec<_> = self.machine.maps(pid).to_vec();
+        if maps.is_empty() {
+            // A FORK that came before its parent's maps (records are ordered by time only across
+            // rounds) copied nothing: the child has its parent's maps as they are now.
+            if let Some(parent) = self.parents.get(&pid) {
+                maps = self.machine.maps(*parent).to_vec();
+            }
+        }
         for map in maps {
             let i = map.dso.0 as usize;
             if self.dsos.len() <= i {
@@ -468,137 +703,105 @@ pub fn unwound_attr(attr: &mut Attr) {
     attr.layout = SampleLayout::new(attr.sample_type, attr.read_format, attr.sample_id_all());
 }
 
+/// Most bytes of batches held back waiting for the FORK of a process whose samples came first.
+pub const HOLD_MAX_BYTES: usize = 32 << 20;
+
+/// The pids of `batch`'s unwound samples with user registers whose process has no maps yet, and
+/// which no FORK or MMAP before them in the batch introduces (nor were waited for before,
+/// `given_up`).
+fn unknown_pids(
+    machine: &Machine,
+    info: &StreamInfo,
+    batch: &Batch,
+    extras: &[Option<AttrExtra>],
+    given_up: &IdMap<u32, ()>,
+) -> Vec<u32> {
+    let mut introduced = Vec::new();
+    let mut unknown = Vec::new();
+    for span in &batch.spans {
+        let rec = info.record(batch, span);
+        match RecordType(span.kind) {
+            RecordType::FORK => introduced.extend(rec.task().map(|t| t.pid)),
+            RecordType::MMAP | RecordType::MMAP2 => introduced.extend(rec.mmap().map(|m| m.pid)),
+            RecordType::SAMPLE => {
+                let (Some(attr), Some(Some(extra))) = (
+                    info.attrs.get(span.tag as usize),
+                    extras.get(span.tag as usize),
+                ) else {
+                    continue;
+                };
+                let Some(pid) = rec.sample().and_then(|s| s.pid()) else {
+                    continue;
+                };
+                if !machine.maps(pid).is_empty()
+                    || introduced.contains(&pid)
+                    || unknown.contains(&pid)
+                    || given_up.contains_key(&pid)
+                {
+                    continue;
+                }
+                let bytes = batch.bytes(span);
+                if sample::parse(bytes, info.endian, &attr.layout, extra)
+                    .is_some_and(|p| p.regs.is_some())
+                {
+                    unknown.push(pid);
+                }
+            }
+            _ => {}
+        }
+    }
+    unknown
+}
+
 impl Stage for Unwind {
-    fn process(&mut self, mut batch: Batch, out: &mut Out<'_>) -> Result<Flow, StageError> {
-        let Some(info) = StreamInfo::shared(&batch) else {
+    /// A batch with a sample of a process that has no maps yet (its FORK, or its parent's maps,
+    /// come later in the stream: records are ordered by time only across rounds) is held, with
+    /// the batches after it, until two FINISHED_ROUNDs have passed or [`HOLD_MAX_BYTES`] are
+    /// held; then they run together, and those samples are unwound with their process as it is
+    /// at the end (a child with no maps of its own has its parent's).
+    fn process(&mut self, batch: Batch, out: &mut Out<'_>) -> Result<Flow, StageError> {
+        let Some(info) = StreamInfo::of(&batch) else {
             out.push(batch);
             return Ok(Flow::Continue);
         };
-        let e = info.endian;
-        if e != Endian::Little {
-            // Only x86-64 is unwound; big-endian streams come from other machines.
-            out.push(batch);
-            return Ok(Flow::Continue);
-        }
-        let mut jobs: Vec<Job> = Vec::new();
-        let mut attrs: Vec<(usize, Vec<u8>)> = Vec::new();
-        for (i, span) in batch.spans.iter().enumerate() {
-            let rt = RecordType(span.kind);
-            match rt {
-                RecordType::HEADER_ATTR => {
-                    let rec = batch.bytes(span);
-                    let Ok(attr) = Attr::parse(&rec[EVENT_HEADER_SIZE.min(rec.len())..], e) else {
-                        continue;
-                    };
-                    if !sample::wants_unwinding(attr.sample_type) {
-                        continue;
+        if self.held.is_empty() {
+            for span in batch
+                .spans
+                .iter()
+                .filter(|s| s.kind == RecordType::HEADER_ATTR.0)
+            {
+                let rec = batch.bytes(span);
+                if let Ok(attr) = Attr::parse(&rec[EVENT_HEADER_SIZE.min(rec.len())..], info.endian)
+                {
+                    if sample::wants_unwinding(attr.sample_type) {
+                        self.note_attr(info, &attr, rec);
                     }
-                    let Some(j) = info.attrs.iter().position(|a| *a == attr) else {
-                        continue;
-                    };
-                    if self.extras.len() <= j {
-                        self.extras.resize(j + 1, None);
-                    }
-                    let extra = Some(sample::attr_extra(rec, e));
-                    if self.extras[j] != extra {
-                        self.extras[j] = extra;
-                        self.extras_changed = true;
-                    }
-                    attrs.push((i, sample::rewrite_attr(rec, e)));
-                }
-                RecordType::SAMPLE => {
-                    let attr = span.tag as u16;
-                    let Some(extra) = self.extras.get(usize::from(attr)).copied().flatten() else {
-                        continue;
-                    };
-                    let pid = info.record(&batch, span).sample().and_then(|s| s.pid());
-                    let process = pid.map(|pid| self.process(pid));
-                    jobs.push(Job {
-                        span: i,
-                        attr,
-                        extra,
-                        process,
-                    });
-                }
-                RecordType::MMAP
-                | RecordType::MMAP2
-                | RecordType::FORK
-                | RecordType::EXIT
-                | RecordType::COMM
-                | RecordType::FINISHED_ROUND => {
-                    let rec = info.record(&batch, span);
-                    self.machine.apply(&rec);
-                    let changed = match rt {
-                        RecordType::MMAP | RecordType::MMAP2 => {
-                            rec.mmap().map(|m| m.pid).filter(|&p| p != KERNEL_PID)
-                        }
-                        RecordType::FORK => rec.task().filter(|t| t.pid != t.ppid).map(|t| t.pid),
-                        RecordType::EXIT => rec.task().filter(|t| t.pid == t.tid).map(|t| t.pid),
-                        _ => None,
-                    };
-                    if let Some(pid) = changed {
-                        self.processes.remove(&pid);
-                    }
-                }
-                _ => {}
-            }
-        }
-        let info_out = self.info_out(&info);
-        if jobs.is_empty() && attrs.is_empty() {
-            batch.context = Some(info_out);
-            out.push(batch);
-            return Ok(Flow::Continue);
-        }
-        let max_frames = self.max_frames;
-        let walked: Vec<Walked> = {
-            let b = &batch;
-            let one = |job: &Job| {
-                let span = &b.spans[job.span];
-                let layout = &info.attrs[usize::from(job.attr)].layout;
-                walk(
-                    b.bytes(span),
-                    e,
-                    layout,
-                    &job.extra,
-                    job.process.as_deref(),
-                    max_frames,
-                )
-            };
-            match &self.pool {
-                Some(pool) if jobs.len() > 1 => {
-                    pool.install(|| jobs.par_iter().with_min_len(2).map(one).collect())
-                }
-                _ => jobs.iter().map(one).collect(),
-            }
-        };
-        for w in &walked {
-            self.count(w);
-        }
-        let mut jobs = jobs.iter().zip(walked).peekable();
-        let mut attrs = attrs.into_iter().peekable();
-        let mut ed = batch.edit();
-        let mut i = 0;
-        while ed.next_record().is_some() {
-            if attrs.peek().is_some_and(|(at, _)| *at == i) {
-                let (_, rec) = attrs.next().expect("peeked");
-                ed.replace(&rec);
-            } else if jobs.peek().is_some_and(|(job, _)| job.span == i) {
-                let (_, w) = jobs.next().expect("peeked");
-                match w.record {
-                    Some(rec) => ed.replace(&rec),
-                    None => ed.remove(),
                 }
             }
-            i += 1;
+            let unknown = unknown_pids(&self.machine, info, &batch, &self.extras, &self.given_up);
+            if unknown.is_empty() {
+                self.run(vec![batch], &IdMap::default(), out);
+                return Ok(Flow::Continue);
+            }
+            self.waiting.extend(unknown.into_iter().map(|p| (p, ())));
+            self.c.held.add(1);
         }
-        ed.finish();
-        batch.context = Some(info_out);
-        if batch.spans.is_empty() {
-            out.recycle(batch);
-        } else {
-            out.push(batch);
+        self.held_rounds += batch
+            .spans
+            .iter()
+            .filter(|s| s.kind == RecordType::FINISHED_ROUND.0)
+            .count();
+        self.held_bytes += batch.data.len();
+        self.held.push(batch);
+        if self.held_rounds >= 2 || self.held_bytes > HOLD_MAX_BYTES {
+            self.release(out);
         }
         Ok(Flow::Continue)
+    }
+
+    fn flush(&mut self, out: &mut Out<'_>) -> Result<(), StageError> {
+        self.release(out);
+        Ok(())
     }
 
     fn counters(&self) -> Vec<(&'static str, Counter)> {
@@ -618,6 +821,7 @@ impl Stage for Unwind {
             ("dsos_loaded", c.dsos_loaded.clone()),
             ("dsos_missing", c.dsos_missing.clone()),
             ("dsos_without_unwind_info", c.dsos_no_info.clone()),
+            ("batches_held_for_fork", c.held.clone()),
         ]
     }
 }
