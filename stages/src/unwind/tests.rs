@@ -559,3 +559,70 @@ fn the_stage_rewrites_attrs_and_samples_in_order_sequential_or_parallel() {
         "same output every way"
     );
 }
+
+#[test]
+fn a_child_sampled_before_its_fork_and_its_parents_maps_is_unwound_with_them() {
+    // Records are ordered by time only across rounds: the child's samples (on its cpu) can come
+    // before its FORK and before the parent's MMAP2 (on the parent's cpu).
+    let o = own();
+    let ip = BASE + o.func.0;
+    let stack = looping_stack(o.func.0, 80);
+    let child = 88u32;
+    let mut good = sample_rec(&S {
+        ip,
+        regs: (ip, SP, 0),
+        stack: &stack,
+        size: 80,
+        dyn_size: 80,
+        ..S::default()
+    });
+    good[16..20].copy_from_slice(&child.to_le_bytes());
+    good[20..24].copy_from_slice(&child.to_le_bytes());
+    let full = stream(&o, &[]);
+    // The stream without its MMAP2, and the MMAP2 itself.
+    let attr_end = 16 + header_attr(TYPE).len();
+    let (head, mmap) = (full[..attr_end].to_vec(), full[attr_end..].to_vec());
+    let mut fork = Vec::new();
+    let t = crate::format::Task {
+        pid: child,
+        ppid: PID,
+        tid: child,
+        ptid: PID,
+        time: 6,
+    };
+    fbuild::task(&mut fork, E, RecordType::FORK, 0, &t, fbuild::Trailer::None);
+    let mut round = Vec::new();
+    fbuild::empty(&mut round, RecordType::FINISHED_ROUND, E);
+    let mut s = head;
+    for _ in 0..5 {
+        s.extend_from_slice(&good);
+    }
+    s.extend_from_slice(&fork);
+    s.extend_from_slice(&round);
+    s.extend_from_slice(&mmap);
+    s.extend_from_slice(&good);
+    s.extend_from_slice(&round);
+    s.extend_from_slice(&good);
+    let attr_out = layouts().1;
+    for chunk in [1 << 20, 200] {
+        let mut stage = UnwindConfig::default().build(None);
+        let out = harness::run_stage(&mut stage, decoded(&s, chunk)).unwrap();
+        let samples: Vec<Vec<u8>> = out
+            .iter()
+            .flat_map(|b| {
+                b.spans
+                    .iter()
+                    .filter(|s| s.kind == RecordType::SAMPLE.0)
+                    .map(|s| b.bytes(s).to_vec())
+            })
+            .collect();
+        assert_eq!(samples.len(), 7);
+        for r in &samples {
+            assert_eq!(user_frames(r, &attr_out).1.len(), 11, "chunk {chunk}");
+        }
+        let c = stage.counters();
+        let get = |name: &str| c.iter().find(|(n, _)| *n == name).unwrap().1.get();
+        assert_eq!(get("samples_no_unwind_info"), 0);
+        assert!(get("batches_held_for_fork") >= 1);
+    }
+}
