@@ -50,10 +50,14 @@ log "input $INPUT: $in_bytes bytes"
 # time_one NAME CMD...: appends "NAME wall rss_kb" to $BENCH_DIR/unwind.tsv
 time_one() {
     local name=$1; shift
-    /usr/bin/time -f '%e %M' -o "$BENCH_DIR/time.$$" "$@"
-    echo "$name $(cat "$BENCH_DIR/time.$$")" >>"$BENCH_DIR/unwind.tsv"
+    local t0 t1
+    t0=$(date +%s%N)
+    /usr/bin/time -f '%M' -o "$BENCH_DIR/time.$$" "$@"
+    t1=$(date +%s%N)
+    echo "$name $(echo "($t1 - $t0) / 1000000000" | bc -l | cut -c1-6) $(cat "$BENCH_DIR/time.$$")" >>"$BENCH_DIR/unwind.tsv"
 }
 : >"$BENCH_DIR/unwind.tsv"
+cat "$INPUT" >/dev/null # in the page cache for every variant
 variants=(perf pp1 pp2 seq ppscript)
 for ((r = 0; r < BENCH_ROUNDS; r++)); do
     for ((k = 0; k < ${#variants[@]}; k++)); do
@@ -70,13 +74,13 @@ done
 out_bytes=$(stat -c %s "$BENCH_DIR/out.pipe")
 
 median() { sort -n | awk '{a[NR]=$1} END {print (NR % 2) ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2}'; }
-printf '%-22s %9s %10s\n' variant "wall (s)" "RSS (MB)"
+printf '%-28s %9s %10s\n' variant "wall (s)" "RSS (MB)"
 declare -A wall
 for v in perf-script perfpipe-workers-1 perfpipe-workers-2 perfpipe-sequential perfpipe-then-perf-script; do
     w=$(awk -v v=$v '$1==v {print $2}' "$BENCH_DIR/unwind.tsv" | median)
     m=$(awk -v v=$v '$1==v {print $3}' "$BENCH_DIR/unwind.tsv" | median)
     wall[$v]=$w
-    printf '%-22s %9s %10.1f\n' "$v" "$w" "$(echo "$m / 1024" | bc -l)"
+    printf '%-28s %9s %10.1f\n' "$v" "$w" "$(echo "$m / 1024" | bc -l)"
 done
 for v in perfpipe-workers-1 perfpipe-workers-2 perfpipe-sequential perfpipe-then-perf-script; do
     echo "perf script / $v: $(echo "${wall[perf-script]} / ${wall[$v]}" | bc -l | cut -c1-6)x"
