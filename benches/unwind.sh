@@ -5,7 +5,8 @@
 # frame pointers (tests/workloads/templates.cc, -O2 -fomit-frame-pointer -g) until it is at least
 # BENCH_MIN_MB, then times, alternating for BENCH_ROUNDS rounds:
 #   perf script   perf script --no-inline -F comm,tid,time,ip,sym,dso -i rec > /dev/null
-#   perfpipe      perfpipe -i rec --unwind -o out.pipe          (RAYON_NUM_THREADS=1, 2: workers)
+#   perfpipe      perfpipe -i rec --stage unwind:parallel-min=2 -o out.pipe  (every batch on the
+#                 pool; RAYON_NUM_THREADS=1, 2: workers)
 #   perfpipe seq  perfpipe -i rec --stage unwind:parallel=no -o out.pipe
 #   pp | script   perfpipe -i rec --unwind | perf script (the same fields) -i -
 # and prints medians, the ratio perf script / perfpipe, peak RSS, output bytes / input bytes, and
@@ -64,8 +65,8 @@ for ((r = 0; r < BENCH_ROUNDS; r++)); do
         v=${variants[(k + r) % ${#variants[@]}]}
         case $v in
         perf) time_one "perf-script" sh -c "'$PERF' script ${FIELDS[*]} -i '$INPUT' >/dev/null 2>&1" ;;
-        pp1) time_one "perfpipe-workers-1" env RAYON_NUM_THREADS=1 "$PERFPIPE" -i "$INPUT" --unwind -o "$BENCH_DIR/out.pipe" --pipe ;;
-        pp2) time_one "perfpipe-workers-2" env RAYON_NUM_THREADS=2 "$PERFPIPE" -i "$INPUT" --unwind -o "$BENCH_DIR/out.pipe" --pipe ;;
+        pp1) time_one "perfpipe-workers-1" env RAYON_NUM_THREADS=1 "$PERFPIPE" -i "$INPUT" --stage unwind:parallel-min=2 -o "$BENCH_DIR/out.pipe" --pipe ;;
+        pp2) time_one "perfpipe-workers-2" env RAYON_NUM_THREADS=2 "$PERFPIPE" -i "$INPUT" --stage unwind:parallel-min=2 -o "$BENCH_DIR/out.pipe" --pipe ;;
         ppscript) time_one "perfpipe-then-perf-script" sh -c "'$PERFPIPE' -i '$INPUT' --unwind | '$PERF' script ${FIELDS[*]} -i - >/dev/null 2>&1" ;;
         seq) time_one "perfpipe-sequential" "$PERFPIPE" -i "$INPUT" --stage unwind:parallel=no -o "$BENCH_DIR/out.pipe" --pipe ;;
         esac

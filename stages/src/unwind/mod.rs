@@ -19,8 +19,9 @@
 //!   the copy (`dyn_size` bytes of it, clamped to its size), and unwinding stops at a frame in code
 //!   without unwind information. Garbage registers, truncated copies and looping unwind info end
 //!   a sample's walk early; they are counted, never an error.
-//! - **Parallel**: the samples of a batch are unwound on the pipeline's worker pool
-//!   ([`BuildCtx::workers`]), in order (`parallel=no`: on the stage's thread).
+//! - **Parallel**: the samples of a batch of at least `parallel-min` (64) samples are unwound on
+//!   the pipeline's worker pool ([`BuildCtx::workers`]), in order; smaller batches, and every
+//!   batch with `parallel=no`, on the stage's thread.
 //!
 //! **Order**: input order; samples are rewritten in place, nothing is added or reordered.
 //! **Buffering**: none beyond the batch. **EOF**: nothing to flush.
@@ -52,7 +53,7 @@ use crate::Error;
 use dso::{Bytes, Missing, UnwindInfo};
 use sample::AttrExtra;
 
-/// How `unwind` appears on the command line: `--unwind [parallel=no,max-frames=N]`.
+/// How `unwind` appears on the command line: `--unwind [parallel=no,parallel-min=N,max-frames=N]`.
 pub const SPEC: StageSpec = StageSpec {
     name: "unwind",
     help: "unwind --call-graph dwarf samples' user stacks into callchains (.eh_frame/.debug_frame) and drop the stack copies",
@@ -65,6 +66,11 @@ pub const SPEC: StageSpec = StageSpec {
             key: "parallel",
             kind: Kind::Switch,
             help: "unwind each batch's samples on the worker pool (default yes; no: on the stage's thread)",
+        },
+        StageOption {
+            key: "parallel-min",
+            kind: Kind::Count,
+            help: "fewest samples in a batch for the pool to unwind them (default 64; fewer: on the stage's thread)",
         },
         StageOption {
             key: "max-frames",
@@ -86,6 +92,9 @@ fn build_stage(ctx: &BuildCtx, o: &Options) -> Result<Box<dyn Stage>, Error> {
     Ok(Box::new(config.build(pool)))
 }
 
+/// Default of `parallel-min`.
+pub const PARALLEL_MIN: usize = 64;
+
 /// Default of `max-frames`.
 pub const MAX_FRAMES: usize = 1024;
 
@@ -96,6 +105,9 @@ pub struct UnwindConfig {
     pub parallel: bool,
     /// Most user frames per sample.
     pub max_frames: usize,
+    /// Fewest samples in a batch for the pool to unwind them: handing a batch to the pool costs
+    /// more than unwinding a few samples (see the README's figures).
+    pub parallel_min: usize,
 }
 
 impl Default for UnwindConfig {
@@ -103,6 +115,7 @@ impl Default for UnwindConfig {
         UnwindConfig {
             parallel: true,
             max_frames: MAX_FRAMES,
+            parallel_min: PARALLEL_MIN,
         }
     }
 }
@@ -126,6 +139,9 @@ impl UnwindConfig {
         Ok(UnwindConfig {
             parallel: !o.has("parallel") || o.switch("parallel"),
             max_frames,
+            parallel_min: o
+                .count("parallel-min")
+                .map_or(PARALLEL_MIN, |n| usize::try_from(n).unwrap_or(usize::MAX)),
         })
     }
 
@@ -134,6 +150,7 @@ impl UnwindConfig {
         Unwind {
             pool,
             max_frames: self.max_frames,
+            parallel_min: self.parallel_min.max(2),
             machine: Machine::new(),
             dsos: Vec::new(),
             processes: IdMap::default(),
@@ -366,6 +383,7 @@ fn walk_stack(
 pub struct Unwind {
     pool: Option<Arc<rayon::ThreadPool>>,
     max_frames: usize,
+    parallel_min: usize,
     machine: Machine,
     /// By [`crate::machine::DsoId`]: the dso's unwind information, once looked for.
     dsos: Vec<Option<Result<UnwindInfo, Missing>>>,
@@ -560,7 +578,7 @@ impl Unwind {
                 )
             };
             match &self.pool {
-                Some(pool) if jobs.len() > 1 => {
+                Some(pool) if jobs.len() >= self.parallel_min => {
                     pool.install(|| jobs.par_iter().with_min_len(2).map(one).collect())
                 }
                 _ => jobs.iter().map(one).collect(),

@@ -512,6 +512,7 @@ fn the_stage_rewrites_attrs_and_samples_in_order_sequential_or_parallel() {
     for (parallel, chunk) in [(false, 1 << 20), (true, 1 << 20), (true, 700), (false, 333)] {
         let cfg = UnwindConfig {
             parallel,
+            parallel_min: 2,
             ..UnwindConfig::default()
         };
         let mut stage = cfg.build(parallel.then(|| pool.clone()));
