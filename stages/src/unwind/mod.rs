@@ -46,7 +46,7 @@ use framehop::{Error as WalkError, FrameAddress, Unwinder as _};
 use perfpipe_core::{Batch, Counter, Flow, Out, Stage, StageError};
 use rayon::prelude::*;
 
-use crate::format::{Attr, Endian, RecordType, SampleLayout, StreamInfo, EVENT_HEADER_SIZE};
+use crate::format::{misc, Attr, Endian, RecordType, SampleLayout, StreamInfo, EVENT_HEADER_SIZE};
 use crate::machine::{IdMap, Machine, KERNEL_PID};
 use crate::registry::{BuildCtx, Flag, Kind, Options, StageOption, StageSpec};
 use crate::Error;
@@ -401,8 +401,8 @@ pub struct Unwind {
     waiting: IdMap<u32, ()>,
     /// pid → parent pid, from FORK records, until the EXIT.
     parents: IdMap<u32, u32>,
-    /// Processes waited for once (not waited for again).
-    given_up: IdMap<u32, ()>,
+    /// Processes waited for, and how many times (not waited for again after [`MAX_HOLDS`]).
+    given_up: IdMap<u32, u32>,
     c: Counters,
 }
 
@@ -621,10 +621,11 @@ impl Unwind {
         if self.given_up.len() > 1 << 16 {
             self.given_up.clear();
         }
-        // A process waited for once is not waited for again.
         let waiting = std::mem::take(&mut self.waiting);
         self.run(held, &waiting, out);
-        self.given_up.extend(waiting);
+        for pid in waiting.into_keys() {
+            *self.given_up.entry(pid).or_insert(0) += 1;
+        }
     }
 
     /// The unwinder of process `pid` as its maps are now.
@@ -721,26 +722,33 @@ pub fn unwound_attr(attr: &mut Attr) {
     attr.layout = SampleLayout::new(attr.sample_type, attr.read_format, attr.sample_id_all());
 }
 
+/// Times the batches are held for one process at most.
+const MAX_HOLDS: u32 = 4;
+
 /// Most bytes of batches held back waiting for the FORK of a process whose samples came first.
 pub const HOLD_MAX_BYTES: usize = 32 << 20;
 
-/// The pids of `batch`'s unwound samples with user registers whose process has no maps yet, and
-/// which no FORK or MMAP before them in the batch introduces (nor were waited for before,
-/// `given_up`).
+/// The pids of `batch`'s unwound samples with user registers whose user ip is in no map of their
+/// process yet, nor of an MMAP before them in the batch, and which no FORK before them in the
+/// batch introduces (nor were waited for [`MAX_HOLDS`] times before, `given_up`).
 fn unknown_pids(
     machine: &Machine,
     info: &StreamInfo,
     batch: &Batch,
     extras: &[Option<AttrExtra>],
-    given_up: &IdMap<u32, ()>,
+    given_up: &IdMap<u32, u32>,
 ) -> Vec<u32> {
-    let mut introduced = Vec::new();
+    let mut forked = Vec::new();
+    let mut mapped: Vec<(u32, u64, u64)> = Vec::new();
     let mut unknown = Vec::new();
     for span in &batch.spans {
         let rec = info.record(batch, span);
         match RecordType(span.kind) {
-            RecordType::FORK => introduced.extend(rec.task().map(|t| t.pid)),
-            RecordType::MMAP | RecordType::MMAP2 => introduced.extend(rec.mmap().map(|m| m.pid)),
+            RecordType::FORK => forked.extend(rec.task().map(|t| t.pid)),
+            RecordType::MMAP | RecordType::MMAP2 => mapped.extend(
+                rec.mmap()
+                    .map(|m| (m.pid, m.addr, m.addr.saturating_add(m.len))),
+            ),
             RecordType::SAMPLE => {
                 let (Some(attr), Some(Some(extra))) = (
                     info.attrs.get(span.tag as usize),
@@ -751,17 +759,22 @@ fn unknown_pids(
                 let Some(pid) = rec.sample().and_then(|s| s.pid()) else {
                     continue;
                 };
-                if !machine.maps(pid).is_empty()
-                    || introduced.contains(&pid)
+                if forked.contains(&pid)
                     || unknown.contains(&pid)
-                    || given_up.contains_key(&pid)
+                    || given_up.get(&pid).is_some_and(|&n| n >= MAX_HOLDS)
                 {
                     continue;
                 }
                 let bytes = batch.bytes(span);
-                if sample::parse(bytes, info.endian, &attr.layout, extra)
-                    .is_some_and(|p| p.regs.is_some())
-                {
+                let ip = sample::parse(bytes, info.endian, &attr.layout, extra)
+                    .and_then(|p| p.regs)
+                    .map(|r| r.0);
+                let Some(ip) = ip else { continue };
+                let known = machine.find(pid, misc::USER, ip).is_some()
+                    || mapped
+                        .iter()
+                        .any(|&(p, start, end)| p == pid && (start..end).contains(&ip));
+                if !known {
                     unknown.push(pid);
                 }
             }
@@ -839,7 +852,7 @@ impl Stage for Unwind {
             ("dsos_loaded", c.dsos_loaded.clone()),
             ("dsos_missing", c.dsos_missing.clone()),
             ("dsos_without_unwind_info", c.dsos_no_info.clone()),
-            ("batches_held_for_fork", c.held.clone()),
+            ("batches_held_for_maps", c.held.clone()),
         ]
     }
 }

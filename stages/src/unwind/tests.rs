@@ -624,6 +624,6 @@ fn a_child_sampled_before_its_fork_and_its_parents_maps_is_unwound_with_them() {
         let c = stage.counters();
         let get = |name: &str| c.iter().find(|(n, _)| *n == name).unwrap().1.get();
         assert_eq!(get("samples_no_unwind_info"), 0);
-        assert!(get("batches_held_for_fork") >= 1);
+        assert!(get("batches_held_for_maps") >= 1);
     }
 }
