@@ -13,7 +13,8 @@
 //!   perf's libunwind and libdw unwinders give them (`perf script` prints the same addresses on
 //!   the input and on the output).
 //! - **Address spaces** are the [`Machine`] model (MMAP, MMAP2, FORK, EXIT); a process's framehop
-//!   unwinder is rebuilt when its maps change, lazily, at its next sample. A dso's unwind sections
+//!   unwinder is rebuilt when its maps change, lazily, at its next sample. A sample whose ip is in
+//!   no map yet holds the stream up to two rounds (see [`Unwind`]'s `process`). A dso's unwind sections
 //!   are read once (see [`dso`]).
 //! - **Bounded**: at most `max-frames` frames per sample (default 1024), stack reads only inside
 //!   the copy (`dyn_size` bytes of it, clamped to its size), and unwinding stops at a frame in code
@@ -785,8 +786,9 @@ fn unknown_pids(
 }
 
 impl Stage for Unwind {
-    /// A batch with a sample of a process that has no maps yet (its FORK, or its parent's maps,
-    /// come later in the stream: records are ordered by time only across rounds) is held, with
+    /// A batch with a sample whose ip is in no map of its process yet (its FORK, its own or its
+    /// parent's maps come later in the stream: records are ordered by time only across rounds)
+    /// is held, with
     /// the batches after it, until two FINISHED_ROUNDs have passed or [`HOLD_MAX_BYTES`] are
     /// held; then they run together, and those samples are unwound with their process as it is
     /// at the end (a child with no maps of its own has its parent's).
