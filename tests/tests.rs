@@ -52,4 +52,5 @@ mod regression;
 mod ring;
 mod skipping;
 mod stats;
+mod unwind;
 mod workloads;

@@ -23,6 +23,7 @@
 //! - [`drop`](mod@drop): removes the records of the named types (`--drop switch,lost`).
 //! - [`ring`]: the flight recorder; keeps the newest events and dumps complete streams on a trigger.
 //! - [`prune_sideband`]: removes the side-band of processes without samples (`--prune-sideband`).
+//! - [`unwind`]: unwinds `--call-graph dwarf` samples into callchains and drops their stack copies (`--unwind`).
 //! - [`write`]: sink; standard output or a file, with `writev`.
 //! - [`write::file`]: sink; a file-mode `perf.data` (header, attrs, data, features), renamed at the end.
 //! - [`write::split`]: sink; one file per stream (`-o dump-%n.data`, for `ring`'s dumps).
@@ -80,6 +81,7 @@ pub mod symbolize;
 pub mod synth;
 #[cfg(test)]
 mod test_child;
+pub mod unwind;
 pub mod write;
 
 pub use error::Error;

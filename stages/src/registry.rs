@@ -673,6 +673,7 @@ pub const TRANSFORMS: &[StageSpec] = &[
     crate::drop::SPEC,
     crate::prune_sideband::SPEC,
     crate::ring::SPEC,
+    crate::unwind::SPEC,
     crate::symbolize::SPEC,
 ];
 

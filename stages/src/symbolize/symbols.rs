@@ -663,7 +663,7 @@ fn load_vdso(demangle: bool) -> Loaded {
     }
 }
 
-fn vdso_image() -> Option<Vec<u8>> {
+pub(crate) fn vdso_image() -> Option<Vec<u8>> {
     let maps = std::fs::read_to_string("/proc/self/maps").ok()?;
     let line = maps.lines().find(|l| l.ends_with("[vdso]"))?;
     let range = line.split(' ').next()?;

@@ -1,0 +1,112 @@
+#!/usr/bin/env bash
+# --unwind against perf script unwinding the same --call-graph dwarf recording (issue 18).
+#
+# Records (only if missing) a --call-graph dwarf[,STACK] recording of a C++ workload built without
+# frame pointers (tests/workloads/templates.cc, -O2 -fomit-frame-pointer -g) until it is at least
+# BENCH_MIN_MB, then times, alternating for BENCH_ROUNDS rounds:
+#   perf script   perf script --no-inline -F comm,tid,time,ip,sym,dso -i rec > /dev/null
+#   perfpipe      perfpipe -i rec --stage unwind:parallel-min=2 -o out.pipe  (every batch on the
+#                 pool; RAYON_NUM_THREADS=1, 2: workers)
+#   perfpipe seq  perfpipe -i rec --stage unwind:parallel=no -o out.pipe
+#   pp | script   perfpipe -i rec --unwind | perf script (the same fields) -i -
+# and prints medians, the ratio perf script / perfpipe, peak RSS, output bytes / input bytes, and
+# how many samples `perf script` prints identically on the output and the input.
+#
+#   BENCH_ROUNDS (3)  BENCH_MIN_MB (100)  BENCH_STACK (8192: perf's default; 65528 for 64 KiB)
+#   PERFPIPE (target/release/perfpipe)  PERF (perf)  BENCH_DIR (/tmp/perfpipe-bench)
+set -euo pipefail
+
+script_dir=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+repo_root=$(cd "$script_dir/.." && pwd)
+BENCH_DIR=${BENCH_DIR:-/tmp/perfpipe-bench}
+BENCH_ROUNDS=${BENCH_ROUNDS:-3}
+BENCH_MIN_MB=${BENCH_MIN_MB:-100}
+BENCH_STACK=${BENCH_STACK:-8192}
+PERF=${PERF:-perf}
+PERFPIPE=${PERFPIPE:-$repo_root/target/release/perfpipe}
+INPUT=$BENCH_DIR/dwarf-$BENCH_STACK.data
+FIELDS=(--no-inline -F comm,tid,time,ip,sym,dso)
+
+die() { echo "unwind.sh: $*" >&2; exit 1; }
+log() { echo "# $*" >&2; }
+[[ -x $PERFPIPE ]] || die "no $PERFPIPE (cargo build --release)"
+[[ -x /usr/bin/time ]] || die "needs GNU time (apt-get install time)"
+mkdir -p "$BENCH_DIR"
+
+if [[ ! -s $INPUT ]]; then
+    c++ -O2 -fomit-frame-pointer -g -o "$BENCH_DIR/templates" "$repo_root/tests/workloads/templates.cc"
+    rounds=2000
+    while :; do
+        log "recording $INPUT (templates $rounds, dwarf,$BENCH_STACK)"
+        "$PERF" record -q -e cpu-clock -F 4000 --call-graph "dwarf,$BENCH_STACK" -o "$INPUT" \
+            -- "$BENCH_DIR/templates" "$rounds" >/dev/null 2>&1
+        size=$(stat -c %s "$INPUT")
+        ((size >= BENCH_MIN_MB * 1024 * 1024)) && break
+        rounds=$((rounds * BENCH_MIN_MB * 1024 * 1024 * 12 / 10 / size + 1))
+    done
+fi
+in_bytes=$(stat -c %s "$INPUT")
+log "input $INPUT: $in_bytes bytes"
+
+# time_one NAME CMD...: appends "NAME wall rss_kb" to $BENCH_DIR/unwind.tsv
+time_one() {
+    local name=$1; shift
+    local t0 t1
+    t0=$(date +%s%N)
+    /usr/bin/time -f '%M' -o "$BENCH_DIR/time.$$" "$@"
+    t1=$(date +%s%N)
+    echo "$name $(echo "($t1 - $t0) / 1000000000" | bc -l | cut -c1-6) $(cat "$BENCH_DIR/time.$$")" >>"$BENCH_DIR/unwind.tsv"
+}
+: >"$BENCH_DIR/unwind.tsv"
+cat "$INPUT" >/dev/null # in the page cache for every variant
+variants=(perf pp1 pp2 seq ppscript)
+for ((r = 0; r < BENCH_ROUNDS; r++)); do
+    for ((k = 0; k < ${#variants[@]}; k++)); do
+        v=${variants[(k + r) % ${#variants[@]}]}
+        case $v in
+        perf) time_one "perf-script" sh -c "'$PERF' script ${FIELDS[*]} -i '$INPUT' >/dev/null 2>&1" ;;
+        pp1) time_one "perfpipe-workers-1" env RAYON_NUM_THREADS=1 "$PERFPIPE" -i "$INPUT" --stage unwind:parallel-min=2 -o "$BENCH_DIR/out.pipe" --pipe ;;
+        pp2) time_one "perfpipe-workers-2" env RAYON_NUM_THREADS=2 "$PERFPIPE" -i "$INPUT" --stage unwind:parallel-min=2 -o "$BENCH_DIR/out.pipe" --pipe ;;
+        ppscript) time_one "perfpipe-then-perf-script" sh -c "'$PERFPIPE' -i '$INPUT' --unwind | '$PERF' script ${FIELDS[*]} -i - >/dev/null 2>&1" ;;
+        seq) time_one "perfpipe-sequential" "$PERFPIPE" -i "$INPUT" --stage unwind:parallel=no -o "$BENCH_DIR/out.pipe" --pipe ;;
+        esac
+    done
+done
+out_bytes=$(stat -c %s "$BENCH_DIR/out.pipe")
+
+median() { sort -n | awk '{a[NR]=$1} END {print (NR % 2) ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2}'; }
+printf '%-28s %9s %10s\n' variant "wall (s)" "RSS (MB)"
+declare -A wall
+for v in perf-script perfpipe-workers-1 perfpipe-workers-2 perfpipe-sequential perfpipe-then-perf-script; do
+    w=$(awk -v v=$v '$1==v {print $2}' "$BENCH_DIR/unwind.tsv" | median)
+    m=$(awk -v v=$v '$1==v {print $3}' "$BENCH_DIR/unwind.tsv" | median)
+    wall[$v]=$w
+    printf '%-28s %9s %10.1f\n' "$v" "$w" "$(echo "$m / 1024" | bc -l)"
+done
+for v in perfpipe-workers-1 perfpipe-workers-2 perfpipe-sequential perfpipe-then-perf-script; do
+    echo "perf script / $v: $(echo "${wall[perf-script]} / ${wall[$v]}" | bc -l | cut -c1-6)x"
+done
+echo "output / input: $out_bytes / $in_bytes = $(echo "100 * $out_bytes / $in_bytes" | bc -l | cut -c1-5) %"
+
+# Agreement: the same perf script fields on the input and on the output, sample by sample.
+"$PERF" script "${FIELDS[@]}" -i "$INPUT" 2>/dev/null >"$BENCH_DIR/in.txt"
+"$PERF" script "${FIELDS[@]}" -i "$BENCH_DIR/out.pipe" 2>/dev/null >"$BENCH_DIR/out.txt"
+python3 - "$BENCH_DIR/in.txt" "$BENCH_DIR/out.txt" <<'PY'
+import sys
+def samples(p):
+    out, cur = [], None
+    for line in open(p, errors="replace"):
+        if not line.strip():
+            if cur: out.append(cur)
+            cur = None
+        elif not line[0].isspace():
+            if cur: out.append(cur)
+            cur = [line.strip()]
+        elif cur is not None:
+            cur.append(" ".join(line.split()))
+    if cur: out.append(cur)
+    return out
+a, b = samples(sys.argv[1]), samples(sys.argv[2])
+same = sum(x == y for x, y in zip(a, b))
+print(f"identical samples: {same} of {len(a)} ({100 * same / max(1, len(a)):.2f} %), {len(b)} out")
+PY
