@@ -13,6 +13,9 @@
 //!   rounds, so a child's COMM/MMAP2s (on the cpu it runs on) can come before the FORK (on the
 //!   parent's cpu). Then the FORK is late, not a new process: the child's own maps are kept on top
 //!   of the copy of the parent's, which is what perf, sorting by time, builds.
+//!   The other way round too: a parent's MMAP that comes after a FORK in the stream but is older
+//!   in time (the parent exec'd on one cpu, forked on another, and the forking cpu's buffer was
+//!   read first in the round) is given to the children forked after it, for two rounds.
 //! - **COMM with `COMM_EXEC`** changes nothing here: perf keeps the old image's maps after an exec
 //!   (`____thread__set_comm()` only flushes unwind caches), and the new image's MMAPs replace what
 //!   they overlap. Samples taken inside `execve()` after its COMM still resolve to the old libc.
@@ -147,6 +150,9 @@ pub struct MapEvent<'a> {
 /// Exited processes kept for late samples before the oldest is dropped regardless of rounds.
 const MAX_RETIRING: usize = 1024;
 
+/// Most forks remembered for [`Machine::inherit_late`] in a stream without rounds.
+const MAX_RECENT_FORKS: usize = 16384;
+
 /// The pid of kernel maps, −1.
 pub const KERNEL_PID: u32 = u32::MAX;
 
@@ -155,6 +161,14 @@ pub const KERNEL_PID: u32 = u32::MAX;
 struct Maps(Vec<Map>);
 
 impl Maps {
+    /// Whether a map covers any of `start..end`.
+    fn overlaps(&self, start: u64, end: u64) -> bool {
+        let i = self.0.partition_point(|m| m.start < end);
+        i.checked_sub(1)
+            .and_then(|i| self.0.get(i))
+            .is_some_and(|m| m.end > start)
+    }
+
     fn find(&self, addr: u64) -> Option<&Map> {
         let i = self.0.partition_point(|m| m.start <= addr);
         let m = self.0.get(i.checked_sub(1)?)?;
@@ -245,6 +259,9 @@ pub struct Machine {
     unforked: IdMap<u32, ()>,
     /// Processes that exited, with the round count at which to drop them.
     retiring: Vec<(u32, u64)>,
+    /// The forks of the last two rounds, by parent: (child, time of the fork, round to forget it).
+    recent_forks: IdMap<u32, Vec<(u32, u64, u64)>>,
+    recent_fork_count: usize,
     rounds: u64,
 }
 
@@ -260,7 +277,7 @@ impl Machine {
         match rec.record_type() {
             RecordType::MMAP | RecordType::MMAP2 => {
                 let m = rec.mmap()?;
-                Some(self.mmap(&MapEvent {
+                let ev = MapEvent {
                     pid: m.pid,
                     start: m.addr,
                     len: m.len,
@@ -268,11 +285,19 @@ impl Machine {
                     name: m.filename,
                     identity: Identity::of(&m.file_id),
                     cpumode: m.cpumode,
-                }))
+                };
+                let dso = self.mmap(&ev);
+                if let Some(time) = rec.sample_id().and_then(|id| id.time) {
+                    self.inherit_late(&ev, dso, time);
+                }
+                Some(dso)
             }
             RecordType::FORK => {
                 let t = rec.task()?;
                 self.fork(t.pid, t.ppid, t.tid);
+                if t.pid != t.ppid && t.pid == t.tid {
+                    self.note_fork(t.pid, t.ppid, t.time);
+                }
                 None
             }
             RecordType::EXIT => {
@@ -366,6 +391,54 @@ impl Machine {
         self.threads.insert(tid, pid);
     }
 
+    /// Remembers a fork for two rounds, for [`Machine::inherit_late`].
+    fn note_fork(&mut self, child: u32, parent: u32, time: u64) {
+        if self.recent_fork_count >= MAX_RECENT_FORKS {
+            // A stream without rounds: forget them all rather than grow without bound.
+            self.recent_forks.clear();
+            self.recent_fork_count = 0;
+        }
+        self.recent_forks
+            .entry(parent)
+            .or_default()
+            .push((child, time, self.rounds + 2));
+        self.recent_fork_count += 1;
+    }
+
+    /// A map of `ev.pid` that is older than a recent fork of it, though later in the stream
+    /// (records are ordered by time only across rounds: the parent's exec MMAPs on one cpu can
+    /// come after its FORKs on another), belongs to the children forked after it too, and to
+    /// their children, as perf, sorting by time, copies it. Where a child has a map of its own
+    /// there (newer than the fork), the child's stays.
+    fn inherit_late(&mut self, ev: &MapEvent<'_>, dso: DsoId, time: u64) {
+        if self.recent_forks.is_empty() || ev.pid == KERNEL_PID || ev.cpumode != misc::USER {
+            return;
+        }
+        let map = Map {
+            start: ev.start,
+            end: ev.start.saturating_add(ev.len),
+            pgoff: ev.pgoff,
+            dso,
+        };
+        let mut work = vec![ev.pid];
+        while let Some(parent) = work.pop() {
+            let Some(children) = self.recent_forks.get(&parent) else {
+                continue;
+            };
+            for &(child, forked, _) in children {
+                if time >= forked {
+                    continue;
+                }
+                if let Some(maps) = self.processes.get_mut(&child) {
+                    if !maps.overlaps(map.start, map.end) {
+                        Arc::make_mut(maps).insert(map);
+                        work.push(child);
+                    }
+                }
+            }
+        }
+    }
+
     /// EXIT of thread `tid` of `pid`. The main thread's exit retires the process two rounds later.
     pub fn exit(&mut self, pid: u32, tid: u32) {
         if pid == tid {
@@ -387,6 +460,15 @@ impl Machine {
     pub fn finished_round(&mut self) {
         self.rounds += 1;
         let now = self.rounds;
+        if self.recent_fork_count > 0 {
+            let mut count = 0;
+            self.recent_forks.retain(|_, children| {
+                children.retain(|&(_, _, due)| due > now);
+                count += children.len();
+                !children.is_empty()
+            });
+            self.recent_fork_count = count;
+        }
         let (processes, threads, unforked) =
             (&mut self.processes, &mut self.threads, &mut self.unforked);
         self.retiring.retain(|&(pid, due)| {
@@ -523,6 +605,57 @@ mod tests {
         map(&mut m, 77, 0x1000, 0x100, "/bin/late");
         assert_eq!(dso_at(&m, 77, 0x10ff).as_deref(), Some("/bin/late"));
         assert_eq!(dso_at(&m, 77, 0x1100), None);
+    }
+
+    /// A parent's map, later in the stream than a FORK but older in time.
+    fn late_map(m: &mut Machine, pid: u32, start: u64, name: &str, time: u64) {
+        let ev = MapEvent {
+            pid,
+            start,
+            len: 0x1000,
+            pgoff: 0,
+            name: name.as_bytes(),
+            identity: Identity::None,
+            cpumode: misc::USER,
+        };
+        let dso = m.mmap(&ev);
+        m.inherit_late(&ev, dso, time);
+    }
+
+    #[test]
+    fn maps_older_than_a_fork_reach_its_children_though_later_in_the_stream() {
+        let mut m = Machine::new();
+        map(&mut m, 10, 0x1000, 0x1000, "/usr/bin/env");
+        m.fork(11, 10, 11);
+        m.note_fork(11, 10, 100);
+        m.fork(12, 11, 12);
+        m.note_fork(12, 11, 150);
+        map(&mut m, 11, 0x9000, 0x1000, "/usr/bin/gzip"); // the child's own, after its fork
+        late_map(&mut m, 10, 0x5000, "/usr/bin/bash", 50);
+        late_map(&mut m, 10, 0x7000, "/usr/lib/libc.so.6", 120);
+        late_map(&mut m, 10, 0x9000, "/usr/lib/libtinfo.so", 60);
+        assert_eq!(dso_at(&m, 11, 0x5000).as_deref(), Some("/usr/bin/bash"));
+        assert_eq!(
+            dso_at(&m, 12, 0x5000).as_deref(),
+            Some("/usr/bin/bash"),
+            "grandchild"
+        );
+        assert_eq!(dso_at(&m, 11, 0x7000), None, "mapped after the fork");
+        assert_eq!(
+            dso_at(&m, 11, 0x9000).as_deref(),
+            Some("/usr/bin/gzip"),
+            "its own stays"
+        );
+        assert_eq!(
+            dso_at(&m, 10, 0x9000).as_deref(),
+            Some("/usr/lib/libtinfo.so")
+        );
+        // Two rounds later the fork is forgotten: the stream is ordered by then.
+        m.finished_round();
+        m.finished_round();
+        late_map(&mut m, 10, 0xb000, "/usr/lib/late.so", 10);
+        assert_eq!(dso_at(&m, 11, 0xb000), None);
+        assert_eq!(m.recent_fork_count, 0);
     }
 
     #[test]
