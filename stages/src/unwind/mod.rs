@@ -164,6 +164,7 @@ impl UnwindConfig {
             held_rounds: 0,
             waiting: IdMap::default(),
             given_up: IdMap::default(),
+            exited: IdMap::default(),
             parents: IdMap::default(),
             c: Counters::default(),
         }
@@ -404,6 +405,9 @@ pub struct Unwind {
     parents: IdMap<u32, u32>,
     /// Processes waited for, and how many times (not waited for again after [`MAX_HOLDS`]).
     given_up: IdMap<u32, u32>,
+    /// The unwinders of waited-for processes as they were at their (or their parent's) EXIT, for
+    /// their samples held with it: the process is retired two rounds later, maybe within the hold.
+    exited: IdMap<u32, Arc<Process>>,
     c: Counters,
 }
 
@@ -496,6 +500,11 @@ impl Unwind {
                 | RecordType::COMM
                 | RecordType::FINISHED_ROUND => {
                     let rec = info.record(batch, span);
+                    if rt == RecordType::EXIT && !defer.is_empty() {
+                        if let Some(t) = rec.task().filter(|t| t.pid == t.tid) {
+                            self.note_exit(t.pid, defer);
+                        }
+                    }
                     self.machine.apply(&rec);
                     let changed = match rt {
                         RecordType::MMAP | RecordType::MMAP2 => {
@@ -538,7 +547,10 @@ impl Unwind {
         for (_, s) in &mut scanned {
             for job in s.iter_mut().flat_map(|s| s.jobs.iter_mut()) {
                 if let Some(pid) = job.pid.take() {
-                    job.process = Some(self.process(pid));
+                    job.process = Some(match self.exited.get(&pid) {
+                        Some(p) => p.clone(),
+                        None => self.process(pid),
+                    });
                 }
             }
         }
@@ -624,8 +636,17 @@ impl Unwind {
         }
         let waiting = std::mem::take(&mut self.waiting);
         self.run(held, &waiting, out);
+        self.exited.clear();
         for pid in waiting.into_keys() {
             *self.given_up.entry(pid).or_insert(0) += 1;
+        }
+    }
+
+    /// Before the EXIT of `pid`'s main thread is applied: keeps its unwinder if its samples wait.
+    fn note_exit(&mut self, pid: u32, defer: &IdMap<u32, ()>) {
+        if defer.contains_key(&pid) && !self.exited.contains_key(&pid) {
+            let p = self.process(pid);
+            self.exited.insert(pid, p);
         }
     }
 
@@ -791,7 +812,8 @@ impl Stage for Unwind {
     /// is held, with
     /// the batches after it, until two FINISHED_ROUNDs have passed or [`HOLD_MAX_BYTES`] are
     /// held; then they run together, and those samples are unwound with their process as it is
-    /// at the end (a child with no maps of its own has its parent's).
+    /// at the end, or at its EXIT if that is in the hold (a child with no maps of its own has its
+    /// parent's).
     fn process(&mut self, batch: Batch, out: &mut Out<'_>) -> Result<Flow, StageError> {
         let Some(info) = StreamInfo::of(&batch) else {
             out.push(batch);

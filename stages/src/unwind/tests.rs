@@ -627,3 +627,66 @@ fn a_child_sampled_before_its_fork_and_its_parents_maps_is_unwound_with_them() {
         assert!(get("batches_held_for_maps") >= 1);
     }
 }
+
+#[test]
+fn samples_held_past_their_processs_exit_are_unwound_with_its_maps() {
+    // Under load, a whole short run can sit in the hold: samples before the process's MMAP2 (other
+    // cpus), the MMAP2, the EXIT, and the rounds after it that retire the process.
+    let o = own();
+    let ip = BASE + o.func.0;
+    let stack = looping_stack(o.func.0, 80);
+    let good = sample_rec(&S {
+        ip,
+        regs: (ip, SP, 0),
+        stack: &stack,
+        size: 80,
+        dyn_size: 80,
+        ..S::default()
+    });
+    let full = stream(&o, &[]);
+    let attr_end = 16 + header_attr(TYPE).len();
+    let (head, mmap) = (full[..attr_end].to_vec(), full[attr_end..].to_vec());
+    let mut exit = Vec::new();
+    let t = crate::format::Task {
+        pid: PID,
+        ppid: PID,
+        tid: PID,
+        ptid: PID,
+        time: 9,
+    };
+    fbuild::task(&mut exit, E, RecordType::EXIT, 0, &t, fbuild::Trailer::None);
+    let mut round = Vec::new();
+    fbuild::empty(&mut round, RecordType::FINISHED_ROUND, E);
+    let mut s = head;
+    for _ in 0..5 {
+        s.extend_from_slice(&good);
+    }
+    s.extend_from_slice(&mmap);
+    s.extend_from_slice(&good);
+    s.extend_from_slice(&exit);
+    for _ in 0..3 {
+        s.extend_from_slice(&round);
+    }
+    let attr_out = layouts().1;
+    for chunk in [1 << 20, 200] {
+        let mut stage = UnwindConfig::default().build(None);
+        let out = harness::run_stage(&mut stage, decoded(&s, chunk)).unwrap();
+        let samples: Vec<Vec<u8>> = out
+            .iter()
+            .flat_map(|b| {
+                b.spans
+                    .iter()
+                    .filter(|s| s.kind == RecordType::SAMPLE.0)
+                    .map(|s| b.bytes(s).to_vec())
+            })
+            .collect();
+        assert_eq!(samples.len(), 6);
+        for r in &samples {
+            assert_eq!(user_frames(r, &attr_out).1.len(), 11, "chunk {chunk}");
+        }
+        let c = stage.counters();
+        let get = |name: &str| c.iter().find(|(n, _)| *n == name).unwrap().1.get();
+        assert_eq!(get("samples_no_unwind_info"), 0, "chunk {chunk}");
+        assert!(get("batches_held_for_maps") >= 1);
+    }
+}
