@@ -102,8 +102,8 @@ fn record(argv: &[String], stack: Option<&str>, extra: &[&str]) -> Vec<u8> {
     perf_record(&args, &argv)
 }
 
-/// `perfpipe --unwind ARGS` on `rec`; asserts success.
-fn unwound(rec: &[u8], args: &[&str]) -> Vec<u8> {
+/// `perfpipe --unwind ARGS` on `rec`; asserts success. Returns its output and its stderr.
+fn unwound_with_stderr(rec: &[u8], args: &[&str]) -> (Vec<u8>, String) {
     let mut all = vec!["--unwind"];
     all.extend_from_slice(args);
     let out = perfpipe(&all, rec);
@@ -112,7 +112,10 @@ fn unwound(rec: &[u8], args: &[&str]) -> Vec<u8> {
         "perfpipe {all:?}: {}",
         String::from_utf8_lossy(&out.stderr)
     );
-    out.stdout
+    (
+        out.stdout,
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
 }
 
 const FIELDS: &[&str] = &["script", "--no-inline", "-F", "comm,tid,time,ip,sym,dso"];
@@ -157,11 +160,11 @@ fn compare(what: &str, input: &str, output: &str) -> f64 {
 
 /// Records, unwinds and compares; returns (input bytes, output bytes).
 fn check(what: &str, rec: &[u8]) -> (usize, usize) {
-    let out = unwound(rec, &["--stats"]);
+    let (out, stats) = unwound_with_stderr(rec, &["--stats"]);
     let fraction = compare(what, &perf_on(FIELDS, rec), &perf_on(FIELDS, &out));
     assert!(
         fraction >= MIN_IDENTICAL,
-        "{what}: {:.2} % of samples identical, at least {} % must be",
+        "{what}: {:.2} % of samples identical, at least {} % must be; perfpipe --stats:\n{stats}",
         100.0 * fraction,
         100.0 * MIN_IDENTICAL
     );
