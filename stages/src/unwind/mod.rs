@@ -405,8 +405,8 @@ pub struct Unwind {
     parents: IdMap<u32, u32>,
     /// Processes waited for, and how many times (not waited for again after [`MAX_HOLDS`]).
     given_up: IdMap<u32, u32>,
-    /// The unwinders of waited-for processes as they were at their (or their parent's) EXIT, for
-    /// their samples held with it: the process is retired two rounds later, maybe within the hold.
+    /// The unwinders of waited-for processes as they were at their EXIT, for their samples held
+    /// with it: the process is retired two rounds later, maybe within the hold.
     exited: IdMap<u32, Arc<Process>>,
     c: Counters,
 }
@@ -500,7 +500,7 @@ impl Unwind {
                 | RecordType::COMM
                 | RecordType::FINISHED_ROUND => {
                     let rec = info.record(batch, span);
-                    if rt == RecordType::EXIT && !defer.is_empty() {
+                    if rt == RecordType::EXIT {
                         if let Some(t) = rec.task().filter(|t| t.pid == t.tid) {
                             self.note_exit(t.pid, defer);
                         }

@@ -561,14 +561,19 @@ fn the_stage_rewrites_attrs_and_samples_in_order_sequential_or_parallel() {
     );
 }
 
-#[test]
-fn a_child_sampled_before_its_fork_and_its_parents_maps_is_unwound_with_them() {
-    // Records are ordered by time only across rounds: the child's samples (on its cpu) can come
-    // before its FORK and before the parent's MMAP2 (on the parent's cpu).
+/// The pieces of a stream for the hold tests: the header and attr, the MMAP2 of this test
+/// binary, a sample of `pid` that unwinds to 11 frames there, and a FINISHED_ROUND.
+struct Pieces {
+    head: Vec<u8>,
+    mmap: Vec<u8>,
+    good: Vec<u8>,
+    round: Vec<u8>,
+}
+
+fn pieces(pid: u32) -> Pieces {
     let o = own();
     let ip = BASE + o.func.0;
     let stack = looping_stack(o.func.0, 80);
-    let child = 88u32;
     let mut good = sample_rec(&S {
         ip,
         regs: (ip, SP, 0),
@@ -577,111 +582,38 @@ fn a_child_sampled_before_its_fork_and_its_parents_maps_is_unwound_with_them() {
         dyn_size: 80,
         ..S::default()
     });
-    good[16..20].copy_from_slice(&child.to_le_bytes());
-    good[20..24].copy_from_slice(&child.to_le_bytes());
-    let full = stream(&o, &[]);
-    // The stream without its MMAP2, and the MMAP2 itself.
-    let attr_end = 16 + header_attr(TYPE).len();
-    let (head, mmap) = (full[..attr_end].to_vec(), full[attr_end..].to_vec());
-    let mut fork = Vec::new();
-    let t = crate::format::Task {
-        pid: child,
-        ppid: PID,
-        tid: child,
-        ptid: PID,
-        time: 6,
-    };
-    fbuild::task(&mut fork, E, RecordType::FORK, 0, &t, fbuild::Trailer::None);
+    good[16..20].copy_from_slice(&pid.to_le_bytes());
+    good[20..24].copy_from_slice(&pid.to_le_bytes());
+    let mut full = stream(&o, &[]);
+    let mmap = full.split_off(16 + header_attr(TYPE).len());
     let mut round = Vec::new();
     fbuild::empty(&mut round, RecordType::FINISHED_ROUND, E);
-    let mut s = head;
-    for _ in 0..5 {
-        s.extend_from_slice(&good);
-    }
-    s.extend_from_slice(&fork);
-    s.extend_from_slice(&round);
-    s.extend_from_slice(&mmap);
-    s.extend_from_slice(&good);
-    s.extend_from_slice(&round);
-    s.extend_from_slice(&good);
-    let attr_out = layouts().1;
-    for chunk in [1 << 20, 200] {
-        let mut stage = UnwindConfig::default().build(None);
-        let out = harness::run_stage(&mut stage, decoded(&s, chunk)).unwrap();
-        let samples: Vec<Vec<u8>> = out
-            .iter()
-            .flat_map(|b| {
-                b.spans
-                    .iter()
-                    .filter(|s| s.kind == RecordType::SAMPLE.0)
-                    .map(|s| b.bytes(s).to_vec())
-            })
-            .collect();
-        assert_eq!(samples.len(), 7);
-        for r in &samples {
-            assert_eq!(user_frames(r, &attr_out).1.len(), 11, "chunk {chunk}");
-        }
-        let c = stage.counters();
-        let get = |name: &str| c.iter().find(|(n, _)| *n == name).unwrap().1.get();
-        assert_eq!(get("samples_no_unwind_info"), 0);
-        assert!(get("batches_held_for_maps") >= 1);
+    Pieces {
+        head: full,
+        mmap,
+        good,
+        round,
     }
 }
 
-#[test]
-fn samples_held_past_their_processs_exit_are_unwound_with_its_maps() {
-    // Under load, a whole short run can sit in the hold: samples before the process's MMAP2 (other
-    // cpus), the MMAP2, the EXIT, and the rounds after it that retire the process.
-    let o = own();
-    let ip = BASE + o.func.0;
-    let stack = looping_stack(o.func.0, 80);
-    let good = sample_rec(&S {
-        ip,
-        regs: (ip, SP, 0),
-        stack: &stack,
-        size: 80,
-        dyn_size: 80,
-        ..S::default()
-    });
-    let full = stream(&o, &[]);
-    let attr_end = 16 + header_attr(TYPE).len();
-    let (head, mmap) = (full[..attr_end].to_vec(), full[attr_end..].to_vec());
-    let mut exit = Vec::new();
-    let t = crate::format::Task {
-        pid: PID,
-        ppid: PID,
-        tid: PID,
-        ptid: PID,
-        time: 9,
-    };
-    fbuild::task(&mut exit, E, RecordType::EXIT, 0, &t, fbuild::Trailer::None);
-    let mut round = Vec::new();
-    fbuild::empty(&mut round, RecordType::FINISHED_ROUND, E);
-    let mut s = head;
-    for _ in 0..5 {
-        s.extend_from_slice(&good);
-    }
-    s.extend_from_slice(&mmap);
-    s.extend_from_slice(&good);
-    s.extend_from_slice(&exit);
-    for _ in 0..3 {
-        s.extend_from_slice(&round);
-    }
+/// Runs `s` through the stage in large and small batches: every one of its `samples` samples is
+/// unwound in full, none without unwind information, and at least one batch was held.
+fn assert_all_unwound_after_a_hold(s: &[u8], samples: usize) {
     let attr_out = layouts().1;
     for chunk in [1 << 20, 200] {
         let mut stage = UnwindConfig::default().build(None);
-        let out = harness::run_stage(&mut stage, decoded(&s, chunk)).unwrap();
-        let samples: Vec<Vec<u8>> = out
+        let out = harness::run_stage(&mut stage, decoded(s, chunk)).unwrap();
+        let recs: Vec<&[u8]> = out
             .iter()
             .flat_map(|b| {
                 b.spans
                     .iter()
                     .filter(|s| s.kind == RecordType::SAMPLE.0)
-                    .map(|s| b.bytes(s).to_vec())
+                    .map(|s| b.bytes(s))
             })
             .collect();
-        assert_eq!(samples.len(), 6);
-        for r in &samples {
+        assert_eq!(recs.len(), samples);
+        for r in &recs {
             assert_eq!(user_frames(r, &attr_out).1.len(), 11, "chunk {chunk}");
         }
         let c = stage.counters();
@@ -689,4 +621,53 @@ fn samples_held_past_their_processs_exit_are_unwound_with_its_maps() {
         assert_eq!(get("samples_no_unwind_info"), 0, "chunk {chunk}");
         assert!(get("batches_held_for_maps") >= 1);
     }
+}
+
+fn task(kind: RecordType, pid: u32, ppid: u32, time: u64) -> Vec<u8> {
+    let mut out = Vec::new();
+    let t = crate::format::Task {
+        pid,
+        ppid,
+        tid: pid,
+        ptid: ppid,
+        time,
+    };
+    fbuild::task(&mut out, E, kind, 0, &t, fbuild::Trailer::None);
+    out
+}
+
+#[test]
+fn a_child_sampled_before_its_fork_and_its_parents_maps_is_unwound_with_them() {
+    // Records are ordered by time only across rounds: the child's samples (on its cpu) can come
+    // before its FORK and before the parent's MMAP2 (on the parent's cpu).
+    let p = pieces(88);
+    let mut s = p.head;
+    for _ in 0..5 {
+        s.extend_from_slice(&p.good);
+    }
+    s.extend_from_slice(&task(RecordType::FORK, 88, PID, 6));
+    s.extend_from_slice(&p.round);
+    s.extend_from_slice(&p.mmap);
+    s.extend_from_slice(&p.good);
+    s.extend_from_slice(&p.round);
+    s.extend_from_slice(&p.good);
+    assert_all_unwound_after_a_hold(&s, 7);
+}
+
+#[test]
+fn samples_held_past_their_processs_exit_are_unwound_with_its_maps() {
+    // Under load, a whole short run can sit in the hold: samples before the process's MMAP2 (other
+    // cpus), the MMAP2, the EXIT, and the rounds after it that retire the process.
+    let p = pieces(PID);
+    let mut s = p.head;
+    for _ in 0..5 {
+        s.extend_from_slice(&p.good);
+    }
+    s.extend_from_slice(&p.mmap);
+    s.extend_from_slice(&p.good);
+    s.extend_from_slice(&task(RecordType::EXIT, PID, PID, 9));
+    for _ in 0..3 {
+        s.extend_from_slice(&p.round);
+    }
+    assert_all_unwound_after_a_hold(&s, 6);
 }
