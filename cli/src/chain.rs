@@ -303,6 +303,13 @@ impl Plan {
             let options = self.take_unattached(need).unwrap_or_default();
             self.push(need, *spec, options);
         }
+        for &(stage, key, value) in (format.spec.sets)(&format.options) {
+            for s in &mut self.stages {
+                if s.spec.name == stage && !s.options.has(key) {
+                    s.spec.parse_option(&mut s.options, key, value)?;
+                }
+            }
+        }
         self.format = Some(format);
         Ok(())
     }
@@ -405,6 +412,7 @@ const PERF_FORMAT: FormatSpec = FormatSpec {
     flags: &[],
     options: &[],
     needs: &[],
+    sets: perfpipe_stages::registry::no_settings,
     build: |_, _, _| Err(perfpipe_stages::Error::EmptyInput),
 };
 

@@ -262,6 +262,7 @@ pub const SPEC: FormatSpec = FormatSpec {
     )],
     options: &[],
     needs: &["symbolize"],
+    sets: crate::registry::no_settings,
     build: build_sink,
 };
 

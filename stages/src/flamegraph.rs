@@ -159,6 +159,7 @@ pub const SPEC: FormatSpec = FormatSpec {
     flags: &FLAGS,
     options: &OPTIONS,
     needs: &["symbolize"],
+    sets: folded::symbolize_settings,
     build: |ctx, o, path| {
         let render = FlameGraph::from_options(o)?;
         Ok(Box::new(folded::build(ctx, o, path, Box::new(render))?))

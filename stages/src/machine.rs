@@ -218,6 +218,27 @@ impl Maps {
     }
 }
 
+/// The address spaces of one process as a sample sees them: [`Machine::space`].
+#[derive(Clone, Copy, Debug)]
+pub struct Space<'a> {
+    user: Option<&'a Maps>,
+    kernel: &'a Maps,
+}
+
+impl<'a> Space<'a> {
+    /// The map holding `addr` in `cpumode`: kernel modes look in the kernel maps, user mode in
+    /// the process's. Other modes (hypervisor, guest user, unknown) find nothing, since this
+    /// models one host.
+    #[inline]
+    pub fn find(&self, cpumode: u16, addr: u64) -> Option<&'a Map> {
+        match cpumode {
+            misc::KERNEL | misc::GUEST_KERNEL => self.kernel.find(addr),
+            misc::USER => self.user?.find(addr),
+            _ => None,
+        }
+    }
+}
+
 /// A multiplicative hasher for pid/tid keys (the std SipHash costs more than the lookup).
 #[derive(Clone, Copy, Debug, Default)]
 pub struct IdHasher(u64);
@@ -482,15 +503,19 @@ impl Machine {
         });
     }
 
-    /// The map holding `addr` for a sample of process `pid` in `cpumode`: kernel modes look in the
-    /// kernel maps, user modes in the process's maps. Other modes (hypervisor, guest user, unknown)
-    /// find nothing, since this models one host.
+    /// The map holding `addr` for a sample of process `pid` in `cpumode` ([`Space::find`]).
     #[inline]
     pub fn find(&self, pid: u32, cpumode: u16, addr: u64) -> Option<&Map> {
-        match cpumode {
-            misc::KERNEL | misc::GUEST_KERNEL => self.kernel.find(addr),
-            misc::USER => self.processes.get(&pid)?.find(addr),
-            _ => None,
+        self.space(pid).find(cpumode, addr)
+    }
+
+    /// What a sample of process `pid` sees: its maps and the kernel's, looked up once for all
+    /// the frames of a callchain.
+    #[inline]
+    pub fn space(&self, pid: u32) -> Space<'_> {
+        Space {
+            user: self.processes.get(&pid).map(|m| &**m),
+            kernel: &self.kernel,
         }
     }
 

@@ -603,6 +603,7 @@ pub const SPEC: FormatSpec = FormatSpec {
         help: "a dataset's new part file every DURATION (30s, 1m) or SIZE (256M, 1G)",
     }],
     needs: &["symbolize"],
+    sets: crate::registry::no_settings,
     build: build_sink,
 };
 

@@ -140,8 +140,18 @@ pub struct FormatSpec {
     /// Stages the sink reads the work of (its annotations), put at the end of the chain when the
     /// command line did not name them: `symbolize` for a profile of named frames.
     pub needs: &'static [&'static str],
+    /// Options the format sets on the stages it needs, given its own checked options, as
+    /// `(stage, key, value)`; each applies to every instance of the stage whose command line
+    /// did not set the key. Folded stacks without `addrs` tell `symbolize` that unmapped
+    /// addresses need not be told apart ([`no_settings`] for none).
+    pub sets: fn(&Options) -> &'static [(&'static str, &'static str, &'static str)],
     /// Builds the sink.
     pub build: BuildSinkFn,
+}
+
+/// A [`FormatSpec::sets`] that sets nothing.
+pub fn no_settings(_: &Options) -> &'static [(&'static str, &'static str, &'static str)] {
+    &[]
 }
 
 /// One command-line flag of a stage.

@@ -18,7 +18,9 @@
 //!   arrived (or [`HOLD_MAX_BYTES`] are held), because a sample's thread name may come in a COMM
 //!   that is later in the stream but earlier in time (perf sorts by time before naming threads);
 //!   maps are applied as records arrive, since they follow stream order.
-//! - **Counters**: `samples`, `frames`, `samples_without_ip`.
+//! - **Counters**: `samples`, `frames`, `samples_without_ip`, `callchains_corrupt`,
+//!   `frames_mapped_late` (user frames whose map came after their sample in the stream),
+//!   `frames_unmapped` (user frames no map covered: `[unknown]`), and the symbol tables'.
 
 pub mod symbols;
 
@@ -30,7 +32,7 @@ use perfpipe_core::{Batch, Counter, Flow, Out, Stage, StageError};
 use crate::buildid::source::{HostIds, HostMode, StreamHost};
 use crate::filter::state::Threads;
 use crate::format::{context, misc, Endian, Record, RecordType, Sample, StreamInfo};
-use crate::machine::{DsoId, Machine};
+use crate::machine::{DsoId, Machine, Map};
 use crate::registry::{BuildCtx, Flag, FlagValue, Kind, Options, StageOption, StageSpec};
 use crate::Error;
 pub use symbols::{DsoDesc, FrameKind, Query, Resolved, Symbols, SymbolsConfig};
@@ -47,6 +49,9 @@ pub struct SymbolizeConfig {
     pub no_demangle: bool,
     /// Whether kernel frames are named from this host's kallsyms.
     pub kernel: HostMode,
+    /// The user addresses no map covers are one frame (`unmapped=merge`), not one per address
+    /// and process: for outputs that name them all `[unknown]` (folded stacks without `addrs`).
+    pub merge_unmapped: bool,
 }
 
 impl SymbolizeConfig {
@@ -60,6 +65,7 @@ impl SymbolizeConfig {
                 Some("no") => HostMode::No,
                 _ => HostMode::Auto,
             },
+            merge_unmapped: o.text("unmapped") == Some("merge"),
         }
     }
 
@@ -77,8 +83,10 @@ impl SymbolizeConfig {
         Symbolize {
             symbols: Arc::new(symbols),
             dsos: Arc::default(),
-            table: Arc::default(),
-            frame_ids: Default::default(),
+            frames_by_key: Interner {
+                merge_unmapped: self.merge_unmapped,
+                ..Interner::default()
+            },
             kernel: self.kernel,
             host: StreamHost::default(),
             this_host: HostIds::of_this_host(),
@@ -93,7 +101,7 @@ impl SymbolizeConfig {
             no_ip: Counter::new(),
             corrupt: Counter::new(),
             late_maps: Counter::new(),
-            unmapped: Vec::new(),
+            unmapped_frames: Counter::new(),
             dump: None,
         }
     }
@@ -297,13 +305,67 @@ pub fn resolve(symbols: &Symbols, host_kernel: bool, frame: &Frame, out: &mut Ve
     }
 }
 
+/// The stream's frames by [`Frame::key`], and the table the sinks read them from.
+#[derive(Debug, Default)]
+struct Interner {
+    ids: rustc_hash::FxHashMap<FrameKey, FrameId>,
+    table: Arc<Frames>,
+    /// The user addresses no map covers are one frame (`unmapped=merge`): this one, once seen.
+    merge_unmapped: bool,
+    merged: Option<FrameId>,
+}
+
+impl Interner {
+    fn intern(&mut self, frame: Frame) -> FrameId {
+        let unmapped_user = frame.query.dso.is_none() && !frame.query.kernel;
+        if unmapped_user && self.merge_unmapped {
+            if let Some(id) = self.merged {
+                return id;
+            }
+        }
+        let next = self.ids.len() as FrameId;
+        let id = *self.ids.entry(frame.key()).or_insert(next);
+        if id == next {
+            self.table.push(frame);
+            if unmapped_user && self.merge_unmapped {
+                self.merged = Some(id);
+            }
+        }
+        id
+    }
+}
+
+/// The frame of `ip` in `map` (if one covers it) for a sample of `pid` in `mode`; `anon` tells,
+/// per dso, whether its memory is anonymous.
+fn frame_of(map: Option<&Map>, anon: &[bool], pid: u32, mode: u16, ip: u64) -> Frame {
+    let kernel = matches!(mode, misc::KERNEL | misc::GUEST_KERNEL);
+    let dso = map.map(|m| m.dso);
+    let rel = match map {
+        Some(m) if !kernel => ip.wrapping_sub(m.start).wrapping_add(m.pgoff),
+        _ => ip,
+    };
+    let shared = match dso {
+        Some(d) => !anon.get(d.0 as usize).copied().unwrap_or(false),
+        None => kernel,
+    };
+    Frame {
+        query: Query {
+            dso,
+            pid,
+            ip,
+            rel,
+            kernel,
+        },
+        shared,
+    }
+}
+
 /// The running `symbolize` stage.
 #[derive(Debug)]
 pub struct Symbolize {
     symbols: Arc<Symbols>,
     dsos: Arc<Dsos>,
-    table: Arc<Frames>,
-    frame_ids: rustc_hash::FxHashMap<FrameKey, FrameId>,
+    frames_by_key: Interner,
     kernel: HostMode,
     host: StreamHost,
     this_host: HostIds,
@@ -321,8 +383,7 @@ pub struct Symbolize {
     no_ip: Counter,
     corrupt: Counter,
     late_maps: Counter,
-    /// Per frame id: no map covered its address.
-    unmapped: Vec<bool>,
+    unmapped_frames: Counter,
     /// A snapshot request (SIGUSR2), so that the sink after it hears of it while the input is
     /// quiet: the stage then sends it an empty batch.
     dump: Option<Arc<std::sync::atomic::AtomicBool>>,
@@ -350,54 +411,10 @@ impl Symbolize {
         self.host.is_host(&self.this_host, self.kernel)
     }
 
-    fn frame(&self, pid: u32, mode: u16, ip: u64) -> Frame {
-        let kernel = matches!(mode, misc::KERNEL | misc::GUEST_KERNEL);
-        let map = self.machine.find(pid, mode, ip);
-        let dso = map.map(|m| m.dso);
-        let rel = match map {
-            Some(m) if !kernel => ip.wrapping_sub(m.start).wrapping_add(m.pgoff),
-            _ => ip,
-        };
-        let shared = match dso {
-            Some(d) => !self.anon.get(d.0 as usize).copied().unwrap_or(false),
-            None => kernel,
-        };
-        Frame {
-            query: Query {
-                dso,
-                pid,
-                ip,
-                rel,
-                kernel,
-            },
-            shared,
-        }
-    }
-
     fn intern(&mut self, pid: u32, mode: u16, ip: u64) -> FrameId {
-        let frame = self.frame(pid, mode, ip);
-        let next = self.frame_ids.len() as FrameId;
-        let id = *self.frame_ids.entry(frame.key()).or_insert(next);
-        if id == next {
-            self.unmapped.push(frame.query.dso.is_none());
-            self.table.push(frame);
-        }
-        id
-    }
-
-    /// Adds a frame to a sample's stack; a user address no map covers yet is looked up again
-    /// when the batch is released (its MMAP may come later in the stream, from another cpu, though
-    /// earlier in time).
-    fn push_frame(&mut self, pid: u32, mode: u16, ip: u64, stacks: &mut Stacks) {
-        let id = self.intern(pid, mode, ip);
-        if mode == misc::USER && self.table_frame_unmapped(id) {
-            stacks.pending.push((stacks.frames.len() as u32, pid, ip));
-        }
-        stacks.frames.push(id);
-    }
-
-    fn table_frame_unmapped(&self, id: FrameId) -> bool {
-        self.unmapped.get(id as usize).copied().unwrap_or(false)
+        let map = self.machine.find(pid, mode, ip);
+        self.frames_by_key
+            .intern(frame_of(map, &self.anon, pid, mode, ip))
     }
 
     fn sample(
@@ -411,6 +428,18 @@ impl Symbolize {
         let pid = s.pid().unwrap_or(u32::MAX);
         let first = stacks.frames.len();
         let mode = s.cpumode();
+        let space = self.machine.space(pid);
+        // Adds a frame to the stack; a user address no map covers yet is looked up again when
+        // the batch is released (its MMAP may come later in the stream, from another cpu,
+        // though earlier in time).
+        let mut push = |mode: u16, ip: u64, stacks: &mut Stacks| {
+            let map = space.find(mode, ip);
+            if map.is_none() && mode == misc::USER {
+                stacks.pending.push((stacks.frames.len() as u32, pid, ip));
+            }
+            let frame = frame_of(map, &self.anon, pid, mode, ip);
+            stacks.frames.push(self.frames_by_key.intern(frame));
+        };
         match s.callchain() {
             Some(cc) if !cc.is_empty() => {
                 let mut mode = mode;
@@ -431,11 +460,11 @@ impl Symbolize {
                         };
                         continue;
                     }
-                    self.push_frame(pid, mode, ip, stacks);
+                    push(mode, ip, stacks);
                 }
             }
             _ => match s.ip() {
-                Some(ip) => self.push_frame(pid, mode, ip, stacks),
+                Some(ip) => push(mode, ip, stacks),
                 None => self.no_ip.add(1),
             },
         }
@@ -549,12 +578,16 @@ impl Symbolize {
     /// Fills the names of a held batch's samples and attaches its stacks.
     fn release(&mut self, mut batch: Batch, mut stacks: Stacks, out: &mut Out<'_>) {
         stacks.host_kernel = self.host_kernel();
+        let mut unmapped = 0;
         for (at, pid, ip) in std::mem::take(&mut stacks.pending) {
             if self.machine.find(pid, misc::USER, ip).is_some() {
                 stacks.frames[at as usize] = self.intern(pid, misc::USER, ip);
                 self.late_maps.add(1);
+            } else {
+                unmapped += 1;
             }
         }
+        self.unmapped_frames.add(unmapped);
         for s in &mut stacks.samples {
             s.comm = self.threads.comm_shared(s.tid, s.time);
         }
@@ -647,6 +680,7 @@ impl Stage for Symbolize {
             ("samples_without_ip", self.no_ip.clone()),
             ("callchains_corrupt", self.corrupt.clone()),
             ("frames_mapped_late", self.late_maps.clone()),
+            ("frames_unmapped", self.unmapped_frames.clone()),
             ("dsos_loaded", c.dsos_loaded.clone()),
             ("dsos_missing", c.dsos_missing.clone()),
             ("dsos_stripped", c.dsos_stripped.clone()),
@@ -660,7 +694,7 @@ impl Symbolize {
         Stacks {
             symbols: self.symbols.clone(),
             dsos: self.dsos.clone(),
-            table: self.table.clone(),
+            table: self.frames_by_key.table.clone(),
             host_kernel: true,
             samples: Vec::new(),
             frames: Vec::new(),
@@ -702,6 +736,11 @@ pub const SPEC: StageSpec = StageSpec {
             key: "kernel",
             kind: Kind::Choice(&["auto", "yes", "no"]),
             help: "name kernel frames from this host's /proc/kallsyms: auto (unless the stream's hostname or kernel release names another host), yes or no",
+        },
+        StageOption {
+            key: "unmapped",
+            kind: Kind::Choice(&["keep", "merge"]),
+            help: "user addresses no map covers: keep (a frame each, by address and process; default) or merge (one [unknown] frame; what folded stacks and flame graphs without --addrs set)",
         },
     ],
     build: build_stage,
