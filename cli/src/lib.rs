@@ -487,6 +487,27 @@ mod tests {
         );
         assert_eq!(labels(&p), ["comm", "symbolize"]);
 
+        // Folded stacks tell symbolize that unmapped addresses need not be told apart, unless
+        // --addrs shows them or the user chose; pprof shows every address.
+        let unmapped = |argv: &[&str]| -> Vec<String> {
+            let p = choose(argv).unwrap();
+            let s = p.stages.iter().filter(|s| s.spec.name == "symbolize");
+            s.map(|s| s.options.text("unmapped").unwrap_or("-").to_string())
+                .collect()
+        };
+        assert_eq!(unmapped(&["perfpipe", "-o", "x.folded"]), ["merge"]);
+        assert_eq!(unmapped(&["perfpipe", "-o", "x.svg"]), ["merge"]);
+        assert_eq!(unmapped(&["perfpipe", "-o", "x.svg", "--addrs"]), ["-"]);
+        assert_eq!(unmapped(&["perfpipe", "-o", "x.pb.gz"]), ["-"]);
+        assert_eq!(
+            unmapped(&["perfpipe", "--symbolize", "unmapped=keep", "--folded"]),
+            ["keep"]
+        );
+        assert_eq!(
+            unmapped(&["perfpipe", "--symbolize", "--folded"]),
+            ["merge"]
+        );
+
         // Named by the user: not added again, and where the user put it.
         let p = choose(&["perfpipe", "--symbolize", "--comm", "x", "--folded"]).unwrap();
         assert_eq!(labels(&p), ["symbolize", "comm"]);

@@ -35,6 +35,10 @@
 //!
 //! The model keeps no build ids or hit marks itself: users index their own tables by [`DsoId`].
 //!
+//! Every change of a process's maps (or of the kernel's) gives them a new **stamp**, a number
+//! never given before ([`Space::stamp`]): what a lookup of (pid, address) found stays true while
+//! the stamp is the same, so a caller may cache it by stamp.
+//!
 //! ```
 //! use perfpipe_stages::machine::{Machine, MapEvent};
 //! use perfpipe_stages::format::misc;
@@ -156,31 +160,35 @@ const MAX_RECENT_FORKS: usize = 16384;
 /// The pid of kernel maps, −1.
 pub const KERNEL_PID: u32 = u32::MAX;
 
-/// A sorted list of non-overlapping maps.
+/// A sorted list of non-overlapping maps, and the stamp of its last change.
 #[derive(Clone, Debug, Default)]
-struct Maps(Vec<Map>);
+struct Maps {
+    list: Vec<Map>,
+    stamp: u64,
+}
 
 impl Maps {
     /// Whether a map covers any of `start..end`.
     fn overlaps(&self, start: u64, end: u64) -> bool {
-        let i = self.0.partition_point(|m| m.start < end);
+        let i = self.list.partition_point(|m| m.start < end);
         i.checked_sub(1)
-            .and_then(|i| self.0.get(i))
+            .and_then(|i| self.list.get(i))
             .is_some_and(|m| m.end > start)
     }
 
     fn find(&self, addr: u64) -> Option<&Map> {
-        let i = self.0.partition_point(|m| m.start <= addr);
-        let m = self.0.get(i.checked_sub(1)?)?;
+        let i = self.list.partition_point(|m| m.start <= addr);
+        let m = self.list.get(i.checked_sub(1)?)?;
         (addr < m.end).then_some(m)
     }
 
-    /// Inserts `new`, trimming or splitting the maps it overlaps.
-    fn insert(&mut self, new: Map) {
+    /// Inserts `new`, trimming or splitting the maps it overlaps, and takes `stamp`.
+    fn insert(&mut self, new: Map, stamp: u64) {
+        self.stamp = stamp;
         if new.end <= new.start {
             return;
         }
-        let v = &mut self.0;
+        let v = &mut self.list;
         // First map that may overlap: the last one starting at or before new.start, else the next.
         let mut i = v
             .partition_point(|m| m.start <= new.start)
@@ -226,6 +234,17 @@ pub struct Space<'a> {
 }
 
 impl<'a> Space<'a> {
+    /// The stamp of the maps a lookup in `cpumode` searches: equal stamps, equal answers (for
+    /// one pid). 0 for none (a process not seen, a mode without maps).
+    #[inline]
+    pub fn stamp(&self, cpumode: u16) -> u64 {
+        match cpumode {
+            misc::KERNEL | misc::GUEST_KERNEL => self.kernel.stamp,
+            misc::USER => self.user.map_or(0, |m| m.stamp),
+            _ => 0,
+        }
+    }
+
     /// The map holding `addr` in `cpumode`: kernel modes look in the kernel maps, user mode in
     /// the process's. Other modes (hypervisor, guest user, unknown) find nothing, since this
     /// models one host.
@@ -284,6 +303,8 @@ pub struct Machine {
     recent_forks: IdMap<u32, Vec<(u32, u64, u64)>>,
     recent_fork_count: usize,
     rounds: u64,
+    /// The last stamp given to changed maps.
+    stamps: u64,
 }
 
 impl Machine {
@@ -360,6 +381,11 @@ impl Machine {
         id
     }
 
+    fn next_stamp(&mut self) -> u64 {
+        self.stamps += 1;
+        self.stamps
+    }
+
     /// Adds a map (MMAP/MMAP2) and returns its dso.
     pub fn mmap(&mut self, ev: &MapEvent<'_>) -> DsoId {
         let kernel =
@@ -371,15 +397,16 @@ impl Machine {
             pgoff: ev.pgoff,
             dso,
         };
+        let stamp = self.next_stamp();
         if kernel {
-            self.kernel.insert(map);
+            self.kernel.insert(map, stamp);
         } else {
             self.threads.entry(ev.pid).or_insert(ev.pid);
             let maps = self.processes.entry(ev.pid).or_insert_with(|| {
                 self.unforked.insert(ev.pid, ());
                 Arc::default()
             });
-            Arc::make_mut(maps).insert(map);
+            Arc::make_mut(maps).insert(map, stamp);
         }
         dso
     }
@@ -393,10 +420,11 @@ impl Machine {
             if self.unforked.remove(&pid).is_some() && !exited {
                 // A late FORK (see the module doc): the child's maps came after the fork in
                 // time, so they go on top of what it inherited.
+                let stamp = self.next_stamp();
                 if let Some(own) = self.processes.get(&pid) {
                     let merged = Arc::make_mut(&mut maps);
-                    for m in &own.0 {
-                        merged.insert(*m);
+                    for m in &own.list {
+                        merged.insert(*m, stamp);
                     }
                 }
             }
@@ -452,7 +480,8 @@ impl Machine {
                 }
                 if let Some(maps) = self.processes.get_mut(&child) {
                     if !maps.overlaps(map.start, map.end) {
-                        Arc::make_mut(maps).insert(map);
+                        self.stamps += 1;
+                        Arc::make_mut(maps).insert(map, self.stamps);
                         work.push(child);
                     }
                 }
@@ -544,7 +573,7 @@ impl Machine {
 
     /// The maps of a process, sorted by address.
     pub fn maps(&self, pid: u32) -> &[Map] {
-        self.processes.get(&pid).map_or(&[], |m| &m.0)
+        self.processes.get(&pid).map_or(&[], |m| &m.list)
     }
 }
 
@@ -593,6 +622,39 @@ mod tests {
         assert_eq!(m.pid_of(101), Some(100));
         assert_eq!(dso_at(&m, 100, 0x1800).as_deref(), Some("/bin/a"));
         assert_eq!(m.process_count(), 1);
+    }
+
+    #[test]
+    fn a_stamp_changes_with_the_maps_it_stands_for() {
+        let mut m = Machine::new();
+        let user = |m: &Machine, pid| m.space(pid).stamp(misc::USER);
+        let kernel = |m: &Machine| m.space(1).stamp(misc::KERNEL);
+        assert_eq!((user(&m, 1), kernel(&m)), (0, 0), "no maps yet");
+        map(&mut m, 1, 0x1000, 0x1000, "/bin/parent");
+        let parent = user(&m, 1);
+        assert_ne!(parent, 0);
+        // A copy has the same maps, so the same stamp, until either side changes.
+        m.fork(2, 1, 2);
+        assert_eq!(user(&m, 2), parent);
+        map(&mut m, 2, 0x5000, 0x1000, "/lib/child-only");
+        let child = user(&m, 2);
+        assert!(child != parent && user(&m, 1) == parent);
+        map(&mut m, 1, 0x9000, 0x1000, "/lib/parent-only");
+        assert!(
+            ![0, parent, child].contains(&user(&m, 1)),
+            "never given before"
+        );
+        assert_eq!(kernel(&m), 0, "user maps leave the kernel's alone");
+        m.mmap(&MapEvent {
+            pid: KERNEL_PID,
+            start: 0xffff_0000,
+            len: 0x1000,
+            name: b"[kernel.kallsyms]_text",
+            cpumode: misc::KERNEL,
+            ..MapEvent::default()
+        });
+        assert!(kernel(&m) > user(&m, 1));
+        assert_eq!(m.space(1).stamp(misc::HYPERVISOR), 0);
     }
 
     #[test]

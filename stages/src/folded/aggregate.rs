@@ -56,6 +56,7 @@ pub struct Aggregate {
     used_count: usize,
     table: Option<Arc<Frames>>,
     comm_ids: HashMap<Arc<[u8]>, u32>,
+    last_comm: Option<(Arc<[u8]>, u32)>,
     comms: Vec<String>,
     symbols: Option<Arc<Symbols>>,
     host_kernel: bool,
@@ -109,11 +110,21 @@ impl Aggregate {
         self.host_kernel = stacks.host_kernel;
         let list = stacks.samples();
         let (mut counted, mut other, mut empty, mut missing) = (0, 0, 0, 0);
+        // Spans and samples are both in record order unless a stage appended records: the next
+        // sample is usually the one.
+        let mut next = 0;
         for span in samples {
-            let Ok(i) = list.binary_search_by_key(&span.start, |s| s.start) else {
-                missing += 1;
-                continue;
+            let i = match list.get(next) {
+                Some(s) if s.start == span.start => next,
+                _ => match list.binary_search_by_key(&span.start, |s| s.start) {
+                    Ok(i) => i,
+                    Err(_) => {
+                        missing += 1;
+                        continue;
+                    }
+                },
             };
+            next = i + 1;
             let s = &list[i];
             if *self.attr.get_or_insert(s.attr) != s.attr {
                 other += 1;
@@ -170,7 +181,14 @@ impl Aggregate {
     fn comm(&mut self, s: &StackSample) -> u32 {
         let name: Arc<[u8]> = match &s.comm {
             Some(c) => {
+                // A thread's samples share its name's allocation.
+                if let Some((last, id)) = &self.last_comm {
+                    if Arc::ptr_eq(last, c) {
+                        return *id;
+                    }
+                }
                 if let Some(&id) = self.comm_ids.get(c) {
+                    self.last_comm = Some((c.clone(), id));
                     return id;
                 }
                 c.clone()

@@ -353,6 +353,55 @@ mod tests {
     }
 
     #[test]
+    fn unmapped_addresses_merged_change_no_stack_unless_addresses_are_shown() {
+        // (lines, distinct frames, distinct stacks, distinct `[unknown <addr>]` names)
+        let fold = |merge_unmapped: bool, addrs: bool| {
+            let config = SymbolizeConfig {
+                merge_unmapped,
+                ..SymbolizeConfig::default()
+            };
+            let decoded = run_stage(
+                &mut DecodeConfig::default().build(),
+                raw_batches(CALLGRAPH, &[1 << 20], 0),
+            )
+            .unwrap();
+            let batches = run_stage(&mut config.build(None), decoded).unwrap();
+            let mut agg = Aggregate::new(FoldOptions {
+                naming: Naming {
+                    addrs,
+                    ..Naming::default()
+                },
+                ..FoldOptions::default()
+            });
+            for b in &batches {
+                agg.add_batch(b);
+            }
+            let lines = agg.folded(None);
+            let mut unknown: Vec<&str> = lines
+                .iter()
+                .flat_map(|(s, _)| s.split(';'))
+                .filter(|f| f.starts_with("[unknown <"))
+                .collect();
+            unknown.sort_unstable();
+            unknown.dedup();
+            let unknown = unknown.len();
+            (lines.clone(), agg.frames(), agg.stacks(), unknown)
+        };
+        let (kept, kept_frames, kept_stacks, _) = fold(false, false);
+        let (merged, merged_frames, merged_stacks, _) = fold(true, false);
+        assert_eq!(merged, kept, "without addresses the lines are the same");
+        assert!(
+            merged_frames < kept_frames && merged_stacks < kept_stacks,
+            "frames {merged_frames} < {kept_frames}, stacks {merged_stacks} < {kept_stacks}"
+        );
+        // With addresses shown, kept addresses are many names; merged they would be one.
+        let (_, _, _, kept_unknown) = fold(false, true);
+        let (_, _, _, merged_unknown) = fold(true, true);
+        assert!(kept_unknown > 50, "{kept_unknown} addresses");
+        assert_eq!(merged_unknown, 1);
+    }
+
+    #[test]
     fn samples_of_other_events_and_unannotated_batches_are_counted_apart() {
         let batches = symbolized(CALLGRAPH, 1 << 20);
         let mut agg = Aggregate::new(FoldOptions {

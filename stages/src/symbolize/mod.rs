@@ -87,6 +87,7 @@ impl SymbolizeConfig {
                 merge_unmapped: self.merge_unmapped,
                 ..Interner::default()
             },
+            cache: FrameCache::default(),
             kernel: self.kernel,
             host: StreamHost::default(),
             this_host: HostIds::of_this_host(),
@@ -155,6 +156,17 @@ impl Frames {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .push(frame);
     }
+}
+
+/// A user frame no map covered when its sample came, to look up again at release.
+#[derive(Clone, Copy, Debug)]
+struct Pending {
+    /// Its index in [`Stacks::frames`].
+    at: u32,
+    pid: u32,
+    ip: u64,
+    /// The stamp of the process's maps then: while it is the same, no map covers it still.
+    stamp: u64,
 }
 
 /// One sample of a [`Stacks`] annotation.
@@ -243,8 +255,8 @@ pub struct Stacks {
     pub host_kernel: bool,
     samples: Vec<StackSample>,
     frames: Vec<FrameId>,
-    /// Frames no map covered when their sample came: (index in `frames`, pid, ip).
-    pending: Vec<(u32, u32, u64)>,
+    /// Frames no map covered when their sample came.
+    pending: Vec<Pending>,
 }
 
 impl Stacks {
@@ -335,6 +347,70 @@ impl Interner {
     }
 }
 
+/// Frames looked up lately, by (pid, cpumode, address) and the stamp of the maps they were
+/// found in ([`crate::machine::Space::stamp`]): a callchain's frames repeat in sample after
+/// sample, and a hit costs one slot read instead of a map search and a hash lookup.
+/// Direct-mapped; a slot holds the last frame hashed to it.
+#[derive(Debug)]
+struct FrameCache {
+    slots: Vec<Slot>,
+}
+
+#[derive(Clone, Copy, Debug)]
+struct Slot {
+    ip: u64,
+    stamp: u64,
+    pid: u32,
+    /// `u16::MAX` for an empty slot (no cpumode is).
+    mode: u16,
+    mapped: bool,
+    id: FrameId,
+}
+
+impl FrameCache {
+    const BITS: u32 = 14;
+
+    fn index(pid: u32, ip: u64) -> usize {
+        let h = (ip ^ u64::from(pid).rotate_left(40)).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+        (h >> (64 - Self::BITS)) as usize
+    }
+
+    #[inline]
+    fn get(&self, pid: u32, mode: u16, ip: u64, stamp: u64) -> Option<(FrameId, bool)> {
+        let s = &self.slots[Self::index(pid, ip)];
+        (s.ip == ip && s.pid == pid && s.mode == mode && s.stamp == stamp)
+            .then_some((s.id, s.mapped))
+    }
+
+    #[inline]
+    fn put(&mut self, pid: u32, mode: u16, ip: u64, stamp: u64, (id, mapped): (FrameId, bool)) {
+        self.slots[Self::index(pid, ip)] = Slot {
+            ip,
+            stamp,
+            pid,
+            mode,
+            mapped,
+            id,
+        };
+    }
+}
+
+impl Default for FrameCache {
+    fn default() -> FrameCache {
+        let empty = Slot {
+            ip: 0,
+            stamp: 0,
+            pid: 0,
+            mode: u16::MAX,
+            mapped: false,
+            id: 0,
+        };
+        FrameCache {
+            slots: vec![empty; 1 << Self::BITS],
+        }
+    }
+}
+
 /// The frame of `ip` in `map` (if one covers it) for a sample of `pid` in `mode`; `anon` tells,
 /// per dso, whether its memory is anonymous.
 fn frame_of(map: Option<&Map>, anon: &[bool], pid: u32, mode: u16, ip: u64) -> Frame {
@@ -366,6 +442,7 @@ pub struct Symbolize {
     symbols: Arc<Symbols>,
     dsos: Arc<Dsos>,
     frames_by_key: Interner,
+    cache: FrameCache,
     kernel: HostMode,
     host: StreamHost,
     this_host: HostIds,
@@ -433,12 +510,22 @@ impl Symbolize {
         // the batch is released (its MMAP may come later in the stream, from another cpu,
         // though earlier in time).
         let mut push = |mode: u16, ip: u64, stacks: &mut Stacks| {
-            let map = space.find(mode, ip);
-            if map.is_none() && mode == misc::USER {
-                stacks.pending.push((stacks.frames.len() as u32, pid, ip));
+            let stamp = space.stamp(mode);
+            let (id, mapped) = match self.cache.get(pid, mode, ip, stamp) {
+                Some(hit) => hit,
+                None => {
+                    let map = space.find(mode, ip);
+                    let frame = frame_of(map, &self.anon, pid, mode, ip);
+                    let id = self.frames_by_key.intern(frame);
+                    self.cache.put(pid, mode, ip, stamp, (id, map.is_some()));
+                    (id, map.is_some())
+                }
+            };
+            if !mapped && mode == misc::USER {
+                let at = stacks.frames.len() as u32;
+                stacks.pending.push(Pending { at, pid, ip, stamp });
             }
-            let frame = frame_of(map, &self.anon, pid, mode, ip);
-            stacks.frames.push(self.frames_by_key.intern(frame));
+            stacks.frames.push(id);
         };
         match s.callchain() {
             Some(cc) if !cc.is_empty() => {
@@ -453,7 +540,7 @@ impl Symbolize {
                                 // perf 6.1 (`add_callchain_ip()`) takes any other marker for a
                                 // corrupt callchain and discards all of it.
                                 stacks.frames.truncate(first);
-                                stacks.pending.retain(|p| (p.0 as usize) < first);
+                                stacks.pending.retain(|p| (p.at as usize) < first);
                                 self.corrupt.add(1);
                                 break;
                             }
@@ -547,12 +634,12 @@ impl Symbolize {
                 Some((_, s, _)) => s,
                 None => &mut *current,
             };
-            if !stacks.pending.iter().any(|p| p.1 == child) {
+            if !stacks.pending.iter().any(|p| p.pid == child) {
                 continue;
             }
             let mut pending = std::mem::take(&mut stacks.pending);
             let mut found = Vec::new();
-            pending.retain(|&(at, pid, ip)| {
+            pending.retain(|&Pending { at, pid, ip, .. }| {
                 if pid != child || self.machine.find(pid, misc::USER, ip).is_none() {
                     return true;
                 }
@@ -579,8 +666,9 @@ impl Symbolize {
     fn release(&mut self, mut batch: Batch, mut stacks: Stacks, out: &mut Out<'_>) {
         stacks.host_kernel = self.host_kernel();
         let mut unmapped = 0;
-        for (at, pid, ip) in std::mem::take(&mut stacks.pending) {
-            if self.machine.find(pid, misc::USER, ip).is_some() {
+        for Pending { at, pid, ip, stamp } in std::mem::take(&mut stacks.pending) {
+            let space = self.machine.space(pid);
+            if space.stamp(misc::USER) != stamp && space.find(misc::USER, ip).is_some() {
                 stacks.frames[at as usize] = self.intern(pid, misc::USER, ip);
                 self.late_maps.add(1);
             } else {
