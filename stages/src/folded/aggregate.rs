@@ -166,7 +166,10 @@ impl Aggregate {
         let tid = if self.options.tid { s.tid } else { 0 };
         let key = &mut self.key;
         key.clear();
-        for id in [comm, pid, tid].into_iter().chain(frames.iter().rev().copied()) {
+        for id in [comm, pid, tid]
+            .into_iter()
+            .chain(frames.iter().rev().copied())
+        {
             key.extend_from_slice(&id.to_le_bytes());
         }
         let fingerprint = XxHash3_128::oneshot(key);
