@@ -78,6 +78,9 @@ impl Render for FlameGraph {
         }
         opt.image_width = self.width;
         let text: Vec<String> = lines.iter().map(|(s, c)| format!("{s} {c}")).collect();
+        // The aggregate's lines come sorted: inferno need not sort them again (it always does
+        // for reversed stacks). Its own check compares the trimmed lines.
+        opt.no_sort = !self.reverse && text.windows(2).all(|w| w[0].trim() <= w[1].trim());
         if text.is_empty() {
             // inferno refuses an empty profile; an empty graph says what happened instead.
             opt.subtitle = Some("no samples".into());

@@ -261,41 +261,90 @@ impl Aggregate {
             Some(p) => p.install(|| frames.par_iter().enumerate().map(name_used).collect()),
             None => frames.iter().enumerate().map(name_used).collect(),
         };
-        let mut merged: HashMap<String, u64> =
+        // Stacks that name the same functions (two addresses in one function) are one line:
+        // they are grouped by their sequence of name ids, so a line is built once per group, not
+        // once per stack, and no string is hashed or compared but in the final sort.
+        let mut name_ids: HashMap<&str, u32> = HashMap::default();
+        let mut frame_names: Vec<(u32, u32)> = Vec::with_capacity(names.len());
+        let mut arena: Vec<u32> = Vec::new();
+        for list in &names {
+            let at = arena.len() as u32;
+            for n in list {
+                let next = name_ids.len() as u32;
+                arena.push(*name_ids.entry(n.as_str()).or_insert(next));
+            }
+            frame_names.push((at, arena.len() as u32));
+        }
+        let mut groups: HashMap<u128, (u32, u64)> =
             HashMap::with_capacity_and_hasher(self.stacks.len(), Default::default());
-        let mut line = String::new();
-        for w in self.stacks.values() {
+        let mut seq: Vec<u8> = Vec::new();
+        for (i, w) in self.stacks.values().enumerate() {
             let key = &self.keys[w.at as usize..(w.at + w.len) as usize];
-            line.clear();
-            line.push_str(&self.comms[key[0] as usize]);
-            if self.options.tid {
-                line.push_str(&format!("-{}/{}", key[1], key[2]));
-            } else if self.options.pid {
-                line.push_str(&format!("-{}", key[1]));
+            seq.clear();
+            let (pid, tid) = match (self.options.tid, self.options.pid) {
+                (true, _) => (key[1], key[2]),
+                (false, true) => (key[1], 0),
+                _ => (0, 0),
+            };
+            let root = [key[0], pid, tid];
+            let named = key[3..].iter().flat_map(|&f| {
+                let (a, b) = frame_names[f as usize];
+                &arena[a as usize..b as usize]
+            });
+            for id in root.into_iter().chain(named.copied()) {
+                seq.extend_from_slice(&id.to_le_bytes());
             }
-            let root = line.len();
-            for &f in &key[3..] {
-                for n in &names[f as usize] {
-                    line.push(';');
-                    line.push_str(n);
-                }
-            }
-            if line.len() == root {
+            if seq.len() == 12 {
                 continue; // every frame dropped: the collapsers count no stack
             }
             let count = match self.options.weight {
                 WeightBy::Period => w.period,
                 WeightBy::Samples => w.samples,
             };
-            match merged.get_mut(line.as_str()) {
-                Some(c) => *c += count,
-                None => {
-                    merged.insert(line.clone(), count);
+            groups
+                .entry(XxHash3_128::oneshot(&seq))
+                .or_insert((i as u32, 0))
+                .1 += count;
+        }
+        let stacks: Vec<&Stack> = self.stacks.values().collect();
+        let line_of = |&(i, count): &(u32, u64)| -> (String, u64) {
+            let w = stacks[i as usize];
+            let key = &self.keys[w.at as usize..(w.at + w.len) as usize];
+            let mut line = self.comms[key[0] as usize].clone();
+            if self.options.tid {
+                line.push_str(&format!("-{}/{}", key[1], key[2]));
+            } else if self.options.pid {
+                line.push_str(&format!("-{}", key[1]));
+            }
+            for &f in &key[3..] {
+                for n in &names[f as usize] {
+                    line.push(';');
+                    line.push_str(n);
                 }
             }
-        }
-        let mut lines: Vec<(String, u64)> = merged.into_iter().collect();
-        lines.sort_unstable();
+            (line, count)
+        };
+        let groups: Vec<(u32, u64)> = groups.into_values().collect();
+        let mut lines: Vec<(String, u64)> = match pool {
+            Some(p) => p.install(|| {
+                let mut v: Vec<_> = groups.par_iter().map(line_of).collect();
+                v.par_sort_unstable();
+                v
+            }),
+            None => {
+                let mut v: Vec<_> = groups.iter().map(line_of).collect();
+                v.sort_unstable();
+                v
+            }
+        };
+        // Lines equal by another split into names (a `;` in a comm) are merged too.
+        lines.dedup_by(|next, kept| {
+            let same = next.0 == kept.0;
+            if same {
+                kept.1 += next.1;
+            }
+            same
+        });
         lines
     }
 }
