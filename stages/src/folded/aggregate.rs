@@ -164,15 +164,10 @@ impl Aggregate {
             0
         };
         let tid = if self.options.tid { s.tid } else { 0 };
-        let key = &mut self.key;
-        key.clear();
-        for id in [comm, pid, tid]
+        let ids = [comm, pid, tid]
             .into_iter()
-            .chain(frames.iter().rev().copied())
-        {
-            key.extend_from_slice(&id.to_le_bytes());
-        }
-        let fingerprint = XxHash3_128::oneshot(key);
+            .chain(frames.iter().rev().copied());
+        let fingerprint = fingerprint(&mut self.key, ids);
         let stack = self.stacks.entry(fingerprint).or_insert_with(|| {
             let at = self.keys.len() as u32;
             self.keys.extend([comm, pid, tid]);
@@ -277,36 +272,29 @@ impl Aggregate {
         }
         let mut groups: HashMap<u128, (u32, u64)> =
             HashMap::with_capacity_and_hasher(self.stacks.len(), Default::default());
+        let stacks: Vec<&Stack> = self.stacks.values().collect();
         let mut seq: Vec<u8> = Vec::new();
-        for (i, w) in self.stacks.values().enumerate() {
+        for (i, w) in stacks.iter().enumerate() {
             let key = &self.keys[w.at as usize..(w.at + w.len) as usize];
-            seq.clear();
-            let (pid, tid) = match (self.options.tid, self.options.pid) {
-                (true, _) => (key[1], key[2]),
-                (false, true) => (key[1], 0),
-                _ => (0, 0),
-            };
-            let root = [key[0], pid, tid];
-            let named = key[3..].iter().flat_map(|&f| {
+            // The root is [comm, pid, tid] as the options kept them (zeros when not shown).
+            let (root, frames) = key.split_at(3);
+            if frames.iter().all(|&f| names[f as usize].is_empty()) {
+                continue; // every frame dropped: the collapsers count no stack
+            }
+            let named = frames.iter().flat_map(|&f| {
                 let (a, b) = frame_names[f as usize];
                 &arena[a as usize..b as usize]
             });
-            for id in root.into_iter().chain(named.copied()) {
-                seq.extend_from_slice(&id.to_le_bytes());
-            }
-            if seq.len() == 12 {
-                continue; // every frame dropped: the collapsers count no stack
-            }
             let count = match self.options.weight {
                 WeightBy::Period => w.period,
                 WeightBy::Samples => w.samples,
             };
+            let ids = root.iter().chain(named).copied();
             groups
-                .entry(XxHash3_128::oneshot(&seq))
+                .entry(fingerprint(&mut seq, ids))
                 .or_insert((i as u32, 0))
                 .1 += count;
         }
-        let stacks: Vec<&Stack> = self.stacks.values().collect();
         let line_of = |&(i, count): &(u32, u64)| -> (String, u64) {
             let w = stacks[i as usize];
             let key = &self.keys[w.at as usize..(w.at + w.len) as usize];
@@ -347,4 +335,13 @@ impl Aggregate {
         });
         lines
     }
+}
+
+/// The 128-bit XXH3 fingerprint of a sequence of ids, built in `buf`.
+fn fingerprint(buf: &mut Vec<u8>, ids: impl Iterator<Item = u32>) -> u128 {
+    buf.clear();
+    for id in ids {
+        buf.extend_from_slice(&id.to_le_bytes());
+    }
+    XxHash3_128::oneshot(buf)
 }
