@@ -77,7 +77,20 @@ impl Render for FlameGraph {
             opt.direction = Direction::Inverted;
         }
         opt.image_width = self.width;
-        let text: Vec<String> = lines.iter().map(|(s, c)| format!("{s} {c}")).collect();
+        // The `stack count` lines in one buffer (one allocation, not one a line).
+        let mut buf = String::with_capacity(lines.iter().map(|(s, _)| s.len() + 21).sum());
+        let mut ends = Vec::with_capacity(lines.len());
+        for (stack, count) in lines {
+            buf.push_str(stack);
+            buf.push(' ');
+            buf.push_str(itoa::Buffer::new().format(*count));
+            ends.push(buf.len());
+        }
+        let text: Vec<&str> = std::iter::once(0)
+            .chain(ends.iter().copied())
+            .zip(&ends)
+            .map(|(a, &b)| &buf[a..b])
+            .collect();
         // The aggregate's lines come sorted: inferno need not sort them again (it always does
         // for reversed stacks). Its own check compares the trimmed lines.
         opt.no_sort = !self.reverse && text.windows(2).all(|w| w[0].trim() <= w[1].trim());
@@ -87,7 +100,7 @@ impl Render for FlameGraph {
             return inferno::flamegraph::from_lines(&mut opt, ["[no samples] 1"], out)
                 .map_err(std::io::Error::other);
         }
-        inferno::flamegraph::from_lines(&mut opt, text.iter().map(String::as_str), out)
+        inferno::flamegraph::from_lines(&mut opt, text.iter().copied(), out)
             .map_err(std::io::Error::other)
     }
 }

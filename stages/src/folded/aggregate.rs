@@ -296,57 +296,85 @@ impl Aggregate {
             }
             frame_names.push((at, arena.len() as u32));
         }
-        let mut groups: HashMap<u128, (u32, u64)> =
-            HashMap::with_capacity_and_hasher(self.stacks.len(), Default::default());
         let stacks: Vec<&Stack> = self.stacks.values().collect();
-        let mut seq: Vec<u8> = Vec::new();
-        for (i, w) in stacks.iter().enumerate() {
+        let weight = self.options.weight;
+        // (fingerprint of the root and the names, stack, count) of every stack that names a
+        // frame, computed on the pool; sorted by fingerprint, a run of equal ones is a group.
+        let keyed = |seq: &mut Vec<u8>, (i, w): (usize, &&Stack)| -> Option<(u128, u32, u64)> {
             let key = &self.keys[w.at as usize..(w.at + w.len) as usize];
             // The root is [comm, pid, tid] as the options kept them (zeros when not shown).
             let (root, frames) = key.split_at(3);
             if frames.iter().all(|&f| names[f as usize].is_empty()) {
-                continue; // every frame dropped: the collapsers count no stack
+                return None; // every frame dropped: the collapsers count no stack
             }
             let named = frames.iter().flat_map(|&f| {
                 let (a, b) = frame_names[f as usize];
                 &arena[a as usize..b as usize]
             });
-            let count = match self.options.weight {
+            let count = match weight {
                 WeightBy::Period => w.period,
                 WeightBy::Samples => w.samples,
             };
             let ids = root.iter().chain(named).copied();
-            groups
-                .entry(fingerprint(&mut seq, ids))
-                .or_insert((i as u32, 0))
-                .1 += count;
-        }
-        let line_of = |&(i, count): &(u32, u64)| -> (String, u64) {
+            Some((fingerprint(seq, ids), i as u32, count))
+        };
+        let mut keys: Vec<(u128, u32, u64)> = match pool {
+            Some(p) => p.install(|| {
+                let mut v: Vec<_> = stacks
+                    .par_iter()
+                    .enumerate()
+                    .map_init(Vec::new, |seq, s| keyed(seq, s))
+                    .flatten_iter()
+                    .collect();
+                v.par_sort_unstable_by_key(|k| k.0);
+                v
+            }),
+            None => {
+                let mut seq = Vec::new();
+                let mut v: Vec<_> = stacks
+                    .iter()
+                    .enumerate()
+                    .filter_map(|s| keyed(&mut seq, s))
+                    .collect();
+                v.sort_unstable_by_key(|k| k.0);
+                v
+            }
+        };
+        keys.dedup_by(|next, kept| {
+            let same = next.0 == kept.0;
+            if same {
+                kept.2 += next.2;
+            }
+            same
+        });
+        let line_of = |&(_, i, count): &(u128, u32, u64)| -> (String, u64) {
             let w = stacks[i as usize];
             let key = &self.keys[w.at as usize..(w.at + w.len) as usize];
-            let mut line = self.comms[key[0] as usize].clone();
+            let comm = &self.comms[key[0] as usize];
+            let named = || key[3..].iter().flat_map(|&f| &names[f as usize]);
+            // One allocation a line: its length is known before it is built.
+            let len = comm.len() + 24 + named().map(|n| n.len() + 1).sum::<usize>();
+            let mut line = String::with_capacity(len);
+            line.push_str(comm);
             if self.options.tid {
                 line.push_str(&format!("-{}/{}", key[1], key[2]));
             } else if self.options.pid {
                 line.push_str(&format!("-{}", key[1]));
             }
-            for &f in &key[3..] {
-                for n in &names[f as usize] {
-                    line.push(';');
-                    line.push_str(n);
-                }
+            for n in named() {
+                line.push(';');
+                line.push_str(n);
             }
             (line, count)
         };
-        let groups: Vec<(u32, u64)> = groups.into_values().collect();
         let mut lines: Vec<(String, u64)> = match pool {
             Some(p) => p.install(|| {
-                let mut v: Vec<_> = groups.par_iter().map(line_of).collect();
+                let mut v: Vec<_> = keys.par_iter().map(line_of).collect();
                 v.par_sort_unstable();
                 v
             }),
             None => {
-                let mut v: Vec<_> = groups.iter().map(line_of).collect();
+                let mut v: Vec<_> = keys.iter().map(line_of).collect();
                 v.sort_unstable();
                 v
             }

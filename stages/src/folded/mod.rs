@@ -48,8 +48,12 @@ pub struct Lines;
 
 impl Render for Lines {
     fn render(&self, lines: &[(String, u64)], out: &mut dyn Write) -> std::io::Result<()> {
+        let mut n = itoa::Buffer::new();
         for (stack, count) in lines {
-            writeln!(out, "{stack} {count}")?;
+            out.write_all(stack.as_bytes())?;
+            out.write_all(b" ")?;
+            out.write_all(n.format(*count).as_bytes())?;
+            out.write_all(b"\n")?;
         }
         Ok(())
     }
