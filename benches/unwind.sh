@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
 # --unwind against perf script unwinding the same --call-graph dwarf recording (issue 18).
 #
-# Records (only if missing) a --call-graph dwarf[,STACK] recording of a C++ workload built without
-# frame pointers (tests/workloads/templates.cc, -O2 -fomit-frame-pointer -g) until it is at least
-# BENCH_MIN_MB, then times, alternating for BENCH_ROUNDS rounds:
+# Records (only if missing) a --call-graph dwarf[,STACK] recording of a workload built without
+# frame pointers (-O2 -fomit-frame-pointer -g): BENCH_WORKLOAD=templates (default), the C++
+# templates of tests/workloads/templates.cc, shallow stacks, until the recording is at least
+# BENCH_MIN_MB; or BENCH_WORKLOAD=deep, benches/deep.c, 60-150 frames of recursion over qsort and
+# memcpy for 5 s of CPU (~20,000 samples, where unwinding costs most), then times, alternating
+# for BENCH_ROUNDS rounds:
 #   perf script   perf script --no-inline -F comm,tid,time,ip,sym,dso -i rec > /dev/null
 #   perfpipe      perfpipe -i rec --stage unwind:parallel-min=2 -o out.pipe  (every batch on the
 #                 pool; RAYON_NUM_THREADS=1, 2: workers)
@@ -13,6 +16,7 @@
 # how many samples `perf script` prints identically on the output and the input.
 #
 #   BENCH_ROUNDS (3)  BENCH_MIN_MB (100)  BENCH_STACK (8192: perf's default; 65528 for 64 KiB)
+#   BENCH_WORKLOAD (templates; deep)
 #   PERFPIPE (target/release/perfpipe)  PERF (perf)  BENCH_DIR (/tmp/perfpipe-bench)
 set -euo pipefail
 
@@ -22,9 +26,14 @@ BENCH_DIR=${BENCH_DIR:-/tmp/perfpipe-bench}
 BENCH_ROUNDS=${BENCH_ROUNDS:-3}
 BENCH_MIN_MB=${BENCH_MIN_MB:-100}
 BENCH_STACK=${BENCH_STACK:-8192}
+BENCH_WORKLOAD=${BENCH_WORKLOAD:-templates}
 PERF=${PERF:-perf}
 PERFPIPE=${PERFPIPE:-$repo_root/target/release/perfpipe}
-INPUT=$BENCH_DIR/dwarf-$BENCH_STACK.data
+case $BENCH_WORKLOAD in
+templates) INPUT=$BENCH_DIR/dwarf-$BENCH_STACK.data ;;
+deep) INPUT=$BENCH_DIR/dwarf-deep-$BENCH_STACK.data ;;
+*) echo "unwind.sh: BENCH_WORKLOAD is templates or deep" >&2; exit 1 ;;
+esac
 FIELDS=(--no-inline -F comm,tid,time,ip,sym,dso)
 
 die() { echo "unwind.sh: $*" >&2; exit 1; }
@@ -33,6 +42,12 @@ log() { echo "# $*" >&2; }
 [[ -x /usr/bin/time ]] || die "needs GNU time (apt-get install time)"
 mkdir -p "$BENCH_DIR"
 
+if [[ ! -s $INPUT && $BENCH_WORKLOAD == deep ]]; then
+    cc -O2 -fomit-frame-pointer -g -o "$BENCH_DIR/deep" "$script_dir/deep.c"
+    log "recording $INPUT (deep 5, dwarf,$BENCH_STACK)"
+    "$PERF" record -q -e cpu-clock -F 4000 -m 1024 --call-graph "dwarf,$BENCH_STACK" -o "$INPUT" \
+        -- "$BENCH_DIR/deep" 5 >/dev/null 2>&1
+fi
 if [[ ! -s $INPUT ]]; then
     c++ -O2 -fomit-frame-pointer -g -o "$BENCH_DIR/templates" "$repo_root/tests/workloads/templates.cc"
     rounds=2000
