@@ -22,6 +22,8 @@
 //!   `frames_mapped_late` (user frames whose map came after their sample in the stream),
 //!   `frames_unmapped` (user frames no map covered: `[unknown]`), and the symbol tables'.
 
+#[cfg(test)]
+mod stage_tests;
 pub mod symbols;
 
 use std::collections::VecDeque;
@@ -548,11 +550,21 @@ impl Symbolize {
                         };
                         continue;
                     }
-                    chain.push(Step { mode, ip, id: 0, mapped: false });
+                    chain.push(Step {
+                        mode,
+                        ip,
+                        id: 0,
+                        mapped: false,
+                    });
                 }
             }
             _ => match s.ip() {
-                Some(ip) => chain.push(Step { mode, ip, id: 0, mapped: false }),
+                Some(ip) => chain.push(Step {
+                    mode,
+                    ip,
+                    id: 0,
+                    mapped: false,
+                }),
                 None => self.no_ip.add(1),
             },
         }
