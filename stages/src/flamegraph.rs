@@ -79,18 +79,16 @@ impl Render for FlameGraph {
         opt.image_width = self.width;
         // The `stack count` lines in one buffer (one allocation, not one a line).
         let mut buf = String::with_capacity(lines.iter().map(|(s, _)| s.len() + 21).sum());
-        let mut ends = Vec::with_capacity(lines.len());
+        let mut at = Vec::with_capacity(lines.len());
+        let mut n = itoa::Buffer::new();
         for (stack, count) in lines {
+            let start = buf.len();
             buf.push_str(stack);
             buf.push(' ');
-            buf.push_str(itoa::Buffer::new().format(*count));
-            ends.push(buf.len());
+            buf.push_str(n.format(*count));
+            at.push(start..buf.len());
         }
-        let text: Vec<&str> = std::iter::once(0)
-            .chain(ends.iter().copied())
-            .zip(&ends)
-            .map(|(a, &b)| &buf[a..b])
-            .collect();
+        let text: Vec<&str> = at.iter().map(|r| &buf[r.clone()]).collect();
         // The aggregate's lines come sorted: inferno need not sort them again (it always does
         // for reversed stacks). Its own check compares the trimmed lines.
         opt.no_sort = !self.reverse && text.windows(2).all(|w| w[0].trim() <= w[1].trim());
