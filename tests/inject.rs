@@ -151,8 +151,9 @@ fn pairs(stream: &[u8]) -> BTreeSet<(String, String)> {
 
 /// The MMAP2 styles on a multi-process `-g` recording: perf 6.1's `perf script` resolves every
 /// frame as on the input, `perf buildid-list` lists the ids of the dsos samples hit (what it lists
-/// for `-b`'s output), and the `-B` output is no larger than the `-b` output (it is the input
-/// minus the maps no sample hit).
+/// for `-b`'s output), and the `-B` output leaves out the maps no sample hit. (Its size against
+/// `-b`'s is no invariant: the maps left out and the build-id records added are both a few KB;
+/// one local `.ci/run` saw -B 1,008 bytes larger of 9 MB, the next 2.8 KB smaller.)
 #[test]
 #[cfg_attr(skip_perf, ignore = "needs perf (missing at build time)")]
 fn mmap2_styles_keep_every_frame_and_list_the_ids() {
@@ -184,11 +185,17 @@ fn mmap2_styles_keep_every_frame_and_list_the_ids() {
         big_b.len(),
         all.len()
     );
+    let maps = |s: &[u8]| {
+        split_records(s)
+            .iter()
+            .filter(|(t, _)| *t == 1 || *t == 10) // MMAP, MMAP2
+            .count()
+    };
+    let (maps_in, maps_b) = (maps(&input), maps(&big_b));
+    eprintln!("maps: input {maps_in}, -B {maps_b}");
     assert!(
-        big_b.len() <= b.len(),
-        "-B {} > -b {}",
-        big_b.len(),
-        b.len()
+        maps_b < maps_in,
+        "-B wrote {maps_b} maps of the input's {maps_in}: none left out"
     );
     // --mmap2-buildid-all only rewrites in place: MMAP2 records keep their size.
     assert!(
