@@ -10,19 +10,19 @@
 use std::sync::Arc;
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
+use perfpipe_core::spec;
 use perfpipe_core::{Batch, Flow, Out, Pipeline, Settings, Stage, StageError};
-use perfpipe_stages::decode::DecodeConfig;
-use perfpipe_stages::read::Memory;
-use perfpipe_stages::registry;
-use perfpipe_stages::write::Discard;
+use perfpipe_stream::decode::DecodeConfig;
+use perfpipe_stream::read::Memory;
+use perfpipe_stream::write::Discard;
 
 fn run(data: &Arc<Vec<u8>>, transforms: &[(&str, Option<&str>)]) {
     let mut p = Pipeline::new(Settings::default())
         .source("memory", Memory::new(data.clone()))
         .stage("decode", DecodeConfig::default().build());
     for (name, value) in transforms {
-        let stage = registry::Registry::builtin()
-            .build_flag(name, *value, &registry::BuildCtx::default())
+        let stage = perfpipe_chain::builtin()
+            .build_flag(name, *value, &spec::BuildCtx::default())
             .expect("builds");
         p = p.boxed_stage(*name, stage);
     }
@@ -31,7 +31,7 @@ fn run(data: &Arc<Vec<u8>>, transforms: &[(&str, Option<&str>)]) {
 }
 
 fn shapes(c: &mut Criterion) {
-    let data = Arc::new(perfpipe_stages::synth::workload(64 << 20));
+    let data = Arc::new(perfpipe_stream::test_stream::workload(64 << 20));
     let mut group = c.benchmark_group("perfpipe_core::Pipeline");
     group.throughput(Throughput::Bytes(data.len() as u64));
     group.sample_size(10);
@@ -67,7 +67,7 @@ impl Stage for Heavy {
 }
 
 fn parallel(c: &mut Criterion) {
-    let data = Arc::new(perfpipe_stages::synth::workload(16 << 20));
+    let data = Arc::new(perfpipe_stream::test_stream::workload(16 << 20));
     let mut group = c.benchmark_group("perfpipe_core::Parallel");
     group.throughput(Throughput::Bytes(data.len() as u64));
     group.sample_size(10);

@@ -2,22 +2,22 @@
 //!
 //! What it shows: the cost of a stage's own transformation per record and per byte, so that a
 //! stage that gets slower shows here before it shows as a pipeline bottleneck. Input: the
-//! synthetic profile-shaped workload (`perfpipe_stages::synth::workload`, 16 MB: ~95k records,
+//! synthetic profile-shaped workload (`perfpipe_stream::test_stream::workload`, 16 MB: ~95k records,
 //! mostly samples with 4–20-frame callchains). Throughput is reported in bytes and, in a second
 //! group, records. `iter_batched` keeps the copy of the input batches out of the timing.
 
 use criterion::{criterion_group, criterion_main, BatchSize, Criterion, Throughput};
+use perfpipe_core::spec;
 use perfpipe_core::{harness, Batch, Stage};
-use perfpipe_stages::decode::DecodeConfig;
-use perfpipe_stages::read::HEADROOM;
-use perfpipe_stages::registry;
+use perfpipe_stream::decode::DecodeConfig;
+use perfpipe_stream::read::HEADROOM;
 
 const INPUT_BYTES: usize = 16 << 20;
 const BATCH_BYTES: usize = 256 << 10;
 
 /// The workload as raw batches, as `read` produces them.
 fn raw_batches() -> Vec<Batch> {
-    let data = perfpipe_stages::synth::workload(INPUT_BYTES);
+    let data = perfpipe_stream::test_stream::workload(INPUT_BYTES);
     harness::raw_batches(&data, &[BATCH_BYTES], HEADROOM)
 }
 
@@ -58,7 +58,7 @@ fn bench_stage(
             Throughput::Elements(records(input).max(records(&framed_batches()))),
         ),
     ] {
-        let mut group = c.benchmark_group(format!("perfpipe_stages::{name}/{unit}"));
+        let mut group = c.benchmark_group(format!("perfpipe_stream::{name}/{unit}"));
         group.throughput(throughput);
         group.sample_size(10);
         group.bench_function(name, |b| {
@@ -79,10 +79,10 @@ fn stages(c: &mut Criterion) {
     });
     let framed = framed_batches();
     for (name, value) in TRANSFORMS {
-        let registry = registry::Registry::builtin();
+        let registry = perfpipe_chain::builtin();
         bench_stage(c, &name.replace('-', "_"), &framed, || {
             registry
-                .build_flag(name, *value, &registry::BuildCtx::default())
+                .build_flag(name, *value, &spec::BuildCtx::default())
                 .unwrap_or_else(|e| panic!("--{name}: {e}"))
         });
     }

@@ -4,7 +4,7 @@
 //! names on the same addresses. Not a criterion bench: one run prints a table for
 //! `docs/symbolization.md`.
 //!
-//! - `cargo bench -p perfpipe-stages --bench symbols -- load FILE...`: per file, the load time
+//! - `cargo bench -p perfpipe-profile --bench symbols -- load FILE...`: per file, the load time
 //!   (median of 5, each in a fresh `Symbols`), the symbol count, and lookups/s over 1M addresses
 //!   spread over the file (each address once: the sinks look each distinct address up once).
 //! - `perf script -i REC -F ip,sym,dso --no-inline | cargo bench -p perfpipe-stages --bench
@@ -17,8 +17,8 @@ use std::io::BufRead;
 use std::sync::Arc;
 use std::time::Instant;
 
-use perfpipe_stages::machine::DsoId;
-use perfpipe_stages::symbolize::symbols::{DsoDesc, Query, Symbols, SymbolsConfig};
+use perfpipe_profile::symbols::{DsoDesc, Query, Symbols, SymbolsConfig};
+use perfpipe_stream::model::machine::DsoId;
 
 fn main() {
     let args: Vec<String> = std::env::args()

@@ -5,8 +5,8 @@ use std::sync::Arc;
 
 use perfpipe_core::harness::{raw_batches, Collect, Feed};
 use perfpipe_core::{Pipeline, Settings};
-use perfpipe_stages::decode::DecodeConfig;
-use perfpipe_stages::read::HEADROOM;
+use perfpipe_stream::decode::DecodeConfig;
+use perfpipe_stream::read::HEADROOM;
 use proptest::prelude::*;
 
 use crate::util::fixture_bytes;

@@ -4,9 +4,9 @@
 use std::sync::{Arc, Mutex};
 
 use perfpipe_core::{Batch, Flow, Pipeline, Settings, Sink, StageError};
-use perfpipe_stages::decode::DecodeConfig;
-use perfpipe_stages::format::{RecordType, StreamInfo};
-use perfpipe_stages::read::ReadConfig;
+use perfpipe_stream::decode::DecodeConfig;
+use perfpipe_stream::format::{RecordType, StreamInfo};
+use perfpipe_stream::read::ReadConfig;
 
 use crate::util::*;
 

@@ -5,8 +5,8 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-use perfpipe_stages::format::{Endian, EventHeader, RecordType};
-use perfpipe_stages::read::file::{synthesized_in_pipe, FileHeader, FileSection};
+use perfpipe_stream::format::{Endian, EventHeader, RecordType};
+use perfpipe_stream::read::file::{synthesized_in_pipe, FileHeader, FileSection};
 
 use crate::util::{fixture, fixture_bytes, perfpipe, run, workload, Dir};
 

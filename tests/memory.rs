@@ -13,7 +13,7 @@ use std::io::{Read as _, Write as _};
 use std::time::{Duration, Instant};
 
 use perfpipe_core::Settings;
-use perfpipe_stages::read::HEADROOM;
+use perfpipe_stream::read::HEADROOM;
 
 use crate::util::*;
 

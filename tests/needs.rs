@@ -2,8 +2,8 @@
 //! and how a missing need shows: as a skip that libtest prints and counts, or, under `CI`, as a
 //! failure. A test never returns early.
 //!
-//! One file for the build scripts (`cli/build.rs` for the integration tests, `stages/build.rs`,
-//! `examples/redact/build.rs` include it) and the tests:
+//! One file for the build scripts (`cli/build.rs` for the integration tests, `stream/build.rs`,
+//! `profile/build.rs` and `examples/redact/build.rs` include it) and the tests:
 //!
 //! - The build script probes each need of its package ([`build_script`]). A missing one sets the
 //!   cfg `skip_<need>` ([`Need::cfg`]) and prints a build warning with the probe's reason. The tests

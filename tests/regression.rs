@@ -5,8 +5,8 @@
 //! See: issue 7 ("Reliability: fuzzed decoder …").
 
 use perfpipe_core::{harness, Batch};
-use perfpipe_stages::decode::DecodeConfig;
-use perfpipe_stages::read::HEADROOM;
+use perfpipe_stream::decode::DecodeConfig;
+use perfpipe_stream::read::HEADROOM;
 
 /// Raw batches of `data` cut at `cuts`, each with `headroom` bytes before its payload.
 fn batches(data: &[u8], cuts: &[usize], headroom: usize) -> Vec<Batch> {
@@ -86,7 +86,7 @@ fn r7_repeated_attrs_do_not_accumulate() {
     let mut stage = DecodeConfig::default().build();
     let cuts: Vec<usize> = (1..input.len() / 65536).map(|i| i * 65536).collect();
     let out = harness::run_stage(&mut stage, batches(&input, &cuts, HEADROOM)).unwrap();
-    let info = perfpipe_stages::format::StreamInfo::of(out.last().unwrap()).unwrap();
+    let info = perfpipe_stream::format::StreamInfo::of(out.last().unwrap()).unwrap();
     assert_eq!(info.attrs.len(), 1, "201 copies of one attr");
     let mut written = Vec::new();
     for b in &out {
@@ -102,7 +102,7 @@ fn r7_repeated_attrs_do_not_accumulate() {
 fn r7_too_many_distinct_attrs_is_an_error() {
     let mut input = b"PERFILE2".to_vec();
     input.extend_from_slice(&16u64.to_le_bytes());
-    let n = perfpipe_stages::format::MAX_ATTRS + 1;
+    let n = perfpipe_stream::format::MAX_ATTRS + 1;
     let mut last = 0;
     for i in 0..n as u64 {
         last = input.len();

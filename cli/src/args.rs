@@ -1,11 +1,11 @@
 //! The option groups that several commands share, each flag defined once: the main command,
 //! `record` and `bench pipeline` flatten the groups they take.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use clap::Args;
 use perfpipe_core::Settings;
-use perfpipe_stages::write::file::OutputMode;
+use perfpipe_stream::write::file::OutputMode;
 
 /// `-o`, `--pipe`, `--file`.
 #[derive(Clone, Debug, Args)]
@@ -92,7 +92,7 @@ pub struct IoArgs {
 
 /// Parses `256K`, `1M`, `4096`.
 pub fn parse_size(s: &str) -> Result<usize, String> {
-    perfpipe_stages::registry::parse_size(s)
+    perfpipe_core::spec::parse_size(s)
         .and_then(|n| usize::try_from(n).map_err(|_| format!("`{s}` is too large")))
 }
 
@@ -108,10 +108,7 @@ pub fn parse_tap(s: &str) -> Result<(String, PathBuf), String> {
     }
 }
 
-/// `None` for `-` (a standard stream), else the path.
-pub fn path_or_std(p: &Path) -> Option<PathBuf> {
-    (p != Path::new("-")).then(|| p.to_path_buf())
-}
+pub use perfpipe_chain::path_or_std;
 
 #[cfg(test)]
 mod tests {

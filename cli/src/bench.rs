@@ -12,12 +12,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use clap::{Args, Subcommand};
+use perfpipe_core::spec::Registry;
 use perfpipe_core::{render_table, Requests};
-use perfpipe_stages::registry::Registry;
 
 use crate::args::{parse_size, BatchArgs};
-use crate::chain::{Chain, Plan, SinkSpec, SourceSpec};
 use crate::EXIT_FAILURE;
+use perfpipe_chain::{Chain, Plan, SinkSpec, SourceSpec};
 
 /// What to benchmark.
 #[derive(Debug, Subcommand)]
@@ -62,7 +62,7 @@ pub(crate) fn run(what: &BenchCommand, registry: &Registry, plan: &Plan) -> Exit
 }
 
 fn pipeline(args: &PipelineBench, registry: &Registry, plan: &Plan) -> anyhow::Result<()> {
-    plan.clone().choose_output(registry, &SinkSpec::Discard)?;
+    plan.clone().choose_output(registry, None)?;
     plan.check_attached(registry)?;
     let (data, what) = match &args.input {
         Some(p) => (
@@ -70,7 +70,7 @@ fn pipeline(args: &PipelineBench, registry: &Registry, plan: &Plan) -> anyhow::R
             p.display().to_string(),
         ),
         None => (
-            perfpipe_stages::synth::workload(args.synthetic),
+            perfpipe_stream::test_stream::workload(args.synthetic),
             "synthetic workload".to_string(),
         ),
     };
@@ -103,7 +103,7 @@ fn pipeline(args: &PipelineBench, registry: &Registry, plan: &Plan) -> anyhow::R
                 taps: &[],
                 sink: SinkSpec::Discard,
                 requests: Requests::default(),
-                signals: false,
+                before_source: None,
             };
             let report = chain.build(registry)?.run();
             if let Some(e) = report.errors.first() {
@@ -119,7 +119,7 @@ fn pipeline(args: &PipelineBench, registry: &Registry, plan: &Plan) -> anyhow::R
     }
     let report = last.expect("at least one round");
     let kind = |k: u32| {
-        perfpipe_stages::format::RecordType(k)
+        perfpipe_stream::format::RecordType(k)
             .name()
             .map_or_else(|| format!("type {k}"), str::to_string)
     };

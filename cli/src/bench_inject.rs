@@ -3,7 +3,7 @@
 //!
 //! Method (`tools/perf/bench/inject-buildid.c`): a pool of up to 4 × `nr_mmaps` ELF files with build
 //! ids found under /usr/lib; per iteration a fresh synthetic stream
-//! ([`perfpipe_stages::buildid::synth`]) is written into a pipe to a child `perfpipe --buildid`
+//! ([`perfpipe_stream::buildid::bench_input`]) is written into a pipe to a child `perfpipe --buildid`
 //! (then `--buildid-all`) whose output is drained concurrently; the time from the first write to
 //! the child's exit (`wait4`, which also gives `ru_maxrss`) is one sample. Printed: mean time ±
 //! standard error of the mean, time per event (time / (nr_mmaps × (nr_samples + 2))), mean max RSS.
@@ -18,7 +18,7 @@ use std::process::{Command, ExitCode, Stdio};
 use std::time::Instant;
 
 use clap::{Args, FromArgMatches as _};
-use perfpipe_stages::buildid::synth::{collect_dsos, generate, Rng, Shape};
+use perfpipe_stream::buildid::bench_input::{collect_dsos, generate, Rng, Shape};
 
 /// Options, as perf's bench names them.
 #[derive(Debug, Args)]

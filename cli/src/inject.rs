@@ -2,7 +2,7 @@
 //!
 //! `perfpipe inject -b -i - -o -` runs read → decode → decompress → buildid → write;
 //! `--buildid-all` runs `buildid-all` instead, `-B`/`--mmap2-buildids` and `--mmap2-buildid-all`
-//! the MMAP2 styles (`stages/src/buildid/mmap2.rs`); with none of them the stream is passed
+//! the MMAP2 styles (`stream/src/buildid/mmap2.rs`); with none of them the stream is passed
 //! through (as `perf inject` repipes it, but byte for byte). `-v` prints the per-stage table and
 //! counters.
 //!
@@ -13,13 +13,13 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::Args;
+use perfpipe_core::spec::{Options, Registry, Spec};
 use perfpipe_core::{Requests, Settings};
-use perfpipe_stages::registry::{Options, Registry, Spec};
-use perfpipe_stages::write::file::OutputMode;
+use perfpipe_stream::write::file::OutputMode;
 
 use crate::args::ReportArgs;
-use crate::chain::{Chain, Plan, SinkSpec, SourceSpec};
 use crate::EXIT_FAILURE;
+use perfpipe_chain::{Chain, Plan, SinkSpec, SourceSpec};
 
 /// Options of `perfpipe inject`, named as `perf inject` names them.
 #[derive(Debug, Args)]
@@ -290,7 +290,7 @@ pub(crate) fn main(args: &InjectArgs, registry: &Registry) -> ExitCode {
             pipe_buffer: 1 << 20,
         },
         requests: Requests::default(),
-        signals: true,
+        before_source: Some(&crate::run::watch_requests),
     };
     let report = ReportArgs {
         stats: args.verbose,
@@ -329,26 +329,27 @@ mod tests {
         assert_eq!(t.a.host_ids, "auto");
         let t = T::try_parse_from(["x", "-b", "--host-ids", "no"]).unwrap();
         assert_eq!(t.a.host_ids, "no");
-        let plan = stage(&t.a, &Registry::builtin()).unwrap().unwrap();
+        let plan = stage(&t.a, &perfpipe_chain::builtin()).unwrap().unwrap();
         assert_eq!(plan.stages[0].label, "buildid");
         assert_eq!(plan.stages[0].options.text("host"), Some("no"));
         let t =
             T::try_parse_from(["x", "--buildid-all", "--known-build-ids", "/a=01,/b=02"]).unwrap();
-        let plan = stage(&t.a, &Registry::builtin()).unwrap().unwrap();
+        let plan = stage(&t.a, &perfpipe_chain::builtin()).unwrap().unwrap();
         assert_eq!(plan.stages[0].label, "buildid-all");
         assert_eq!(plan.stages[0].options.text("known"), Some("/a=01,/b=02"));
-        assert!(
-            stage(&T::try_parse_from(["x"]).unwrap().a, &Registry::builtin())
-                .unwrap()
-                .is_none()
-        );
+        assert!(stage(
+            &T::try_parse_from(["x"]).unwrap().a,
+            &perfpipe_chain::builtin()
+        )
+        .unwrap()
+        .is_none());
         assert!(T::try_parse_from(["x", "-b", "--buildid-all"]).is_err());
         let t = T::try_parse_from(["x", "-B"]).unwrap();
-        let plan = stage(&t.a, &Registry::builtin()).unwrap().unwrap();
+        let plan = stage(&t.a, &perfpipe_chain::builtin()).unwrap().unwrap();
         assert_eq!(plan.stages[0].label, "mmap2-buildids");
         assert!(plan.stages[0].options.switch("mmap2") && !plan.stages[0].options.switch("all"));
         let t = T::try_parse_from(["x", "--mmap2-buildid-all"]).unwrap();
-        let plan = stage(&t.a, &Registry::builtin()).unwrap().unwrap();
+        let plan = stage(&t.a, &perfpipe_chain::builtin()).unwrap().unwrap();
         assert_eq!(plan.stages[0].label, "mmap2-buildid-all");
         assert!(plan.stages[0].options.switch("mmap2") && plan.stages[0].options.switch("all"));
         assert!(T::try_parse_from(["x", "-B", "-b"]).is_err());

@@ -1,8 +1,9 @@
 //! The `perfpipe` command line: turns argv into a pipeline of stages and runs it. It holds no record
-//! logic; everything it runs lives in `perfpipe-stages`.
+//! logic and no assembly rule: the stages live in the stage crates, the catalogue and the one way
+//! a chain is assembled in `perfpipe-chain`.
 //!
 //! - [`args`]: the option groups commands share (output, reporting, batches, pipes);
-//! - [`chain`]: the one way a pipeline is assembled, from a source, the stage flags and a sink;
+//! - [`chain`]: the mapping from the stage and format arguments to the library's words;
 //! - this file: the commands, the stage flags generated from the registry, and `main`.
 
 use std::io::Write as _;
@@ -10,8 +11,9 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand};
+use perfpipe_chain::{Chain, Plan, SinkSpec, SourceSpec, FIXED};
+use perfpipe_core::spec::{FlagValue, Kind, Registry, Spec};
 use perfpipe_core::Requests;
-use perfpipe_stages::registry::{FlagValue, Kind, Registry, Spec, BUILTIN};
 
 pub mod args;
 mod bench;
@@ -23,7 +25,6 @@ mod record;
 mod run;
 
 use args::{BatchArgs, IoArgs, OutputArgs, ReportArgs};
-use chain::{Chain, Plan, PlanError, SinkSpec, SourceSpec};
 
 /// Exit status when the pipeline failed (bad input, I/O error, a stage error).
 pub const EXIT_FAILURE: u8 = 1;
@@ -71,8 +72,8 @@ enum Command {
 /// Options of a pipeline run.
 #[derive(Debug, Args)]
 pub struct RunArgs {
-    /// Input: a perf.data in file mode (mapped; told apart by its header, whatever its name) or
-    /// a pipe-mode stream; `-` is standard input (pipe mode).
+    /// Input: a perf.data in file mode (read with pread(2); told apart by its header, whatever
+    /// its name) or a pipe-mode stream; `-` is standard input (pipe mode).
     #[arg(short, long, value_name = "FILE", default_value = "-")]
     input: PathBuf,
     #[command(flatten)]
@@ -87,7 +88,7 @@ pub struct RunArgs {
 
 /// The clap command of the built-in registry.
 pub fn command() -> clap::Command {
-    command_with(&Registry::builtin())
+    command_with(&perfpipe_chain::builtin())
 }
 
 /// The clap command: the derived options plus every flag the stages of `registry` declare and the
@@ -176,13 +177,13 @@ fn stage_args(mut cmd: clap::Command, registry: &Registry) -> clap::Command {
 
 /// The plan of a command line's stage flags, or the exit status for a bad one.
 fn plan(matches: &clap::ArgMatches, registry: &Registry, who: &str) -> Result<Plan, ExitCode> {
-    Plan::from_matches(matches, registry).map_err(|e| match e {
-        PlanError::Usage(e) => {
+    chain::plan(matches, registry).map_err(|e| match e {
+        perfpipe_chain::Error::Usage(e) => {
             eprintln!("{who}: {e}");
             ExitCode::from(EXIT_USAGE)
         }
-        PlanError::Value(e) => {
-            eprintln!("{who}: {e:#}");
+        e => {
+            eprintln!("{who}: {:#}", anyhow::Error::new(e));
             ExitCode::from(EXIT_FAILURE)
         }
     })
@@ -199,7 +200,7 @@ fn build_and_run(
     let pipeline = match chain.build(registry) {
         Ok(p) => p,
         Err(e) => {
-            eprintln!("{who}: {e:#}");
+            eprintln!("{who}: {:#}", anyhow::Error::new(e));
             return ExitCode::from(EXIT_FAILURE);
         }
     };
@@ -208,11 +209,11 @@ fn build_and_run(
 
 /// Runs the command line with the built-in stages; the whole of `main`.
 pub fn main() -> ExitCode {
-    main_with(Registry::builtin())
+    main_with(perfpipe_chain::builtin())
 }
 
 /// Runs the command line with the stages of `registry`: a program of your own adds its stages to
-/// [`Registry::builtin`] and gets the whole CLI (flags, `--stage`, `perfpipe stages`, `--stats`,
+/// [`perfpipe_chain::builtin`] and gets the whole CLI (flags, `--stage`, `perfpipe stages`, `--stats`,
 /// `bench pipeline`, `record`) with them. See `docs/custom-stages.md`.
 pub fn main_with(registry: Registry) -> ExitCode {
     let matches = match command_with(&registry).try_get_matches() {
@@ -281,14 +282,14 @@ pub fn main_with(registry: Registry) -> ExitCode {
             pipe_buffer: run.io.pipe_buffer,
         },
         requests: Requests::default(),
-        signals: true,
+        before_source: Some(&run::watch_requests),
     };
     build_and_run(chain, &registry, &run.report, Some(&run.input), "perfpipe")
 }
 
 fn print_stages(registry: &Registry) {
     let mut out = std::io::stdout().lock();
-    let (first, rest) = BUILTIN.split_at(2);
+    let (first, rest) = FIXED.split_at(2);
     for (name, help) in first {
         let _ = writeln!(out, "{name:<24} {help}");
     }
@@ -350,7 +351,7 @@ fn print_stages(registry: &Registry) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use perfpipe_stages::write::file::OutputMode;
+    use perfpipe_stream::write::file::OutputMode;
 
     #[test]
     fn defaults_are_stdin_stdout() {
@@ -359,7 +360,7 @@ mod tests {
         assert_eq!(cli.run.input, PathBuf::from("-"));
         assert_eq!(cli.run.output.output, PathBuf::from("-"));
         assert_eq!(cli.run.batch.batch_size, 256 << 10);
-        assert!(Plan::from_matches(&m, &Registry::builtin())
+        assert!(chain::plan(&m, &perfpipe_chain::builtin())
             .unwrap()
             .stages
             .is_empty());
@@ -383,7 +384,7 @@ mod tests {
     /// alone, with nothing in this crate naming it.
     #[test]
     fn a_registered_stage_gets_its_flags_from_its_spec() {
-        use perfpipe_stages::registry::{Flag, StageOption, StageSpec};
+        use perfpipe_core::spec::{Flag, StageOption, StageSpec};
         const SPEC: StageSpec = StageSpec {
             name: "tally",
             help: "count",
@@ -399,12 +400,12 @@ mod tests {
             build: |_, o| {
                 assert_eq!(o.count("top"), Some(3));
                 Ok(Box::new(
-                    perfpipe_stages::drop::DropConfig { types: vec![] }.build(),
+                    perfpipe_stream::drop::DropConfig { types: vec![] }.build(),
                 ))
             },
-            needs_decompressed: false,
+            needs: &[],
         };
-        let mut r = Registry::builtin();
+        let mut r = perfpipe_chain::builtin();
         r.add(SPEC);
         let help = command_with(&r).render_long_help().to_string();
         assert!(help.contains("--tally [<top=N>]"), "{help}");
@@ -415,7 +416,7 @@ mod tests {
             &["perfpipe", "--tally", "top=3"],
         ] {
             let m = command_with(&r).try_get_matches_from(argv).unwrap();
-            let plan = Plan::from_matches(&m, &r).unwrap();
+            let plan = chain::plan(&m, &r).unwrap();
             assert_eq!(plan.stages.len(), 1, "{argv:?}");
             let s = &plan.stages[0];
             assert!((s.spec.build)(&Default::default(), &s.options).is_ok());
@@ -426,25 +427,17 @@ mod tests {
     /// format takes them; profile formats bring their `symbolize` stage.
     #[test]
     fn outputs_choose_their_format_and_bring_what_they_need() {
-        let r = Registry::builtin();
+        let r = perfpipe_chain::builtin();
         let choose = |argv: &[&str]| -> Result<Plan, String> {
             let m = command_with(&r)
                 .try_get_matches_from(argv)
                 .map_err(|e| e.to_string())?;
             let cli = Cli::from_arg_matches(&m).unwrap();
-            let mut plan = match Plan::from_matches(&m, &r) {
-                Ok(p) => p,
-                Err(PlanError::Usage(e)) => return Err(e),
-                Err(PlanError::Value(e)) => return Err(format!("{e:#}")),
-            };
-            let sink = SinkSpec::Output {
-                path: cli.run.output.output.clone(),
-                mode: cli.run.output.mode(),
-                pipe_buffer: 0,
-            };
-            plan.choose_output(&r, &sink)
-                .map_err(|e| format!("{e:#}"))?;
-            plan.check_attached(&r).map_err(|e| format!("{e:#}"))?;
+            let text = |e: perfpipe_chain::Error| format!("{:#}", anyhow::Error::new(e));
+            let mut plan = chain::plan(&m, &r).map_err(text)?;
+            plan.choose_output(&r, Some(&cli.run.output.output))
+                .map_err(text)?;
+            plan.check_attached(&r).map_err(text)?;
             Ok(plan)
         };
         let format = |p: &Plan| p.format.as_ref().map(|f| f.spec.name);
@@ -560,7 +553,7 @@ mod tests {
         ] {
             assert!(help.contains(flag), "{flag} missing from --help");
         }
-        for spec in Registry::builtin().specs() {
+        for spec in perfpipe_chain::builtin().specs() {
             for flag in spec.flags {
                 assert!(
                     help.contains(&format!("--{}", flag.name)),

@@ -14,13 +14,13 @@ use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 
 use clap::Args;
+use perfpipe_core::spec::Registry;
 use perfpipe_core::Requests;
-use perfpipe_stages::record::{Period, RecordConfig, Target};
-use perfpipe_stages::registry::Registry;
+use perfpipe_record::{Period, RecordConfig, Target};
 
 use crate::args::{BatchArgs, IoArgs, OutputArgs, ReportArgs};
-use crate::chain::{Chain, Plan, SinkSpec, SourceSpec};
 use crate::{EXIT_FAILURE, EXIT_USAGE};
+use perfpipe_chain::{Chain, Plan, SinkSpec, SourceSpec};
 
 /// Options of `perfpipe record`, named as `perf record` names them.
 #[derive(Debug, Args)]
@@ -133,7 +133,7 @@ pub(crate) fn main(args: &RecordArgs, mut plan: Plan, registry: &Registry) -> Ex
     // The trigger flags drive a --ring stage when there is one, else the --overwrite dumps.
     let trigger = match plan
         .take_unattached("ring")
-        .map(|o| perfpipe_stages::ring::trigger_of(&o))
+        .map(|o| perfpipe_stream::ring::trigger_of(&o))
         .transpose()
     {
         Ok(t) => t.unwrap_or_default(),
@@ -163,7 +163,7 @@ pub(crate) fn main(args: &RecordArgs, mut plan: Plan, registry: &Registry) -> Ex
         taps: &args.report.tap,
         sink,
         requests,
-        signals: true,
+        before_source: Some(&crate::run::watch_requests),
     };
     crate::build_and_run(chain, registry, &args.report, None, "perfpipe record")
 }
@@ -218,7 +218,7 @@ mod tests {
 
     #[test]
     fn stage_flags_follow_record() {
-        let r = Registry::builtin();
+        let r = perfpipe_chain::builtin();
         let m = crate::command_with(&r)
             .try_get_matches_from([
                 "perfpipe",
@@ -231,7 +231,7 @@ mod tests {
             ])
             .unwrap();
         let m = m.subcommand_matches("record").unwrap();
-        let plan = Plan::from_matches(m, &r).unwrap();
+        let plan = crate::chain::plan(m, &r).unwrap();
         assert_eq!(plan.stages.len(), 1);
         assert_eq!(plan.stages[0].options.text("types"), Some("lost"));
         use clap::FromArgMatches;

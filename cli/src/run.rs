@@ -1,4 +1,4 @@
-//! Running a pipeline from the command line: signals, taps, progress, and the end-of-run report.
+//! Running a pipeline from the command line: signals, progress, and the end-of-run report.
 //!
 //! Every kind of end prints the `--stats` table and writes `--stats-json`: the input exhausted, an
 //! error, an interrupt, a closed downstream.
@@ -11,16 +11,14 @@
 //!   [`DUMP`](perfpipe_core::DUMP) request: `--ring`, `record --overwrite`): a dump now; the ring
 //!   answers within a batch, or within its tick on a quiet input.
 
-use std::fs::File;
-use std::io::{BufWriter, IsTerminal as _, Write as _};
-use std::path::{Path, PathBuf};
+use std::io::{IsTerminal as _, Write as _};
+use std::path::Path;
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use anyhow::Context as _;
-use perfpipe_core::{render_json, render_table, Pipeline, Report, Requests, StageMetrics, Tap};
+use perfpipe_core::{render_json, render_table, Pipeline, Report, Requests, StageMetrics};
 
 use crate::args::ReportArgs;
 use crate::progress::Progress;
@@ -29,54 +27,9 @@ use crate::EXIT_FAILURE;
 /// Exit status after a second interrupt (128 + SIGINT).
 pub const EXIT_INTERRUPTED: u8 = 130;
 
-/// The `--tap` requests, consumed as the pipeline is built.
-pub(crate) struct Taps {
-    wanted: Vec<(String, PathBuf, bool)>,
-    seen: Vec<String>,
-}
-
-impl Taps {
-    pub(crate) fn new(taps: &[(String, PathBuf)]) -> Taps {
-        Taps {
-            wanted: taps
-                .iter()
-                .map(|(s, p)| (s.clone(), p.clone(), false))
-                .collect(),
-            seen: Vec::new(),
-        }
-    }
-
-    /// A tap for the stage `name`, if one was asked for.
-    pub(crate) fn take(&mut self, name: &str) -> anyhow::Result<Option<Tap<BufWriter<File>>>> {
-        self.seen.push(name.to_string());
-        let Some(entry) = self
-            .wanted
-            .iter_mut()
-            .find(|(s, _, used)| s == name && !*used)
-        else {
-            return Ok(None);
-        };
-        entry.2 = true;
-        let file = File::create(&entry.1)
-            .with_context(|| format!("--tap {name}={}", entry.1.display()))?;
-        Ok(Some(Tap::new(BufWriter::with_capacity(1 << 20, file))))
-    }
-
-    /// Fails if a tap named a stage that is not in the pipeline.
-    pub(crate) fn check_all_used(&self) -> anyhow::Result<()> {
-        match self.wanted.iter().find(|(_, _, used)| !used) {
-            Some((s, _, _)) => anyhow::bail!(
-                "--tap {s}=…: no stage named `{s}` in this pipeline (stages: {})",
-                self.seen.join(", ")
-            ),
-            None => Ok(()),
-        }
-    }
-}
-
 /// Names a span kind for the stats: the perf record type name.
 fn kind_name(kind: u32) -> String {
-    perfpipe_stages::format::RecordType(kind)
+    perfpipe_stream::format::RecordType(kind)
         .name()
         .map_or_else(|| format!("type {kind}"), str::to_string)
 }

@@ -8,6 +8,11 @@
 //! several threads, in order, with [`Pipeline::parallel_stage`]. [`harness`] has a source and a sink
 //! for tests.
 //!
+//! [`spec`] is the vocabulary in which a stage declares itself to a command line: its flags, its
+//! typed options and its constructor ([`spec::StageSpec`], [`spec::FormatSpec`]), what a
+//! constructor gets ([`spec::BuildCtx`], with the pipeline's shared worker pool [`spec::Workers`]),
+//! and the [`spec::Registry`] that holds such declarations.
+//!
 //! This crate knows nothing of any data format: a span's `kind` and `tag` mean what the stages that
 //! frame records say they mean.
 //!
@@ -77,6 +82,7 @@ mod metrics;
 mod parallel;
 mod pipeline;
 mod requests;
+pub mod spec;
 mod stage;
 mod summary;
 mod tap;

@@ -4,7 +4,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use perfpipe_stages::buildid::source::{elf_build_id, gnu_build_id_in_notes};
+use perfpipe_stream::model::dso::{elf_build_id, gnu_build_id_in_notes};
 
 fuzz_target!(|data: &[u8]| {
     if let Some(id) = elf_build_id(data) {

@@ -6,7 +6,7 @@
 use libfuzzer_sys::fuzz_target;
 use perfpipe_core::harness;
 use perfpipe_fuzz::{check_error, decode, read_all_fields, split_seed};
-use perfpipe_stages::decompress::DecompressConfig;
+use perfpipe_stream::decompress::DecompressConfig;
 
 fuzz_target!(|data: &[u8]| {
     let (seed, stream) = split_seed(data);

@@ -9,7 +9,7 @@ use std::sync::OnceLock;
 use libfuzzer_sys::fuzz_target;
 use perfpipe_core::harness;
 use perfpipe_fuzz::{decode, written};
-use perfpipe_stages::filter::FilterConfig;
+use perfpipe_stream::filter::FilterConfig;
 
 static FIXTURE: &[u8] = include_bytes!("../../tests/fixtures/two-events.pipe.data");
 

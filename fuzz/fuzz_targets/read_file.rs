@@ -14,8 +14,8 @@ use std::sync::OnceLock;
 use libfuzzer_sys::fuzz_target;
 use perfpipe_core::{harness, Batch};
 use perfpipe_fuzz::{check_error, chunks, read_all_fields};
-use perfpipe_stages::decode::DecodeConfig;
-use perfpipe_stages::read::file::{FileHeader, ReadFile};
+use perfpipe_stream::decode::DecodeConfig;
+use perfpipe_stream::read::file::{FileHeader, ReadFile};
 
 /// One scratch file per fuzzing process, rewritten for each input.
 fn scratch() -> &'static (File, PathBuf) {

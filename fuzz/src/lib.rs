@@ -2,9 +2,9 @@
 //! every record. The same logic, minus libFuzzer, backs `tests/regression.rs`.
 
 use perfpipe_core::{harness, Batch, StageError};
-use perfpipe_stages::decode::DecodeConfig;
-use perfpipe_stages::format::StreamInfo;
-use perfpipe_stages::read::HEADROOM;
+use perfpipe_stream::decode::DecodeConfig;
+use perfpipe_stream::format::StreamInfo;
+use perfpipe_stream::read::HEADROOM;
 
 /// Splits `data` into raw batches as `read` makes them. `seed` picks chunk sizes (1 byte to a few
 /// KiB, or the whole input) and each batch's headroom: none (which forces `decode`'s side buffer

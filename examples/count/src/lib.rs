@@ -3,17 +3,17 @@
 //! chain.
 //!
 //! Comms come from COMM records (per thread); DSOs from the address-space model
-//! ([`perfpipe_stages::machine::Machine`]) fed with every MMAP/MMAP2/FORK/COMM/EXIT in stream order.
+//! ([`perfpipe_stream::model::machine::Machine`]) fed with every MMAP/MMAP2/FORK/COMM/EXIT in stream order.
 //!
 //! Options (`--count top=N` or `--stage count:top=N`): `top`, rows per table (default 10).
 
 use std::collections::HashMap;
 use std::io::Write as _;
 
+use perfpipe_core::spec::{Flag, Kind, StageOption, StageSpec};
 use perfpipe_core::{Batch, Counter, Flow, Out, Stage, StageError};
-use perfpipe_stages::format::{RecordType, StreamInfo};
-use perfpipe_stages::machine::Machine;
-use perfpipe_stages::registry::{Flag, Kind, StageOption, StageSpec};
+use perfpipe_stream::format::{RecordType, StreamInfo};
+use perfpipe_stream::model::machine::Machine;
 
 /// The running `count` stage.
 pub struct Count {
@@ -146,5 +146,5 @@ pub const SPEC: StageSpec = StageSpec {
             usize::try_from(top).unwrap_or(usize::MAX),
         )))
     },
-    needs_decompressed: true,
+    needs: &["decompress"],
 };

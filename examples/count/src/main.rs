@@ -1,7 +1,7 @@
 //! `perfpipe-count`: the whole perfpipe command line, plus the `count` stage.
 
 fn main() -> std::process::ExitCode {
-    let mut registry = perfpipe_stages::registry::Registry::builtin();
+    let mut registry = perfpipe_chain::builtin();
     registry.add(perfpipe_example_count::SPEC);
     perfpipe::main_with(registry)
 }

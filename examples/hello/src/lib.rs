@@ -4,7 +4,7 @@
 
 // guide:begin stage
 use perfpipe_core::{Batch, Counter, Flow, Out, Stage, StageError};
-use perfpipe_stages::format::RecordType;
+use perfpipe_stream::format::RecordType;
 
 /// Counts samples; changes nothing.
 #[derive(Debug, Default)]
@@ -32,7 +32,7 @@ impl Stage for Hello {
 // guide:end stage
 
 // guide:begin spec
-use perfpipe_stages::registry::{Flag, StageSpec};
+use perfpipe_core::spec::{Flag, StageSpec};
 
 /// How `hello` appears on the command line: `--hello`, or `--stage hello`.
 pub const SPEC: StageSpec = StageSpec {
@@ -48,6 +48,6 @@ pub const SPEC: StageSpec = StageSpec {
     // Builds it; the context has the settings, the requests and the worker pool.
     build: |_ctx, _options| Ok(Box::new(Hello::default())),
     // It reads samples, so `perf record -z` input is decompressed before it.
-    needs_decompressed: true,
+    needs: &["decompress"],
 };
 // guide:end spec

@@ -2,7 +2,7 @@
 
 // guide:begin main
 fn main() -> std::process::ExitCode {
-    let mut registry = perfpipe_stages::registry::Registry::builtin();
+    let mut registry = perfpipe_chain::builtin();
     registry.add(perfpipe_example_hello::SPEC);
     perfpipe::main_with(registry)
 }

@@ -21,9 +21,9 @@
 
 use std::hash::Hasher as _;
 
+use perfpipe_core::spec::{Flag, Kind, Options, Spec, StageOption, StageSpec};
 use perfpipe_core::{Batch, Counter, Flow, Out, Span, Stage, StageError};
-use perfpipe_stages::format::{build, feature, Endian, EventHeader, RecordType, StreamInfo};
-use perfpipe_stages::registry::{Flag, Kind, Options, Spec, StageOption, StageSpec};
+use perfpipe_stream::format::{build, feature, Endian, EventHeader, RecordType, StreamInfo};
 use siphasher::sip::SipHasher13;
 
 /// Features that name the machine or the command line.
@@ -218,8 +218,8 @@ fn random_key() -> (u64, u64) {
     )
 }
 
-fn bad(message: String) -> perfpipe_stages::Error {
-    perfpipe_stages::Error::BadOption {
+fn bad(message: String) -> perfpipe_stream::Error {
+    perfpipe_stream::Error::BadOption {
         option: "redact",
         message,
     }
@@ -229,7 +229,7 @@ fn bad(message: String) -> perfpipe_stages::Error {
 ///
 /// # Errors
 /// An unknown option, or a key that is not 32 hex digits.
-pub fn build(value: Option<&str>) -> Result<Redact, perfpipe_stages::Error> {
+pub fn build(value: Option<&str>) -> Result<Redact, perfpipe_stream::Error> {
     let mut options = Options::new();
     SPEC.parse_list(&mut options, value.unwrap_or_default())?;
     from_options(&options)
@@ -239,7 +239,7 @@ pub fn build(value: Option<&str>) -> Result<Redact, perfpipe_stages::Error> {
 ///
 /// # Errors
 /// A key that is not 32 hex digits.
-pub fn from_options(o: &Options) -> Result<Redact, perfpipe_stages::Error> {
+pub fn from_options(o: &Options) -> Result<Redact, perfpipe_stream::Error> {
     let key = match o.text("key") {
         Some(v) => {
             let n = u128::from_str_radix(v, 16)
@@ -270,5 +270,5 @@ pub const SPEC: StageSpec = StageSpec {
     flags: &[Flag::stage_options("redact", HELP)],
     options: OPTIONS,
     build: |_, o| Ok(Box::new(from_options(o)?)),
-    needs_decompressed: true,
+    needs: &["decompress"],
 };

@@ -5,8 +5,8 @@ use std::path::{Path, PathBuf};
 
 use perfpipe_core::harness::Collect;
 use perfpipe_core::{Pipeline, Settings};
-use perfpipe_stages::decode::DecodeConfig;
-use perfpipe_stages::read::ReadConfig;
+use perfpipe_stream::decode::DecodeConfig;
+use perfpipe_stream::read::ReadConfig;
 
 const KEY: Option<&str> = Some("key=00112233445566778899aabbccddeeff");
 

@@ -5,9 +5,9 @@ use std::path::PathBuf;
 use std::process::{Command, Stdio};
 
 use perfpipe_core::harness;
-use perfpipe_stages::decode::DecodeConfig;
-use perfpipe_stages::format::{RecordType, StreamInfo};
-use perfpipe_stages::read::HEADROOM;
+use perfpipe_stream::decode::DecodeConfig;
+use perfpipe_stream::format::{RecordType, StreamInfo};
+use perfpipe_stream::read::HEADROOM;
 
 // What the tests need (perf), probed by build.rs: see the workspace's `tests/needs.rs`.
 #[allow(dead_code)]

@@ -1,0 +1,229 @@
+//! The catalogue's declarations and the assembly rules, on words as a command line gives them.
+
+use std::path::Path;
+
+use perfpipe_core::spec::{BuildCtx, FlagValue, Options, Spec};
+
+use super::*;
+
+fn flag<'a>(name: &'a str, value: Option<&'a str>) -> Word<'a> {
+    Word::Flag { name, value }
+}
+
+/// The plan of `words` for an output at `output`, completed; or the error's text.
+fn plan(words: &[Word<'_>], output: &str) -> Result<Plan, String> {
+    let r = builtin();
+    let mut plan = Plan::from_words(words, &r).map_err(|e| chain_text(&e))?;
+    plan.choose_output(&r, Some(Path::new(output)))
+        .map_err(|e| chain_text(&e))?;
+    plan.complete(&r).map_err(|e| chain_text(&e))?;
+    Ok(plan)
+}
+
+/// An error and its sources, as the command line prints them.
+fn chain_text(e: &dyn std::error::Error) -> String {
+    let mut text = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        text += &format!(": {s}");
+        source = s.source();
+    }
+    text
+}
+
+fn labels(p: &Plan) -> Vec<&str> {
+    p.stages.iter().map(|s| s.label.as_str()).collect()
+}
+
+#[test]
+fn every_flag_is_declared_once_and_names_real_options() {
+    let r = builtin();
+    let flags: Vec<&str> = r
+        .specs()
+        .iter()
+        .flat_map(|s| s.flags.iter().map(|f| f.name))
+        .collect();
+    for (i, f) in flags.iter().enumerate() {
+        assert!(!flags[..i].contains(f), "--{f} declared twice");
+    }
+    for s in r.specs() {
+        assert!(s.main_flag().is_some_and(|f| f.adds_stage), "{}", s.name);
+        for f in s.flags {
+            if let FlagValue::Option(k) = f.value {
+                assert!(s.option(k).is_some(), "--{} sets unknown `{k}`", f.name);
+            }
+            for (k, v) in f.set {
+                assert!(s.parse_option(&mut Options::new(), k, v).is_ok(), "{k}={v}");
+            }
+        }
+        for need in s.needs {
+            assert!(r.find(need).is_some(), "{} needs unknown `{need}`", s.name);
+        }
+    }
+    assert_eq!(r.flag("ring-trigger").unwrap().0.name, "ring");
+    assert_eq!(r.flag("host-ids").unwrap().0.name, "buildid");
+    assert_eq!(r.flag("comm").unwrap().0.name, "filter");
+}
+
+#[test]
+fn switch_stages_build_with_no_value() {
+    let ctx = BuildCtx::default();
+    for s in TRANSFORMS {
+        for f in s.flags.iter().filter(|f| f.adds_stage) {
+            if f.value == FlagValue::None {
+                let o = s.options_of(f, None).unwrap();
+                assert!((s.build)(&ctx, &o).is_ok(), "--{}", f.name);
+            }
+        }
+    }
+}
+
+#[test]
+fn a_needed_stage_goes_before_the_first_stage_that_needs_it() {
+    let p = plan(
+        &[
+            flag("drop", Some("lost")),
+            flag("comm", Some("a")),
+            flag("drop", Some("x")),
+        ],
+        "-",
+    )
+    .unwrap();
+    assert_eq!(labels(&p), ["decompress", "drop", "comm", "drop#2"]);
+    assert_eq!(p.stages[2].spec.name, "filter");
+    assert_eq!(p.stages[2].options.text("comm"), Some("a"));
+    // Already there, earlier: nothing added.
+    let p = plan(&[Word::Stage("decompress"), flag("comm", Some("a"))], "-").unwrap();
+    assert_eq!(labels(&p), ["decompress", "comm"]);
+    // Only later than the first stage that needs it: one more goes before it (an added stage
+    // is labelled with its name, as before the words were a library's).
+    let p = plan(&[flag("comm", Some("a")), Word::Stage("decompress")], "-").unwrap();
+    assert_eq!(labels(&p), ["decompress", "comm", "decompress"]);
+    // A stage that needs nothing gets nothing.
+    let p = plan(&[flag("decompress", None)], "-").unwrap();
+    assert_eq!(labels(&p), ["decompress"]);
+}
+
+#[test]
+fn option_flags_attach_to_their_stage_wherever_it_is() {
+    let words = [
+        flag("ring-trigger", Some("pid == 1")),
+        flag("buildid", None),
+        flag("ring", Some("1M")),
+        flag("buildid-all", None),
+        flag("host-ids", Some("no")),
+    ];
+    let r = builtin();
+    let p = Plan::from_words(&words, &r).unwrap();
+    assert!(p.check_attached(&r).is_ok());
+    let ring = &p.stages[1].options;
+    assert_eq!(
+        (ring.size("size"), ring.text("trigger")),
+        (Some(1 << 20), Some("pid == 1"))
+    );
+    for s in [&p.stages[0], &p.stages[2]] {
+        assert_eq!(s.options.text("host"), Some("no"), "{}", s.label);
+    }
+    assert!(p.stages[2].options.switch("all"));
+
+    let mut p = Plan::from_words(&[flag("ring-after", Some("1s"))], &r).unwrap();
+    let err = p.check_attached(&r).unwrap_err().to_string();
+    assert_eq!(err, "--ring-after: options of `ring` need --ring SIZE");
+    let taken = p.take_unattached("ring").unwrap();
+    assert_eq!(
+        taken.duration("after"),
+        Some(std::time::Duration::from_secs(1))
+    );
+    assert!(p.check_attached(&r).is_ok());
+}
+
+#[test]
+fn generic_stage_words_keep_their_order() {
+    let p = plan(
+        &[
+            flag("drop", Some("lost")),
+            Word::Stage("buildid-all"),
+            Word::Stage("drop:switch"),
+            flag("buildid", None),
+        ],
+        "-",
+    )
+    .unwrap();
+    let got: Vec<(&str, Option<&str>)> = p
+        .stages
+        .iter()
+        .map(|s| (s.label.as_str(), s.options.text("types")))
+        .collect();
+    assert_eq!(
+        got,
+        [
+            ("decompress", None),
+            ("drop", Some("lost")),
+            ("buildid-all", None),
+            ("drop#2", Some("switch")),
+            ("buildid", None),
+        ]
+    );
+    let err = |words: &[Word<'_>]| match Plan::from_words(words, &builtin()) {
+        Err(Error::Usage(e)) => e,
+        Err(e) => chain_text(&e),
+        Ok(_) => "ok".into(),
+    };
+    assert!(err(&[Word::Stage("nope")]).contains("no stage named `nope`"));
+    assert!(err(&[Word::Stage("ring-trigger:x")]).contains("no stage named"));
+    assert!(err(&[Word::Stage("buildid:x")]).contains("unknown option `x`"));
+    assert_eq!(
+        err(&[flag("buildid", None), Word::Stage("buildid:host=no")]),
+        "ok"
+    );
+    assert!(err(&[flag("ring", Some("lots"))]).contains("is not a size"));
+}
+
+/// The output's format: by extension, by flag, by `--format`; format flags check that the
+/// format takes them; profile formats bring their `symbolize` stage and set its options.
+#[test]
+fn outputs_choose_their_format_and_bring_what_they_need() {
+    let format = |p: &Plan| p.format.as_ref().map(|f| f.spec.name);
+    let p = plan(
+        &[flag("comm", Some("db*")), flag("weight", Some("samples"))],
+        "db.folded",
+    )
+    .unwrap();
+    assert_eq!(format(&p), Some("folded"));
+    assert_eq!(
+        p.format.as_ref().unwrap().options.text("weight"),
+        Some("samples")
+    );
+    assert_eq!(labels(&p), ["decompress", "comm", "symbolize"]);
+
+    let unmapped = |words: &[Word<'_>], out: &str| -> Vec<String> {
+        let p = plan(words, out).unwrap();
+        let s = p.stages.iter().filter(|s| s.spec.name == "symbolize");
+        s.map(|s| s.options.text("unmapped").unwrap_or("-").to_string())
+            .collect()
+    };
+    assert_eq!(unmapped(&[], "x.folded"), ["merge"]);
+    assert_eq!(
+        unmapped(
+            &[
+                flag("symbolize", Some("unmapped=keep")),
+                flag("folded", None)
+            ],
+            "-"
+        ),
+        ["keep"]
+    );
+
+    let p = plan(&[Word::Format("perf")], "x.folded").unwrap();
+    assert_eq!(format(&p), None);
+    assert!(plan(&[], "x.data").unwrap().format.is_none());
+    assert!(plan(&[Word::Format("png")], "-")
+        .unwrap_err()
+        .contains("no format named `png`"));
+    assert!(plan(&[flag("folded", None), Word::Format("perf")], "-")
+        .unwrap_err()
+        .contains("two output formats given: folded and perf"));
+    assert!(plan(&[flag("symbolize", None)], "x.data")
+        .unwrap_err()
+        .contains("perf's format carries no symbols"));
+}

@@ -1,0 +1,401 @@
+//! [`Aggregate`]: the distinct stacks of a stream's samples and their weights, as the `symbolize`
+//! stage's [`Stacks`] annotations give them, named only when written.
+//!
+//! Memory is bounded by the distinct stacks and frames, not by the samples: a stack is a key of
+//! interned frame ids (one `u32` a frame) with its sample count and period sum, and a frame is
+//! named once, however many stacks hold it, when the profile is written.
+//!
+//! A stack is found by its 128-bit XXH3 fingerprint, so a sample costs one probe of a table of
+//! plain values and never reads the stored key (the keys lie in one arena, read only to write
+//! the profile). Two distinct stacks share a fingerprint with probability about n²/2¹²⁹: for a
+//! million stacks, 10⁻²⁷.
+
+use rustc_hash::FxHashMap as HashMap;
+use std::sync::Arc;
+use twox_hash::XxHash3_128;
+
+use perfpipe_core::{Batch, Counter};
+use rayon::prelude::*;
+
+use super::names::{frame_name, kept, Naming};
+use perfpipe_profile::symbolize::{resolve, Frame, Frames, StackSample, Stacks, Symbols};
+use perfpipe_stream::format::RecordType;
+
+/// What a stack's weight is.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum WeightBy {
+    /// The sum of the samples' periods (what `perf script | inferno-collapse-perf` counts: the
+    /// period perf script prints, e.g. nanoseconds for cpu-clock).
+    #[default]
+    Period,
+    /// One per sample.
+    Samples,
+}
+
+/// How stacks are told apart and named.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct FoldOptions {
+    /// The root frame is `comm-PID` (the collapsers' `--pid`).
+    pub pid: bool,
+    /// The root frame is `comm-PID/TID` (`--tid`).
+    pub tid: bool,
+    /// How frames are named.
+    pub naming: Naming,
+    /// What the counts are.
+    pub weight: WeightBy,
+}
+
+/// A distinct stack: its weight and where its key is in [`Aggregate::keys`].
+#[derive(Clone, Copy, Debug, Default)]
+struct Stack {
+    samples: u64,
+    period: u64,
+    at: u32,
+    len: u32,
+}
+
+/// The distinct stacks of a stream.
+#[derive(Debug, Default)]
+pub struct Aggregate {
+    options: FoldOptions,
+    /// The fingerprint of `[comm, pid, tid, frame ids root first…]` → the stack.
+    stacks: HashMap<u128, Stack>,
+    /// The stacks' keys, one after another.
+    keys: Vec<u32>,
+    /// The frames the stacks use (by id).
+    used: Vec<bool>,
+    used_count: usize,
+    table: Option<Arc<Frames>>,
+    comm_ids: HashMap<Arc<[u8]>, u32>,
+    last_comm: Option<(Arc<[u8]>, u32)>,
+    comms: Vec<String>,
+    symbols: Option<Arc<Symbols>>,
+    host_kernel: bool,
+    /// The attr whose samples are counted: the first one seen (as the collapsers keep the first
+    /// event of `perf script`'s output).
+    attr: Option<u16>,
+    /// The key being built, as bytes to fingerprint.
+    key: Vec<u8>,
+    /// A batch's keys with their samples' indices, before the table is probed.
+    found: Vec<(([u32; 3], u128), u32)>,
+    /// Samples counted.
+    pub samples: Counter,
+    /// Samples of other events than the first.
+    pub other_event: Counter,
+    /// Samples without frames (no ip, or an empty callchain).
+    pub empty: Counter,
+    /// Samples no `symbolize` stage annotated (rewritten by a later stage).
+    pub unannotated: Counter,
+}
+
+impl Aggregate {
+    /// An empty aggregate.
+    pub fn new(options: FoldOptions) -> Aggregate {
+        Aggregate {
+            options,
+            ..Aggregate::default()
+        }
+    }
+
+    /// Number of distinct stacks.
+    pub fn stacks(&self) -> usize {
+        self.stacks.len()
+    }
+
+    /// Number of distinct frames in the stacks.
+    pub fn frames(&self) -> usize {
+        self.used_count
+    }
+
+    /// Adds the samples of a batch.
+    pub fn add_batch(&mut self, batch: &Batch) {
+        let samples = batch
+            .spans
+            .iter()
+            .filter(|s| RecordType(s.kind) == RecordType::SAMPLE);
+        let Some(stacks) = batch.annotation::<Stacks>() else {
+            self.unannotated.add(samples.count() as u64);
+            return;
+        };
+        if self.symbols.is_none() {
+            self.symbols = Some(stacks.symbols.clone());
+            self.table = Some(stacks.table.clone());
+        }
+        self.host_kernel = stacks.host_kernel;
+        let list = stacks.samples();
+        let (mut counted, mut other, mut empty, mut missing) = (0, 0, 0, 0);
+        // Spans and samples are both in record order unless a stage appended records: the next
+        // sample is usually the one.
+        let mut next = 0;
+        for span in samples {
+            let i = match list.get(next) {
+                Some(s) if s.start == span.start => next,
+                _ => match list.binary_search_by_key(&span.start, |s| s.start) {
+                    Ok(i) => i,
+                    Err(_) => {
+                        missing += 1;
+                        continue;
+                    }
+                },
+            };
+            next = i + 1;
+            let s = &list[i];
+            if *self.attr.get_or_insert(s.attr) != s.attr {
+                other += 1;
+            } else if stacks.frames(s).is_empty() {
+                empty += 1;
+            } else {
+                let key = self.key_of(stacks, s);
+                self.found.push((key, i as u32));
+                counted += 1;
+            }
+        }
+        // The table is probed only once every key is made: the probes of a batch are then
+        // independent loads the processor overlaps, where one probe after each key's making
+        // waited for its cache miss alone.
+        let mut found = std::mem::take(&mut self.found);
+        for (key, i) in found.drain(..) {
+            self.add(key, stacks, &list[i as usize]);
+        }
+        self.found = found;
+        self.samples.add(counted);
+        self.other_event.add(other);
+        self.empty.add(empty);
+        self.unannotated.add(missing);
+    }
+
+    /// The key of a sample's stack: its root (comm, and pid and tid when the options show
+    /// them) and its fingerprint.
+    fn key_of(&mut self, stacks: &Stacks, s: &StackSample) -> ([u32; 3], u128) {
+        let frames = stacks.frames(s);
+        let comm = self.comm(s);
+        let pid = if self.options.pid || self.options.tid {
+            s.pid
+        } else {
+            0
+        };
+        let tid = if self.options.tid { s.tid } else { 0 };
+        let root = [comm, pid, tid];
+        // The bytes of `root, frames root first`, written in place: what `fingerprint` makes of
+        // the same ids, without an iterator chain and a capacity check an id (a tenth of the
+        // sink's instructions).
+        let key = &mut self.key;
+        key.clear();
+        key.resize(4 * (root.len() + frames.len()), 0);
+        let (head, tail) = key.split_at_mut(4 * root.len());
+        for (to, id) in head.chunks_exact_mut(4).zip(root) {
+            to.copy_from_slice(&id.to_le_bytes());
+        }
+        for (to, id) in tail.chunks_exact_mut(4).zip(frames.iter().rev()) {
+            to.copy_from_slice(&id.to_le_bytes());
+        }
+        (root, XxHash3_128::oneshot(key))
+    }
+
+    /// Counts a sample with frames in the stack of `key`.
+    fn add(&mut self, (root, fingerprint): ([u32; 3], u128), stacks: &Stacks, s: &StackSample) {
+        let frames = stacks.frames(s);
+        let stack = self.stacks.entry(fingerprint).or_insert_with(|| {
+            let at = self.keys.len() as u32;
+            self.keys.extend(root);
+            self.keys.extend(frames.iter().rev());
+            for &id in frames {
+                let i = id as usize;
+                if self.used.len() <= i {
+                    self.used.resize(i + 1, false);
+                }
+                if !std::mem::replace(&mut self.used[i], true) {
+                    self.used_count += 1;
+                }
+            }
+            Stack {
+                at,
+                len: frames.len() as u32 + 3,
+                ..Stack::default()
+            }
+        });
+        stack.samples += 1;
+        stack.period += s.period;
+    }
+
+    fn comm(&mut self, s: &StackSample) -> u32 {
+        let name: Arc<[u8]> = match &s.comm {
+            Some(c) => {
+                // A thread's samples share its name's allocation.
+                if let Some((last, id)) = &self.last_comm {
+                    if Arc::ptr_eq(last, c) {
+                        return *id;
+                    }
+                }
+                if let Some(&id) = self.comm_ids.get(c) {
+                    self.last_comm = Some((c.clone(), id));
+                    return id;
+                }
+                c.clone()
+            }
+            None => Arc::from(s.comm_name().as_bytes()),
+        };
+        if let Some(&id) = self.comm_ids.get(&name) {
+            return id;
+        }
+        let id = self.comms.len() as u32;
+        // The collapsers' process name: spaces made underscores.
+        self.comms
+            .push(String::from_utf8_lossy(&name).replace(' ', "_"));
+        self.comm_ids.insert(name, id);
+        id
+    }
+
+    /// The folded stacks, `(stack, count)` sorted by stack, stacks that name the same functions
+    /// merged. Names are resolved once per distinct frame, on `pool` if given.
+    pub fn folded(&self, pool: Option<&rayon::ThreadPool>) -> Vec<(String, u64)> {
+        let (Some(symbols), Some(table)) = (&self.symbols, &self.table) else {
+            return Vec::new();
+        };
+        let frames = table.snapshot();
+        let naming = self.options.naming;
+        let host = self.host_kernel;
+        let name = |f: &Frame| -> Vec<String> {
+            let mut resolved = Vec::new();
+            resolve(symbols, host, f, &mut resolved);
+            // Innermost first; a folded stack goes root first.
+            resolved
+                .iter()
+                .rev()
+                .filter(|r| kept(r))
+                .map(|r| {
+                    let mut s = String::new();
+                    frame_name(r, f.query.ip, naming, &mut s);
+                    s
+                })
+                .collect()
+        };
+        let used = &self.used;
+        let name_used = |(i, f): (usize, &Frame)| -> Vec<String> {
+            if used.get(i).copied().unwrap_or(false) {
+                name(f)
+            } else {
+                Vec::new()
+            }
+        };
+        let names: Vec<Vec<String>> = match pool {
+            Some(p) => p.install(|| frames.par_iter().enumerate().map(name_used).collect()),
+            None => frames.iter().enumerate().map(name_used).collect(),
+        };
+        // Stacks that name the same functions (two addresses in one function) are one line:
+        // they are grouped by their sequence of name ids, so a line is built once per group, not
+        // once per stack, and no string is hashed or compared but in the final sort.
+        let mut name_ids: HashMap<&str, u32> = HashMap::default();
+        let mut frame_names: Vec<(u32, u32)> = Vec::with_capacity(names.len());
+        let mut arena: Vec<u32> = Vec::new();
+        for list in &names {
+            let at = arena.len() as u32;
+            for n in list {
+                let next = name_ids.len() as u32;
+                arena.push(*name_ids.entry(n.as_str()).or_insert(next));
+            }
+            frame_names.push((at, arena.len() as u32));
+        }
+        let stacks: Vec<&Stack> = self.stacks.values().collect();
+        let weight = self.options.weight;
+        // (fingerprint of the root and the names, stack, count) of every stack that names a
+        // frame, computed on the pool; sorted by fingerprint, a run of equal ones is a group.
+        let keyed = |seq: &mut Vec<u8>, (i, w): (usize, &&Stack)| -> Option<(u128, u32, u64)> {
+            let key = &self.keys[w.at as usize..(w.at + w.len) as usize];
+            // The root is [comm, pid, tid] as the options kept them (zeros when not shown).
+            let (root, frames) = key.split_at(3);
+            if frames.iter().all(|&f| names[f as usize].is_empty()) {
+                return None; // every frame dropped: the collapsers count no stack
+            }
+            let named = frames.iter().flat_map(|&f| {
+                let (a, b) = frame_names[f as usize];
+                &arena[a as usize..b as usize]
+            });
+            let count = match weight {
+                WeightBy::Period => w.period,
+                WeightBy::Samples => w.samples,
+            };
+            let ids = root.iter().chain(named).copied();
+            Some((fingerprint(seq, ids), i as u32, count))
+        };
+        let mut keys: Vec<(u128, u32, u64)> = match pool {
+            Some(p) => p.install(|| {
+                let mut v: Vec<_> = stacks
+                    .par_iter()
+                    .enumerate()
+                    .map_init(Vec::new, |seq, s| keyed(seq, s))
+                    .flatten_iter()
+                    .collect();
+                v.par_sort_unstable_by_key(|k| k.0);
+                v
+            }),
+            None => {
+                let mut seq = Vec::new();
+                let mut v: Vec<_> = stacks
+                    .iter()
+                    .enumerate()
+                    .filter_map(|s| keyed(&mut seq, s))
+                    .collect();
+                v.sort_unstable_by_key(|k| k.0);
+                v
+            }
+        };
+        keys.dedup_by(|next, kept| {
+            let same = next.0 == kept.0;
+            if same {
+                kept.2 += next.2;
+            }
+            same
+        });
+        let line_of = |&(_, i, count): &(u128, u32, u64)| -> (String, u64) {
+            let w = stacks[i as usize];
+            let key = &self.keys[w.at as usize..(w.at + w.len) as usize];
+            let comm = &self.comms[key[0] as usize];
+            let named = || key[3..].iter().flat_map(|&f| &names[f as usize]);
+            // One allocation a line: its length is known before it is built.
+            let len = comm.len() + 24 + named().map(|n| n.len() + 1).sum::<usize>();
+            let mut line = String::with_capacity(len);
+            line.push_str(comm);
+            if self.options.tid {
+                line.push_str(&format!("-{}/{}", key[1], key[2]));
+            } else if self.options.pid {
+                line.push_str(&format!("-{}", key[1]));
+            }
+            for n in named() {
+                line.push(';');
+                line.push_str(n);
+            }
+            (line, count)
+        };
+        let mut lines: Vec<(String, u64)> = match pool {
+            Some(p) => p.install(|| {
+                let mut v: Vec<_> = keys.par_iter().map(line_of).collect();
+                v.par_sort_unstable();
+                v
+            }),
+            None => {
+                let mut v: Vec<_> = keys.iter().map(line_of).collect();
+                v.sort_unstable();
+                v
+            }
+        };
+        // Lines equal by another split into names (a `;` in a comm) are merged too.
+        lines.dedup_by(|next, kept| {
+            let same = next.0 == kept.0;
+            if same {
+                kept.1 += next.1;
+            }
+            same
+        });
+        lines
+    }
+}
+
+/// The 128-bit XXH3 fingerprint of a sequence of ids, built in `buf`.
+fn fingerprint(buf: &mut Vec<u8>, ids: impl Iterator<Item = u32>) -> u128 {
+    buf.clear();
+    for id in ids {
+        buf.extend_from_slice(&id.to_le_bytes());
+    }
+    XxHash3_128::oneshot(buf)
+}

@@ -1,0 +1,40 @@
+//! `perfpipe-export`: the profile output formats, each a sink declared by a
+//! [`FormatSpec`](perfpipe_core::spec::FormatSpec) and chosen by the output's extension, by
+//! `--format NAME` or by its own flag.
+//!
+//! - [`folded`]: folded stacks (`-o FILE.folded`), what `inferno-collapse-perf` makes of
+//!   `perf script`.
+//! - [`flamegraph`]: flame graph SVGs (`-o FILE.svg`), drawn by `inferno`; feature `flamegraph`.
+//! - [`pprof`]: pprof profiles (`-o FILE.pb.gz`); feature `pprof`.
+//! - [`firefox`]: the Firefox Profiler's processed-profile JSON (`-o FILE.json.gz`); feature
+//!   `firefox`.
+//! - [`parquet`](mod@parquet): Parquet tables and datasets (`-o FILE.parquet`, `-o DIR/`); feature
+//!   `parquet`.
+//!
+//! Every format reads the frames the `symbolize` stage attaches to each batch
+//! ([`perfpipe_profile::symbolize::Stacks`]).
+
+#![deny(missing_docs)]
+
+#[cfg(feature = "firefox")]
+pub mod firefox;
+#[cfg(feature = "flamegraph")]
+pub mod flamegraph;
+pub mod folded;
+#[cfg(feature = "parquet")]
+pub mod parquet;
+#[cfg(feature = "pprof")]
+pub mod pprof;
+
+/// The output formats compiled in, in the order the help lists them.
+pub const FORMATS: &[perfpipe_core::spec::FormatSpec] = &[
+    folded::SPEC,
+    #[cfg(feature = "flamegraph")]
+    flamegraph::SPEC,
+    #[cfg(feature = "pprof")]
+    pprof::SPEC,
+    #[cfg(feature = "firefox")]
+    firefox::SPEC,
+    #[cfg(feature = "parquet")]
+    parquet::SPEC,
+];

@@ -1,0 +1,19 @@
+//! `perfpipe-profile`: what turns perf samples into profiles — names for their frames and stacks
+//! for their callchains.
+//!
+//! - [`symbols`]: the symbol engine: the symbol tables of the dsos a stream maps (ELF `.symtab`,
+//!   `.dynsym`, MiniDebugInfo, inline frames from DWARF, kallsyms), loaded once each on the worker
+//!   pool, looked up by address, named as perf 6.1 names them.
+//! - [`symbolize`]: the stage that resolves each sample's ip and callchain to frames and attaches
+//!   them to its batch as [`symbolize::Stacks`], the annotation every profile output reads.
+//! - [`unwind`]: the stage that unwinds `--call-graph dwarf` samples (DWARF CFI, with `framehop`)
+//!   into frame-pointer-style callchains.
+//!
+//! The profile outputs themselves (folded stacks, flame graphs, pprof, Firefox, Parquet) are the
+//! `perfpipe-export` crate.
+
+#![deny(missing_docs)]
+
+pub mod symbolize;
+pub mod symbols;
+pub mod unwind;

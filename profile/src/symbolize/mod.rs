@@ -1,0 +1,911 @@
+//! `symbolize`: resolves each sample's ip and callchain to frames of (dso, function, offset), for
+//! the profile outputs (folded stacks, flame graphs) to aggregate and name.
+//!
+//! The stage follows the address spaces of the stream with the [`perfpipe_stream::model::machine`] model (MMAP,
+//! MMAP2, FORK, EXIT in stream order) and each thread's name over time (COMM, FORK). For every
+//! SAMPLE it maps the ip, or each callchain entry with its context markers applied, to a
+//! [`Frame`]: the dso and the file-relative address (`ip - map.start + map.pgoff`, perf's
+//! `map__map_ip()`). It attaches the frames of a batch's samples to the batch as a [`Stacks`]
+//! annotation; records pass unchanged.
+//!
+//! Names come from [`Symbols`]: each dso's symbol table starts loading on the pipeline's worker
+//! pool when its first MMAP arrives, and a name is looked up once per distinct address, by the
+//! sink, when it writes (so a million samples of one loop cost one lookup, and the stream never
+//! waits for a file). Kernel frames are named from this host's `/proc/kallsyms` when the recording
+//! is of this host (`kernel=auto`: the stream's hostname and kernel release, as `--host-ids`).
+//!
+//! - **Order**: input order. **Buffering**: a batch is held until two more FINISHED_ROUNDs have
+//!   arrived (or [`HOLD_MAX_BYTES`] are held), because a sample's thread name may come in a COMM
+//!   that is later in the stream but earlier in time (perf sorts by time before naming threads);
+//!   maps are applied as records arrive, since they follow stream order.
+//! - **Counters**: `samples`, `frames`, `samples_without_ip`, `callchains_corrupt`,
+//!   `frames_mapped_late` (user frames whose map came after their sample in the stream),
+//!   `frames_unmapped` (user frames no map covered: `[unknown]`), and the symbol tables'.
+
+#[cfg(test)]
+mod stage_tests;
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+
+use perfpipe_core::{Batch, Counter, Flow, Out, Stage, StageError};
+
+pub use crate::symbols::{DsoDesc, FrameKind, Query, Resolved, Symbols, SymbolsConfig};
+use perfpipe_core::spec::{BuildCtx, Flag, FlagValue, Kind, Options, StageOption, StageSpec};
+use perfpipe_stream::format::{context, misc, Endian, Record, RecordType, Sample, StreamInfo};
+use perfpipe_stream::model::dso::{HostIds, HostMode, StreamHost};
+use perfpipe_stream::model::machine::{DsoId, Machine, Map};
+use perfpipe_stream::model::threads::Threads;
+
+/// Most bytes of batches held while waiting for later COMM records.
+pub const HOLD_MAX_BYTES: usize = 32 << 20;
+
+/// Configuration of a `symbolize` stage. Plain data; no I/O.
+#[derive(Clone, Debug, Default)]
+pub struct SymbolizeConfig {
+    /// Inlined functions as frames of their own (`--inline`).
+    pub inline: bool,
+    /// Keep names mangled.
+    pub no_demangle: bool,
+    /// Whether kernel frames are named from this host's kallsyms.
+    pub kernel: HostMode,
+    /// The user addresses no map covers are one frame (`unmapped=merge`), not one per address
+    /// and process: for outputs that name them all `[unknown]` (folded stacks without `addrs`).
+    pub merge_unmapped: bool,
+}
+
+impl SymbolizeConfig {
+    /// The configuration that checked options give.
+    pub fn from_options(o: &Options) -> SymbolizeConfig {
+        SymbolizeConfig {
+            inline: o.switch("inline"),
+            no_demangle: o.has("demangle") && !o.switch("demangle"),
+            kernel: match o.text("kernel") {
+                Some("yes") => HostMode::Yes,
+                Some("no") => HostMode::No,
+                _ => HostMode::Auto,
+            },
+            merge_unmapped: o.text("unmapped") == Some("merge"),
+        }
+    }
+
+    /// Builds the stage; symbol tables load on `pool` (inline when `None`).
+    pub fn build(&self, pool: Option<Arc<rayon::ThreadPool>>) -> Symbolize {
+        let symbols = Symbols::new(
+            SymbolsConfig {
+                inline: self.inline,
+                demangle: !self.no_demangle,
+                host_kernel: self.kernel != HostMode::No,
+                ..SymbolsConfig::default()
+            },
+            pool,
+        );
+        Symbolize {
+            symbols: Arc::new(symbols),
+            dsos: Arc::default(),
+            frames_by_key: Interner {
+                merge_unmapped: self.merge_unmapped,
+                ..Interner::default()
+            },
+            cache: FrameCache::default(),
+            kernel: self.kernel,
+            host: StreamHost::default(),
+            this_host: HostIds::of_this_host(),
+            machine: Machine::new(),
+            threads: Threads::default(),
+            anon: Vec::new(),
+            held: VecDeque::new(),
+            held_bytes: 0,
+            rounds: 0,
+            frames_per_record: 0,
+            last_chain: Vec::new(),
+            last_space: (u32::MAX, (u64::MAX, u64::MAX)),
+            chain: Vec::new(),
+            samples: Counter::new(),
+            frames: Counter::new(),
+            no_ip: Counter::new(),
+            corrupt: Counter::new(),
+            late_maps: Counter::new(),
+            unmapped_frames: Counter::new(),
+            dump: None,
+        }
+    }
+}
+
+/// What identifies a frame's code; see [`Frame::key`].
+pub type FrameKey = (Option<DsoId>, u64, bool, u32);
+
+/// One frame of a sample: where its address is, for [`Symbols::resolve`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Frame {
+    /// The address to resolve.
+    pub query: Query,
+    /// The address means the same code in every process (a file or the kernel), so the frames of
+    /// two processes at one dso and offset are one frame; false for anonymous (JIT) memory and
+    /// unmapped addresses, which are per process.
+    pub shared: bool,
+}
+
+impl Frame {
+    /// What identifies the frame's code: (dso, address, kernel, pid) with the pid 0 for a shared
+    /// frame and the raw address for an unmapped one.
+    pub fn key(&self) -> FrameKey {
+        let q = &self.query;
+        let addr = if q.dso.is_some() { q.rel } else { q.ip };
+        (q.dso, addr, q.kernel, if self.shared { 0 } else { q.pid })
+    }
+}
+
+/// A frame's id: its index in the stream's [`Frames`].
+pub type FrameId = u32;
+
+/// Every distinct frame of a stream, by [`FrameId`]: the stage interns each frame it maps (one
+/// hash lookup, on the stage's thread) and the sinks aggregate ids, reading the frames themselves
+/// only when they write. Append-only.
+#[derive(Debug, Default)]
+pub struct Frames(std::sync::RwLock<Vec<Frame>>);
+
+impl Frames {
+    /// The frames so far (a copy, taken under the lock once).
+    pub fn snapshot(&self) -> Vec<Frame> {
+        self.0
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
+    }
+
+    fn push(&self, frame: Frame) {
+        self.0
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .push(frame);
+    }
+}
+
+/// A user frame no map covered when its sample came, to look up again at release.
+#[derive(Clone, Copy, Debug)]
+struct Pending {
+    /// Its index in [`Stacks::frames`].
+    at: u32,
+    pid: u32,
+    ip: u64,
+    /// The stamp of the process's maps then: while it is the same, no map covers it still.
+    stamp: u64,
+}
+
+/// A frame of the sample being mapped: its cpumode and address, then its id and whether a map
+/// covered it.
+#[derive(Clone, Copy, Debug)]
+struct Step {
+    mode: u16,
+    ip: u64,
+    id: FrameId,
+    mapped: bool,
+}
+
+/// One sample of a [`Stacks`] annotation.
+#[derive(Clone, Debug)]
+pub struct StackSample {
+    /// The sample's record: its span's `start` in the batch.
+    pub start: u32,
+    /// Its attr's index (the span's `tag`).
+    pub attr: u16,
+    /// `pid`, `tid` (`u32::MAX` when the sample has none).
+    pub pid: u32,
+    /// `tid`
+    pub tid: u32,
+    /// `cpu` (`u32::MAX` when the sample has none).
+    pub cpu: u32,
+    /// `time` (0 when the sample has none).
+    pub time: u64,
+    /// `period` (1 when the sample has none).
+    pub period: u64,
+    /// The thread's name at the sample's time; `None` for a thread no COMM named.
+    pub comm: Option<Arc<[u8]>>,
+    frames: (u32, u32),
+}
+
+impl StackSample {
+    /// The thread's name as perf shows it (`:<tid>` for an unnamed thread).
+    pub fn comm_name(&self) -> std::borrow::Cow<'_, str> {
+        match &self.comm {
+            Some(c) => String::from_utf8_lossy(c),
+            None => Threads::name_of(self.tid).into(),
+        }
+    }
+}
+
+/// A dso as the stream named it, for outputs that describe the mappings (pprof's `Mapping`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DsoInfo {
+    /// The file name from the MMAP.
+    pub name: Arc<str>,
+    /// The build id the MMAP2 carried, if any.
+    pub build_id: Option<Arc<[u8]>>,
+    /// Mapped by a kernel map.
+    pub kernel: bool,
+}
+
+/// The dsos of a stream by [`DsoId`], shared by the stage (which adds them as MMAPs arrive) and
+/// the sinks; append-only.
+#[derive(Debug, Default)]
+pub struct Dsos(std::sync::RwLock<Vec<Option<DsoInfo>>>);
+
+impl Dsos {
+    /// The dso of an id, if the stage has seen it.
+    pub fn get(&self, id: DsoId) -> Option<DsoInfo> {
+        let v = self
+            .0
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        v.get(id.0 as usize).cloned().flatten()
+    }
+
+    fn set(&self, id: DsoId, info: DsoInfo) {
+        let mut v = self
+            .0
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let i = id.0 as usize;
+        if v.len() <= i {
+            v.resize(i + 1, None);
+        }
+        v[i] = Some(info);
+    }
+}
+
+/// The frames of a batch's samples, as the `symbolize` stage attaches them
+/// ([`Batch::annotation`]); a sink reads a sample's frames by its record
+/// ([`Stacks::samples`] are in record order).
+#[derive(Debug)]
+pub struct Stacks {
+    /// Where to look names up.
+    pub symbols: Arc<Symbols>,
+    /// The stream's dsos.
+    pub dsos: Arc<Dsos>,
+    /// The stream's frames, which [`Stacks::frames`] gives the ids of.
+    pub table: Arc<Frames>,
+    /// Whether kernel frames may be named from this host's kallsyms.
+    pub host_kernel: bool,
+    samples: Vec<StackSample>,
+    frames: Vec<FrameId>,
+    /// Frames no map covered when their sample came.
+    pending: Vec<Pending>,
+}
+
+impl Stacks {
+    /// The samples, in record order.
+    pub fn samples(&self) -> &[StackSample] {
+        &self.samples
+    }
+
+    /// A sample's frames, innermost (the ip) first, as perf prints a callchain.
+    pub fn frames(&self, s: &StackSample) -> &[FrameId] {
+        &self.frames[s.frames.0 as usize..s.frames.1 as usize]
+    }
+
+    /// Resolves a frame, innermost (inlined) function first, the frame's function last; kernel
+    /// frames of a recording of another host are `[unknown]` in `[kernel.kallsyms]`.
+    pub fn resolve(&self, frame: &Frame, out: &mut Vec<Resolved>) {
+        resolve(&self.symbols, self.host_kernel, frame, out);
+    }
+}
+
+/// What a sink keeps, past the batches, to name frames when it writes: [`Stacks::sources`].
+#[derive(Clone, Debug)]
+pub struct Sources {
+    /// The symbol tables.
+    pub symbols: Arc<Symbols>,
+    /// The stream's frames.
+    pub table: Arc<Frames>,
+    /// The stream's dsos.
+    pub dsos: Arc<Dsos>,
+    /// Whether kernel frames may be named from this host's kallsyms.
+    pub host_kernel: bool,
+}
+
+impl Stacks {
+    /// Where this batch's frames are named.
+    pub fn sources(&self) -> Sources {
+        Sources {
+            symbols: self.symbols.clone(),
+            table: self.table.clone(),
+            dsos: self.dsos.clone(),
+            host_kernel: self.host_kernel,
+        }
+    }
+}
+
+/// See [`Stacks::resolve`]; for a sink that keeps frames past their batch.
+pub fn resolve(symbols: &Symbols, host_kernel: bool, frame: &Frame, out: &mut Vec<Resolved>) {
+    if frame.query.kernel && !host_kernel {
+        out.push(Resolved {
+            name: None,
+            offset: frame.query.ip,
+            dso: Arc::from("[kernel.kallsyms]"),
+            kind: FrameKind::Kernel,
+            inlined: false,
+        });
+    } else {
+        symbols.resolve(&frame.query, out);
+    }
+}
+
+/// The stream's frames by [`Frame::key`], and the table the sinks read them from.
+#[derive(Debug, Default)]
+struct Interner {
+    ids: rustc_hash::FxHashMap<FrameKey, FrameId>,
+    table: Arc<Frames>,
+    /// The user addresses no map covers are one frame (`unmapped=merge`): this one, once seen.
+    merge_unmapped: bool,
+    merged: Option<FrameId>,
+}
+
+impl Interner {
+    fn intern(&mut self, frame: Frame) -> FrameId {
+        let unmapped_user = frame.query.dso.is_none() && !frame.query.kernel;
+        if unmapped_user && self.merge_unmapped {
+            if let Some(id) = self.merged {
+                return id;
+            }
+        }
+        let next = self.ids.len() as FrameId;
+        let id = *self.ids.entry(frame.key()).or_insert(next);
+        if id == next {
+            self.table.push(frame);
+            if unmapped_user && self.merge_unmapped {
+                self.merged = Some(id);
+            }
+        }
+        id
+    }
+}
+
+/// Frames looked up lately, by (pid, cpumode, address) and the stamp of the maps they were
+/// found in ([`perfpipe_stream::model::machine::Space::stamp`]): a callchain's frames repeat in sample after
+/// sample, and a hit costs one slot read instead of a map search and a hash lookup.
+/// Direct-mapped; a slot holds the last frame hashed to it.
+#[derive(Debug)]
+struct FrameCache {
+    slots: Vec<Slot>,
+}
+
+#[derive(Clone, Copy, Debug)]
+struct Slot {
+    ip: u64,
+    stamp: u64,
+    pid: u32,
+    /// `u16::MAX` for an empty slot (no cpumode is).
+    mode: u16,
+    mapped: bool,
+    id: FrameId,
+}
+
+impl FrameCache {
+    const BITS: u32 = 14;
+
+    fn index(pid: u32, ip: u64) -> usize {
+        let h = (ip ^ u64::from(pid).rotate_left(40)).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+        (h >> (64 - Self::BITS)) as usize
+    }
+
+    #[inline]
+    fn get(&self, pid: u32, mode: u16, ip: u64, stamp: u64) -> Option<(FrameId, bool)> {
+        let s = &self.slots[Self::index(pid, ip)];
+        (s.ip == ip && s.pid == pid && s.mode == mode && s.stamp == stamp)
+            .then_some((s.id, s.mapped))
+    }
+
+    #[inline]
+    fn put(&mut self, pid: u32, mode: u16, ip: u64, stamp: u64, (id, mapped): (FrameId, bool)) {
+        self.slots[Self::index(pid, ip)] = Slot {
+            ip,
+            stamp,
+            pid,
+            mode,
+            mapped,
+            id,
+        };
+    }
+}
+
+impl Default for FrameCache {
+    fn default() -> FrameCache {
+        let empty = Slot {
+            ip: 0,
+            stamp: 0,
+            pid: 0,
+            mode: u16::MAX,
+            mapped: false,
+            id: 0,
+        };
+        FrameCache {
+            slots: vec![empty; 1 << Self::BITS],
+        }
+    }
+}
+
+/// The frame of `ip` in `map` (if one covers it) for a sample of `pid` in `mode`; `anon` tells,
+/// per dso, whether its memory is anonymous.
+fn frame_of(map: Option<&Map>, anon: &[bool], pid: u32, mode: u16, ip: u64) -> Frame {
+    let kernel = matches!(mode, misc::KERNEL | misc::GUEST_KERNEL);
+    let dso = map.map(|m| m.dso);
+    let rel = match map {
+        Some(m) if !kernel => ip.wrapping_sub(m.start).wrapping_add(m.pgoff),
+        _ => ip,
+    };
+    let shared = match dso {
+        Some(d) => !anon.get(d.0 as usize).copied().unwrap_or(false),
+        None => kernel,
+    };
+    Frame {
+        query: Query {
+            dso,
+            pid,
+            ip,
+            rel,
+            kernel,
+        },
+        shared,
+    }
+}
+
+/// The running `symbolize` stage.
+#[derive(Debug)]
+pub struct Symbolize {
+    symbols: Arc<Symbols>,
+    dsos: Arc<Dsos>,
+    frames_by_key: Interner,
+    cache: FrameCache,
+    kernel: HostMode,
+    host: StreamHost,
+    this_host: HostIds,
+    machine: Machine,
+    threads: Threads,
+    /// Per dso: its memory is anonymous (JIT code, named by `/tmp/perf-PID.map`).
+    anon: Vec<bool>,
+    /// Batches waiting for later COMMs, with their stacks (names not filled yet) and the round
+    /// count when they came.
+    held: VecDeque<(Batch, Stacks, u64)>,
+    held_bytes: usize,
+    rounds: u64,
+    /// Frames a record in the last batch (rounded up): how much room the next batch's get.
+    frames_per_record: usize,
+    /// The last sample's frames, and its process and the stamps of its kernel and user maps.
+    last_chain: Vec<Step>,
+    last_space: (u32, (u64, u64)),
+    /// The sample being mapped (kept for its allocation).
+    chain: Vec<Step>,
+    samples: Counter,
+    frames: Counter,
+    no_ip: Counter,
+    corrupt: Counter,
+    late_maps: Counter,
+    unmapped_frames: Counter,
+    /// A snapshot request (SIGUSR2), so that the sink after it hears of it while the input is
+    /// quiet: the stage then sends it an empty batch.
+    dump: Option<Arc<std::sync::atomic::AtomicBool>>,
+}
+
+/// How often a quiet stage looks at the snapshot request.
+pub const TICK: std::time::Duration = std::time::Duration::from_millis(50);
+
+/// Whether perf names the code of a map of this name from `/tmp/perf-PID.map`
+/// (`is_anon_memory()`, and `/memfd:` and `[anon:` maps, which JITs also use).
+fn is_anon(name: &[u8]) -> bool {
+    name.starts_with(b"//anon")
+        || name.starts_with(b"[anon")
+        || name.starts_with(b"/memfd:")
+        || name.starts_with(b"/tmp/perf-")
+}
+
+impl Symbolize {
+    /// The symbol tables this stage loads, for a sink built with it in a program of your own.
+    pub fn symbols(&self) -> Arc<Symbols> {
+        self.symbols.clone()
+    }
+
+    fn host_kernel(&self) -> bool {
+        self.host.is_host(&self.this_host, self.kernel)
+    }
+
+    fn intern(&mut self, pid: u32, mode: u16, ip: u64) -> FrameId {
+        let map = self.machine.find(pid, mode, ip);
+        self.frames_by_key
+            .intern(frame_of(map, &self.anon, pid, mode, ip))
+    }
+
+    fn sample(
+        &mut self,
+        s: &Sample<'_>,
+        fixed_period: u64,
+        start: u32,
+        attr: u16,
+        stacks: &mut Stacks,
+    ) {
+        let pid = s.pid().unwrap_or(u32::MAX);
+        let first = stacks.frames.len();
+        let mode = s.cpumode();
+        // The sample's frames as (cpumode, address), innermost first.
+        let mut chain = std::mem::take(&mut self.chain);
+        chain.clear();
+        match s.callchain() {
+            Some(cc) if !cc.is_empty() => {
+                let mut mode = mode;
+                for ip in cc.entries() {
+                    if ip >= context::MAX {
+                        mode = match ip {
+                            context::HV => misc::HYPERVISOR,
+                            context::KERNEL => misc::KERNEL,
+                            context::USER => misc::USER,
+                            _ => {
+                                // perf 6.1 (`add_callchain_ip()`) takes any other marker for a
+                                // corrupt callchain and discards all of it.
+                                chain.clear();
+                                self.corrupt.add(1);
+                                break;
+                            }
+                        };
+                        continue;
+                    }
+                    chain.push(Step {
+                        mode,
+                        ip,
+                        id: 0,
+                        mapped: false,
+                    });
+                }
+            }
+            _ => match s.ip() {
+                Some(ip) => chain.push(Step {
+                    mode,
+                    ip,
+                    id: 0,
+                    mapped: false,
+                }),
+                None => self.no_ip.add(1),
+            },
+        }
+        let space = self.machine.space(pid);
+        let stamps = (space.stamp(misc::KERNEL), space.stamp(misc::USER));
+        // The outer frames the last sample shares with this one (same process, same maps, same
+        // cpumodes and addresses, counted from the root) keep its frame ids: a thread's samples
+        // differ mostly in their inner frames, and comparing two short arrays costs less than
+        // the frame cache's probes.
+        let shared = if (pid, stamps) == self.last_space {
+            chain
+                .iter()
+                .rev()
+                .zip(self.last_chain.iter().rev())
+                .take_while(|(a, b)| a.ip == b.ip && a.mode == b.mode)
+                .count()
+        } else {
+            0
+        };
+        let split = chain.len() - shared;
+        let (fresh, kept) = chain.split_at_mut(split);
+        let last = &self.last_chain[self.last_chain.len() - shared..];
+        for (step, old) in kept.iter_mut().zip(last) {
+            (step.id, step.mapped) = (old.id, old.mapped);
+        }
+        for step in fresh {
+            let (mode, ip) = (step.mode, step.ip);
+            let stamp = space.stamp(mode);
+            (step.id, step.mapped) = match self.cache.get(pid, mode, ip, stamp) {
+                Some(hit) => hit,
+                None => {
+                    let map = space.find(mode, ip);
+                    let frame = frame_of(map, &self.anon, pid, mode, ip);
+                    let id = self.frames_by_key.intern(frame);
+                    self.cache.put(pid, mode, ip, stamp, (id, map.is_some()));
+                    (id, map.is_some())
+                }
+            };
+        }
+        // A user address no map covers yet is looked up again when the batch is released (its
+        // MMAP may come later in the stream, from another cpu, though earlier in time).
+        for step in &chain {
+            if !step.mapped && step.mode == misc::USER {
+                let at = stacks.frames.len() as u32;
+                stacks.pending.push(Pending {
+                    at,
+                    pid,
+                    ip: step.ip,
+                    stamp: stamps.1,
+                });
+            }
+            stacks.frames.push(step.id);
+        }
+        self.last_space = (pid, stamps);
+        self.chain = std::mem::replace(&mut self.last_chain, chain);
+        let n = stacks.frames.len();
+        stacks.samples.push(StackSample {
+            start,
+            attr,
+            pid,
+            tid: s.tid().unwrap_or(u32::MAX),
+            cpu: s.cpu().unwrap_or(u32::MAX),
+            time: s.time().unwrap_or(0),
+            period: s.period().unwrap_or(fixed_period),
+            comm: None,
+            frames: (first as u32, n as u32),
+        });
+    }
+
+    fn observe(&mut self, rec: &Record<'_>, e: Endian) {
+        match rec.record_type() {
+            RecordType::MMAP | RecordType::MMAP2 => {
+                let Some(dso) = self.machine.apply(rec) else {
+                    return;
+                };
+                let d = self.machine.dso(dso);
+                let i = dso.0 as usize;
+                if self.anon.len() <= i {
+                    self.anon.resize(i + 1, false);
+                }
+                self.anon[i] = is_anon(&d.name);
+                let build_id = match &d.identity {
+                    perfpipe_stream::model::machine::Identity::BuildId(b) => Some(&b[..]),
+                    _ => None,
+                };
+                let pid = rec.mmap().map_or(u32::MAX, |m| m.pid);
+                if self.dsos.get(dso).is_none() {
+                    self.dsos.set(
+                        dso,
+                        DsoInfo {
+                            name: Arc::from(String::from_utf8_lossy(&d.name)),
+                            build_id: build_id.map(Arc::from),
+                            kernel: d.kernel,
+                        },
+                    );
+                }
+                self.symbols.prefetch(
+                    dso,
+                    DsoDesc {
+                        name: &d.name,
+                        build_id,
+                        kernel: d.kernel,
+                        pid,
+                    },
+                );
+            }
+            RecordType::COMM | RecordType::FORK => {
+                self.machine.apply(rec);
+                self.threads.observe(rec);
+            }
+            RecordType::EXIT => {
+                self.machine.apply(rec);
+            }
+            RecordType::FINISHED_ROUND => {
+                self.machine.apply(rec);
+                self.rounds += 1;
+            }
+            RecordType::HEADER_FEATURE => {
+                let b = rec.sized();
+                self.host.note_feature(&b[8.min(b.len())..], e);
+            }
+            _ => {}
+        }
+    }
+
+    /// A FORK gives its child the parent's maps. The child's samples that came before it in the
+    /// stream (from the child's cpu; later in time) are looked up now, while the child still has
+    /// them: by release its exec may have replaced them (`bash;_Fork`, `bash;__GI___execve`).
+    fn forked(&mut self, child: u32, current: &mut Stacks) {
+        for i in 0..=self.held.len() {
+            let stacks = match self.held.get_mut(i) {
+                Some((_, s, _)) => s,
+                None => &mut *current,
+            };
+            if !stacks.pending.iter().any(|p| p.pid == child) {
+                continue;
+            }
+            let mut pending = std::mem::take(&mut stacks.pending);
+            let mut found = Vec::new();
+            pending.retain(|&Pending { at, pid, ip, .. }| {
+                if pid != child || self.machine.find(pid, misc::USER, ip).is_none() {
+                    return true;
+                }
+                found.push((at, ip));
+                false
+            });
+            let ids: Vec<(u32, FrameId)> = found
+                .into_iter()
+                .map(|(at, ip)| (at, self.intern(child, misc::USER, ip)))
+                .collect();
+            self.late_maps.add(ids.len() as u64);
+            let stacks = match self.held.get_mut(i) {
+                Some((_, s, _)) => s,
+                None => &mut *current,
+            };
+            for (at, id) in ids {
+                stacks.frames[at as usize] = id;
+            }
+            stacks.pending = pending;
+        }
+    }
+
+    /// Fills the names of a held batch's samples and attaches its stacks.
+    fn release(&mut self, mut batch: Batch, mut stacks: Stacks, out: &mut Out<'_>) {
+        stacks.host_kernel = self.host_kernel();
+        let mut unmapped = 0;
+        for Pending { at, pid, ip, stamp } in std::mem::take(&mut stacks.pending) {
+            let space = self.machine.space(pid);
+            if space.stamp(misc::USER) != stamp && space.find(misc::USER, ip).is_some() {
+                stacks.frames[at as usize] = self.intern(pid, misc::USER, ip);
+                self.late_maps.add(1);
+            } else {
+                unmapped += 1;
+            }
+        }
+        self.unmapped_frames.add(unmapped);
+        for s in &mut stacks.samples {
+            s.comm = self.threads.comm_shared(s.tid, s.time);
+        }
+        batch.annotate(Arc::new(stacks));
+        out.push(batch);
+    }
+
+    fn release_due(&mut self, out: &mut Out<'_>, all: bool) {
+        while let Some((_, _, at)) = self.held.front() {
+            if !all && self.rounds < at + 2 && self.held_bytes <= HOLD_MAX_BYTES {
+                break;
+            }
+            let (b, stacks, _) = self.held.pop_front().expect("front exists");
+            self.held_bytes -= b.data.len();
+            self.release(b, stacks, out);
+        }
+    }
+}
+
+impl Stage for Symbolize {
+    fn process(&mut self, batch: Batch, out: &mut Out<'_>) -> Result<Flow, StageError> {
+        let Some(info) = StreamInfo::shared(&batch) else {
+            if self.held.is_empty() {
+                out.push(batch);
+            } else {
+                self.held
+                    .push_back((batch, self.empty_stacks(0, 0), self.rounds));
+            }
+            return Ok(Flow::Continue);
+        };
+        let e = info.endian;
+        // Sized for the batch at the last batch's frames a record (plus one), so the vectors
+        // are allocated once instead of growing (growth was 5 % of the stage's time).
+        let records = batch.spans.len();
+        let mut stacks = self.empty_stacks(records, records * (self.frames_per_record + 1));
+        let (mut samples, mut frames) = (0u64, 0u64);
+        for span in &batch.spans {
+            let rec = info.record(&batch, span);
+            if RecordType(span.kind) == RecordType::SAMPLE {
+                if let Some(s) = rec.sample() {
+                    let before = stacks.frames.len();
+                    let fixed = info.attr(span.tag as u16).map_or(1, |a| a.fixed_period());
+                    self.sample(&s, fixed, span.start, span.tag as u16, &mut stacks);
+                    samples += 1;
+                    frames += (stacks.frames.len() - before) as u64;
+                }
+            } else {
+                self.observe(&rec, e);
+                if RecordType(span.kind) == RecordType::FORK {
+                    if let Some(t) = rec.task().filter(|t| t.pid != t.ppid) {
+                        self.forked(t.pid, &mut stacks);
+                    }
+                }
+            }
+        }
+        self.samples.add(samples);
+        self.frames.add(frames);
+        self.frames_per_record = stacks.frames.len().div_ceil(records.max(1));
+        // Spans are usually in buffer order; a stage before may have appended records.
+        if !stacks.samples.is_sorted_by_key(|s| s.start) {
+            stacks.samples.sort_by_key(|s| s.start);
+        }
+        self.held_bytes += batch.data.len();
+        self.held.push_back((batch, stacks, self.rounds));
+        self.release_due(out, false);
+        Ok(Flow::Continue)
+    }
+
+    fn flush(&mut self, out: &mut Out<'_>) -> Result<(), StageError> {
+        self.release_due(out, true);
+        Ok(())
+    }
+
+    fn tick_interval(&self) -> Option<std::time::Duration> {
+        self.dump.as_ref().map(|_| TICK)
+    }
+
+    fn tick(&mut self, out: &mut Out<'_>) -> Result<Flow, StageError> {
+        if let Some(d) = &self.dump {
+            if d.swap(false, std::sync::atomic::Ordering::SeqCst) {
+                // What is held goes first, so the snapshot has every sample read so far.
+                self.release_due(out, true);
+                out.push(Batch::default());
+            }
+        }
+        Ok(Flow::Continue)
+    }
+
+    fn counters(&self) -> Vec<(&'static str, Counter)> {
+        let c = self.symbols.counters();
+        vec![
+            ("samples", self.samples.clone()),
+            ("frames", self.frames.clone()),
+            ("samples_without_ip", self.no_ip.clone()),
+            ("callchains_corrupt", self.corrupt.clone()),
+            ("frames_mapped_late", self.late_maps.clone()),
+            ("frames_unmapped", self.unmapped_frames.clone()),
+            ("dsos_loaded", c.dsos_loaded.clone()),
+            ("dsos_missing", c.dsos_missing.clone()),
+            ("dsos_stripped", c.dsos_stripped.clone()),
+            ("addresses_unresolved", c.unresolved.clone()),
+        ]
+    }
+}
+
+impl Symbolize {
+    /// Stacks with room for `samples` samples and `frames` frames.
+    fn empty_stacks(&self, samples: usize, frames: usize) -> Stacks {
+        Stacks {
+            symbols: self.symbols.clone(),
+            dsos: self.dsos.clone(),
+            table: self.frames_by_key.table.clone(),
+            host_kernel: true,
+            samples: Vec::with_capacity(samples),
+            frames: Vec::with_capacity(frames),
+            pending: Vec::new(),
+        }
+    }
+}
+
+/// How the command line offers the stage: `--symbolize [OPTIONS]`, and `--inline` (an option of
+/// whichever `symbolize` the chain has, also of the one a profile output adds).
+pub const SPEC: StageSpec = StageSpec {
+    name: "symbolize",
+    help: "resolve each sample's ip and callchain to (dso, function, offset) for the profile outputs (-o FILE.folded, FILE.svg); symbol tables load in the background",
+    flags: &[
+        Flag::stage_options(
+            "symbolize",
+            "resolve frames to functions (added by itself before a profile output)",
+        ),
+        Flag {
+            name: "inline",
+            help: "inlined functions as frames of their own, from DWARF (like perf script --inline)",
+            value: FlagValue::None,
+            set: &[("inline", "yes")],
+            adds_stage: false,
+        },
+    ],
+    options: &[
+        StageOption {
+            key: "inline",
+            kind: Kind::Switch,
+            help: "inlined functions as frames of their own, from DWARF",
+        },
+        StageOption {
+            key: "demangle",
+            kind: Kind::Switch,
+            help: "demangle C++ and Rust names (default yes)",
+        },
+        StageOption {
+            key: "kernel",
+            kind: Kind::Choice(&["auto", "yes", "no"]),
+            help: "name kernel frames from this host's /proc/kallsyms: auto (unless the stream's hostname or kernel release names another host), yes or no",
+        },
+        StageOption {
+            key: "unmapped",
+            kind: Kind::Choice(&["keep", "merge"]),
+            help: "user addresses no map covers: keep (a frame each, by address and process; default) or merge (one [unknown] frame; what folded stacks and flame graphs without --addrs set)",
+        },
+    ],
+    build: build_stage,
+    needs: &["decompress"],
+};
+
+fn build_stage(ctx: &BuildCtx, o: &Options) -> Result<Box<dyn Stage>, perfpipe_core::StageError> {
+    let pool = ctx.workers.pool()?;
+    let mut stage = SymbolizeConfig::from_options(o).build(Some(pool));
+    stage.dump = Some(ctx.requests.subscribe(perfpipe_core::DUMP));
+    Ok(Box::new(stage))
+}

@@ -1,0 +1,680 @@
+//! [`Symbols`]: the symbol tables of the dsos a stream maps, loaded once each on the worker pool
+//! as soon as their first MMAP arrives, and the lookups of addresses in them.
+//!
+//! The rules are perf 6.1's (`tools/perf/util/symbol.c`, `symbol-elf.c`), so that names equal
+//! `perf script`'s; `docs/symbolization.md` lists them with what perf prints.
+//!
+//! - **ELF dsos** ([`elf`]): `.symtab` from the first of perf's candidate files (debuglink,
+//!   `/usr/lib/debug/PATH[.debug]`, `/usr/lib/debug/.build-id/xx/rest.debug`, the file), else
+//!   `.dynsym`, else MiniDebugInfo; `name@plt`; a table per build id (else per path), loaded
+//!   once on the pool; lookups by file offset ([`Query::rel`]).
+//! - **Kernel**: `/proc/kallsyms` (modules as `[name]`), once, when `host_kernel`.
+//! - **JIT**: `/tmp/perf-PID.map` for anonymous memory, read at the first lookup (the JIT
+//!   appends to it while the recording runs).
+//! - **`[vdso]`**: the vdso image of this process (the host's, as the recording's when it is of
+//!   this host).
+//!
+//! A lookup is a binary search; names are demangled on first use and shared (`Arc<str>`).
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, OnceLock, RwLock};
+
+use perfpipe_core::Counter;
+
+use elf::Loaded;
+use perfpipe_stream::model::machine::DsoId;
+use table::Table;
+
+mod demangle;
+mod elf;
+pub mod table;
+#[cfg(test)]
+mod tests;
+
+/// How names are resolved.
+#[derive(Clone, Debug)]
+pub struct SymbolsConfig {
+    /// Expand inlined functions from DWARF (`--inline`).
+    pub inline: bool,
+    /// Demangle C++ and Rust names.
+    pub demangle: bool,
+    /// Kernel symbols from this host's `/proc/kallsyms` (the recording is of this host); otherwise
+    /// kernel frames are `[unknown]` in `[kernel.kallsyms]`.
+    pub host_kernel: bool,
+    /// Where separate debug files are looked up (`/usr/lib/debug`).
+    pub debug_dirs: Vec<PathBuf>,
+    /// Read MiniDebugInfo (`.gnu_debugdata`) of files with no `.symtab` and no debug file. perf
+    /// 6.1 does not (it came in a later perf); Debian ships none, so this changes nothing there.
+    pub minidebuginfo: bool,
+    /// Where `/proc/kallsyms` is read from (a fixture in tests).
+    pub kallsyms: PathBuf,
+    /// Where JIT maps are: `{tmp}/perf-PID.map`.
+    pub perf_map_dir: PathBuf,
+}
+
+impl Default for SymbolsConfig {
+    fn default() -> SymbolsConfig {
+        SymbolsConfig {
+            inline: false,
+            demangle: true,
+            host_kernel: true,
+            debug_dirs: vec![PathBuf::from("/usr/lib/debug")],
+            minidebuginfo: true,
+            kallsyms: PathBuf::from("/proc/kallsyms"),
+            perf_map_dir: PathBuf::from("/tmp"),
+        }
+    }
+}
+
+/// A dso as the stream names it.
+#[derive(Clone, Copy, Debug)]
+pub struct DsoDesc<'a> {
+    /// The file name from the MMAP (`[kernel.kallsyms]`, `[vdso]`, `//anon`, a path, a module).
+    pub name: &'a [u8],
+    /// Its build id, when the stream or the file gave one.
+    pub build_id: Option<&'a [u8]>,
+    /// Mapped by a kernel map.
+    pub kernel: bool,
+    /// A process that maps it (for `/proc/PID/root/…` and `/tmp/perf-PID.map`).
+    pub pid: u32,
+}
+
+/// What kind of code a frame is in.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum FrameKind {
+    /// User code in a file.
+    User,
+    /// The kernel or a module.
+    Kernel,
+    /// JIT code named by `/tmp/perf-PID.map`.
+    Jit,
+}
+
+/// One resolved frame (a function, or an inlined function inside it).
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Resolved {
+    /// The function name, demangled; `None` when no symbol covers the address (perf's
+    /// `[unknown]`).
+    pub name: Option<Arc<str>>,
+    /// Address minus the symbol's start.
+    pub offset: u64,
+    /// The dso's name as perf shows it (`/usr/lib/x86_64-linux-gnu/libc.so.6`,
+    /// `[kernel.kallsyms]`, `[xfs]`, `[unknown]`).
+    pub dso: Arc<str>,
+    /// Kernel, user or JIT code.
+    pub kind: FrameKind,
+    /// An inlined function (the frames of one address are pushed innermost first, the last is
+    /// the real function).
+    pub inlined: bool,
+}
+
+/// One address to resolve: its dso (if the machine model mapped it), the raw address and the
+/// file-relative address (`ip - map.start + map.pgoff`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Query {
+    /// The dso, or `None` for an address no map covers.
+    pub dso: Option<DsoId>,
+    /// The process.
+    pub pid: u32,
+    /// The address as sampled.
+    pub ip: u64,
+    /// `ip - map.start + map.pgoff` (the file offset).
+    pub rel: u64,
+    /// The sample's cpumode for this frame was kernel.
+    pub kernel: bool,
+}
+
+/// Counters for `--stats`.
+#[derive(Clone, Debug, Default)]
+pub struct SymbolCounters {
+    /// Dsos whose symbols were loaded.
+    pub dsos_loaded: Counter,
+    /// Dsos whose file could not be opened.
+    pub dsos_missing: Counter,
+    /// Dsos with no symbols at all (stripped).
+    pub dsos_stripped: Counter,
+    /// Addresses no symbol covers.
+    pub unresolved: Counter,
+}
+
+/// The symbol tables of one stream's dsos. Shared (`Arc`) by the stage that sees the MMAPs and the
+/// sinks that resolve addresses.
+#[derive(Debug)]
+pub struct Symbols {
+    config: SymbolsConfig,
+    counters: SymbolCounters,
+    pool: Option<Arc<rayon::ThreadPool>>,
+    /// By [`DsoId`]: what the dso is, and its table's slot.
+    dsos: RwLock<Vec<Option<Arc<Entry>>>>,
+    /// Tables by build id (hex) or path: one load per file.
+    by_key: Mutex<HashMap<String, Arc<Slot>>>,
+    kallsyms: Arc<OnceLock<Table>>,
+    /// A kallsyms load was handed to the pool (so a hundred module MMAPs spawn one job).
+    kallsyms_started: std::sync::atomic::AtomicBool,
+    vdso: Arc<Slot>,
+    perf_maps: Mutex<HashMap<u32, Arc<OnceLock<Table>>>>,
+}
+
+/// What a dso is, for naming its frames.
+#[derive(Debug)]
+struct Entry {
+    /// As perf shows it.
+    name: Arc<str>,
+    kind: EntryKind,
+    pid: u32,
+}
+
+#[derive(Debug)]
+enum EntryKind {
+    Elf(Arc<Slot>),
+    Kernel,
+    /// Anonymous memory: named by `/tmp/perf-PID.map`.
+    Anon,
+    Vdso,
+    /// A map with no file (`[vsyscall]`, `[uprobes]`).
+    NoFile,
+}
+
+/// One file's table, loaded at most once (by whoever gets there first: the pool, or a lookup
+/// that cannot wait), and its DWARF for `--inline`.
+#[derive(Debug, Default)]
+struct Slot {
+    spec: Spec,
+    loaded: OnceLock<Loaded>,
+    dwarf: OnceLock<Option<Mutex<Dwarf>>>,
+}
+
+#[derive(Debug, Default, Clone)]
+struct Spec {
+    name: PathBuf,
+    open: PathBuf,
+    build_id: Option<Vec<u8>>,
+    vdso: bool,
+}
+
+type Reader = gimli::EndianArcSlice<gimli::RunTimeEndian>;
+
+struct Dwarf(addr2line::Context<Reader>);
+
+impl std::fmt::Debug for Dwarf {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Dwarf")
+    }
+}
+
+/// How perf 6.1 classes a map by its file name (`map__new`: `is_anon_memory`,
+/// `is_no_dso_memory`, `is_vdso_map`), plus `[anon:…]` and `/memfd:` maps, which JITs use.
+fn classify(name: &[u8]) -> &'static str {
+    let anon = name == b"//anon"
+        || name.starts_with(b"/dev/zero")
+        || name.starts_with(b"/anon_hugepage")
+        || name.starts_with(b"[stack")
+        || name.starts_with(b"/SYSV")
+        || name == b"[heap]"
+        || name.starts_with(b"/tmp/perf-");
+    if anon {
+        "anon"
+    } else if name.starts_with(b"[anon") || name.starts_with(b"/memfd:") {
+        // perf 6.1 shows these under their own names (and cannot name their code); we keep the
+        // name and still look the JIT's map up.
+        "anon-named"
+    } else if name == b"[vdso]" {
+        "vdso"
+    } else if name.starts_with(b"[") || name.is_empty() {
+        "nofile"
+    } else {
+        "file"
+    }
+}
+
+/// A kernel dso's name as perf shows it: `[kernel.kallsyms]`, or `[xfs]` for
+/// `/lib/modules/…/xfs.ko.xz` (`kmod_path__parse`: the base name without `.ko…`, `-` as `_`).
+pub fn kernel_dso_name(name: &[u8]) -> String {
+    let s = String::from_utf8_lossy(name);
+    if s.starts_with('[') || s.is_empty() {
+        return if s.is_empty() {
+            "[kernel.kallsyms]".into()
+        } else {
+            s.into_owned()
+        };
+    }
+    let base = s.rsplit('/').next().unwrap_or(&s);
+    match base.find(".ko") {
+        Some(i) => format!("[{}]", base[..i].replace('-', "_")),
+        None => "[kernel.kallsyms]".into(),
+    }
+}
+
+impl Symbols {
+    /// Symbols resolved as `config` says, loading on `pool` (inline when `None`).
+    pub fn new(config: SymbolsConfig, pool: Option<Arc<rayon::ThreadPool>>) -> Symbols {
+        let vdso = Arc::new(Slot {
+            spec: Spec {
+                vdso: true,
+                ..Spec::default()
+            },
+            ..Slot::default()
+        });
+        Symbols {
+            config,
+            counters: SymbolCounters::default(),
+            pool,
+            dsos: RwLock::default(),
+            by_key: Mutex::default(),
+            kallsyms: Arc::default(),
+            kallsyms_started: Default::default(),
+            vdso,
+            perf_maps: Mutex::default(),
+        }
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &SymbolsConfig {
+        &self.config
+    }
+
+    /// Starts loading `id`'s table in the background; later calls for the same id do nothing.
+    pub fn prefetch(&self, id: DsoId, dso: DsoDesc<'_>) {
+        let i = id.0 as usize;
+        {
+            let v = self.dsos.read().unwrap_or_else(|e| e.into_inner());
+            if v.get(i).is_some_and(Option::is_some) {
+                return;
+            }
+        }
+        let (entry, job) = self.entry(&dso);
+        {
+            let mut v = self.dsos.write().unwrap_or_else(|e| e.into_inner());
+            if v.len() <= i {
+                v.resize(i + 1, None);
+            }
+            if v[i].is_some() {
+                return;
+            }
+            v[i] = Some(Arc::new(entry));
+        }
+        if let Some(job) = job {
+            match &self.pool {
+                Some(p) => p.spawn(job),
+                None => job(),
+            }
+        }
+    }
+
+    /// The entry for a new dso and, when its table is not loaded or loading, the job to load it.
+    fn entry(&self, dso: &DsoDesc<'_>) -> (Entry, Option<Box<dyn FnOnce() + Send>>) {
+        let class = classify(dso.name);
+        let shown = String::from_utf8_lossy(dso.name);
+        if dso.kernel {
+            let job = self.kallsyms_job();
+            let e = Entry {
+                name: Arc::from(kernel_dso_name(dso.name)),
+                kind: EntryKind::Kernel,
+                pid: dso.pid,
+            };
+            return (e, job);
+        }
+        let (kind, name, job) = match class {
+            "anon" => (
+                EntryKind::Anon,
+                format!("/tmp/perf-{}.map", dso.pid),
+                None::<Box<dyn FnOnce() + Send>>,
+            ),
+            "anon-named" => (EntryKind::Anon, shown.into_owned(), None),
+            "vdso" => {
+                let slot = self.vdso.clone();
+                let c = self.config.clone();
+                let k = self.counters.clone();
+                let job: Box<dyn FnOnce() + Send> = Box::new(move || {
+                    slot.get(&c, &k);
+                });
+                (EntryKind::Vdso, shown.into_owned(), Some(job))
+            }
+            "nofile" => (EntryKind::NoFile, shown.into_owned(), None),
+            _ => {
+                let name = PathBuf::from(
+                    <std::ffi::OsStr as std::os::unix::ffi::OsStrExt>::from_bytes(dso.name),
+                );
+                let proc_path = Path::new("/proc")
+                    .join(dso.pid.to_string())
+                    .join("root")
+                    .join(name.strip_prefix("/").unwrap_or(&name));
+                let open = if dso.pid != u32::MAX && dso.pid != 0 && proc_path.is_file() {
+                    proc_path
+                } else {
+                    name.clone()
+                };
+                let key = match dso.build_id {
+                    Some(b) if !b.is_empty() => b.iter().map(|b| format!("{b:02x}")).collect(),
+                    _ => format!("path:{}", open.display()),
+                };
+                let mut map = self.by_key.lock().unwrap_or_else(|e| e.into_inner());
+                let (slot, new) = match map.get(&key) {
+                    Some(s) => (s.clone(), false),
+                    None => {
+                        let s = Arc::new(Slot {
+                            spec: Spec {
+                                name,
+                                open,
+                                build_id: dso.build_id.map(<[u8]>::to_vec),
+                                vdso: false,
+                            },
+                            ..Slot::default()
+                        });
+                        map.insert(key, s.clone());
+                        (s, true)
+                    }
+                };
+                drop(map);
+                let job = new.then(|| {
+                    let slot = slot.clone();
+                    let c = self.config.clone();
+                    let k = self.counters.clone();
+                    Box::new(move || {
+                        slot.get(&c, &k);
+                    }) as Box<dyn FnOnce() + Send>
+                });
+                (EntryKind::Elf(slot), shown.into_owned(), job)
+            }
+        };
+        (
+            Entry {
+                name: Arc::from(name),
+                kind,
+                pid: dso.pid,
+            },
+            job,
+        )
+    }
+
+    fn kallsyms_job(&self) -> Option<Box<dyn FnOnce() + Send>> {
+        if !self.config.host_kernel
+            || self
+                .kallsyms_started
+                .swap(true, std::sync::atomic::Ordering::Relaxed)
+        {
+            return None;
+        }
+        let k = self.kallsyms.clone();
+        let path = self.config.kallsyms.clone();
+        Some(Box::new(move || {
+            k.get_or_init(|| load_kallsyms(&path));
+        }))
+    }
+
+    fn kallsyms(&self) -> &Table {
+        self.kallsyms
+            .get_or_init(|| load_kallsyms(&self.config.kallsyms))
+    }
+
+    fn perf_map(&self, pid: u32) -> Arc<OnceLock<Table>> {
+        let m = self
+            .perf_maps
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .entry(pid)
+            .or_default()
+            .clone();
+        m
+    }
+
+    /// The build id of dso `id`: the stream's, else read from its file (waiting for the file to
+    /// load, as [`Symbols::resolve`] does). None for the kernel, anonymous maps and files
+    /// without one.
+    pub fn build_id(&self, id: DsoId) -> Option<Vec<u8>> {
+        let entry = {
+            let v = self.dsos.read().unwrap_or_else(|e| e.into_inner());
+            v.get(id.0 as usize).cloned().flatten()
+        }?;
+        match &entry.kind {
+            EntryKind::Elf(slot) => slot.get(&self.config, &self.counters).build_id.clone(),
+            EntryKind::Vdso => self.vdso.get(&self.config, &self.counters).build_id.clone(),
+            _ => None,
+        }
+    }
+
+    /// Resolves one address, waiting for its dso's table if it is still loading: pushes its frames
+    /// onto `out`, innermost (inlined) first, the function itself last; always at least one.
+    pub fn resolve(&self, q: &Query, out: &mut Vec<Resolved>) {
+        let entry = q.dso.and_then(|id| {
+            let v = self.dsos.read().unwrap_or_else(|e| e.into_inner());
+            v.get(id.0 as usize).cloned().flatten()
+        });
+        let before = out.len();
+        match entry.as_deref() {
+            None if q.kernel => self.resolve_kernel(q, "[kernel.kallsyms]", out),
+            None => out.push(unknown(q.ip, "[unknown]".into(), FrameKind::User)),
+            Some(e) => match &e.kind {
+                EntryKind::Kernel => self.resolve_kernel(q, &e.name, out),
+                _ if q.kernel => self.resolve_kernel(q, "[kernel.kallsyms]", out),
+                EntryKind::Anon => {
+                    let pid = if e.pid == u32::MAX { q.pid } else { e.pid };
+                    let m = self.perf_map(pid);
+                    let t = m.get_or_init(|| load_perf_map(&self.config.perf_map_dir, pid));
+                    push_hit(t, q.ip, &e.name, FrameKind::Jit, out);
+                }
+                EntryKind::NoFile => out.push(unknown(q.rel, e.name.clone(), FrameKind::User)),
+                EntryKind::Vdso => {
+                    let l = self.vdso.get(&self.config, &self.counters);
+                    push_hit(&l.table, q.rel, &e.name, FrameKind::User, out);
+                }
+                EntryKind::Elf(slot) => {
+                    let l = slot.get(&self.config, &self.counters);
+                    if self.config.inline {
+                        self.inlined(slot, l, q.rel, out);
+                    }
+                    push_hit(&l.table, q.rel, &e.name, FrameKind::User, out);
+                }
+            },
+        }
+        if out.last().is_some_and(|r| r.name.is_none()) && out.len() > before {
+            self.counters.unresolved.add(1);
+        }
+    }
+
+    fn resolve_kernel(&self, q: &Query, dso: &str, out: &mut Vec<Resolved>) {
+        if !self.config.host_kernel {
+            out.push(unknown(q.ip, "[kernel.kallsyms]".into(), FrameKind::Kernel));
+            return;
+        }
+        let t = self.kallsyms();
+        match t.find(q.ip) {
+            Some(h) => out.push(Resolved {
+                name: Some(h.name),
+                offset: q.ip - h.start,
+                dso: t
+                    .modules
+                    .get(h.module as usize)
+                    .cloned()
+                    .unwrap_or_else(|| dso.into()),
+                kind: FrameKind::Kernel,
+                inlined: false,
+            }),
+            None => out.push(unknown(q.ip, dso.into(), FrameKind::Kernel)),
+        }
+    }
+
+    /// Pushes the inlined frames at `rel` (innermost first), named as perf's `new_inline_sym`
+    /// names them: the DWARF linkage name (else the name), demangled.
+    fn inlined(&self, slot: &Slot, l: &Loaded, rel: u64, out: &mut Vec<Resolved>) {
+        let Some(d) = slot.dwarf.get_or_init(|| {
+            let path = l.dwarf.as_ref()?;
+            let src = elf::Src::open(path)?;
+            let secs = elf::dwarf_sections(&src)?;
+            let endian = gimli::RunTimeEndian::Little;
+            let mut map: HashMap<gimli::SectionId, Arc<[u8]>> =
+                secs.into_iter().map(|(k, v)| (k, Arc::from(v))).collect();
+            let dwarf = gimli::Dwarf::load(|id| {
+                let d = map.remove(&id).unwrap_or_else(|| Arc::from(&[][..]));
+                Ok::<_, gimli::Error>(gimli::EndianArcSlice::new(d, endian))
+            })
+            .ok()?;
+            addr2line::Context::from_dwarf(dwarf)
+                .ok()
+                .map(|c| Mutex::new(Dwarf(c)))
+        }) else {
+            return;
+        };
+        let Some(vaddr) = elf::to_vaddr(&l.loads, rel) else {
+            return;
+        };
+        let Some(hit) = l.table.find(rel) else {
+            return;
+        };
+        let ctx = d.lock().unwrap_or_else(|e| e.into_inner());
+        let Ok(mut frames) = ctx.0.find_frames(vaddr).skip_all_loads() else {
+            return;
+        };
+        let mut names = Vec::new();
+        // Bounded: an inline chain deeper than this is a broken file.
+        while let Ok(Some(f)) = frames.next() {
+            if names.len() > 256 {
+                break;
+            }
+            let n = f
+                .function
+                .as_ref()
+                .and_then(|n| n.raw_name().ok().map(|s| s.into_owned()))
+                .unwrap_or_else(|| "??".into());
+            names.push(n);
+        }
+        // The last is the function itself, which the symbol table names.
+        names.pop();
+        for n in names {
+            let shown = if self.config.demangle {
+                demangle::demangle(n.as_bytes()).unwrap_or(n)
+            } else {
+                n
+            };
+            out.push(Resolved {
+                name: Some(Arc::from(shown)),
+                offset: rel - hit.start,
+                dso: Arc::from(slot.spec.name.to_string_lossy().as_ref()),
+                kind: FrameKind::User,
+                inlined: true,
+            });
+        }
+    }
+
+    /// The counters.
+    pub fn counters(&self) -> &SymbolCounters {
+        &self.counters
+    }
+}
+
+impl Slot {
+    /// The loaded table, loading it here if nobody has started (waits if somebody has).
+    fn get(&self, c: &SymbolsConfig, k: &SymbolCounters) -> &Loaded {
+        self.loaded.get_or_init(|| {
+            let l = if self.spec.vdso {
+                load_vdso(c.demangle)
+            } else {
+                elf::load(
+                    &self.spec.name,
+                    &self.spec.open,
+                    self.spec.build_id.as_deref(),
+                    &c.debug_dirs,
+                    c.demangle,
+                    c.minidebuginfo,
+                )
+            };
+            if l.missing {
+                k.dsos_missing.add(1);
+            } else if l.table.is_empty() {
+                k.dsos_stripped.add(1);
+            } else {
+                k.dsos_loaded.add(1);
+            }
+            l
+        })
+    }
+}
+
+fn unknown(offset: u64, dso: Arc<str>, kind: FrameKind) -> Resolved {
+    Resolved {
+        name: None,
+        offset,
+        dso,
+        kind,
+        inlined: false,
+    }
+}
+
+fn push_hit(t: &Table, addr: u64, dso: &Arc<str>, kind: FrameKind, out: &mut Vec<Resolved>) {
+    out.push(match t.find(addr) {
+        Some(h) => Resolved {
+            name: Some(h.name),
+            offset: addr - h.start,
+            dso: dso.clone(),
+            kind,
+            inlined: false,
+        },
+        None => unknown(addr, dso.clone(), kind),
+    });
+}
+
+fn load_kallsyms(path: &Path) -> Table {
+    std::fs::read(path)
+        .map(|t| table::parse_kallsyms(&t))
+        .unwrap_or_default()
+}
+
+fn load_perf_map(dir: &Path, pid: u32) -> Table {
+    let name = format!("perf-{pid}.map");
+    let in_ns = Path::new("/proc")
+        .join(pid.to_string())
+        .join("root")
+        .join(dir.strip_prefix("/").unwrap_or(dir))
+        .join(&name);
+    std::fs::read(&in_ns)
+        .or_else(|_| std::fs::read(dir.join(&name)))
+        .map(|t| table::parse_perf_map(&t))
+        .unwrap_or_default()
+}
+
+/// This process's vdso image (`[vdso]` in `/proc/self/maps`), copied out of memory: the same
+/// image every process of this kernel maps.
+fn load_vdso(demangle: bool) -> Loaded {
+    let Some(bytes) = vdso_image() else {
+        return Loaded {
+            missing: true,
+            ..Loaded::default()
+        };
+    };
+    let src = elf::Src::Mem(bytes);
+    let Some(info) = elf::info(&src) else {
+        return Loaded::default();
+    };
+    let mut b = table::Builder::new(demangle);
+    elf::symbols(&src, !info.symtab, &info.loads, &mut b);
+    b.fixup(false);
+    Loaded {
+        table: b.finish(Vec::new()),
+        loads: info.loads,
+        dwarf: None,
+        missing: false,
+        build_id: info.build_id,
+    }
+}
+
+pub(crate) fn vdso_image() -> Option<Vec<u8>> {
+    let maps = std::fs::read_to_string("/proc/self/maps").ok()?;
+    let line = maps.lines().find(|l| l.ends_with("[vdso]"))?;
+    let range = line.split(' ').next()?;
+    let (a, b) = range.split_once('-')?;
+    let (a, b) = (
+        u64::from_str_radix(a, 16).ok()?,
+        u64::from_str_radix(b, 16).ok()?,
+    );
+    if b <= a || b - a > 1 << 20 {
+        return None;
+    }
+    // The vdso is mapped readable in this process for its whole life; copy it by reading our own
+    // memory through /proc/self/mem (no unsafe, and a failed read is an error, not a fault).
+    use std::os::unix::fs::FileExt;
+    let mem = std::fs::File::open("/proc/self/mem").ok()?;
+    let mut buf = vec![0u8; (b - a) as usize];
+    mem.read_exact_at(&mut buf, a).ok()?;
+    Some(buf)
+}

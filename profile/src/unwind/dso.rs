@@ -1,0 +1,219 @@
+//! Per-dso unwind information: the `.eh_frame`, `.eh_frame_hdr` and `.debug_frame` sections of an
+//! ELF file, read once per dso by positioned reads (never mapped), and turned into a framehop
+//! [`Module`] for each map of the dso with the map's load bias (from the MMAP's address and file
+//! offset and the file's PT_LOAD headers).
+//!
+//! The `[vdso]` is unwound with this process's own vdso image, as perf does (it copies its own vdso
+//! to `/tmp/perf-vdso.so-*`): right when the recording is of this kernel.
+
+use std::fs::File;
+use std::ops::Range;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use framehop::{Module, ModuleSectionInfo};
+use object::read::elf::{ElfFile, FileHeader, ProgramHeader};
+use object::read::ReadCache;
+use object::{Endianness, FileKind, Object, ObjectSection, ReadRef};
+
+/// Section bytes shared by every module made from one dso.
+pub type Bytes = Arc<[u8]>;
+
+/// Most bytes read from one unwind section (bounded work on a hostile file).
+const SECTION_MAX: u64 = 256 << 20;
+
+/// A PT_LOAD: `(p_vaddr, p_offset, p_filesz)`.
+type Load = (u64, u64, u64);
+
+/// What unwinding needs of one ELF file.
+#[derive(Debug, Default, Clone)]
+pub struct UnwindInfo {
+    eh_frame: Option<(Range<u64>, Bytes)>,
+    eh_frame_hdr: Option<(Range<u64>, Bytes)>,
+    debug_frame: Option<Bytes>,
+    text: Option<Range<u64>>,
+    got: Option<Range<u64>>,
+    loads: Vec<Load>,
+}
+
+impl UnwindInfo {
+    /// Whether the file has any unwind section.
+    pub fn has_unwind_info(&self) -> bool {
+        self.eh_frame.is_some() || self.debug_frame.is_some()
+    }
+
+    /// The PT_LOADs: `(p_vaddr, p_offset, p_filesz)`.
+    pub fn loads(&self) -> &[(u64, u64, u64)] {
+        &self.loads
+    }
+
+    /// Bytes held.
+    pub fn bytes(&self) -> usize {
+        self.eh_frame.as_ref().map_or(0, |s| s.1.len())
+            + self.eh_frame_hdr.as_ref().map_or(0, |s| s.1.len())
+            + self.debug_frame.as_ref().map_or(0, |s| s.len())
+    }
+
+    /// The load bias of a map of this file at `start` showing file offset `pgoff`: the address
+    /// minus the file's virtual address there. perf and the dynamic loader map a PT_LOAD from its
+    /// offset rounded down to a page, so the PT_LOAD that starts in that page (else the one
+    /// whose page-rounded file range holds `pgoff`) gives it; without one, offsets and addresses are taken as equal.
+    pub fn base_avma(&self, start: u64, pgoff: u64) -> u64 {
+        // Two PT_LOADs can share a file page (the end of one, the start of the next): the map
+        // starting at that page is of the one that starts there.
+        let load = self
+            .loads
+            .iter()
+            .find(|&&(_, off, _)| off & !0xfff == pgoff)
+            .or_else(|| {
+                self.loads.iter().find(|&&(_, off, filesz)| {
+                    pgoff >= off & !0xfff && pgoff < off.saturating_add(filesz)
+                })
+            });
+        let svma = load.map_or(pgoff, |&(vaddr, off, _)| {
+            vaddr.wrapping_add(pgoff).wrapping_sub(off)
+        });
+        start.wrapping_sub(svma)
+    }
+
+    /// A framehop module for a map `[start, end)` of this file at load bias `base`.
+    pub fn module(&self, name: &str, range: Range<u64>, base: u64) -> Module<Bytes> {
+        Module::new(
+            name.to_string(),
+            range,
+            base,
+            Sections(self.clone(), self.clone()),
+        )
+    }
+}
+
+/// [`UnwindInfo`] as framehop asks for it: it takes each section's data once, and asks for the
+/// ranges after that.
+struct Sections(UnwindInfo, UnwindInfo);
+
+impl ModuleSectionInfo<Bytes> for Sections {
+    fn base_svma(&self) -> u64 {
+        0
+    }
+
+    fn section_svma_range(&mut self, name: &[u8]) -> Option<Range<u64>> {
+        match name {
+            b".eh_frame" => self.1.eh_frame.as_ref().map(|s| s.0.clone()),
+            b".eh_frame_hdr" => self.1.eh_frame_hdr.as_ref().map(|s| s.0.clone()),
+            b".text" => self.1.text.clone(),
+            b".got" => self.1.got.clone(),
+            _ => None,
+        }
+    }
+
+    fn section_data(&mut self, name: &[u8]) -> Option<Bytes> {
+        match name {
+            b".eh_frame" => self.0.eh_frame.take().map(|s| s.1),
+            b".eh_frame_hdr" => self.0.eh_frame_hdr.take().map(|s| s.1),
+            b".debug_frame" => self.0.debug_frame.take(),
+            _ => None,
+        }
+    }
+}
+
+/// Why a dso has no unwind information.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Missing {
+    /// A pseudo map (`//anon`, `[heap]`, JIT code…): nothing to read.
+    Pseudo,
+    /// The file could not be opened.
+    NotFound,
+    /// Not an ELF file this unwinder reads, or one without unwind sections.
+    NoInfo,
+}
+
+/// Names that are not files (perf's `is_no_dso_memory`, anonymous and special maps).
+fn is_pseudo(name: &[u8]) -> bool {
+    name.is_empty()
+        || name.starts_with(b"//")
+        || name.starts_with(b"[") && name != b"[vdso]"
+        || name.starts_with(b"/dev/")
+        || name.starts_with(b"/SYSV")
+        || name.starts_with(b"/memfd:")
+        || name.starts_with(b"/anon_hugepage")
+        || !name.starts_with(b"/") && name != b"[vdso]"
+}
+
+/// Loads the unwind information of the dso `name` mapped in process `pid` (the file is looked for
+/// at its path, then under `/proc/PID/root`).
+pub fn load(name: &[u8], pid: u32) -> Result<UnwindInfo, Missing> {
+    if name == b"[vdso]" {
+        let image = crate::symbols::vdso_image().ok_or(Missing::NotFound)?;
+        return parse(&image[..]).ok_or(Missing::NoInfo);
+    }
+    if is_pseudo(name) {
+        return Err(Missing::Pseudo);
+    }
+    use std::os::unix::ffi::OsStrExt;
+    let path = Path::new(std::ffi::OsStr::from_bytes(name));
+    let file = open(path).or_else(|| {
+        let mut p = PathBuf::from(format!("/proc/{pid}/root"));
+        p.push(path.strip_prefix("/").unwrap_or(path));
+        open(&p)
+    });
+    let file = file.ok_or(Missing::NotFound)?;
+    let cache = ReadCache::new(file);
+    parse(&cache).ok_or(Missing::NoInfo)
+}
+
+fn open(path: &Path) -> Option<File> {
+    let f = File::open(path).ok()?;
+    f.metadata().ok()?.is_file().then_some(f)
+}
+
+/// The unwind information of an ELF image (`None`: not an ELF file, or no unwind sections).
+pub fn parse<'d, R: ReadRef<'d>>(data: R) -> Option<UnwindInfo> {
+    let info = match FileKind::parse(data).ok()? {
+        FileKind::Elf64 => parse_elf::<object::elf::FileHeader64<Endianness>, R>(data)?,
+        _ => return None,
+    };
+    info.has_unwind_info().then_some(info)
+}
+
+fn parse_elf<'d, E: FileHeader<Endian = Endianness>, R: ReadRef<'d>>(
+    data: R,
+) -> Option<UnwindInfo> {
+    let f = ElfFile::<E, R>::parse(data).ok()?;
+    if f.architecture() != object::Architecture::X86_64 {
+        return None;
+    }
+    let endian = f.endian();
+    let loads = f
+        .elf_program_headers()
+        .iter()
+        .filter(|p| p.p_type(endian) == object::elf::PT_LOAD)
+        .map(|p| {
+            (
+                p.p_vaddr(endian).into(),
+                p.p_offset(endian).into(),
+                p.p_filesz(endian).into(),
+            )
+        })
+        .collect();
+    let range = |name: &str| {
+        f.section_by_name(name)
+            .map(|s| s.address()..s.address().saturating_add(s.size()))
+    };
+    let bytes = |name: &str| -> Option<Bytes> {
+        let s = f.section_by_name(name)?;
+        if s.kind() == object::SectionKind::UninitializedData || s.size() > SECTION_MAX {
+            return None;
+        }
+        let d = s.uncompressed_data().ok()?;
+        (!d.is_empty() && d.len() as u64 <= SECTION_MAX).then(|| Bytes::from(&d[..]))
+    };
+    let with_range = |name: &str| Some((range(name)?, bytes(name)?));
+    Some(UnwindInfo {
+        eh_frame: with_range(".eh_frame"),
+        eh_frame_hdr: with_range(".eh_frame_hdr"),
+        debug_frame: bytes(".debug_frame"),
+        text: range(".text"),
+        got: range(".got"),
+        loads,
+    })
+}

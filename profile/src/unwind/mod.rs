@@ -1,0 +1,885 @@
+//! `unwind`: DWARF unwinding in the stream (`--unwind`). Samples recorded with
+//! `perf record --call-graph dwarf` carry the user registers (`PERF_SAMPLE_REGS_USER`) and a copy
+//! of the user stack (`PERF_SAMPLE_STACK_USER`, 8 KiB by default); this stage unwinds that stack
+//! with the `.eh_frame`/`.eh_frame_hdr`/`.debug_frame` of the dsos mapped in the sample's process
+//! (with [`framehop`], samply's unwinder) and writes the sample again as a frame-pointer-style one:
+//! its callchain is the kernel part the kernel recorded, then `PERF_CONTEXT_USER` and the user
+//! frames, and the registers and stack copy are gone. The attr's `sample_type` loses `REGS_USER`
+//! and `STACK_USER` and gains `CALLCHAIN` (the HEADER_ATTR records, which the file-mode writer
+//! turns into the attrs section, and the attr table the batches carry downstream), so perf reads
+//! the output as a `perf record -g` recording, 10–100× smaller.
+//!
+//! - **Frames** are the user ip (from the registers), then each return address minus one, as
+//!   perf's libunwind and libdw unwinders give them (`perf script` prints the same addresses on
+//!   the input and on the output).
+//! - **Address spaces** are the [`Machine`] model (MMAP, MMAP2, FORK, EXIT); a process's framehop
+//!   unwinder is rebuilt when its maps change, lazily, at its next sample. A sample whose ip is in
+//!   no map yet holds the stream up to two rounds (see [`Unwind`]'s `process`). A dso's unwind sections
+//!   are read once (see [`dso`]).
+//! - **Bounded**: at most `max-frames` frames per sample (default 1024), stack reads only inside
+//!   the copy (`dyn_size` bytes of it, clamped to its size), and unwinding stops at a frame in code
+//!   without unwind information. Garbage registers, truncated copies and looping unwind info end
+//!   a sample's walk early; they are counted, never an error.
+//! - **Parallel**: the samples of a batch of at least `parallel-min` (64) samples are unwound on
+//!   the pipeline's worker pool ([`BuildCtx::workers`]), in order; smaller batches, and every
+//!   batch with `parallel=no`, on the stage's thread.
+//!
+//! **Order**: input order; samples are rewritten in place, nothing is added or reordered.
+//! **Buffering**: none beyond the batch. **EOF**: nothing to flush.
+//! Counters: `samples_unwound` (the walk reached the outermost frame), `samples_partial` (it
+//! stopped early; per reason `partial_stack_end`, `partial_no_unwind_info`, `partial_bad_frame`,
+//! `partial_frame_cap`), `samples_no_unwind_info` (the sample's ip is in no dso with unwind
+//! information), `samples_no_user_regs` (kernel threads, 32-bit processes), `samples_malformed`
+//! (dropped: a field runs past the record), `dyn_size_clamped`, `user_frames`, `dsos_loaded`,
+//! `dsos_missing`, `dsos_without_unwind_info`.
+
+pub mod dso;
+pub mod sample;
+#[cfg(test)]
+mod tests;
+
+use std::cell::RefCell;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use framehop::x86_64::{CacheX86_64, UnwindRegsX86_64, UnwinderX86_64};
+use framehop::{Error as WalkError, FrameAddress, Unwinder as _};
+use perfpipe_core::{Batch, Counter, Flow, Out, Stage, StageError};
+use rayon::prelude::*;
+
+use dso::{Bytes, Missing, UnwindInfo};
+use perfpipe_core::spec::{BuildCtx, Flag, Kind, Options, StageOption, StageSpec};
+use perfpipe_stream::format::{
+    misc, Attr, Endian, RecordType, SampleLayout, StreamInfo, EVENT_HEADER_SIZE,
+};
+use perfpipe_stream::model::machine::{Machine, KERNEL_PID};
+use perfpipe_stream::model::IdMap;
+use perfpipe_stream::Error;
+use sample::AttrExtra;
+
+/// How `unwind` appears on the command line: `--unwind [parallel=no,parallel-min=N,max-frames=N]`.
+pub const SPEC: StageSpec = StageSpec {
+    name: "unwind",
+    help: "unwind --call-graph dwarf samples' user stacks into callchains (.eh_frame/.debug_frame) and drop the stack copies",
+    flags: &[Flag::stage_options(
+        "unwind",
+        "unwind --call-graph dwarf samples into callchains and drop their stack copies",
+    )],
+    options: &[
+        StageOption {
+            key: "parallel",
+            kind: Kind::Switch,
+            help: "unwind each batch's samples on the worker pool (default yes; no: on the stage's thread)",
+        },
+        StageOption {
+            key: "parallel-min",
+            kind: Kind::Count,
+            help: "fewest samples in a batch for the pool to unwind them (default 64; fewer: on the stage's thread)",
+        },
+        StageOption {
+            key: "max-frames",
+            kind: Kind::Count,
+            help: "most user frames per sample (default 1024)",
+        },
+    ],
+    build: build_stage,
+    needs: &["decompress"],
+};
+
+fn build_stage(ctx: &BuildCtx, o: &Options) -> Result<Box<dyn Stage>, perfpipe_core::StageError> {
+    let config = UnwindConfig::from_options(o)?;
+    let pool = if config.parallel {
+        Some(ctx.workers.pool()?)
+    } else {
+        None
+    };
+    Ok(Box::new(config.build(pool)))
+}
+
+/// Default of `parallel-min`.
+pub const PARALLEL_MIN: usize = 64;
+
+/// Default of `max-frames`.
+pub const MAX_FRAMES: usize = 1024;
+
+/// Configuration of an `unwind` stage. Plain data; no I/O.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct UnwindConfig {
+    /// Unwind on the worker pool.
+    pub parallel: bool,
+    /// Most user frames per sample.
+    pub max_frames: usize,
+    /// Fewest samples in a batch for the pool to unwind them: handing a batch to the pool costs
+    /// more than unwinding a few samples (see the README's figures).
+    pub parallel_min: usize,
+}
+
+impl Default for UnwindConfig {
+    fn default() -> Self {
+        UnwindConfig {
+            parallel: true,
+            max_frames: MAX_FRAMES,
+            parallel_min: PARALLEL_MIN,
+        }
+    }
+}
+
+impl UnwindConfig {
+    /// The configuration that checked options give.
+    ///
+    /// # Errors
+    /// [`Error::BadOption`] for `max-frames=0`.
+    pub fn from_options(o: &Options) -> Result<UnwindConfig, Error> {
+        let max_frames = match o.count("max-frames") {
+            Some(0) => {
+                return Err(Error::BadOption {
+                    option: "unwind",
+                    message: "max-frames must be at least 1".into(),
+                })
+            }
+            Some(n) => usize::try_from(n).unwrap_or(usize::MAX),
+            None => MAX_FRAMES,
+        };
+        Ok(UnwindConfig {
+            parallel: !o.has("parallel") || o.switch("parallel"),
+            max_frames,
+            parallel_min: o
+                .count("parallel-min")
+                .map_or(PARALLEL_MIN, |n| usize::try_from(n).unwrap_or(usize::MAX)),
+        })
+    }
+
+    /// Builds the stage; samples are unwound on `pool` (on the stage's thread when `None`).
+    pub fn build(&self, pool: Option<Arc<rayon::ThreadPool>>) -> Unwind {
+        Unwind {
+            pool,
+            max_frames: self.max_frames,
+            parallel_min: self.parallel_min.max(2),
+            machine: Machine::new(),
+            dsos: Vec::new(),
+            processes: IdMap::default(),
+            extras: Vec::new(),
+            info_in: None,
+            info_out: None,
+            extras_changed: false,
+            held: Vec::new(),
+            held_bytes: 0,
+            held_rounds: 0,
+            waiting: IdMap::default(),
+            given_up: IdMap::default(),
+            exited: IdMap::default(),
+            parents: IdMap::default(),
+            c: Counters::default(),
+        }
+    }
+}
+
+/// The stage's counters.
+#[derive(Clone, Debug, Default)]
+struct Counters {
+    unwound: Counter,
+    partial: Counter,
+    stack_end: Counter,
+    no_info_later: Counter,
+    bad_frame: Counter,
+    frame_cap: Counter,
+    no_unwind_info: Counter,
+    no_regs: Counter,
+    malformed: Counter,
+    dyn_clamped: Counter,
+    frames: Counter,
+    dsos_loaded: Counter,
+    dsos_missing: Counter,
+    dsos_no_info: Counter,
+    held: Counter,
+}
+
+/// A process's unwinder and the address ranges of its modules with unwind information.
+pub struct Process {
+    unwinder: UnwinderX86_64<Bytes>,
+    /// Sorted, non-overlapping `[start, end)` of maps whose dso has unwind information.
+    covered: Vec<(u64, u64)>,
+}
+
+impl std::fmt::Debug for Process {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Process")
+            .field("covered", &self.covered)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Default for Process {
+    fn default() -> Self {
+        Process::new()
+    }
+}
+
+/// Module adds so far, by every stage (see [`CACHE_EPOCH_ADDS`]).
+static MODULES_ADDED: AtomicU64 = AtomicU64::new(0);
+
+impl Process {
+    /// A process with no maps.
+    pub fn new() -> Process {
+        Process {
+            unwinder: UnwinderX86_64::new(),
+            covered: Vec::new(),
+        }
+    }
+
+    /// Adds a map `[start, end)` of a file with unwind information `info`, at file offset `pgoff`.
+    pub fn add(&mut self, info: &UnwindInfo, name: &str, start: u64, end: u64, pgoff: u64) {
+        if end <= start {
+            return;
+        }
+        let base = info.base_avma(start, pgoff);
+        self.unwinder
+            .add_module(info.module(name, start..end, base));
+        let i = self.covered.partition_point(|r| r.0 < start);
+        self.covered.insert(i, (start, end));
+        if MODULES_ADDED.fetch_add(1, Ordering::Relaxed) % CACHE_EPOCH_ADDS == CACHE_EPOCH_ADDS - 1
+        {
+            CACHE_EPOCH.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    fn covers(&self, addr: u64) -> bool {
+        let i = self.covered.partition_point(|r| r.0 <= addr);
+        i > 0 && addr < self.covered[i - 1].1
+    }
+}
+
+/// How one sample's walk ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Outcome {
+    /// The outermost frame was reached.
+    Complete,
+    /// The stack copy ended (the usual end with 8 KiB copies of deep stacks).
+    StackEnd,
+    /// A frame (after the first) lies in code without unwind information.
+    NoInfoLater,
+    /// The unwinder gave up on a frame (it did not advance, moved backwards, a null return address).
+    BadFrame,
+    /// `max-frames` frames were found.
+    FrameCap,
+    /// The sample's own ip lies in no dso with unwind information: only that frame is written.
+    NoUnwindInfo,
+    /// No usable user registers: no user frames.
+    NoRegs,
+    /// A field runs past the record: the sample is dropped.
+    Malformed,
+}
+
+/// A sample's walk: its new record (none if malformed), how it ended and the user frames written.
+#[derive(Debug)]
+pub struct Walked {
+    /// The rewritten record.
+    pub record: Option<Vec<u8>>,
+    /// How the walk ended.
+    pub outcome: Outcome,
+    /// User frames in the new callchain.
+    pub frames: usize,
+    /// `dyn_size` exceeded the stack copy.
+    pub dyn_clamped: bool,
+}
+
+/// Adds of modules after which the unwind caches are replaced: framehop tells its unwinders apart in
+/// its rule caches by a global 16-bit generation that wraps after 65,536 module adds.
+const CACHE_EPOCH_ADDS: u64 = 30_000;
+static CACHE_EPOCH: AtomicU64 = AtomicU64::new(0);
+
+thread_local! {
+    static CACHE: RefCell<(u64, Option<CacheX86_64>)> = const { RefCell::new((0, None)) };
+}
+
+/// Unwinds and rewrites one sample record.
+pub fn walk(
+    rec: &[u8],
+    e: Endian,
+    layout: &SampleLayout,
+    extra: &AttrExtra,
+    process: Option<&Process>,
+    max_frames: usize,
+) -> Walked {
+    let Some(parts) = sample::parse(rec, e, layout, extra) else {
+        return Walked {
+            record: None,
+            outcome: Outcome::Malformed,
+            frames: 0,
+            dyn_clamped: false,
+        };
+    };
+    let mut frames: Vec<u64> = Vec::new();
+    let outcome = match (parts.regs, process) {
+        (None, _) => Outcome::NoRegs,
+        (Some((ip, _, _)), None) => {
+            frames.push(ip);
+            Outcome::NoUnwindInfo
+        }
+        (Some((ip, _, _)), Some(p)) if !p.covers(ip) => {
+            frames.push(ip);
+            Outcome::NoUnwindInfo
+        }
+        (Some((ip, sp, bp)), Some(p)) => {
+            let stack = &rec[parts.stack.clone()];
+            CACHE.with(|c| {
+                let mut c = c.borrow_mut();
+                let epoch = CACHE_EPOCH.load(Ordering::Relaxed);
+                if c.0 != epoch || c.1.is_none() {
+                    *c = (epoch, Some(CacheX86_64::new()));
+                }
+                let cache = c.1.as_mut().expect("set above");
+                walk_stack(p, ip, sp, bp, stack, e, cache, max_frames, &mut frames)
+            })
+        }
+    };
+    let mut out = Vec::with_capacity(rec.len().min(parts.head.len() + 16 + 8 * frames.len() + 64));
+    let n = sample::rewrite(rec, e, &parts, &frames, &mut out);
+    Walked {
+        record: Some(out),
+        outcome,
+        frames: n,
+        dyn_clamped: parts.dyn_size_clamped,
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+fn walk_stack(
+    p: &Process,
+    ip: u64,
+    sp: u64,
+    bp: u64,
+    stack: &[u8],
+    e: Endian,
+    cache: &mut CacheX86_64,
+    max_frames: usize,
+    frames: &mut Vec<u64>,
+) -> Outcome {
+    let mut read = |addr: u64| -> Result<u64, ()> {
+        let off = usize::try_from(addr.checked_sub(sp).ok_or(())?).map_err(|_| ())?;
+        let b = stack.get(off..off.checked_add(8).ok_or(())?).ok_or(())?;
+        e.u64(b, 0).ok_or(())
+    };
+    let mut it = p
+        .unwinder
+        .iter_frames(ip, UnwindRegsX86_64::new(ip, sp, bp), cache, &mut read);
+    loop {
+        match it.next() {
+            Ok(Some(FrameAddress::InstructionPointer(ip))) => frames.push(ip),
+            Ok(Some(FrameAddress::ReturnAddress(ra))) => {
+                if frames.len() >= max_frames {
+                    return Outcome::FrameCap;
+                }
+                let at = u64::from(ra) - 1;
+                frames.push(at);
+                if !p.covers(at) {
+                    return Outcome::NoInfoLater;
+                }
+            }
+            Ok(None) => return Outcome::Complete,
+            Err(WalkError::CouldNotReadStack(_)) => return Outcome::StackEnd,
+            Err(_) => return Outcome::BadFrame,
+        }
+    }
+}
+
+/// The running `unwind` stage.
+#[derive(Debug)]
+pub struct Unwind {
+    pool: Option<Arc<rayon::ThreadPool>>,
+    max_frames: usize,
+    parallel_min: usize,
+    machine: Machine,
+    /// By [`perfpipe_stream::model::machine::DsoId`]: the dso's unwind information, once looked for.
+    dsos: Vec<Option<Result<UnwindInfo, Missing>>>,
+    /// pid → its unwinder, built at the process's first sample after its maps changed.
+    processes: IdMap<u32, Arc<Process>>,
+    /// By attr index: the attr's extra fields, for attrs whose samples are unwound.
+    extras: Vec<Option<AttrExtra>>,
+    info_in: Option<Arc<StreamInfo>>,
+    info_out: Option<Arc<StreamInfo>>,
+    extras_changed: bool,
+    /// Batches held back (in order) while waiting for the FORKs of `waiting`.
+    held: Vec<Batch>,
+    held_bytes: usize,
+    held_rounds: usize,
+    waiting: IdMap<u32, ()>,
+    /// pid → parent pid, from FORK records, until the EXIT.
+    parents: IdMap<u32, u32>,
+    /// Processes waited for, and how many times (not waited for again after [`MAX_HOLDS`]).
+    given_up: IdMap<u32, u32>,
+    /// The unwinders of waited-for processes as they were at their EXIT, for their samples held
+    /// with it: the process is retired two rounds later, maybe within the hold.
+    exited: IdMap<u32, Arc<Process>>,
+    c: Counters,
+}
+
+/// One sample to unwind: its span's index in the batch, its attr and its process (or its pid,
+/// when the process is looked up after the batches held with it).
+struct Job {
+    span: usize,
+    attr: u16,
+    extra: AttrExtra,
+    pid: Option<u32>,
+    process: Option<Arc<Process>>,
+}
+
+/// A batch after pass one.
+struct Scanned {
+    info: Arc<StreamInfo>,
+    info_out: Arc<StreamInfo>,
+    jobs: Vec<Job>,
+    attrs: Vec<(usize, Vec<u8>)>,
+}
+
+impl Unwind {
+    /// Notes the extra fields of a dwarf attr (its HEADER_ATTR record `rec`); false if the attr
+    /// is not in the stream's table.
+    fn note_attr(&mut self, info: &StreamInfo, attr: &Attr, rec: &[u8]) -> bool {
+        let Some(j) = info.attrs.iter().position(|a| a == attr) else {
+            return false;
+        };
+        if self.extras.len() <= j {
+            self.extras.resize(j + 1, None);
+        }
+        let extra = Some(sample::attr_extra(rec, info.endian));
+        if self.extras[j] != extra {
+            self.extras[j] = extra;
+            self.extras_changed = true;
+        }
+        true
+    }
+
+    /// Pass one over a batch, in stream order: applies its side-band records to the address
+    /// spaces, notes its dwarf attrs and makes a job of each sample to unwind. With `defer`, a
+    /// sample of a process in `defer` gets its process later ([`Unwind::run`]).
+    fn scan(&mut self, batch: &Batch, defer: &IdMap<u32, ()>) -> Option<Scanned> {
+        let info = StreamInfo::shared(batch)?;
+        if info.endian != Endian::Little {
+            // Only x86-64 is unwound; big-endian streams come from other machines.
+            return None;
+        }
+        let e = info.endian;
+        let mut jobs: Vec<Job> = Vec::new();
+        let mut attrs: Vec<(usize, Vec<u8>)> = Vec::new();
+        for (i, span) in batch.spans.iter().enumerate() {
+            let rt = RecordType(span.kind);
+            match rt {
+                RecordType::HEADER_ATTR => {
+                    let rec = batch.bytes(span);
+                    let Ok(attr) = Attr::parse(&rec[EVENT_HEADER_SIZE.min(rec.len())..], e) else {
+                        continue;
+                    };
+                    if !sample::wants_unwinding(attr.sample_type) {
+                        continue;
+                    }
+                    if self.note_attr(&info, &attr, rec) {
+                        attrs.push((i, sample::rewrite_attr(rec, e)));
+                    }
+                }
+                RecordType::SAMPLE => {
+                    let attr = span.tag as u16;
+                    let Some(extra) = self.extras.get(usize::from(attr)).copied().flatten() else {
+                        continue;
+                    };
+                    let pid = info.record(batch, span).sample().and_then(|s| s.pid());
+                    let later = pid.is_some_and(|p| defer.contains_key(&p));
+                    let process = match pid {
+                        Some(pid) if !later => Some(self.process(pid)),
+                        _ => None,
+                    };
+                    jobs.push(Job {
+                        span: i,
+                        attr,
+                        extra,
+                        pid: pid.filter(|_| later),
+                        process,
+                    });
+                }
+                RecordType::MMAP
+                | RecordType::MMAP2
+                | RecordType::FORK
+                | RecordType::EXIT
+                | RecordType::COMM
+                | RecordType::FINISHED_ROUND => {
+                    let rec = info.record(batch, span);
+                    if rt == RecordType::EXIT {
+                        if let Some(t) = rec.task().filter(|t| t.pid == t.tid) {
+                            self.note_exit(t.pid, defer);
+                        }
+                    }
+                    self.machine.apply(&rec);
+                    let changed = match rt {
+                        RecordType::MMAP | RecordType::MMAP2 => {
+                            rec.mmap().map(|m| m.pid).filter(|&p| p != KERNEL_PID)
+                        }
+                        RecordType::FORK => rec.task().filter(|t| t.pid != t.ppid).map(|t| {
+                            self.parents.insert(t.pid, t.ppid);
+                            t.pid
+                        }),
+                        RecordType::EXIT => rec.task().filter(|t| t.pid == t.tid).map(|t| {
+                            self.parents.remove(&t.pid);
+                            t.pid
+                        }),
+                        _ => None,
+                    };
+                    if let Some(pid) = changed {
+                        self.processes.remove(&pid);
+                    }
+                }
+                _ => {}
+            }
+        }
+        let info_out = self.info_out(&info);
+        Some(Scanned {
+            info,
+            info_out,
+            jobs,
+            attrs,
+        })
+    }
+
+    /// Runs batches in order: scans them all, gives the deferred samples the processes as they
+    /// are after the last one, unwinds, rewrites and emits them.
+    fn run(&mut self, batches: Vec<Batch>, defer: &IdMap<u32, ()>, out: &mut Out<'_>) {
+        let mut scanned: Vec<(Batch, Option<Scanned>)> = Vec::with_capacity(batches.len());
+        for b in batches {
+            let s = self.scan(&b, defer);
+            scanned.push((b, s));
+        }
+        for (_, s) in &mut scanned {
+            for job in s.iter_mut().flat_map(|s| s.jobs.iter_mut()) {
+                if let Some(pid) = job.pid.take() {
+                    job.process = Some(match self.exited.get(&pid) {
+                        Some(p) => p.clone(),
+                        None => self.process(pid),
+                    });
+                }
+            }
+        }
+        for (b, s) in scanned {
+            match s {
+                Some(s) => self.finish(b, s, out),
+                None => out.push(b),
+            }
+        }
+    }
+
+    /// Pass two: unwinds the jobs (on the pool), rewrites the samples and attrs, emits the batch.
+    fn finish(&mut self, mut batch: Batch, s: Scanned, out: &mut Out<'_>) {
+        let Scanned {
+            info,
+            info_out,
+            jobs,
+            attrs,
+        } = s;
+        if jobs.is_empty() && attrs.is_empty() {
+            batch.context = Some(info_out);
+            out.push(batch);
+            return;
+        }
+        let (e, max_frames) = (info.endian, self.max_frames);
+        let walked: Vec<Walked> = {
+            let b = &batch;
+            let one = |job: &Job| {
+                let span = &b.spans[job.span];
+                let layout = &info.attrs[usize::from(job.attr)].layout;
+                walk(
+                    b.bytes(span),
+                    e,
+                    layout,
+                    &job.extra,
+                    job.process.as_deref(),
+                    max_frames,
+                )
+            };
+            match &self.pool {
+                Some(pool) if jobs.len() >= self.parallel_min => {
+                    pool.install(|| jobs.par_iter().with_min_len(2).map(one).collect())
+                }
+                _ => jobs.iter().map(one).collect(),
+            }
+        };
+        for w in &walked {
+            self.count(w);
+        }
+        let mut jobs = jobs.iter().zip(walked).peekable();
+        let mut attrs = attrs.into_iter().peekable();
+        let mut ed = batch.edit();
+        let mut i = 0;
+        while ed.next_record().is_some() {
+            if attrs.peek().is_some_and(|(at, _)| *at == i) {
+                let (_, rec) = attrs.next().expect("peeked");
+                ed.replace(&rec);
+            } else if jobs.peek().is_some_and(|(job, _)| job.span == i) {
+                let (_, w) = jobs.next().expect("peeked");
+                match w.record {
+                    Some(rec) => ed.replace(&rec),
+                    None => ed.remove(),
+                }
+            }
+            i += 1;
+        }
+        ed.finish();
+        batch.context = Some(info_out);
+        if batch.spans.is_empty() {
+            out.recycle(batch);
+        } else {
+            out.push(batch);
+        }
+    }
+
+    /// Releases the held batches (see [`Unwind`]'s `process`).
+    fn release(&mut self, out: &mut Out<'_>) {
+        let held = std::mem::take(&mut self.held);
+        self.held_bytes = 0;
+        self.held_rounds = 0;
+        if self.given_up.len() > 1 << 16 {
+            self.given_up.clear();
+        }
+        let waiting = std::mem::take(&mut self.waiting);
+        self.run(held, &waiting, out);
+        self.exited.clear();
+        for pid in waiting.into_keys() {
+            *self.given_up.entry(pid).or_insert(0) += 1;
+        }
+    }
+
+    /// Before the EXIT of `pid`'s main thread is applied: keeps its unwinder if its samples wait.
+    fn note_exit(&mut self, pid: u32, defer: &IdMap<u32, ()>) {
+        if defer.contains_key(&pid) && !self.exited.contains_key(&pid) {
+            let p = self.process(pid);
+            self.exited.insert(pid, p);
+        }
+    }
+
+    /// The unwinder of process `pid` as its maps are now.
+    fn process(&mut self, pid: u32) -> Arc<Process> {
+        if let Some(p) = self.processes.get(&pid) {
+            return p.clone();
+        }
+        let mut p = Process::new();
+        let mut maps: Vec<_> = self.machine.maps(pid).to_vec();
+        if maps.is_empty() {
+            // A FORK that came before its parent's maps (records are ordered by time only across
+            // rounds) copied nothing: the child has its parent's maps as they are now.
+            if let Some(parent) = self.parents.get(&pid) {
+                maps = self.machine.maps(*parent).to_vec();
+            }
+        }
+        for map in maps {
+            let i = map.dso.0 as usize;
+            if self.dsos.len() <= i {
+                self.dsos.resize_with(i + 1, || None);
+            }
+            if self.dsos[i].is_none() {
+                let name = &self.machine.dso(map.dso).name;
+                let loaded = dso::load(name, pid);
+                match &loaded {
+                    Ok(_) => self.c.dsos_loaded.add(1),
+                    Err(Missing::NotFound) => self.c.dsos_missing.add(1),
+                    Err(Missing::NoInfo) => self.c.dsos_no_info.add(1),
+                    Err(Missing::Pseudo) => {}
+                }
+                self.dsos[i] = Some(loaded);
+            }
+            let Some(Ok(info)) = &self.dsos[i] else {
+                continue;
+            };
+            let name = String::from_utf8_lossy(&self.machine.dso(map.dso).name);
+            p.add(info, &name, map.start, map.end, map.pgoff);
+        }
+        let p = Arc::new(p);
+        self.processes.insert(pid, p.clone());
+        p
+    }
+
+    /// The stream info for downstream: the attrs of unwound samples rewritten.
+    fn info_out(&mut self, info: &Arc<StreamInfo>) -> Arc<StreamInfo> {
+        let same = self.info_in.as_ref().is_some_and(|i| Arc::ptr_eq(i, info));
+        if same && !self.extras_changed {
+            if let Some(o) = &self.info_out {
+                return o.clone();
+            }
+        }
+        let mut out = StreamInfo::clone(info);
+        for (j, attr) in out.attrs.iter_mut().enumerate() {
+            if self.extras.get(j).copied().flatten().is_some() {
+                unwound_attr(attr);
+            }
+        }
+        let out = Arc::new(out);
+        self.info_in = Some(info.clone());
+        self.info_out = Some(out.clone());
+        self.extras_changed = false;
+        out
+    }
+
+    fn count(&self, w: &Walked) {
+        let c = &self.c;
+        match w.outcome {
+            Outcome::Complete => c.unwound.add(1),
+            Outcome::StackEnd => c.stack_end.add(1),
+            Outcome::NoInfoLater => c.no_info_later.add(1),
+            Outcome::BadFrame => c.bad_frame.add(1),
+            Outcome::FrameCap => c.frame_cap.add(1),
+            Outcome::NoUnwindInfo => c.no_unwind_info.add(1),
+            Outcome::NoRegs => c.no_regs.add(1),
+            Outcome::Malformed => c.malformed.add(1),
+        }
+        if matches!(
+            w.outcome,
+            Outcome::StackEnd | Outcome::NoInfoLater | Outcome::BadFrame | Outcome::FrameCap
+        ) {
+            c.partial.add(1);
+        }
+        if w.dyn_clamped {
+            c.dyn_clamped.add(1);
+        }
+        c.frames.add(w.frames as u64);
+    }
+}
+
+/// An attr as it is after its samples are unwound.
+pub fn unwound_attr(attr: &mut Attr) {
+    attr.sample_type = sample::unwound_type(attr.sample_type);
+    attr.flags = sample::unwound_flags(attr.flags);
+    attr.layout = SampleLayout::new(attr.sample_type, attr.read_format, attr.sample_id_all());
+}
+
+/// Times the batches are held for one process at most.
+const MAX_HOLDS: u32 = 4;
+
+/// Most bytes of batches held back waiting for the FORK of a process whose samples came first.
+pub const HOLD_MAX_BYTES: usize = 32 << 20;
+
+/// The pids of `batch`'s unwound samples with user registers whose user ip is in no map of their
+/// process yet, nor of an MMAP before them in the batch, and which no FORK before them in the
+/// batch introduces (nor were waited for [`MAX_HOLDS`] times before, `given_up`).
+fn unknown_pids(
+    machine: &Machine,
+    info: &StreamInfo,
+    batch: &Batch,
+    extras: &[Option<AttrExtra>],
+    given_up: &IdMap<u32, u32>,
+) -> Vec<u32> {
+    let mut forked = Vec::new();
+    let mut mapped: Vec<(u32, u64, u64)> = Vec::new();
+    let mut unknown = Vec::new();
+    for span in &batch.spans {
+        let rec = info.record(batch, span);
+        match RecordType(span.kind) {
+            RecordType::FORK => forked.extend(rec.task().map(|t| t.pid)),
+            RecordType::MMAP | RecordType::MMAP2 => mapped.extend(
+                rec.mmap()
+                    .map(|m| (m.pid, m.addr, m.addr.saturating_add(m.len))),
+            ),
+            RecordType::SAMPLE => {
+                let (Some(attr), Some(Some(extra))) = (
+                    info.attrs.get(span.tag as usize),
+                    extras.get(span.tag as usize),
+                ) else {
+                    continue;
+                };
+                let Some(pid) = rec.sample().and_then(|s| s.pid()) else {
+                    continue;
+                };
+                if forked.contains(&pid)
+                    || unknown.contains(&pid)
+                    || given_up.get(&pid).is_some_and(|&n| n >= MAX_HOLDS)
+                {
+                    continue;
+                }
+                let bytes = batch.bytes(span);
+                let ip = sample::parse(bytes, info.endian, &attr.layout, extra)
+                    .and_then(|p| p.regs)
+                    .map(|r| r.0);
+                let Some(ip) = ip else { continue };
+                let known = machine.find(pid, misc::USER, ip).is_some()
+                    || mapped
+                        .iter()
+                        .any(|&(p, start, end)| p == pid && (start..end).contains(&ip));
+                if !known {
+                    unknown.push(pid);
+                }
+            }
+            _ => {}
+        }
+    }
+    unknown
+}
+
+impl Stage for Unwind {
+    /// A batch with a sample whose ip is in no map of its process yet (its FORK, its own or its
+    /// parent's maps come later in the stream: records are ordered by time only across rounds)
+    /// is held, with
+    /// the batches after it, until two FINISHED_ROUNDs have passed or [`HOLD_MAX_BYTES`] are
+    /// held; then they run together, and those samples are unwound with their process as it is
+    /// at the end, or at its EXIT if that is in the hold (a child with no maps of its own has its
+    /// parent's).
+    fn process(&mut self, batch: Batch, out: &mut Out<'_>) -> Result<Flow, StageError> {
+        let Some(info) = StreamInfo::of(&batch) else {
+            out.push(batch);
+            return Ok(Flow::Continue);
+        };
+        if self.held.is_empty() {
+            for span in batch
+                .spans
+                .iter()
+                .filter(|s| s.kind == RecordType::HEADER_ATTR.0)
+            {
+                let rec = batch.bytes(span);
+                if let Ok(attr) = Attr::parse(&rec[EVENT_HEADER_SIZE.min(rec.len())..], info.endian)
+                {
+                    if sample::wants_unwinding(attr.sample_type) {
+                        self.note_attr(info, &attr, rec);
+                    }
+                }
+            }
+            let unknown = unknown_pids(&self.machine, info, &batch, &self.extras, &self.given_up);
+            if unknown.is_empty() {
+                self.run(vec![batch], &IdMap::default(), out);
+                return Ok(Flow::Continue);
+            }
+            self.waiting.extend(unknown.into_iter().map(|p| (p, ())));
+            self.c.held.add(1);
+        }
+        self.held_rounds += batch
+            .spans
+            .iter()
+            .filter(|s| s.kind == RecordType::FINISHED_ROUND.0)
+            .count();
+        self.held_bytes += batch.data.len();
+        self.held.push(batch);
+        if self.held_rounds >= 2 || self.held_bytes > HOLD_MAX_BYTES {
+            self.release(out);
+        }
+        Ok(Flow::Continue)
+    }
+
+    fn flush(&mut self, out: &mut Out<'_>) -> Result<(), StageError> {
+        self.release(out);
+        Ok(())
+    }
+
+    fn counters(&self) -> Vec<(&'static str, Counter)> {
+        let c = &self.c;
+        vec![
+            ("samples_unwound", c.unwound.clone()),
+            ("samples_partial", c.partial.clone()),
+            ("partial_stack_end", c.stack_end.clone()),
+            ("partial_no_unwind_info", c.no_info_later.clone()),
+            ("partial_bad_frame", c.bad_frame.clone()),
+            ("partial_frame_cap", c.frame_cap.clone()),
+            ("samples_no_unwind_info", c.no_unwind_info.clone()),
+            ("samples_no_user_regs", c.no_regs.clone()),
+            ("samples_malformed", c.malformed.clone()),
+            ("dyn_size_clamped", c.dyn_clamped.clone()),
+            ("user_frames", c.frames.clone()),
+            ("dsos_loaded", c.dsos_loaded.clone()),
+            ("dsos_missing", c.dsos_missing.clone()),
+            ("dsos_without_unwind_info", c.dsos_no_info.clone()),
+            ("batches_held_for_maps", c.held.clone()),
+        ]
+    }
+}

@@ -1,0 +1,675 @@
+//! Unit tests of the `unwind` stage: the attr and sample rewrites, and walks over real unwind
+//! information (this test binary's own `.eh_frame`) with stacks built to end each way a walk can:
+//! complete, at the end of the copy, at the frame cap (unwind information that loops), on garbage
+//! registers and stacks, on `dyn_size` past the copy, on truncated records.
+
+use std::path::PathBuf;
+
+use object::{Object, ObjectSymbol, SymbolKind};
+use perfpipe_core::{harness, Batch};
+
+use super::dso::{self, UnwindInfo};
+use super::sample::{self, AttrExtra, REGS_ABI_64, REGS_USER, STACK_USER};
+use super::*;
+use perfpipe_stream::decode::DecodeConfig;
+use perfpipe_stream::format::build::{self as fbuild, RecordWriter};
+use perfpipe_stream::format::{
+    context, misc, sample as st, Attr, Endian, Record, RecordType, PIPE_MAGIC,
+};
+
+const E: Endian = Endian::Little;
+/// AX, BP, SP, IP: the registers in sample order are AX, BP, SP, IP.
+const MASK: u64 = 1 << 0 | 1 << 6 | 1 << 7 | 1 << 8;
+const TYPE: u64 = st::IP | st::TID | st::TIME | st::CALLCHAIN | REGS_USER | STACK_USER;
+const PID: u32 = 77;
+const SP: u64 = 0x7ffd_0000_1000;
+
+fn attr_body(sample_type: u64) -> Vec<u8> {
+    let mut a = vec![0u8; 128];
+    a[4..8].copy_from_slice(&128u32.to_le_bytes());
+    a[24..32].copy_from_slice(&sample_type.to_le_bytes());
+    let flags = perfpipe_stream::format::flag::SAMPLE_ID_ALL | sample::EXCLUDE_CALLCHAIN_USER;
+    a[40..48].copy_from_slice(&flags.to_le_bytes());
+    a[80..88].copy_from_slice(&MASK.to_le_bytes());
+    a[88..92].copy_from_slice(&8192u32.to_le_bytes());
+    a
+}
+
+fn header_attr(sample_type: u64) -> Vec<u8> {
+    let mut rec = Vec::new();
+    fbuild::header_attr(&mut rec, E, &attr_body(sample_type), &[1, 2]);
+    rec
+}
+
+struct S<'a> {
+    ip: u64,
+    chain: &'a [u64],
+    abi: u64,
+    regs: (u64, u64, u64),
+    stack: &'a [u8],
+    size: u64,
+    dyn_size: u64,
+}
+
+impl Default for S<'_> {
+    fn default() -> Self {
+        S {
+            ip: 0x1000,
+            chain: &[context::KERNEL, 0xffff_ffff_8100_0000],
+            abi: REGS_ABI_64,
+            regs: (0x1000, SP, 0),
+            stack: &[],
+            size: 0,
+            dyn_size: 0,
+        }
+    }
+}
+
+/// A SAMPLE of [`TYPE`] (the stack copy's size field is `size`, its bytes `stack`, padded).
+fn sample_rec(s: &S<'_>) -> Vec<u8> {
+    let mut rec = Vec::new();
+    let mut w = RecordWriter::new(&mut rec, RecordType::SAMPLE, misc::USER, E);
+    w.u64(s.ip).u32(PID).u32(PID).u64(5);
+    w.u64(s.chain.len() as u64);
+    for &c in s.chain {
+        w.u64(c);
+    }
+    w.u64(s.abi);
+    if s.abi != 0 {
+        let (ip, sp, bp) = s.regs;
+        w.u64(0xaa).u64(bp).u64(sp).u64(ip);
+    }
+    w.u64(s.size);
+    if s.size != 0 {
+        w.bytes(s.stack);
+        w.zeros((s.size as usize).saturating_sub(s.stack.len()));
+        w.u64(s.dyn_size);
+    }
+    w.finish();
+    rec
+}
+
+fn extra() -> AttrExtra {
+    AttrExtra {
+        regs_user: MASK,
+        branch_hw_index: false,
+    }
+}
+
+fn layouts() -> (SampleLayout, Attr) {
+    let attr = Attr::parse(&attr_body(TYPE), E).unwrap();
+    let mut out = attr.clone();
+    unwound_attr(&mut out);
+    (attr.layout, out)
+}
+
+/// The user frames of a rewritten sample, read back through the unwound attr.
+fn user_frames(rec: &[u8], out: &Attr) -> (Vec<u64>, Vec<u64>) {
+    let s = Record::new(rec, E, Some(out)).sample().expect("a sample");
+    let entries: Vec<u64> = s.callchain().expect("a callchain").entries().collect();
+    let at = entries.iter().position(|&x| x == context::USER);
+    match at {
+        Some(i) => (entries[..i].to_vec(), entries[i + 1..].to_vec()),
+        None => (entries, Vec::new()),
+    }
+}
+
+#[test]
+fn attr_rewrite_drops_regs_and_stack_and_keeps_the_rest() {
+    let rec = header_attr(TYPE & !st::CALLCHAIN);
+    let out = sample::rewrite_attr(&rec, E);
+    assert_eq!(out.len(), rec.len());
+    let a = Attr::parse(&out[8..], E).unwrap();
+    assert_eq!(a.sample_type, st::IP | st::TID | st::TIME | st::CALLCHAIN);
+    assert_eq!(a.ids, [1, 2]);
+    assert_eq!(a.flags & sample::EXCLUDE_CALLCHAIN_USER, 0);
+    assert!(a.sample_id_all());
+    assert_eq!(
+        &out[8 + 80..8 + 92],
+        &[0; 12],
+        "sample_regs_user, sample_stack_user"
+    );
+    assert_eq!(sample::attr_extra(&rec, E), extra());
+    // A short (64-byte, version 0) attr has no regs fields: nothing past it is touched.
+    let mut short = Vec::new();
+    fbuild::header_attr(&mut short, E, &attr_body(TYPE)[..64], &[9]);
+    short[8 + 4..8 + 8].copy_from_slice(&64u32.to_le_bytes());
+    let out = sample::rewrite_attr(&short, E);
+    assert_eq!(&out[8 + 64..], &9u64.to_le_bytes());
+}
+
+#[test]
+fn rewrite_keeps_the_kernel_part_and_appends_the_user_frames() {
+    let (layout, out) = layouts();
+    let stack = [7u8; 64];
+    let rec = sample_rec(&S {
+        chain: &[
+            context::KERNEL,
+            0xffff_ffff_8100_0010,
+            context::USER,
+            0x1234,
+        ],
+        stack: &stack,
+        size: 64,
+        dyn_size: 32,
+        ..S::default()
+    });
+    let parts = sample::parse(&rec, E, &layout, &extra()).unwrap();
+    assert_eq!(parts.regs, Some((0x1000, SP, 0)));
+    assert_eq!(parts.stack.len(), 32);
+    assert!(!parts.dyn_size_clamped);
+    let mut new = Vec::new();
+    assert_eq!(
+        sample::rewrite(&rec, E, &parts, &[0x1000, 0x2000], &mut new),
+        2
+    );
+    assert!(new.len() < rec.len());
+    assert_eq!(u16::from_le_bytes([new[6], new[7]]) as usize, new.len());
+    let (kernel, user) = user_frames(&new, &out);
+    assert_eq!(kernel, [context::KERNEL, 0xffff_ffff_8100_0010]);
+    assert_eq!(user, [0x1000, 0x2000]);
+    let s = Record::new(&new, E, Some(&out)).sample().unwrap();
+    assert_eq!(
+        (s.ip(), s.pid(), s.time()),
+        (Some(0x1000), Some(PID), Some(5))
+    );
+    // No user frames: no PERF_CONTEXT_USER either.
+    let mut new = Vec::new();
+    sample::rewrite(&rec, E, &parts, &[], &mut new);
+    assert_eq!(user_frames(&new, &out).0.len(), 2);
+}
+
+/// This test binary's own unwind information, mapped at `BASE`, and a function's entry address.
+struct Own {
+    info: UnwindInfo,
+    process: Process,
+    /// Entry (svma) of a function with unwind information and its size.
+    func: (u64, u64),
+}
+
+const BASE: u64 = 0x5555_0000_0000;
+
+fn own() -> Own {
+    let exe: PathBuf = std::env::current_exe().unwrap();
+    let info = dso::load(exe.as_os_str().as_encoded_bytes(), std::process::id()).unwrap();
+    let data = std::fs::read(&exe).unwrap();
+    let obj = object::File::parse(&*data).unwrap();
+    let func = obj
+        .symbols()
+        .filter(|s| s.kind() == SymbolKind::Text && s.size() >= 64)
+        .find(|s| s.name().is_ok_and(|n| n.contains("unwind")))
+        .map(|s| (s.address(), s.size()))
+        .expect("a function symbol");
+    let &(vaddr, off, filesz) = info
+        .loads()
+        .iter()
+        .find(|&&(v, _, sz)| func.0 >= v && func.0 < v + sz)
+        .expect("the function's PT_LOAD");
+    let mut process = Process::new();
+    process.add(
+        &info,
+        "self",
+        BASE + (vaddr & !0xfff),
+        BASE + vaddr + filesz,
+        off & !0xfff,
+    );
+    Own {
+        info,
+        process,
+        func,
+    }
+}
+
+/// A stack whose every word returns to just after `func`'s entry: at the entry the CFA is
+/// `rsp + 8`, so each frame unwinds to the same rule 8 bytes up — unwind information that loops.
+fn looping_stack(func: u64, bytes: usize) -> Vec<u8> {
+    (0..bytes / 8)
+        .flat_map(|_| (BASE + func + 1).to_le_bytes())
+        .collect()
+}
+
+fn walk_with(o: &Own, s: &S<'_>, max_frames: usize) -> (Walked, Vec<u64>) {
+    let (layout, out) = layouts();
+    let rec = sample_rec(s);
+    let w = walk(&rec, E, &layout, &extra(), Some(&o.process), max_frames);
+    let frames = w
+        .record
+        .as_ref()
+        .map(|r| user_frames(r, &out).1)
+        .unwrap_or_default();
+    (w, frames)
+}
+
+#[test]
+fn module_bias_from_the_pt_loads() {
+    let o = own();
+    assert!(o.info.has_unwind_info());
+    assert!(o.process.covers(BASE + o.func.0));
+    assert!(!o.process.covers(BASE - 1));
+    let &(vaddr, off, _) = o.info.loads().iter().find(|l| l.0 <= o.func.0).unwrap();
+    assert_eq!(
+        o.info.base_avma(BASE + (vaddr & !0xfff), off & !0xfff),
+        BASE
+    );
+}
+
+#[test]
+fn looping_unwind_info_stops_at_the_frame_cap() {
+    let o = own();
+    let ip = BASE + o.func.0;
+    let stack = looping_stack(o.func.0, 65000);
+    let s = S {
+        ip,
+        regs: (ip, SP, 0),
+        stack: &stack,
+        size: 65000,
+        dyn_size: 65000,
+        ..S::default()
+    };
+    let (w, frames) = walk_with(&o, &s, MAX_FRAMES);
+    assert_eq!(w.outcome, Outcome::FrameCap);
+    assert_eq!(frames.len(), MAX_FRAMES);
+    assert_eq!(frames[0], ip);
+    assert!(frames[1..].iter().all(|&f| f == ip), "return address - 1");
+    let (w, frames) = walk_with(&o, &s, 5);
+    assert_eq!((w.outcome, frames.len()), (Outcome::FrameCap, 5));
+}
+
+#[test]
+fn the_end_of_the_copy_ends_the_walk() {
+    let o = own();
+    let ip = BASE + o.func.0;
+    let stack = looping_stack(o.func.0, 256);
+    let (w, frames) = walk_with(
+        &o,
+        &S {
+            ip,
+            regs: (ip, SP, 0),
+            stack: &stack,
+            size: 256,
+            dyn_size: 256,
+            ..S::default()
+        },
+        MAX_FRAMES,
+    );
+    assert_eq!(w.outcome, Outcome::StackEnd);
+    assert_eq!(frames.len(), 1 + 256 / 8);
+    // Only dyn_size bytes of the copy are read, even if the copy holds more.
+    let (w, frames) = walk_with(
+        &o,
+        &S {
+            ip,
+            regs: (ip, SP, 0),
+            stack: &stack,
+            size: 256,
+            dyn_size: 64,
+            ..S::default()
+        },
+        MAX_FRAMES,
+    );
+    assert_eq!((w.outcome, frames.len()), (Outcome::StackEnd, 1 + 8));
+}
+
+#[test]
+fn dyn_size_past_the_copy_is_clamped() {
+    let o = own();
+    let ip = BASE + o.func.0;
+    let stack = looping_stack(o.func.0, 128);
+    let (w, frames) = walk_with(
+        &o,
+        &S {
+            ip,
+            regs: (ip, SP, 0),
+            stack: &stack,
+            size: 128,
+            dyn_size: 1 << 40,
+            ..S::default()
+        },
+        MAX_FRAMES,
+    );
+    assert!(w.dyn_clamped);
+    assert_eq!((w.outcome, frames.len()), (Outcome::StackEnd, 1 + 16));
+}
+
+#[test]
+fn truncated_records_are_malformed_and_dropped() {
+    let o = own();
+    let (layout, _) = layouts();
+    let stack = [0u8; 512];
+    let rec = sample_rec(&S {
+        stack: &stack,
+        size: 512,
+        dyn_size: 512,
+        ..S::default()
+    });
+    for cut in [rec.len() - 8, rec.len() - 300, 60, 48, 40, 8] {
+        let mut short = rec[..cut].to_vec();
+        short[6..8].copy_from_slice(&(cut as u16).to_le_bytes());
+        let w = walk(&short, E, &layout, &extra(), Some(&o.process), MAX_FRAMES);
+        assert_eq!(w.outcome, Outcome::Malformed, "cut at {cut}");
+        assert!(w.record.is_none());
+    }
+    // A stack size field far past the record.
+    let mut rec = sample_rec(&S::default());
+    let n = rec.len();
+    rec[n - 8..].copy_from_slice(&(u64::MAX - 3).to_le_bytes());
+    let w = walk(&rec, E, &layout, &extra(), Some(&o.process), MAX_FRAMES);
+    assert_eq!(w.outcome, Outcome::Malformed);
+}
+
+#[test]
+fn no_regs_and_no_unwind_info() {
+    let o = own();
+    let (layout, out) = layouts();
+    // A kernel thread: abi 0, no registers; the kernel part stays, no user frames.
+    let rec = sample_rec(&S {
+        abi: 0,
+        ..S::default()
+    });
+    let w = walk(&rec, E, &layout, &extra(), Some(&o.process), MAX_FRAMES);
+    assert_eq!(w.outcome, Outcome::NoRegs);
+    let (kernel, user) = user_frames(w.record.as_ref().unwrap(), &out);
+    assert_eq!((kernel.len(), user.len()), (2, 0));
+    // An ip in no module: that frame only.
+    let rec = sample_rec(&S::default());
+    let w = walk(&rec, E, &layout, &extra(), Some(&o.process), MAX_FRAMES);
+    assert_eq!(w.outcome, Outcome::NoUnwindInfo);
+    assert_eq!(user_frames(w.record.as_ref().unwrap(), &out).1, [0x1000]);
+    let w = walk(&rec, E, &layout, &extra(), None, MAX_FRAMES);
+    assert_eq!(w.outcome, Outcome::NoUnwindInfo);
+    // A 32-bit process (abi 1): no usable registers.
+    let rec = sample_rec(&S {
+        abi: 1,
+        ..S::default()
+    });
+    let w = walk(&rec, E, &layout, &extra(), Some(&o.process), MAX_FRAMES);
+    assert_eq!(w.outcome, Outcome::NoRegs);
+}
+
+#[test]
+fn garbage_registers_and_stacks_never_hang_or_crash() {
+    let o = own();
+    let (layout, out) = layouts();
+    let mut x = 0x9e37_79b9_7f4a_7c15u64;
+    let mut rand = move || {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        x
+    };
+    let text = o.func.0;
+    for round in 0..3000 {
+        let stack: Vec<u8> = (0..1024)
+            .flat_map(|i| {
+                let r = rand();
+                // Mix plausible return addresses and stack pointers with noise.
+                match (r >> 60, i % 3) {
+                    (0..=5, _) => (BASE + text + r % 4096).to_le_bytes(),
+                    (6..=8, _) => (SP + r % 8192).to_le_bytes(),
+                    _ => r.to_le_bytes(),
+                }
+            })
+            .collect();
+        let ip = match round % 3 {
+            0 => BASE + text + rand() % o.func.1,
+            1 => BASE + text + rand() % 65536,
+            _ => rand(),
+        };
+        let (sp, bp) = match round % 4 {
+            0 => (SP, SP + rand() % 8192),
+            1 => (rand(), rand()),
+            2 => (u64::MAX - 7, u64::MAX),
+            _ => (0, 0),
+        };
+        let rec = sample_rec(&S {
+            ip,
+            regs: (ip, sp, bp),
+            stack: &stack,
+            size: stack.len() as u64,
+            dyn_size: rand() % 16384,
+            ..S::default()
+        });
+        let w = walk(&rec, E, &layout, &extra(), Some(&o.process), 64);
+        let frames = user_frames(w.record.as_ref().expect("well-formed"), &out).1;
+        assert!(!frames.is_empty() && frames.len() <= 64, "{}", frames.len());
+        assert_eq!(frames.len(), w.frames);
+    }
+}
+
+/// A pipe stream: header, the dwarf attr, an MMAP2 of this test binary, then `samples`.
+fn stream(o: &Own, samples: &[Vec<u8>]) -> Vec<u8> {
+    let mut s = Vec::new();
+    s.extend_from_slice(&PIPE_MAGIC.to_le_bytes());
+    s.extend_from_slice(&16u64.to_le_bytes());
+    s.extend_from_slice(&header_attr(TYPE));
+    let exe = std::env::current_exe().unwrap();
+    let &(vaddr, off, filesz) = o
+        .info
+        .loads()
+        .iter()
+        .find(|&&(v, _, sz)| o.func.0 >= v && o.func.0 < v + sz)
+        .unwrap();
+    let m = perfpipe_stream::format::Mmap {
+        pid: PID,
+        tid: PID,
+        addr: BASE + (vaddr & !0xfff),
+        len: (vaddr & 0xfff) + filesz,
+        pgoff: off & !0xfff,
+        file_id: perfpipe_stream::format::FileId::None,
+        prot: 5,
+        flags: 2,
+        filename: exe.as_os_str().as_encoded_bytes(),
+        cpumode: misc::USER,
+    };
+    fbuild::mmap2(&mut s, E, &m, fbuild::Trailer::None);
+    for r in samples {
+        s.extend_from_slice(r);
+    }
+    s
+}
+
+fn decoded(stream: &[u8], chunk: usize) -> Vec<Batch> {
+    let raw: Vec<Batch> = stream
+        .chunks(chunk)
+        .scan(0u64, |off, c| {
+            let b = Batch {
+                data: c.to_vec(),
+                stream_offset: *off,
+                ..Batch::default()
+            };
+            *off += c.len() as u64;
+            Some(b)
+        })
+        .collect();
+    harness::run_stage(&mut DecodeConfig::default().build(), raw).expect("decodes")
+}
+
+#[test]
+fn the_stage_rewrites_attrs_and_samples_in_order_sequential_or_parallel() {
+    let o = own();
+    let ip = BASE + o.func.0;
+    let stack = looping_stack(o.func.0, 80);
+    let good = sample_rec(&S {
+        ip,
+        regs: (ip, SP, 0),
+        stack: &stack,
+        size: 80,
+        dyn_size: 80,
+        ..S::default()
+    });
+    let mut bad = sample_rec(&S::default());
+    let n = bad.len();
+    bad[n - 8..].copy_from_slice(&4096u64.to_le_bytes()); // a copy past the record
+    let samples: Vec<Vec<u8>> = (0..40)
+        .map(|i| if i == 17 { bad.clone() } else { good.clone() })
+        .collect();
+    let input = stream(&o, &samples);
+    let pool = Arc::new(
+        rayon::ThreadPoolBuilder::new()
+            .num_threads(2)
+            .build()
+            .unwrap(),
+    );
+    let mut outputs = Vec::new();
+    for (parallel, chunk) in [(false, 1 << 20), (true, 1 << 20), (true, 700), (false, 333)] {
+        let cfg = UnwindConfig {
+            parallel,
+            parallel_min: 2,
+            ..UnwindConfig::default()
+        };
+        let mut stage = cfg.build(parallel.then(|| pool.clone()));
+        let out = harness::run_stage(&mut stage, decoded(&input, chunk)).unwrap();
+        let mut recs: Vec<(u32, Vec<u8>)> = Vec::new();
+        for b in &out {
+            let info = StreamInfo::of(b).expect("the stream info rides on");
+            assert_eq!(
+                info.attrs[0].sample_type,
+                sample::unwound_type(TYPE),
+                "downstream sees the new layout"
+            );
+            for s in &b.spans {
+                recs.push((s.kind, b.bytes(s).to_vec()));
+            }
+        }
+        let kinds: Vec<u32> = recs.iter().map(|r| r.0).collect();
+        assert_eq!(
+            kinds.iter().filter(|&&k| k == RecordType::SAMPLE.0).count(),
+            39
+        );
+        let attr = &recs
+            .iter()
+            .find(|r| r.0 == RecordType::HEADER_ATTR.0)
+            .unwrap()
+            .1;
+        let attr = Attr::parse(&attr[8..], E).unwrap();
+        assert_eq!(attr.sample_type, sample::unwound_type(TYPE));
+        for (_, r) in recs.iter().filter(|r| r.0 == RecordType::SAMPLE.0) {
+            let (kernel, user) = user_frames(r, &attr);
+            assert_eq!(kernel.len(), 2);
+            assert_eq!(user.len(), 1 + 10);
+            assert!(user.iter().all(|&f| f == ip));
+        }
+        let c = stage.counters();
+        let get = |name: &str| c.iter().find(|(n, _)| *n == name).unwrap().1.get();
+        assert_eq!(get("samples_malformed"), 1);
+        assert_eq!(get("partial_stack_end"), 39);
+        assert_eq!(get("samples_partial"), 39);
+        assert_eq!(get("dsos_loaded"), 1);
+        outputs.push(recs);
+    }
+    assert!(
+        outputs.windows(2).all(|w| w[0] == w[1]),
+        "same output every way"
+    );
+}
+
+/// The pieces of a stream for the hold tests: the header and attr, the MMAP2 of this test
+/// binary, a sample of `pid` that unwinds to 11 frames there, and a FINISHED_ROUND.
+struct Pieces {
+    head: Vec<u8>,
+    mmap: Vec<u8>,
+    good: Vec<u8>,
+    round: Vec<u8>,
+}
+
+fn pieces(pid: u32) -> Pieces {
+    let o = own();
+    let ip = BASE + o.func.0;
+    let stack = looping_stack(o.func.0, 80);
+    let mut good = sample_rec(&S {
+        ip,
+        regs: (ip, SP, 0),
+        stack: &stack,
+        size: 80,
+        dyn_size: 80,
+        ..S::default()
+    });
+    good[16..20].copy_from_slice(&pid.to_le_bytes());
+    good[20..24].copy_from_slice(&pid.to_le_bytes());
+    let mut full = stream(&o, &[]);
+    let mmap = full.split_off(16 + header_attr(TYPE).len());
+    let mut round = Vec::new();
+    fbuild::empty(&mut round, RecordType::FINISHED_ROUND, E);
+    Pieces {
+        head: full,
+        mmap,
+        good,
+        round,
+    }
+}
+
+/// Runs `s` through the stage in large and small batches: every one of its `samples` samples is
+/// unwound in full, none without unwind information, and at least one batch was held.
+fn assert_all_unwound_after_a_hold(s: &[u8], samples: usize) {
+    let attr_out = layouts().1;
+    for chunk in [1 << 20, 200] {
+        let mut stage = UnwindConfig::default().build(None);
+        let out = harness::run_stage(&mut stage, decoded(s, chunk)).unwrap();
+        let recs: Vec<&[u8]> = out
+            .iter()
+            .flat_map(|b| {
+                b.spans
+                    .iter()
+                    .filter(|s| s.kind == RecordType::SAMPLE.0)
+                    .map(|s| b.bytes(s))
+            })
+            .collect();
+        assert_eq!(recs.len(), samples);
+        for r in &recs {
+            assert_eq!(user_frames(r, &attr_out).1.len(), 11, "chunk {chunk}");
+        }
+        let c = stage.counters();
+        let get = |name: &str| c.iter().find(|(n, _)| *n == name).unwrap().1.get();
+        assert_eq!(get("samples_no_unwind_info"), 0, "chunk {chunk}");
+        assert!(get("batches_held_for_maps") >= 1);
+    }
+}
+
+fn task(kind: RecordType, pid: u32, ppid: u32, time: u64) -> Vec<u8> {
+    let mut out = Vec::new();
+    let t = perfpipe_stream::format::Task {
+        pid,
+        ppid,
+        tid: pid,
+        ptid: ppid,
+        time,
+    };
+    fbuild::task(&mut out, E, kind, 0, &t, fbuild::Trailer::None);
+    out
+}
+
+#[test]
+fn a_child_sampled_before_its_fork_and_its_parents_maps_is_unwound_with_them() {
+    // Records are ordered by time only across rounds: the child's samples (on its cpu) can come
+    // before its FORK and before the parent's MMAP2 (on the parent's cpu).
+    let p = pieces(88);
+    let mut s = p.head;
+    for _ in 0..5 {
+        s.extend_from_slice(&p.good);
+    }
+    s.extend_from_slice(&task(RecordType::FORK, 88, PID, 6));
+    s.extend_from_slice(&p.round);
+    s.extend_from_slice(&p.mmap);
+    s.extend_from_slice(&p.good);
+    s.extend_from_slice(&p.round);
+    s.extend_from_slice(&p.good);
+    assert_all_unwound_after_a_hold(&s, 7);
+}
+
+#[test]
+fn samples_held_past_their_processs_exit_are_unwound_with_its_maps() {
+    // Under load, a whole short run can sit in the hold: samples before the process's MMAP2 (other
+    // cpus), the MMAP2, the EXIT, and the rounds after it that retire the process.
+    let p = pieces(PID);
+    let mut s = p.head;
+    for _ in 0..5 {
+        s.extend_from_slice(&p.good);
+    }
+    s.extend_from_slice(&p.mmap);
+    s.extend_from_slice(&p.good);
+    s.extend_from_slice(&task(RecordType::EXIT, PID, PID, 9));
+    for _ in 0..3 {
+        s.extend_from_slice(&p.round);
+    }
+    assert_all_unwound_after_a_hold(&s, 6);
+}
