@@ -1,0 +1,263 @@
+//! The README cannot drift from the binary:
+//!
+//! - every flag of its usage block (the `text` code block and the option table under `## Usage`)
+//!   is an option of the command the line is about, as that command's `--help` lists it;
+//! - its two tables under `## Stages and formats` list exactly the stages and formats that
+//!   `perfpipe stages` prints. A row marked `yes` in an `optional` column is a cargo feature: a
+//!   build without it may leave it out.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::process::Command;
+
+use crate::util::bin;
+
+fn readme() -> String {
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../README.md");
+    std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{path}: {e}"))
+}
+
+/// The lines under the heading `## {title}`, up to the next `## ` heading.
+fn section<'a>(text: &'a str, title: &str) -> Vec<&'a str> {
+    let heading = format!("## {title}");
+    let mut lines = text.lines().skip_while(|l| l.trim_end() != heading);
+    assert!(
+        lines.next().is_some(),
+        "README.md has no `{heading}` section"
+    );
+    lines.take_while(|l| !l.starts_with("## ")).collect()
+}
+
+/// The flags written in `text`: `--long` and `-x` where they stand on their own (at the start, or
+/// after a space, `[`, `(`, `|`, a backtick, `,` or `/`). `--` alone (`-- CMD`), `-` alone
+/// (standard input) and the `-` inside a word (`NAME-%n`) are not flags.
+fn flags(text: &str) -> Vec<String> {
+    let b = text.as_bytes();
+    let mut out = Vec::new();
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] != b'-' || (i > 0 && !b" [(|`,/".contains(&b[i - 1])) {
+            i += 1;
+            continue;
+        }
+        let long = b.get(i + 1) == Some(&b'-');
+        let name = if long { i + 2 } else { i + 1 };
+        let mut end = name;
+        while end < b.len()
+            && (b[end].is_ascii_alphanumeric() || (long && end > name && b[end] == b'-'))
+        {
+            end += 1;
+        }
+        let is_flag = if long {
+            end > name
+        } else {
+            // One letter, then not a letter or digit: `-i`, `-F HZ`, `-g]`.
+            end == name + 1 && b[name].is_ascii_alphabetic()
+        };
+        if is_flag {
+            out.push(String::from_utf8_lossy(&b[i..end]).into_owned());
+        }
+        i = end.max(i + 1);
+    }
+    out
+}
+
+/// The flags a `--help` text defines: the leading `-…` words of each option line
+/// (`  -i, --input <FILE>  …`, `      --decompress`), not the flags its prose mentions.
+fn help_flags(help: &str) -> BTreeSet<String> {
+    help.lines()
+        .map(str::trim_start)
+        .filter(|l| l.starts_with('-'))
+        .flat_map(|l| {
+            l.split_whitespace()
+                .take_while(|w| w.starts_with('-'))
+                .flat_map(flags)
+                .collect::<Vec<_>>()
+        })
+        .collect()
+}
+
+/// `perfpipe ARGS`, which must succeed; its standard output.
+fn perfpipe_out(args: &[&str]) -> String {
+    let out = Command::new(bin())
+        .args(args)
+        .output()
+        .expect("run perfpipe");
+    assert!(
+        out.status.success(),
+        "perfpipe {args:?} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).expect("perfpipe prints UTF-8")
+}
+
+/// The subcommand a usage line is about: the words after `perfpipe` up to the first bracket,
+/// flag or placeholder (`perfpipe bench pipeline [-i …` → `bench pipeline`).
+fn subcommand(line: &str) -> Vec<String> {
+    line.split_whitespace()
+        .skip(1)
+        .take_while(|w| {
+            w.bytes().all(|c| c.is_ascii_lowercase() || c == b'-') && !w.starts_with('-')
+        })
+        .map(str::to_string)
+        .collect()
+}
+
+#[test]
+fn usage_flags_are_in_the_help() {
+    let text = readme();
+    let usage = section(&text, "Usage");
+    let mut helps: BTreeMap<Vec<String>, BTreeSet<String>> = BTreeMap::new();
+    let mut help_of = |command: &[String]| -> BTreeSet<String> {
+        helps
+            .entry(command.to_vec())
+            .or_insert_with(|| {
+                let mut args: Vec<&str> = command.iter().map(String::as_str).collect();
+                args.push("--help");
+                help_flags(&perfpipe_out(&args))
+            })
+            .clone()
+    };
+    let mut wrong = Vec::new();
+    let mut checked = 0;
+
+    // The usage block: one command a line; an indented line continues the one before.
+    let start = usage
+        .iter()
+        .position(|l| l.trim_end() == "```text")
+        .expect("the Usage section opens a ```text code block");
+    let mut command: Option<Vec<String>> = None;
+    for line in usage[start + 1..]
+        .iter()
+        .take_while(|l| l.trim_end() != "```")
+    {
+        if line.starts_with("perfpipe") {
+            command = Some(subcommand(line));
+        } else {
+            assert!(
+                line.starts_with(' ') && command.is_some(),
+                "a usage line starts with `perfpipe` or continues the one before: {line:?}"
+            );
+        }
+        let command = command.as_ref().unwrap();
+        let known = help_of(command);
+        for flag in flags(line) {
+            checked += 1;
+            if !known.contains(&flag) {
+                wrong.push(format!("`perfpipe {}`: {flag}", command.join(" ")));
+            }
+        }
+    }
+
+    // The option table: the first cell of each row, options of the main command.
+    let main = help_of(&[]);
+    for row in usage.iter().filter(|l| l.starts_with("| `")) {
+        let cell = row.split('|').nth(1).unwrap_or_default();
+        for flag in flags(cell) {
+            checked += 1;
+            if !main.contains(&flag) {
+                wrong.push(format!("option table: {flag}"));
+            }
+        }
+    }
+
+    assert!(
+        checked >= 40,
+        "only {checked} flags found in the README's usage block"
+    );
+    assert!(
+        wrong.is_empty(),
+        "README.md's usage block names flags that `--help` does not list:\n  {}",
+        wrong.join("\n  ")
+    );
+}
+
+/// A row of one of the README's tables: its first cell's name and whether it is optional.
+#[derive(Debug)]
+struct Row {
+    name: String,
+    optional: bool,
+}
+
+/// The rows of the tables in `lines` whose first cell is a name in backticks.
+fn table_rows(lines: &[&str]) -> Vec<Row> {
+    let cells = |l: &str| -> Vec<String> {
+        let l = l.trim().trim_start_matches('|').trim_end_matches('|');
+        l.split(" | ").map(|c| c.trim().to_string()).collect()
+    };
+    let mut rows = Vec::new();
+    let mut optional_column = None;
+    for (i, line) in lines.iter().enumerate() {
+        if !line.starts_with('|') {
+            optional_column = None;
+            continue;
+        }
+        if lines
+            .get(i + 1)
+            .is_some_and(|next| next.starts_with("|---"))
+        {
+            optional_column = cells(line).iter().position(|c| c == "optional");
+            continue;
+        }
+        if !line.starts_with("| `") {
+            continue;
+        }
+        let cells = cells(line);
+        rows.push(Row {
+            name: cells[0].trim_matches('`').to_string(),
+            optional: optional_column.is_some_and(|c| cells.get(c).is_some_and(|v| v == "yes")),
+        });
+    }
+    rows
+}
+
+/// The stages and formats `perfpipe stages` prints: its unindented lines (flags and options are
+/// indented) but the heading of the formats, by name (`--buildid` → `buildid`).
+fn printed_stages() -> BTreeSet<String> {
+    perfpipe_out(&["stages"])
+        .lines()
+        .filter(|l| !l.is_empty() && !l.starts_with(char::is_whitespace))
+        .filter(|l| !l.starts_with("output formats"))
+        .map(|l| {
+            let word = l.split_whitespace().next().unwrap_or_default();
+            word.trim_start_matches("--").to_string()
+        })
+        .collect()
+}
+
+#[test]
+fn stage_table_lists_what_perfpipe_stages_prints() {
+    let text = readme();
+    let rows = table_rows(&section(&text, "Stages and formats"));
+    let mut listed = BTreeSet::new();
+    for row in &rows {
+        assert!(
+            listed.insert(row.name.clone()),
+            "README.md lists `{}` twice",
+            row.name
+        );
+    }
+    let required: BTreeSet<String> = rows
+        .iter()
+        .filter(|r| !r.optional)
+        .map(|r| r.name.clone())
+        .collect();
+    let printed = printed_stages();
+    for always in ["read", "decode", "write", "perf"] {
+        assert!(
+            printed.contains(always),
+            "`perfpipe stages` does not print {always}: {printed:?}"
+        );
+    }
+
+    let unlisted: Vec<_> = printed.difference(&listed).collect();
+    assert!(
+        unlisted.is_empty(),
+        "`perfpipe stages` prints what README.md's stage and format tables lack: {unlisted:?}"
+    );
+    let unknown: Vec<_> = required.difference(&printed).collect();
+    assert!(
+        unknown.is_empty(),
+        "README.md's stage and format tables list what `perfpipe stages` does not print \
+         (mark a cargo feature's row `yes` under `optional`): {unknown:?}"
+    );
+}
