@@ -47,6 +47,7 @@ mod memory;
 pub mod oracle;
 mod passthrough;
 mod profile;
+mod readme;
 mod record;
 mod regression;
 mod ring;

@@ -204,7 +204,7 @@ pipetest!(needs(perf, cc) kernel_heavy_syscalls, |dir| {
 
 pipetest!(needs(perf, cc) stack_copies_of_4k_and_64k, |dir| {
     // A longer run: the start-up samples (deep stacks in ld.so, whose ends differ when the copy
-    // is cut, see the README) are a fixed number per process.
+    // is cut, see docs/unwinding.md) are a fixed number per process.
     let mut argv = c_forking(&dir);
     argv[1] = "400".into();
     check("4 KiB stacks", &record(&argv, Some("4096"), &[]));

@@ -110,7 +110,7 @@ pub struct UnwindConfig {
     /// Most user frames per sample.
     pub max_frames: usize,
     /// Fewest samples in a batch for the pool to unwind them: handing a batch to the pool costs
-    /// more than unwinding a few samples (see the README's figures).
+    /// more than unwinding a few samples (see docs/unwinding.md's figures).
     pub parallel_min: usize,
 }
 

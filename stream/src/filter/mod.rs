@@ -47,7 +47,7 @@ use program::{Cx, Prog};
 pub use shorthand::{cpu_list, id_list, name_list, time_range};
 
 /// Samples per batch from which evaluation goes to rayon's pool by default: never, as measured on
-/// the 416 MB benchmark recording (see the README's Filtering section): a compiled predicate costs a
+/// the 416 MB benchmark recording (see docs/filtering.md): a compiled predicate costs a
 /// few ns per sample, less than handing a 256 KiB batch's ~2,700 samples to other threads.
 pub const PARALLEL_MIN_DEFAULT: usize = usize::MAX;
 
@@ -147,7 +147,7 @@ pub const SPEC: StageSpec = StageSpec {
         Flag::option(
             "filter-parallel-min",
             "parallel-min",
-            "evaluate batches with at least N samples on the worker pool (default: never; see the README)",
+            "evaluate batches with at least N samples on the worker pool (default: never; see docs/filtering.md)",
         ),
     ],
     options: &[
