@@ -1,6 +1,9 @@
 //! perfpipe's integration tests: one binary, one module per topic.
 //!
-//! - `util`: the binary, fixtures, temp dirs, the real `perf`, signals sent once they are caught.
+//! - `util`: the binary, fixtures, temp dirs, which real `perf` runs (the name oracle, 6.1, or
+//!   every reader, 6.1 and 6.12), signals sent once they are caught.
+//! - `readers`: the reader check (every reader reads our output as it reads the input), and that a
+//!   reader rejecting a broken header fails it.
 //! - `needs`: what tests need (perf, cc, mounting, tracefs, `script`): a missing need makes its
 //!   tests ignored with the reason, counted in the summary, or under `CI` failed; never a silent pass.
 //! - `skipping`: that mechanism, checked: a test that needs perf fails without it, and the rules.
@@ -47,6 +50,7 @@ mod memory;
 pub mod oracle;
 mod passthrough;
 mod profile;
+pub mod readers;
 mod record;
 mod regression;
 mod ring;
