@@ -69,7 +69,7 @@ pub fn samples(perf: &Perf, input: Input<'_>) -> Result<u64, String> {
 }
 
 /// Side-band and samples as `perf script` prints them (`--show-task-events --show-mmap-events`).
-const SCRIPT: [&str; 3] = ["script", "--show-task-events", "--show-mmap-events"];
+pub const SCRIPT: [&str; 3] = ["script", "--show-task-events", "--show-mmap-events"];
 
 /// The reader check: `perf` reads `ours` as it reads `input`: the same `perf script` side-band
 /// and samples, line for line, and `perf report --stats` accepts it with the same sample count.
@@ -93,6 +93,30 @@ pub fn reads_like_with(
     input: Input<'_>,
     ours: Input<'_>,
 ) -> Result<u64, String> {
+    same_script(perf, script, input, ours)?;
+    let (a, b) = (samples(perf, input)?, samples(perf, ours)?);
+    if a != b || a == 0 {
+        return Err(format!(
+            "{}: report --stats counts {a} samples in the input, {b} in ours",
+            perf.name
+        ));
+    }
+    Ok(a)
+}
+
+/// `perf script` with `script` prints the same for `input` and `ours` (without `report --stats`,
+/// which neither 6.1 nor 6.12 can run on a `perf record -z` pipe: "Couldn't decompress data").
+/// Returns that output.
+///
+/// # Errors
+///
+/// When the reader rejects either, or prints anything else for ours.
+pub fn same_script(
+    perf: &Perf,
+    script: &[&str],
+    input: Input<'_>,
+    ours: Input<'_>,
+) -> Result<String, String> {
     let (want, got) = (read(perf, script, input)?, read(perf, script, ours)?);
     if want != got {
         let (w, g): (Vec<&str>, Vec<&str>) = (want.lines().collect(), got.lines().collect());
@@ -112,14 +136,7 @@ pub fn reads_like_with(
             g.get(at).unwrap_or(&"(end)")
         ));
     }
-    let (a, b) = (samples(perf, input)?, samples(perf, ours)?);
-    if a != b || a == 0 {
-        return Err(format!(
-            "{}: report --stats counts {a} samples in the input, {b} in ours",
-            perf.name
-        ));
-    }
-    Ok(a)
+    Ok(got)
 }
 
 /// [`reads_like`] with every reader; panics with every reader's reason.
