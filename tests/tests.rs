@@ -13,6 +13,8 @@
 //! - `inject`: `perfpipe inject` in upstream `pipe_test.sh`'s six cases for every build-id style;
 //!   `-B`/`--mmap2-buildid-all` against perf's readers; the refused options.
 //! - `badinput`: malformed input gives a clear error with an offset, and keeps what came before.
+//! - `current`: input written by perf 6.12 (pipe, `-z`, dwarf, tracepoints, file mode, attrs after
+//!   the data) through the stages and profile outputs, read by every reader.
 //! - `decompress`: `--decompress` of `perf record -z` streams, checked against perf.
 //! - `filemode`: file-mode perf.data in and out (file ↔ pipe ↔ file), checked against perf.
 //! - `filter`: `--filter` and the shorthands against `perf script`'s filters; the expression algebra.
@@ -37,6 +39,7 @@ pub mod needs;
 mod badinput;
 mod buildid;
 mod chunking;
+mod current;
 mod decompress;
 mod ends;
 mod export;

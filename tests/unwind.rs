@@ -16,7 +16,7 @@ use crate::readers::{self, Input};
 use crate::util::*;
 
 /// Share of samples whose perf script lines must be identical.
-const MIN_IDENTICAL: f64 = 0.99;
+pub(crate) const MIN_IDENTICAL: f64 = 0.99;
 
 fn source(name: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -44,7 +44,7 @@ fn build(dir: &Dir, cmd: &str, args: &[&str], src: &str, exe: &str) -> String {
 
 /// `fp.c` at `-O2 -fomit-frame-pointer`: three forked children in their own call chains
 /// (`-fno-ipa-pure-const`, or -O2 calls the pure leaf functions once per child).
-fn c_forking(dir: &Dir) -> Vec<String> {
+pub(crate) fn c_forking(dir: &Dir) -> Vec<String> {
     let exe = build(
         dir,
         "cc",
@@ -120,7 +120,7 @@ fn unwound_with_stderr(rec: &[u8], args: &[&str]) -> (Vec<u8>, String) {
     )
 }
 
-const FIELDS: &[&str] = &["script", "--no-inline", "-F", "comm,tid,time,ip,sym,dso"];
+pub(crate) const FIELDS: &[&str] = &["script", "--no-inline", "-F", "comm,tid,time,ip,sym,dso"];
 
 /// perf script's samples of `rec`, each its lines (header then frames), whitespace normalised.
 fn samples(script: &str) -> Vec<Vec<String>> {
@@ -142,7 +142,7 @@ fn samples(script: &str) -> Vec<Vec<String>> {
 
 /// Compares perf script on the input and on our output; prints up to 5 differing samples.
 /// Returns the identical fraction.
-fn compare(what: &str, input: &str, output: &str) -> f64 {
+pub(crate) fn compare(what: &str, input: &str, output: &str) -> f64 {
     let (a, b) = (samples(input), samples(output));
     assert!(a.len() >= 100, "{what}: only {} samples recorded", a.len());
     assert_eq!(a.len(), b.len(), "{what}: samples in and out");
