@@ -504,8 +504,8 @@ fn run_ok(cmd: &mut Command) {
 /// The multi-process `-g` recording both tests use, with `--buildid-mmap`.
 const MMAP_IDS: [&str; 6] = ["-e", "cpu-clock", "-c", "100000", "-g", "--buildid-mmap"];
 
-pipetest!(needs(perf)
-    /// A file-mode `--buildid-mmap` recording, file → file: `--buildid` and
+pipetest!(needs(perf, perf612)
+    /// A file-mode `--buildid-mmap` recording, file → file, with every reader: `--buildid` and
     /// `--buildid-callchain` list every (id, path) `perf inject -b` lists (and no more than kernel,
     /// modules and vdso besides), `--buildid-all` every one `perf inject --buildid-all` lists.
     buildid_mmap_file_lists_what_perf_inject_lists, |dir| {
@@ -519,28 +519,37 @@ pipetest!(needs(perf)
             .args([workload().as_str(), "multi", "2"])
             .stdin(Stdio::null()),
     );
-    for (ours_flag, perf_flag) in [
-        ("--buildid", "-b"),
-        ("--buildid-callchain", "-b"),
-        ("--buildid-all", "--buildid-all"),
-    ] {
-        let (ours, theirs) = (dir.path("ours.data"), dir.path("theirs.data"));
-        run_ok(Command::new(bin()).arg("-i").arg(&input).arg("-o").arg(&ours).arg(ours_flag));
-        run_ok(
-            Command::new("perf")
-                .args(["inject", perf_flag, "-i"])
-                .arg(&input)
-                .arg("-o")
-                .arg(&theirs),
-        );
-        let (ours, theirs) = (file_pairs(&ours), file_pairs(&theirs));
-        if perf_flag == "-b" {
-            superset(&ours, &theirs);
-        } else {
-            // perf inject --buildid-all writes no table: buildid-list then lists what samples
-            // hit, a subset of every mapped dso, which is what ours lists.
-            let missing: Vec<_> = theirs.difference(&ours).collect();
-            assert!(missing.is_empty(), "{ours_flag}: we lack {missing:?}\nours: {ours:?}");
+    // With every reader, against its own perf inject (file to file): 6.12's writes the usual
+    // layout here, and its -b lists what our --buildid and --buildid-callchain list.
+    for perf in readers() {
+        for (ours_flag, perf_flag) in [
+            ("--buildid", "-b"),
+            ("--buildid-callchain", "-b"),
+            ("--buildid-all", "--buildid-all"),
+        ] {
+            let (ours, theirs) = (dir.path("ours.data"), dir.path("theirs.data"));
+            run_ok(Command::new(bin()).arg("-i").arg(&input).arg("-o").arg(&ours).arg(ours_flag));
+            run_ok(
+                perf.command()
+                    .args(["inject", perf_flag, "-i"])
+                    .arg(&input)
+                    .arg("-o")
+                    .arg(&theirs),
+            );
+            let list = |f: &std::path::Path| readers::buildid_pairs(&perf, Input::File(f));
+            let (ours, theirs) = (list(&ours), list(&theirs));
+            if perf_flag == "-b" {
+                superset(&ours, &theirs);
+            } else {
+                // perf inject --buildid-all writes no table: buildid-list then lists what samples
+                // hit, a subset of every mapped dso, which is what ours lists.
+                let missing: Vec<_> = theirs.difference(&ours).collect();
+                assert!(
+                    missing.is_empty(),
+                    "{} {ours_flag}: we lack {missing:?}\nours: {ours:?}",
+                    perf.name
+                );
+            }
         }
     }
 });
