@@ -1,24 +1,21 @@
-//! Build-id injection (`--buildid`, `--buildid-all`, `perfpipe inject`) against `perf inject` on
-//! recordings made here: perf must list at least the (build id, path) pairs that `perf inject -b`
-//! gives (the only additions being kernel, modules and vdso), and see the same samples.
+//! Build-id injection (`--buildid`, `--buildid-callchain`, `--buildid-all`, the MMAP2 styles,
+//! `perfpipe inject`) against `perf inject` on recordings made here: with every reader (perf 6.1 and
+//! 6.12), perf must list at least the (build id, path) pairs that the reader's own `perf inject`
+//! lists for that style (the only additions being kernel, modules and vdso), and read the samples
+//! and side-band of the input.
 
 use std::collections::BTreeSet;
 use std::io::{Read as _, Write as _};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use crate::readers::{self, Input};
 use crate::util::*;
 
-/// `(build id, path)` pairs of `perf buildid-list -i -`, without the dsos it lists with no id.
+/// `(build id, path)` pairs of the oracle's `perf buildid-list -i -`, without the dsos it lists
+/// with no id.
 fn pairs(stream: &[u8]) -> BTreeSet<(String, String)> {
-    perf_on(&["buildid-list"], stream)
-        .lines()
-        .filter_map(|l| {
-            let mut w = l.split_whitespace();
-            let (id, path) = (w.next()?, w.next()?);
-            Some((id.to_string(), path.to_string()))
-        })
-        .collect()
+    readers::buildid_pairs(&oracle(), Input::Stream(stream))
 }
 
 /// The dsos perf 6.1 pipe injection leaves without an id and we give one.
@@ -31,19 +28,7 @@ fn is_addition(path: &str) -> bool {
 }
 
 fn perf_inject(args: &[&str], input: &[u8]) -> Vec<u8> {
-    let out = run(
-        Command::new("perf")
-            .arg("inject")
-            .args(args)
-            .args(["-i", "-", "-o", "-"]),
-        input,
-    );
-    assert!(
-        out.status.success(),
-        "perf inject {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    out.stdout
+    oracle().inject(args, input)
 }
 
 fn ours(args: &[&str], input: &[u8]) -> (Vec<u8>, String) {
@@ -100,24 +85,66 @@ fn superset(ours: &BTreeSet<(String, String)>, theirs: &BTreeSet<(String, String
     assert!(ours.len() >= 2, "too few dsos to be meaningful: {ours:?}");
 }
 
-/// The whole acceptance check for `--buildid` and `--buildid-all` on one recording.
+/// Our style and the `perf inject` style of each reader that marks the same dsos. perf 6.12's
+/// `-b` also marks the dsos only callchains hit: our `--buildid-callchain`; 6.1's marks those
+/// samples hit: our `--buildid`.
+fn styles(perf: &Perf) -> [(&'static str, &'static str); 2] {
+    if perf.is_612() {
+        [
+            ("--buildid-callchain", "-b"),
+            ("--buildid-all", "--buildid-all"),
+        ]
+    } else {
+        [("--buildid", "-b"), ("--buildid-all", "--buildid-all")]
+    }
+}
+
+/// The whole acceptance check for the build-id styles on one recording, with every reader: it
+/// lists what its own `perf inject` lists for the style, and reads the input's side-band and
+/// samples (`-b` of 6.12 marks more than `--buildid`: ours lists no more than it, kernel aside).
 fn accept(input: &[u8]) {
     let (out, stats) = ours(&["--buildid"], input);
-    let perf_b = perf_inject(&["-b"], input);
-    superset(&pairs(&out), &pairs(&perf_b));
-    same_samples(input, &out);
     assert!(counter(&stats, "build_ids_injected") >= 2);
-
-    let (all, _) = ours(&["--buildid-all"], input);
-    let perf_all = perf_inject(&["--buildid-all"], input);
-    superset(&pairs(&all), &pairs(&perf_all));
-    same_samples(input, &all);
+    for perf in readers() {
+        for (style, theirs) in styles(&perf) {
+            let (out, _) = ours(&[style], input);
+            let want = readers::buildid_pairs(&perf, Input::Stream(&perf.inject(&[theirs], input)));
+            let got = readers::buildid_pairs(&perf, Input::Stream(&out));
+            eprintln!(
+                "{} inject {theirs}: {} pairs, ours {style}: {}",
+                perf.name,
+                want.len(),
+                got.len()
+            );
+            superset(&got, &want);
+            readers::reads_like(&perf, Input::Stream(input), Input::Stream(&out))
+                .unwrap_or_else(|e| panic!("{style}: {e}"));
+        }
+        if perf.is_612() {
+            let theirs = readers::buildid_pairs(&perf, Input::Stream(&perf.inject(&["-b"], input)));
+            let got = readers::buildid_pairs(&perf, Input::Stream(&out));
+            let extra: Vec<_> = got
+                .difference(&theirs)
+                .filter(|p| !is_addition(&p.1))
+                .collect();
+            assert!(
+                extra.is_empty(),
+                "--buildid lists {extra:?}, which 6.12's -b does not"
+            );
+            readers::reads_like(&perf, Input::Stream(input), Input::Stream(&out))
+                .unwrap_or_else(|e| panic!("--buildid: {e}"));
+        }
+    }
 }
 
 #[test]
-#[cfg_attr(skip_perf, ignore = "needs perf (missing at build time)")]
+#[cfg_attr(
+    any(skip_perf, skip_perf612),
+    ignore = "needs perf and perf 6.12 (missing at build time)"
+)]
 fn multiprocess_callgraph() {
     require(Need::Perf);
+    require(Need::Perf612);
     let w = workload();
     accept(&perf_record(
         &["-e", "cpu-clock", "-c", "200000", "-g"],
@@ -126,9 +153,13 @@ fn multiprocess_callgraph() {
 }
 
 #[test]
-#[cfg_attr(skip_perf, ignore = "needs perf (missing at build time)")]
+#[cfg_attr(
+    any(skip_perf, skip_perf612),
+    ignore = "needs perf and perf 6.12 (missing at build time)"
+)]
 fn dwarf_callgraph() {
     require(Need::Perf);
+    require(Need::Perf612);
     let w = workload();
     accept(&perf_record(
         &[
@@ -144,9 +175,13 @@ fn dwarf_callgraph() {
 }
 
 #[test]
-#[cfg_attr(skip_perf, ignore = "needs perf (missing at build time)")]
+#[cfg_attr(
+    any(skip_perf, skip_perf612),
+    ignore = "needs perf and perf 6.12 (missing at build time)"
+)]
 fn two_events() {
     require(Need::Perf);
+    require(Need::Perf612);
     let w = workload();
     accept(&perf_record(
         &["-e", "cpu-clock,task-clock", "-c", "200000"],
@@ -155,9 +190,13 @@ fn two_events() {
 }
 
 #[test]
-#[cfg_attr(skip_perf, ignore = "needs perf (missing at build time)")]
+#[cfg_attr(
+    any(skip_perf, skip_perf612),
+    ignore = "needs perf and perf 6.12 (missing at build time)"
+)]
 fn threads() {
     require(Need::Perf);
+    require(Need::Perf612);
     // perf's own threaded benchmark: 2 groups of 20 sender/receiver threads.
     let input = perf_record(
         &["-e", "cpu-clock", "-c", "100000", "-g"],
@@ -219,9 +258,13 @@ fn big_endian_stream() {
 }
 
 #[test]
-#[cfg_attr(skip_perf, ignore = "needs perf (missing at build time)")]
+#[cfg_attr(
+    any(skip_perf, skip_perf612),
+    ignore = "needs perf and perf 6.12 (missing at build time)"
+)]
 fn buildid_mmap() {
     require(Need::Perf);
+    require(Need::Perf612);
     let w = workload();
     accept(&perf_record(
         &["-e", "cpu-clock", "-c", "200000", "--buildid-mmap"],
@@ -461,8 +504,8 @@ fn run_ok(cmd: &mut Command) {
 /// The multi-process `-g` recording both tests use, with `--buildid-mmap`.
 const MMAP_IDS: [&str; 6] = ["-e", "cpu-clock", "-c", "100000", "-g", "--buildid-mmap"];
 
-pipetest!(needs(perf)
-    /// A file-mode `--buildid-mmap` recording, file → file: `--buildid` and
+pipetest!(needs(perf, perf612)
+    /// A file-mode `--buildid-mmap` recording, file → file, with every reader: `--buildid` and
     /// `--buildid-callchain` list every (id, path) `perf inject -b` lists (and no more than kernel,
     /// modules and vdso besides), `--buildid-all` every one `perf inject --buildid-all` lists.
     buildid_mmap_file_lists_what_perf_inject_lists, |dir| {
@@ -476,28 +519,37 @@ pipetest!(needs(perf)
             .args([workload().as_str(), "multi", "2"])
             .stdin(Stdio::null()),
     );
-    for (ours_flag, perf_flag) in [
-        ("--buildid", "-b"),
-        ("--buildid-callchain", "-b"),
-        ("--buildid-all", "--buildid-all"),
-    ] {
-        let (ours, theirs) = (dir.path("ours.data"), dir.path("theirs.data"));
-        run_ok(Command::new(bin()).arg("-i").arg(&input).arg("-o").arg(&ours).arg(ours_flag));
-        run_ok(
-            Command::new("perf")
-                .args(["inject", perf_flag, "-i"])
-                .arg(&input)
-                .arg("-o")
-                .arg(&theirs),
-        );
-        let (ours, theirs) = (file_pairs(&ours), file_pairs(&theirs));
-        if perf_flag == "-b" {
-            superset(&ours, &theirs);
-        } else {
-            // perf inject --buildid-all writes no table: buildid-list then lists what samples
-            // hit, a subset of every mapped dso, which is what ours lists.
-            let missing: Vec<_> = theirs.difference(&ours).collect();
-            assert!(missing.is_empty(), "{ours_flag}: we lack {missing:?}\nours: {ours:?}");
+    // With every reader, against its own perf inject (file to file): 6.12's writes the usual
+    // layout here, and its -b lists what our --buildid and --buildid-callchain list.
+    for perf in readers() {
+        for (ours_flag, perf_flag) in [
+            ("--buildid", "-b"),
+            ("--buildid-callchain", "-b"),
+            ("--buildid-all", "--buildid-all"),
+        ] {
+            let (ours, theirs) = (dir.path("ours.data"), dir.path("theirs.data"));
+            run_ok(Command::new(bin()).arg("-i").arg(&input).arg("-o").arg(&ours).arg(ours_flag));
+            run_ok(
+                perf.command()
+                    .args(["inject", perf_flag, "-i"])
+                    .arg(&input)
+                    .arg("-o")
+                    .arg(&theirs),
+            );
+            let list = |f: &std::path::Path| readers::buildid_pairs(&perf, Input::File(f));
+            let (ours, theirs) = (list(&ours), list(&theirs));
+            if perf_flag == "-b" {
+                superset(&ours, &theirs);
+            } else {
+                // perf inject --buildid-all writes no table: buildid-list then lists what samples
+                // hit, a subset of every mapped dso, which is what ours lists.
+                let missing: Vec<_> = theirs.difference(&ours).collect();
+                assert!(
+                    missing.is_empty(),
+                    "{} {ours_flag}: we lack {missing:?}\nours: {ours:?}",
+                    perf.name
+                );
+            }
         }
     }
 });

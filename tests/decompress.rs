@@ -1,7 +1,9 @@
-//! `--decompress`: COMPRESSED records (`perf record -z`) replaced by the records they hold, accepted
-//! by perf, with records straddling two COMPRESSED records, and clear errors on corrupt data.
+//! `--decompress`: COMPRESSED records (`perf record -z`) replaced by the records they hold, read by
+//! every reader (perf 6.1 and 6.12) as the compressed input, with records straddling two
+//! COMPRESSED records, and clear errors on corrupt data.
 
-use crate::util::{count_samples, fixture_bytes, perf_on, perf_record, perfpipe, workload};
+use crate::readers::{self, Input};
+use crate::util::{count_samples, fixture_bytes, perf_record, perfpipe, readers, workload};
 
 /// Top-level records of a little-endian pipe stream without payloads outside `header.size`:
 /// `(offset, type, bytes)`.
@@ -68,7 +70,7 @@ fn repacked(cut_in_record: usize, wrap: fn(&[u8]) -> Vec<u8>) -> (Vec<u8>, Vec<u
     (original, stream)
 }
 
-pipetest!(needs(perf) fixture_gives_the_samples_perf_script_sees, |_dir| {
+pipetest!(needs(perf, perf612) fixture_gives_the_samples_perf_script_sees, |_dir| {
     let input = fixture_bytes("compressed.pipe.data");
     let out = perfpipe(&["--decompress", "--stats"], &input);
     let stderr = String::from_utf8_lossy(&out.stderr);
@@ -82,16 +84,30 @@ pipetest!(needs(perf) fixture_gives_the_samples_perf_script_sees, |_dir| {
     assert_eq!(recs.iter().filter(|r| r.1 == 9).count(), 3509);
     // perf 6.1 script decompresses the original itself; the output with feature 27
     // (HEADER_COMPRESSED) kept must read the same, and `perf report` must accept it.
-    let script = &["script", "-F", "comm,pid,tid,time,ip,sym,dso,event"];
-    let want = perf_on(script, &input);
-    let got = perf_on(script, &out.stdout);
-    assert_eq!(count_samples(&got), 3509);
-    eqnice!(want, got);
-    let report = perf_on(&["report", "--stats"], &out.stdout);
-    assert!(report.contains("SAMPLE events:       3509"), "{report}");
+    decompressed_reads_like_the_input(&input, &out.stdout, 3509);
 });
 
-pipetest!(needs(perf) live_perf_record_z, |_dir| {
+/// Every reader (perf 6.1 and 6.12) prints for the decompressed stream what it prints for the
+/// compressed input, and `perf report --stats` (which reads no `-z` pipe) counts `n` samples in
+/// it, or when `n` is 0 as many as `perf script` printed.
+fn decompressed_reads_like_the_input(input: &[u8], out: &[u8], n: usize) {
+    let script = &["script", "-F", "comm,pid,tid,time,ip,sym,dso,event"];
+    for perf in readers() {
+        let (input, out) = (Input::Stream(input), Input::Stream(out));
+        let got = readers::same_script(&perf, script, input, out);
+        let got = count_samples(&got.unwrap_or_else(|e| panic!("{e}")));
+        assert!(
+            got > 100 && (n == 0 || got == n),
+            "{}: {got} samples",
+            perf.name
+        );
+        let stats = readers::samples(&perf, out).unwrap_or_else(|e| panic!("{e}"));
+        eqnice!(got as u64, stats);
+        readers::read(&perf, &["report", "--stdio"], out).unwrap_or_else(|e| panic!("{e}"));
+    }
+}
+
+pipetest!(needs(perf, perf612) live_perf_record_z, |_dir| {
     let w = workload();
     let input = perf_record(
         &["-e", "cpu-clock", "-c", "100000", "-z"],
@@ -107,12 +123,7 @@ pipetest!(needs(perf) live_perf_record_z, |_dir| {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let script = &["script", "-F", "comm,pid,tid,time,ip,sym,dso,event"];
-    let want = perf_on(script, &input);
-    let got = perf_on(script, &out.stdout);
-    assert!(count_samples(&got) > 100);
-    eqnice!(want, got);
-    perf_on(&["report", "--stdio"], &out.stdout);
+    decompressed_reads_like_the_input(&input, &out.stdout, 0);
 });
 
 pipetest!(record_straddling_two_compressed_records, |_dir| {

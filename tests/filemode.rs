@@ -1,14 +1,16 @@
 //! File-mode `perf.data` in and out: file → pipe, pipe → file and file → file are stage-less runs
-//! that keep every record; perf reads our file output as it reads the input; malformed files give
-//! an error that names the offset.
+//! that keep every record; every reader (perf 6.1 and 6.12) reads our file output as it reads the
+//! input, header features included; malformed files give an error that names the offset.
 
+use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 use perfpipe_stream::format::{Endian, EventHeader, RecordType};
 use perfpipe_stream::read::file::{synthesized_in_pipe, FileHeader, FileSection};
 
-use crate::util::{fixture, fixture_bytes, perfpipe, run, workload, Dir};
+use crate::readers::{self, Input};
+use crate::util::{fixture, fixture_bytes, oracle, perfpipe, readers, run, workload, Dir, Perf};
 
 fn s(p: &Path) -> &str {
     p.to_str().expect("utf-8 path")
@@ -279,83 +281,81 @@ pipetest!(
 // ---------------------------------------------------------------------------------------------
 // Live recordings, checked with perf.
 
-/// `perf record -o FILE ARGS -- WORKLOAD…`.
-fn record_file(out: &Path, args: &[&str], workload: &[&str]) {
-    let r = Command::new("perf")
-        .arg("record")
-        .args(["-q", "-o", s(out)])
-        .args(args)
-        .arg("--")
-        .args(workload)
-        .stdin(std::process::Stdio::null())
-        .output()
-        .expect("perf record");
-    assert!(
-        r.status.success(),
-        "perf record {args:?}: {}",
-        String::from_utf8_lossy(&r.stderr)
-    );
-}
-
-/// `perf ARGS -i FILE`, stdout; asserts success and no processing errors.
+/// The oracle's `perf ARGS -i FILE`, stdout; asserts success and no processing errors.
 fn perf_file(args: &[&str], file: &Path) -> String {
-    let r = run(Command::new("perf").args(args).args(["-i", s(file)]), b"");
-    let err = String::from_utf8_lossy(&r.stderr);
-    assert!(
-        r.status.success() && !err.contains("failed to process"),
-        "perf {args:?} -i {}: {err}",
-        file.display()
-    );
-    String::from_utf8(r.stdout).expect("utf-8")
+    read_file(&oracle(), args, file)
 }
 
-fn script(file: &Path) -> String {
-    perf_file(
-        &["script", "--show-task-events", "--show-mmap-events"],
-        file,
-    )
+/// `perf ARGS -i FILE` with `perf`, stdout; asserts success and no processing errors.
+fn read_file(perf: &Perf, args: &[&str], file: &Path) -> String {
+    readers::read(perf, args, Input::File(file))
+        .unwrap_or_else(|e| panic!("{}: {e}", file.display()))
+}
+
+fn script(perf: &Perf, file: &Path) -> String {
+    read_file(perf, &readers::SCRIPT, file)
 }
 
 /// `perf report --stats` without its `#` comment lines (which name the file).
-fn stats(file: &Path) -> String {
-    perf_file(&["report", "--stats"], file)
+fn stats(perf: &Perf, file: &Path) -> String {
+    read_file(perf, &["report", "--stats"], file)
         .lines()
         .filter(|l| !l.starts_with('#'))
         .collect::<Vec<_>>()
         .join("\n")
 }
 
-/// Records a file with `args`, then checks that perf sees the same in our file-mode output, in
-/// a file → pipe → file round trip and (perf script) in the pipe.
+/// What `perf report --header-only` shows of a file: the name of each line (the text before its
+/// `:`), e.g. `# cmdline`, `# CPU_TOPOLOGY info available, use -I to display`. CACHE is left out:
+/// perf sends it nowhere in a pipe, so a file we write from one cannot have it.
+fn header_lines(perf: &Perf, file: &Path) -> BTreeSet<String> {
+    read_file(perf, &["report", "--header-only"], file)
+        .lines()
+        .filter(|l| l.starts_with("# ") && !l.starts_with("# ===") && !l.contains("CACHE info"))
+        .map(|l| l.split(':').next().unwrap_or(l).trim().to_string())
+        .collect()
+}
+
+/// Records a file with `args`, then checks that every reader (perf 6.1 and 6.12) sees the same in
+/// our file-mode output, in a file → pipe → file round trip and (perf script) in the pipe, and
+/// that `perf report --header-only` shows the same header lines (the features) for our files.
 fn live(dir: &Dir, args: &[&str], work: &[&str]) {
     let input = dir.path("in.data");
-    record_file(&input, args, work);
+    oracle().record_file(&input, args, work);
     let (out, pipe, back) = (dir.path("out.data"), dir.path("p"), dir.path("back.data"));
     pp(&["-i", s(&input), "-o", s(&out)]);
     pp(&["-i", s(&input), "-o", s(&pipe), "--pipe"]);
     pp(&["-i", s(&pipe), "-o", s(&back)]);
-    let want = script(&input);
-    assert!(want.lines().count() > 10, "{args:?}: a tiny recording");
-    for f in [&out, &back, &pipe] {
-        assert!(
-            want == script(f),
-            "{args:?}: perf script differs on {}",
-            f.display()
-        );
-    }
-    let want = stats(&input);
-    for f in [&out, &back] {
-        eqnice!(want, stats(f));
+    for perf in readers() {
+        let name = perf.name;
+        let want = script(&perf, &input);
+        assert!(want.lines().count() > 10, "{args:?}: a tiny recording");
+        for f in [&out, &back, &pipe] {
+            assert!(
+                want == script(&perf, f),
+                "{name} {args:?}: perf script differs on {}",
+                f.display()
+            );
+        }
+        let want = stats(&perf, &input);
+        for f in [&out, &back] {
+            eqnice!(want, stats(&perf, f));
+        }
+        let want = header_lines(&perf, &input);
+        assert!(want.len() > 15, "{name}: {want:?}");
+        for f in [&out, &back] {
+            eqnice!(want, header_lines(&perf, f));
+        }
     }
 }
 
 /// A live recording test; `tracefs` first for one that records tracepoints.
 macro_rules! live_test {
     (tracefs $name:ident, $args:expr, $work:expr) => {
-        live_test!(@(perf, tracefs) $name, $args, $work);
+        live_test!(@(perf, perf612, tracefs) $name, $args, $work);
     };
     ($name:ident, $args:expr, $work:expr) => {
-        live_test!(@(perf) $name, $args, $work);
+        live_test!(@(perf, perf612) $name, $args, $work);
     };
     (@($($need:ident),+) $name:ident, $args:expr, $work:expr) => {
         pipetest!(needs($($need),+) $name, |dir| {
@@ -428,7 +428,7 @@ pipetest!(needs(perf)
     /// names after its own temporary copy (`/tmp/perf-vdso.so-XXXXXX`) cannot match by name.
     buildid_file_lists_what_perf_inject_lists, |dir| {
     let input = dir.path("in.data");
-    record_file(&input, &["-e", "cpu-clock", "-c", "100000", "--no-buildid"], &[&workload(), "single", "2"]);
+    oracle().record_file(&input, &["-e", "cpu-clock", "-c", "100000", "--no-buildid"], &[&workload(), "single", "2"]);
     let (ours, theirs) = (dir.path("ours.data"), dir.path("theirs.data"));
     pp(&["-i", s(&input), "-o", s(&ours), "--buildid"]);
     let r = run(Command::new("perf").args(["inject", "-b", "-i", s(&input), "-o", s(&theirs)]), b"");
@@ -456,7 +456,7 @@ pipetest!(needs(perf)
     // Plain `perf script`: perf 6.1 does not swap MMAP2 prot/flags back (fixtures README).
     let plain = |f: &Path| perf_file(&["script"], f);
     assert!(plain(&out) == plain(&le), "perf script differs");
-    eqnice!(stats(&le), stats(&out));
+    eqnice!(stats(&oracle(), &le), stats(&oracle(), &out));
 });
 
 pipetest!(

@@ -1,11 +1,13 @@
 //! `perfpipe inject` standing in for `perf inject`: upstream's `tools/perf/tests/shell/pipe_test.sh`
-//! cases with our binary, for each build-id style; the MMAP2 styles (`-B`, `--mmap2-buildid-all`)
-//! against perf 6.1's readers; the refused options' messages.
+//! cases with our binary, for each build-id style, with perf 6.1 and with perf 6.12 (its own 25);
+//! the MMAP2 styles (`-B`, `--mmap2-buildid-all`) against every reader and perf 6.12's own inject;
+//! the refused options' messages.
 
 use std::collections::BTreeSet;
 use std::path::Path;
-use std::process::{Command, Output};
+use std::process::Output;
 
+use crate::readers::{self, Input};
 use crate::util::*;
 use crate::workloads;
 
@@ -27,84 +29,84 @@ fn inject_ok(args: &[&str], stdin: &[u8]) -> Vec<u8> {
     out.stdout
 }
 
-/// `perf report --stdio` of a file.
-fn report_file(path: &Path) -> String {
-    let out = Command::new("perf")
-        .args(["report", "--stdio", "-i"])
+/// `perf report --stdio ARGS` of a file, with `perf`.
+fn report_file(perf: &Perf, path: &Path, args: &[&str]) -> String {
+    let out = perf
+        .command()
+        .args(["report", "--stdio"])
+        .args(args)
+        .arg("-i")
         .arg(path)
         .output()
         .expect("perf report");
     assert!(
         out.status.success(),
-        "perf report -i {}: {}",
+        "{} report -i {}: {}",
+        perf.name,
         path.display(),
         String::from_utf8_lossy(&out.stderr)
     );
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
-/// `perf record -e cpu-clock [-g] -o FILE -- noploop`: a file-mode recording.
-fn record_file(dir: &Dir, w: &workloads::Workload, name: &str) -> std::path::PathBuf {
-    let path = dir.path(name);
-    let out = Command::new("perf")
-        .args(["record", "-e", "cpu-clock", "-o"])
-        .arg(&path)
-        .arg("--")
-        .args(w.argv())
-        .output()
-        .expect("perf record");
-    assert!(
-        out.status.success(),
-        "perf record -o: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    path
-}
-
 /// The build-id styles pipe_test.sh runs (`test_inject_bids`), upstream's latest list.
 const STYLES: [&str; 4] = ["-b", "--buildid-all", "-B", "--mmap2-buildid-all"];
 
-/// The six cases of upstream `pipe_test.sh`'s `test_inject_bids`, each checked as it checks them
-/// (`perf report` finds the workload's `noploop`), with `perfpipe inject` for `perf inject`:
-/// pipe → pipe, `-g` pipe → pipe, pipe → file, file → pipe, pipe-format file → pipe, pipe-format
-/// file → file; for `-b`, `--buildid-all`, `-B` and `--mmap2-buildid-all`.
-#[test]
-#[cfg_attr(
-    any(skip_perf, skip_cc),
-    ignore = "needs perf and cc (missing at build time)"
-)]
-fn pipe_test_cases_for_every_build_id_style() {
-    require(Need::Perf);
-    require(Need::Cc);
-    let dir = Dir::new("pipe_test_cases");
-    let w = workloads::noploop(&dir);
+/// pipe_test.sh's event: user-space task-clock.
+const EVENT: [&str; 2] = ["-e", "task-clock:u"];
+
+/// The cases of `pipe_test.sh` as perf 6.12 ships it (`tools/perf/tests/shell/pipe_test.sh`),
+/// with `perf` recording and reading and perfpipe in the middle, each checked as it checks them
+/// (`perf report` finds the workload's `noploop`): `test_record_report` with `perfpipe` between
+/// record and report (one case: pipe → pipe, `-g` pipe → pipe, `-g` pipe saved to a file), then
+/// `test_inject_bids`' six with `perfpipe inject` for `perf inject` (pipe → pipe, `-g` pipe →
+/// pipe, pipe → file, file → pipe, pipe-format file → pipe, pipe-format file → file) for `-b`,
+/// `--buildid-all`, `-B` and `--mmap2-buildid-all`: 25 cases. Returns how many passed.
+fn pipe_test_cases(perf: &Perf, dir: &Dir) -> usize {
+    let w = workloads::noploop(dir);
     let sym = "noploop";
-    let plain = perf_record(&["-e", "cpu-clock"], &w.argv());
-    let graph = perf_record(&["-e", "cpu-clock", "-g"], &w.argv());
-    let file = record_file(&dir, &w, "perf.data");
+    let plain = perf.record(&EVENT, &w.argv());
+    let graph = perf.record(&[&EVENT[..], &["-g"]].concat(), &w.argv());
+    let file = dir.path("perf.data");
+    perf.record_file(&file, &EVENT, &w.argv());
     let pipe_file = dir.write("pipe.data", &plain);
+    let name = perf.name;
+    let mut passed = 0;
+    // test_record_report: perf record -o - | perfpipe | perf report -i - --task (the task is
+    // our workload, where upstream's is `perf test -w noploop`'s "perf").
+    for (n, input) in [(1, &plain), (2, &graph)] {
+        let r = perf.on(&["report", "--task"], &perfpipe_ok(&[], input));
+        assert!(r.contains(sym), "{name} record+report #{n}:\n{r}");
+    }
+    let data = dir.write("rr3.data", &perfpipe_ok(&[], &graph));
+    let r = report_file(perf, &data, &["--task"]);
+    assert!(r.contains(sym), "{name} record+report #3:\n{r}");
+    passed += 1;
     for style in STYLES {
         // #1: perf record -o - | perf inject OPT | perf report -i -
         let out = inject_ok(&[style], &plain);
-        let r = perf_on(&["report", "--stdio"], &out);
-        assert!(r.contains(sym), "{style} #1 pipe -> pipe:\n{r}");
+        let r = perf.on(&["report", "--stdio"], &out);
+        assert!(r.contains(sym), "{name} {style} #1 pipe -> pipe:\n{r}");
         // #2: the same with -g.
         let out = inject_ok(&[style], &graph);
-        let r = perf_on(&["report", "--stdio"], &out);
-        assert!(r.contains(sym), "{style} #2 -g pipe -> pipe:\n{r}");
+        let r = perf.on(&["report", "--stdio"], &out);
+        assert!(r.contains(sym), "{name} {style} #2 -g pipe -> pipe:\n{r}");
         // #3: perf record -o - | perf inject OPT -o FILE; perf report -i FILE
         let data = dir.path(&format!("out3{style}"));
         inject_ok(&[style, "-o", data.to_str().unwrap()], &plain);
-        let r = report_file(&data);
-        assert!(r.contains(sym), "{style} #3 pipe -> file:\n{r}");
+        let r = report_file(perf, &data, &[]);
+        assert!(r.contains(sym), "{name} {style} #3 pipe -> file:\n{r}");
         // #4: perf record -o FILE; perf inject OPT -i FILE | perf report -i -
         let out = inject_ok(&[style, "-i", file.to_str().unwrap()], b"");
-        let r = perf_on(&["report", "--stdio"], &out);
-        assert!(r.contains(sym), "{style} #4 file -> pipe:\n{r}");
+        let r = perf.on(&["report", "--stdio"], &out);
+        assert!(r.contains(sym), "{name} {style} #4 file -> pipe:\n{r}");
         // #5: perf record -o - > FILE; perf inject OPT -i FILE | perf report -i -
         let out = inject_ok(&[style, "-i", pipe_file.to_str().unwrap()], b"");
-        let r = perf_on(&["report", "--stdio"], &out);
-        assert!(r.contains(sym), "{style} #5 pipe-format file -> pipe:\n{r}");
+        let r = perf.on(&["report", "--stdio"], &out);
+        assert!(
+            r.contains(sym),
+            "{name} {style} #5 pipe-format file -> pipe:\n{r}"
+        );
         // #6: perf record -o - > FILE; perf inject OPT -i FILE -o FILE2; perf report -i FILE2
         let data2 = dir.path(&format!("out6{style}"));
         let args = [
@@ -115,27 +117,67 @@ fn pipe_test_cases_for_every_build_id_style() {
             data2.to_str().unwrap(),
         ];
         inject_ok(&args, b"");
-        let r = report_file(&data2);
-        assert!(r.contains(sym), "{style} #6 pipe-format file -> file:\n{r}");
-        // And the file's build-id table lists the workload (for the MMAP2 styles too).
-        let out = Command::new("perf")
-            .args(["buildid-list", "-i"])
-            .arg(&data2)
-            .output()
-            .expect("perf buildid-list");
-        let ids = String::from_utf8_lossy(&out.stdout);
+        let r = report_file(perf, &data2, &[]);
         assert!(
-            out.status.success() && ids.contains(w.exe.to_str().unwrap()),
-            "{style} #6: buildid-list lacks {}:\n{ids}{}",
-            w.exe.display(),
-            String::from_utf8_lossy(&out.stderr)
+            r.contains(sym),
+            "{name} {style} #6 pipe-format file -> file:\n{r}"
         );
+        // And the file's build-id table lists the workload (for the MMAP2 styles too).
+        let ids = perf.on_file(&["buildid-list"], &data2);
+        assert!(
+            ids.contains(w.exe.to_str().unwrap()),
+            "{name} {style} #6: buildid-list lacks {}:\n{ids}",
+            w.exe.display()
+        );
+        passed += 6;
     }
+    passed
 }
 
-/// `perf script`'s frames (comm, ip, symbol, dso of every sample and callchain entry).
+/// `perfpipe ARGS` on `stdin`, asserting success; its standard output.
+fn perfpipe_ok(args: &[&str], stdin: &[u8]) -> Vec<u8> {
+    let out = perfpipe(args, stdin);
+    assert!(
+        out.status.success(),
+        "perfpipe {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out.stdout
+}
+
+/// Upstream `pipe_test.sh`'s cases with the system perf (6.1) recording and reading.
+#[test]
+#[cfg_attr(
+    any(skip_perf, skip_cc),
+    ignore = "needs perf and cc (missing at build time)"
+)]
+fn pipe_test_cases_for_every_build_id_style() {
+    require(Need::Perf);
+    require(Need::Cc);
+    let dir = Dir::new("pipe_test_cases");
+    assert_eq!(pipe_test_cases(&oracle(), &dir), 25);
+}
+
+/// Perf 6.12's own `pipe_test.sh` cases, all 25, with perf 6.12 recording and reading.
+#[test]
+#[cfg_attr(
+    any(skip_perf, skip_perf612, skip_cc),
+    ignore = "needs perf, perf 6.12 and cc (missing at build time)"
+)]
+fn pipe_test_cases_of_perf_612() {
+    require(Need::Perf);
+    require(Need::Perf612);
+    require(Need::Cc);
+    let dir = Dir::new("pipe_test_cases_612");
+    assert_eq!(pipe_test_cases(&perf612(), &dir), 25);
+}
+
+/// `perf script` printing frames (comm, ip, symbol, dso of every sample and callchain entry).
+const FRAMES: [&str; 3] = ["script", "-F", "comm,tid,ip,sym,dso"];
+
+/// The oracle's `perf script` frames.
 fn frames(stream: &[u8]) -> String {
-    perf_on(&["script", "-F", "comm,tid,ip,sym,dso"], stream)
+    perf_on(&FRAMES, stream)
 }
 
 /// `(build id, path)` pairs `perf buildid-list -i -` lists.
@@ -149,25 +191,36 @@ fn pairs(stream: &[u8]) -> BTreeSet<(String, String)> {
         .collect()
 }
 
-/// The MMAP2 styles on a multi-process `-g` recording: perf 6.1's `perf script` resolves every
-/// frame as on the input, `perf buildid-list` lists the ids of the dsos samples hit (what it lists
-/// for `-b`'s output), and the `-B` output leaves out the maps no sample hit. (Its size against
-/// `-b`'s is no invariant: the maps left out and the build-id records added are both a few KB;
-/// one local `.ci/run` saw -B 1,008 bytes larger of 9 MB, the next 2.8 KB smaller.)
+/// The MMAP2 styles on a multi-process `-g` recording: every reader's `perf script` resolves every
+/// frame as on the input and `report --stats` counts its samples; perf 6.1's `perf buildid-list`
+/// lists the ids of the dsos samples hit (what it lists for `-b`'s output), perf 6.12's what its
+/// own `perf inject -B` and `--mmap2-buildid-all` list (6.1 has neither); and the `-B` output
+/// leaves out the maps no sample hit. (Its size against `-b`'s is no invariant: the maps left out
+/// and the build-id records added are both a few KB; one local `.ci/run` saw -B 1,008 bytes
+/// larger of 9 MB, the next 2.8 KB smaller.)
 #[test]
-#[cfg_attr(skip_perf, ignore = "needs perf (missing at build time)")]
+#[cfg_attr(
+    any(skip_perf, skip_perf612),
+    ignore = "needs perf and perf 6.12 (missing at build time)"
+)]
 fn mmap2_styles_keep_every_frame_and_list_the_ids() {
     require(Need::Perf);
+    require(Need::Perf612);
     let input = perf_record(
         &["-e", "cpu-clock", "-c", "20000", "-g"],
         &[&workload(), "multi"],
     );
-    let want = frames(&input);
     let b = inject_ok(&["-b"], &input);
     let big_b = inject_ok(&["-B"], &input);
     let all = inject_ok(&["--mmap2-buildid-all"], &input);
-    eqnice!(want, frames(&big_b));
-    eqnice!(want, frames(&all));
+    for out in [&big_b, &all] {
+        readers::assert_every_reader_reads_like_with(
+            "MMAP2 styles",
+            &FRAMES,
+            Input::Stream(&input),
+            Input::Stream(out),
+        );
+    }
     let ids_b = pairs(&b);
     assert!(ids_b.len() >= 3, "{ids_b:?}");
     for ids in [pairs(&big_b), pairs(&all)] {
@@ -177,6 +230,28 @@ fn mmap2_styles_keep_every_frame_and_list_the_ids() {
                 "{p:?} missing from {ids:?}"
             );
         }
+    }
+    // Perf 6.12's own `inject -B` writes its MMAP2s with empty ids (`<>` in perf script) in pipe
+    // mode, so its buildid-list lists none: ours is held to what its `-b` lists (the dsos samples
+    // and callchains hit) instead.
+    let p612 = perf612();
+    for (style, theirs) in [("-B", "-b"), ("--mmap2-buildid-all", "--mmap2-buildid-all")] {
+        let out = if style == "-B" { &big_b } else { &all };
+        let list = |s: &[u8]| readers::buildid_pairs(&p612, Input::Stream(s));
+        let theirs_out = p612.inject(&[theirs], &input);
+        let (want, got) = (list(&theirs_out), list(out));
+        eprintln!(
+            "perf 6.12 lists {} ids in ours {style}, {} in its own {theirs}, {} in its own {style}",
+            got.len(),
+            want.len(),
+            list(&p612.inject(&[style], &input)).len()
+        );
+        assert!(want.len() >= 3, "{want:?}");
+        let missing: Vec<_> = want.difference(&got).collect();
+        assert!(
+            missing.is_empty(),
+            "{style}: perf 6.12 inject {theirs} lists {missing:?}, we do not"
+        );
     }
     eprintln!(
         "input {} bytes, -b {} bytes, -B {} bytes, --mmap2-buildid-all {} bytes",

@@ -1,4 +1,5 @@
-//! What some tests need from the machine (perf, a C compiler, mounting, tracefs, a pseudo-terminal),
+//! What some tests need from the machine (perf, perf 6.12, a C compiler, mounting, tracefs, a
+//! pseudo-terminal),
 //! and how a missing need shows: as a skip that libtest prints and counts, or, under `CI`, as a
 //! failure. A test never returns early.
 //!
@@ -26,6 +27,9 @@ use std::process::{Command, Stdio};
 pub enum Need {
     /// The real `perf`, the tests' oracle.
     Perf,
+    /// Debian's perf 6.12 (bookworm-backports' `linux-perf`), unpacked beside the system perf by
+    /// `.ci/run`: the second reader of what we write ([`perf612_program`]).
+    Perf612,
     /// A C compiler (`cc`), for workloads compiled by the tests.
     Cc,
     /// Mounting a tmpfs (root, or `CAP_SYS_ADMIN`), in a mount namespace of its own or not.
@@ -47,8 +51,9 @@ pub enum Need {
 
 impl Need {
     /// Every need, for the cfgs a build script declares.
-    pub const ALL: [Need; 9] = [
+    pub const ALL: [Need; 10] = [
         Need::Perf,
+        Need::Perf612,
         Need::Cc,
         Need::Mount,
         Need::Tracefs,
@@ -63,6 +68,7 @@ impl Need {
     pub fn cfg(self) -> &'static str {
         match self {
             Need::Perf => "skip_perf",
+            Need::Perf612 => "skip_perf612",
             Need::Cc => "skip_cc",
             Need::Mount => "skip_mount",
             Need::Tracefs => "skip_tracefs",
@@ -78,6 +84,10 @@ impl Need {
     pub fn what(self) -> &'static str {
         match self {
             Need::Perf => "perf (`perf --version` runs)",
+            Need::Perf612 => {
+                "perf 6.12 (`$PERF_612 --version` says 6.12; `.ci/run` unpacks Debian's \
+                 bookworm-backports linux-perf to /opt/perf-6.12)"
+            }
             Need::Cc => "a C compiler (`cc`)",
             Need::Mount => "mounting a tmpfs (`unshare --mount`, `mount`; root)",
             Need::Tracefs => "tracefs (/sys/kernel/tracing, mounted or mountable)",
@@ -95,6 +105,8 @@ impl Need {
     fn programs(self) -> &'static [&'static str] {
         match self {
             Need::Perf => &["perf"],
+            // Not looked up on PATH: see `rerun_lines`.
+            Need::Perf612 => &[],
             Need::Cc => &["cc"],
             Need::Mount | Need::Tracefs => &["unshare", "mount"],
             Need::Script => &["script"],
@@ -110,6 +122,17 @@ impl Need {
     pub fn probe(self) -> Result<(), String> {
         match self {
             Need::Perf => runs("perf", &["--version"]),
+            Need::Perf612 => {
+                let prog = perf612_program().to_string_lossy().into_owned();
+                runs(&prog, &["--version"])?;
+                let out = Command::new(&prog).arg("--version").output();
+                let says = out.map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string());
+                match says {
+                    Ok(v) if v.starts_with("perf version 6.12.") => Ok(()),
+                    Ok(v) => Err(format!("`{prog} --version` says {v:?}, not 6.12")),
+                    Err(e) => Err(format!("`{prog}`: {e}")),
+                }
+            }
             Need::Cc => runs("cc", &["--version"]),
             Need::Script => runs("script", &["--version"]),
             Need::Go => runs("go", &["version"]),
@@ -138,6 +161,17 @@ impl Need {
                 .map_err(|e| format!("{TRACEFS_SCHED} is missing and cannot be mounted: {e}")),
         }
     }
+}
+
+/// Where `.ci/run` unpacks perf 6.12, and the tests look for it when `PERF_612` is not set: a
+/// wrapper script that runs its `usr/bin/perf` with its own libraries and helpers.
+pub const PERF_612_DEFAULT: &str = "/opt/perf-6.12/perf";
+
+/// The perf 6.12 program: `PERF_612`, else [`PERF_612_DEFAULT`].
+pub fn perf612_program() -> PathBuf {
+    std::env::var_os("PERF_612")
+        .filter(|v| !v.is_empty())
+        .map_or_else(|| PathBuf::from(PERF_612_DEFAULT), PathBuf::from)
 }
 
 /// Where tracepoint recordings look for the sched events.
@@ -202,7 +236,8 @@ pub fn build_lines(ci: bool, probed: &[(Need, Result<(), String>)]) -> Vec<Strin
 
 /// The rerun rules for `needs` under `path` (the value of `PATH`): `CI` and `PATH` themselves,
 /// each program found (its file), and for a program not found every directory on `PATH`, so
-/// that installing it is noticed.
+/// that installing it is noticed. Perf 6.12 is not on `PATH`: `PERF_612`, and its program's file
+/// or, while that is missing, the closest directory above it that exists.
 pub fn rerun_lines(needs: &[Need], path: &OsStr) -> Vec<String> {
     let mut lines = vec![
         "cargo::rerun-if-env-changed=CI".to_string(),
@@ -216,6 +251,13 @@ pub fn rerun_lines(needs: &[Need], path: &OsStr) -> Vec<String> {
         match dirs.iter().map(|d| d.join(prog)).find(|p| p.is_file()) {
             Some(found) => watched.push(found),
             None => watched.extend(dirs.iter().cloned()),
+        }
+    }
+    if needs.contains(&Need::Perf612) {
+        lines.push("cargo::rerun-if-env-changed=PERF_612".to_string());
+        let prog = perf612_program();
+        if let Some(at) = prog.ancestors().find(|p| p.exists()) {
+            watched.push(at.to_path_buf());
         }
     }
     watched.sort();

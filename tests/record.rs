@@ -1,11 +1,13 @@
 //! `perfpipe record` (issue 10): the native capture source, checked against `perf record` with the
-//! same event, period and workload, and read back by `perf script`/`perf report`.
+//! same event, period and workload, and read back by `perf script`/`perf report` of every reader
+//! (perf 6.1 and 6.12).
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use crate::readers::{assert_every_reader_accepts, Input};
 use crate::util::{
     bin, perf_on, perf_record, perf_record_err, require, signal, workload, Dir, Need,
 };
@@ -240,10 +242,12 @@ pipetest!(needs(perf, cc)
     }
 );
 
-pipetest!(needs(perf) record_follows_forks_and_execs, |dir| {
+pipetest!(needs(perf, perf612) record_follows_forks_and_execs, |dir| {
     let _ = &dir;
     let w = workload();
     let (s, _) = record(&["-e", "cpu-clock", "-c", "200000"], &[&w, "multi", "2"]);
+    // Every reader (perf 6.1 and 6.12) reads it whole and counts the same samples.
+    assert_every_reader_accepts("perfpipe record", Input::Stream(&s));
     let script = perf_on(
         &["script", "--show-task-events", "-F", "comm,pid,event"],
         &s,
@@ -346,7 +350,7 @@ fn wait_for(child: &mut Child, limit: Duration) -> std::process::ExitStatus {
     }
 }
 
-pipetest!(needs(perf, cc) record_overwrite_dumps_on_sigusr2_as_valid_streams, |dir| {
+pipetest!(needs(perf, perf612, cc) record_overwrite_dumps_on_sigusr2_as_valid_streams, |dir| {
     let exe = spin(&dir);
     let pattern = dir.path("dump-%n.data");
     // A workload far longer than the test (about a minute of CPU): two SIGUSR2 dumps while it
@@ -398,8 +402,9 @@ pipetest!(needs(perf, cc) record_overwrite_dumps_on_sigusr2_as_valid_streams, |d
     let mut last_end = 0.0f64;
     for f in &files {
         assert!(Path::new(f).exists(), "{} missing", f.display());
-        // Each dump is a whole stream on its own (written as a perf.data), read by perf.
-        let n = samples_in(&perf_file(&["report", "--stats"], f));
+        // Each dump is a whole stream on its own (written as a perf.data), read by every reader.
+        let n = assert_every_reader_accepts("an overwrite dump", Input::File(f));
+        assert_eq!(n, samples_in(&perf_file(&["report", "--stats"], f)));
         assert!(n > 20, "{}: {n} samples", f.display());
         // 4 pages per cpu hold at most ~16 KiB / 60 B of samples: the kernel kept only the newest.
         assert!(n < 2 * 16 * 1024 / 48, "{}: {n} samples", f.display());

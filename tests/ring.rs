@@ -1,11 +1,13 @@
 //! The flight recorder (issue 9), through the real binary: `--ring` keeps the newest events and
-//! every dump is a stream perf reads on its own and resolves like the full input.
+//! every dump is a stream every reader (perf 6.1 and 6.12) reads on its own and resolves like the
+//! full input.
 
 use std::collections::HashMap;
 use std::io::{Read as _, Write as _};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use crate::readers::{self, Input};
 use crate::util::*;
 
 /// `PERF_SAMPLE_*` bits that come before TIME in a sample.
@@ -48,9 +50,15 @@ fn sample_times(s: &[u8]) -> Vec<(u64, usize)> {
         .collect()
 }
 
-/// `perf script` samples keyed by "tid time", each with its resolved frames (ip sym (dso)).
+/// The oracle's `perf script` samples keyed by "tid time", each with its resolved frames (ip sym
+/// (dso)).
 fn resolved(stream_or_file: &[u8]) -> HashMap<String, Vec<String>> {
-    let text = perf_on(&["script", "-F", "tid,time,ip,sym,dso"], stream_or_file);
+    resolved_by(&oracle(), stream_or_file)
+}
+
+/// [`resolved`] as `perf` resolves them.
+fn resolved_by(perf: &Perf, stream_or_file: &[u8]) -> HashMap<String, Vec<String>> {
+    let text = perf.on(&["script", "-F", "tid,time,ip,sym,dso"], stream_or_file);
     let mut map = HashMap::new();
     let mut key = None;
     for line in text.lines() {
@@ -71,7 +79,7 @@ fn resolved(stream_or_file: &[u8]) -> HashMap<String, Vec<String>> {
     map
 }
 
-pipetest!(needs(perf)
+pipetest!(needs(perf, perf612)
     // Under load this once failed one run in three: perf drains one cpu's buffer after another,
     // so a child's exec COMM and MMAPs could reach the side-band state before the parent's FORK
     // (which then replaced them), and the state forgot the old image at exec where perf keeps it.
@@ -126,13 +134,18 @@ pipetest!(needs(perf)
             times.len()
         );
 
-        // perf reads the dump and resolves every kept sample like the full input does.
-        let full = resolved(&input);
-        let got = resolved(&dump);
-        assert_eq!(got.len(), kept.len());
-        for (k, frames) in &got {
-            assert_eq!(full.get(k), Some(frames), "sample {k}");
+        // Every reader (perf 6.1 and 6.12) reads the dump and resolves every kept sample like the
+        // full input does, and `perf report --stats` counts them.
+        for perf in readers() {
+            let (full, got) = (resolved_by(&perf, &input), resolved_by(&perf, &dump));
+            assert_eq!(got.len(), kept.len(), "{}", perf.name);
+            for (k, frames) in &got {
+                assert_eq!(full.get(k), Some(frames), "{}: sample {k}", perf.name);
+            }
+            let n = readers::samples(&perf, Input::Stream(&dump)).unwrap_or_else(|e| panic!("{e}"));
+            assert_eq!(n as usize, kept.len(), "{}", perf.name);
         }
+        let (full, got) = (resolved(&input), resolved(&dump));
         // And resolved at all: without the replayed side-band (COMM and MMAP2 recorded long before
         // the window) no frame could name a user-space dso.
         let user = got
@@ -172,16 +185,16 @@ pipetest!(needs(perf)
             104,
             "file mode"
         );
-        let script = Command::new("perf")
-            .args(["script", "-F", "tid,time,ip,sym,dso", "-i"])
-            .arg(dir.path("dump-1.data"))
-            .output()
-            .unwrap();
-        assert!(script.status.success());
-        assert_eq!(
-            count_samples(&String::from_utf8_lossy(&script.stdout)),
-            count_samples(&perf_on(&["script", "-F", "tid,time,ip,sym,dso"], &dump))
-        );
+        for perf in readers() {
+            let fields = ["script", "-F", "tid,time,ip,sym,dso"];
+            let script = perf.on_file(&fields, &dir.path("dump-1.data"));
+            assert_eq!(
+                count_samples(&script),
+                count_samples(&perf.on(&fields, &dump)),
+                "{}",
+                perf.name
+            );
+        }
         assert!(!dir.path("dump-2.data").exists());
     }
 );
@@ -374,7 +387,7 @@ pipetest!(needs(perf)
     }
 );
 
-pipetest!(needs(perf)
+pipetest!(needs(perf, perf612)
     a_trigger_to_a_single_output_gives_one_dump_perf_reads,
     |_dir| {
         let input = fixture_bytes("callgraph.pipe.data");
@@ -400,11 +413,14 @@ pipetest!(needs(perf)
         // Why one: perf's pipe reader rejects a second stream after the first.
         let mut two = input.clone();
         two.extend_from_slice(&input);
-        let perf = run(Command::new("perf").args(["script", "-i", "-"]), &two);
-        assert!(
-            !perf.status.success(),
-            "perf now reads concatenated pipe streams"
-        );
+        for perf in readers() {
+            let out = run(perf.command().args(["script", "-i", "-"]), &two);
+            assert!(
+                !out.status.success(),
+                "{} reads concatenated pipe streams",
+                perf.name
+            );
+        }
 
         // --ring-after without --ring-trigger, and --ring-trigger without --ring, are refused.
         let out = perfpipe(&["--ring", "1M", "--ring-after", "1s"], &input);

@@ -21,9 +21,15 @@ enum Outcome {
 fn run_alone_without_path(test: &str, ci: Option<&str>, dir: &Dir) -> (Outcome, String) {
     let empty = dir.path("empty-path");
     std::fs::create_dir_all(&empty).unwrap();
+    run_alone(test, ci, &[("PATH", empty.as_os_str())])
+}
+
+/// Runs one test of this binary by its exact name with `env` and `CI` as given; returns how it
+/// ended, and its output.
+fn run_alone(test: &str, ci: Option<&str>, env: &[(&str, &OsStr)]) -> (Outcome, String) {
     let mut cmd = Command::new(std::env::current_exe().expect("this test binary"));
     cmd.args([test, "--exact", "--nocapture", "--test-threads", "1"])
-        .env("PATH", &empty)
+        .envs(env.iter().copied())
         .env("RUST_BACKTRACE", "0");
     match ci {
         Some(v) => cmd.env("CI", v),
@@ -73,6 +79,30 @@ fn a_test_that_needs_perf_never_passes_without_it() {
     }
 }
 
+/// A test that needs perf 6.12 (every reader), run where `PERF_612` names no perf, never passes:
+/// it fails saying so (built where perf 6.12 was, or under `CI`), or is ignored saying so.
+#[test]
+fn a_test_that_needs_perf_612_never_passes_without_it() {
+    let test = "readers::a_reader_that_rejects_a_broken_header_fails_the_check";
+    let gone = OsStr::new("/nonexistent/perf-6.12/perf");
+    for ci in [None, Some("true")] {
+        let (outcome, out) = run_alone(test, ci, &[("PERF_612", gone)]);
+        match outcome {
+            Outcome::Passed => panic!("{test} passed without perf 6.12 (CI={ci:?}):\n{out}"),
+            Outcome::Failed => assert!(
+                out.contains("needs perf 6.12") && out.contains("/nonexistent/perf-6.12/perf"),
+                "CI={ci:?}: no reason given:\n{out}"
+            ),
+            Outcome::Ignored => assert!(
+                out.contains(&format!(
+                    "test {test} ... ignored, needs perf and perf 6.12"
+                )),
+                "CI={ci:?}: no reason given:\n{out}"
+            ),
+        }
+    }
+}
+
 /// Outside `CI`, a missing need sets its `skip_*` cfg (the tests that need it are ignored) and
 /// says why in a build warning; a need that is there sets nothing.
 #[test]
@@ -85,8 +115,8 @@ fn a_missing_need_is_a_skip_with_a_reason() {
         ],
     );
     eqnice!(
-        "cargo::rustc-check-cfg=cfg(skip_perf, skip_cc, skip_mount, skip_tracefs, skip_script, \
-         skip_go, skip_duckdb, skip_inferno, skip_chromium)",
+        "cargo::rustc-check-cfg=cfg(skip_perf, skip_perf612, skip_cc, skip_mount, skip_tracefs, \
+         skip_script, skip_go, skip_duckdb, skip_inferno, skip_chromium)",
         lines[0]
     );
     assert!(

@@ -1,6 +1,9 @@
 //! perfpipe's integration tests: one binary, one module per topic.
 //!
-//! - `util`: the binary, fixtures, temp dirs, the real `perf`, signals sent once they are caught.
+//! - `util`: the binary, fixtures, temp dirs, which real `perf` runs (the name oracle, 6.1, or
+//!   every reader, 6.1 and 6.12), signals sent once they are caught.
+//! - `readers`: the reader check (every reader reads our output as it reads the input), and that a
+//!   reader rejecting a broken header fails it.
 //! - `needs`: what tests need (perf, cc, mounting, tracefs, `script`): a missing need makes its
 //!   tests ignored with the reason, counted in the summary, or under `CI` failed; never a silent pass.
 //! - `skipping`: that mechanism, checked: a test that needs perf fails without it, and the rules.
@@ -10,6 +13,8 @@
 //! - `inject`: `perfpipe inject` in upstream `pipe_test.sh`'s six cases for every build-id style;
 //!   `-B`/`--mmap2-buildid-all` against perf's readers; the refused options.
 //! - `badinput`: malformed input gives a clear error with an offset, and keeps what came before.
+//! - `current`: input written by perf 6.12 (pipe, `-z`, dwarf, tracepoints, file mode, attrs after
+//!   the data) through the stages and profile outputs, read by every reader.
 //! - `decompress`: `--decompress` of `perf record -z` streams, checked against perf.
 //! - `filemode`: file-mode perf.data in and out (file ↔ pipe ↔ file), checked against perf.
 //! - `filter`: `--filter` and the shorthands against `perf script`'s filters; the expression algebra.
@@ -34,6 +39,7 @@ pub mod needs;
 mod badinput;
 mod buildid;
 mod chunking;
+mod current;
 mod decompress;
 mod ends;
 mod export;
@@ -47,6 +53,7 @@ mod memory;
 pub mod oracle;
 mod passthrough;
 mod profile;
+pub mod readers;
 mod readme;
 mod record;
 mod regression;

@@ -1,7 +1,8 @@
 //! `--unwind` against perf's own DWARF unwinding (issue 18): live `perf record --call-graph dwarf`
 //! recordings of workloads built without frame pointers, unwound by perfpipe into callchain
 //! samples, and `perf script --no-inline -F comm,tid,time,ip,sym,dso` on the output compared with
-//! the same on the input (where perf 6.1 unwinds every sample with libunwind), sample by sample:
+//! the same on the input (where perf unwinds every sample with libunwind), by every reader (perf
+//! 6.1 and 6.12, each against its own unwinding and names), sample by sample:
 //! at least 99 % identical, the same number of samples, the output at most 10 % of the input's
 //! bytes for the default 8 KiB stacks. `--no-inline`: perf 6.1 adds inlined frames to
 //! DWARF-unwound callchains only, not to the frame-pointer-style callchains we write, so inline
@@ -11,10 +12,11 @@ use std::path::PathBuf;
 use std::process::Command;
 
 use crate::oracle::{assert_agrees, collapse};
+use crate::readers::{self, Input};
 use crate::util::*;
 
 /// Share of samples whose perf script lines must be identical.
-const MIN_IDENTICAL: f64 = 0.99;
+pub(crate) const MIN_IDENTICAL: f64 = 0.99;
 
 fn source(name: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -42,7 +44,7 @@ fn build(dir: &Dir, cmd: &str, args: &[&str], src: &str, exe: &str) -> String {
 
 /// `fp.c` at `-O2 -fomit-frame-pointer`: three forked children in their own call chains
 /// (`-fno-ipa-pure-const`, or -O2 calls the pure leaf functions once per child).
-fn c_forking(dir: &Dir) -> Vec<String> {
+pub(crate) fn c_forking(dir: &Dir) -> Vec<String> {
     let exe = build(
         dir,
         "cc",
@@ -118,7 +120,7 @@ fn unwound_with_stderr(rec: &[u8], args: &[&str]) -> (Vec<u8>, String) {
     )
 }
 
-const FIELDS: &[&str] = &["script", "--no-inline", "-F", "comm,tid,time,ip,sym,dso"];
+pub(crate) const FIELDS: &[&str] = &["script", "--no-inline", "-F", "comm,tid,time,ip,sym,dso"];
 
 /// perf script's samples of `rec`, each its lines (header then frames), whitespace normalised.
 fn samples(script: &str) -> Vec<Vec<String>> {
@@ -140,7 +142,7 @@ fn samples(script: &str) -> Vec<Vec<String>> {
 
 /// Compares perf script on the input and on our output; prints up to 5 differing samples.
 /// Returns the identical fraction.
-fn compare(what: &str, input: &str, output: &str) -> f64 {
+pub(crate) fn compare(what: &str, input: &str, output: &str) -> f64 {
     let (a, b) = (samples(input), samples(output));
     assert!(a.len() >= 100, "{what}: only {} samples recorded", a.len());
     assert_eq!(a.len(), b.len(), "{what}: samples in and out");
@@ -158,19 +160,22 @@ fn compare(what: &str, input: &str, output: &str) -> f64 {
     fraction
 }
 
-/// Records, unwinds and compares; returns (input bytes, output bytes).
+/// Unwinds and compares with every reader (perf 6.1 and 6.12, each unwinding the input itself);
+/// returns (input bytes, output bytes).
 fn check(what: &str, rec: &[u8]) -> (usize, usize) {
     let (out, stats) = unwound_with_stderr(rec, &["--stats"]);
-    let fraction = compare(what, &perf_on(FIELDS, rec), &perf_on(FIELDS, &out));
-    assert!(
-        fraction >= MIN_IDENTICAL,
-        "{what}: {:.2} % of samples identical, at least {} % must be; perfpipe --stats:\n{stats}",
-        100.0 * fraction,
-        100.0 * MIN_IDENTICAL
-    );
-    // The output reads as a -g recording: no sample keeps a stack copy.
-    let stats = perf_on(&["report", "--stats"], &out);
-    assert!(stats.contains("SAMPLE events"), "{stats}");
+    for perf in readers() {
+        let what = format!("{what}, {}", perf.name);
+        let fraction = compare(&what, &perf.on(FIELDS, rec), &perf.on(FIELDS, &out));
+        assert!(
+            fraction >= MIN_IDENTICAL,
+            "{what}: {:.2} % of samples identical, at least {} % must be; perfpipe --stats:\n{stats}",
+            100.0 * fraction,
+            100.0 * MIN_IDENTICAL
+        );
+        // The output reads as a -g recording: no sample keeps a stack copy.
+        readers::samples(&perf, Input::Stream(&out)).unwrap_or_else(|e| panic!("{what}: {e}"));
+    }
     eprintln!(
         "{what}: {} bytes in, {} out ({:.2} %)",
         rec.len(),
@@ -180,29 +185,29 @@ fn check(what: &str, rec: &[u8]) -> (usize, usize) {
     (rec.len(), out.len())
 }
 
-pipetest!(needs(perf, cc) c_without_frame_pointers_forking, |dir| {
+pipetest!(needs(perf, perf612, cc) c_without_frame_pointers_forking, |dir| {
     let rec = record(&c_forking(&dir), None, &[]);
     let (i, o) = check("C -O2 -fomit-frame-pointer, 3 forked children", &rec);
     assert!(o * 10 <= i, "output {o} bytes is more than 10 % of {i}");
 });
 
-pipetest!(needs(perf, cc) cpp_with_inlining, |dir| {
+pipetest!(needs(perf, perf612, cc) cpp_with_inlining, |dir| {
     let rec = record(&cpp(&dir), None, &[]);
     let (i, o) = check("C++ -O2 -fomit-frame-pointer", &rec);
     assert!(o * 10 <= i, "output {o} bytes is more than 10 % of {i}");
 });
 
-pipetest!(needs(perf, cc) rust_release_threads, |dir| {
+pipetest!(needs(perf, perf612, cc) rust_release_threads, |dir| {
     let rec = record(&rust_threads(&dir), None, &[]);
     let (i, o) = check("Rust release, 3 threads", &rec);
     assert!(o * 10 <= i, "output {o} bytes is more than 10 % of {i}");
 });
 
-pipetest!(needs(perf, cc) kernel_heavy_syscalls, |dir| {
+pipetest!(needs(perf, perf612, cc) kernel_heavy_syscalls, |dir| {
     check("syscalls", &record(&syscalls(&dir), None, &[]));
 });
 
-pipetest!(needs(perf, cc) stack_copies_of_4k_and_64k, |dir| {
+pipetest!(needs(perf, perf612, cc) stack_copies_of_4k_and_64k, |dir| {
     // A longer run: the start-up samples (deep stacks in ld.so, whose ends differ when the copy
     // is cut, see docs/unwinding.md) are a fixed number per process.
     let mut argv = c_forking(&dir);
@@ -211,12 +216,12 @@ pipetest!(needs(perf, cc) stack_copies_of_4k_and_64k, |dir| {
     check("64 KiB stacks", &record(&cpp(&dir), Some("65528"), &[]));
 });
 
-pipetest!(needs(perf, cc) compressed_input, |dir| {
+pipetest!(needs(perf, perf612, cc) compressed_input, |dir| {
     // -z: a decompress stage goes in front by itself.
     check("perf record -z", &record(&cpp(&dir), None, &["-z"]));
 });
 
-pipetest!(needs(perf, cc) file_mode_in_and_out, |dir| {
+pipetest!(needs(perf, perf612, cc) file_mode_in_and_out, |dir| {
     let argv = cpp(&dir);
     let data = dir.path("in.data");
     let out = Command::new("perf")
@@ -239,27 +244,16 @@ pipetest!(needs(perf, cc) file_mode_in_and_out, |dir| {
         b"",
     );
     assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
-    let script = |p: &PathBuf| {
-        let out = Command::new("perf")
-            .args(FIELDS)
-            .arg("-i")
-            .arg(p)
-            .output()
-            .unwrap();
-        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-        String::from_utf8(out.stdout).unwrap()
-    };
-    let fraction = compare("file mode", &script(&data), &script(&unwound_data));
-    assert!(fraction >= MIN_IDENTICAL, "{fraction}");
-    // The attrs section says what the samples hold: no regs or stack, a callchain.
-    let header = Command::new("perf")
-        .args(["evlist", "-v", "-i"])
-        .arg(&unwound_data)
-        .output()
-        .unwrap();
-    let header = String::from_utf8_lossy(&header.stdout);
-    assert!(header.contains("CALLCHAIN"), "{header}");
-    assert!(!header.contains("REGS_USER") && !header.contains("STACK_USER"), "{header}");
+    for perf in readers() {
+        let script = |p: &PathBuf| perf.on_file(FIELDS, p);
+        let what = format!("file mode, {}", perf.name);
+        let fraction = compare(&what, &script(&data), &script(&unwound_data));
+        assert!(fraction >= MIN_IDENTICAL, "{what}: {fraction}");
+        // The attrs section says what the samples hold: no regs or stack, a callchain.
+        let header = perf.on_file(&["evlist", "-v"], &unwound_data);
+        assert!(header.contains("CALLCHAIN"), "{what}: {header}");
+        assert!(!header.contains("REGS_USER") && !header.contains("STACK_USER"), "{header}");
+    }
     let len = |p: &PathBuf| std::fs::metadata(p).unwrap().len();
     assert!(len(&unwound_data) * 10 <= len(&data));
 });

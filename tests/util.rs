@@ -1,5 +1,6 @@
-//! Helpers shared by the integration tests: the binary, fixtures, temp dirs, the real `perf`, and
-//! signals sent only once the child catches them.
+//! Helpers shared by the integration tests: the binary, fixtures, temp dirs, which real `perf` runs
+//! ([`oracle`] for names, [`readers`] for reading what we write), and signals sent only once the
+//! child catches them.
 //!
 //! A test that needs perf (or another [`Need`]) says so: `pipetest!(needs(perf) name, ..)`, or
 //! for a plain `#[test]`, `#[cfg_attr(skip_perf, ignore = "needs perf (missing at build time)")]`
@@ -37,6 +38,26 @@ macro_rules! pipetest {
         $crate::pipetest!(@needs
             [#[cfg_attr(skip_perf, ignore = "needs perf (missing at build time)")]]
             [Perf] $($rest)*);
+    };
+    (needs(perf, perf612) $($rest:tt)*) => {
+        $crate::pipetest!(@needs
+            [#[cfg_attr(any(skip_perf, skip_perf612), ignore = "needs perf and perf 6.12 (missing at build time)")]]
+            [Perf, Perf612] $($rest)*);
+    };
+    (needs(perf, perf612, cc) $($rest:tt)*) => {
+        $crate::pipetest!(@needs
+            [#[cfg_attr(any(skip_perf, skip_perf612, skip_cc), ignore = "needs perf, perf 6.12 and cc (missing at build time)")]]
+            [Perf, Perf612, Cc] $($rest)*);
+    };
+    (needs(perf, perf612, tracefs) $($rest:tt)*) => {
+        $crate::pipetest!(@needs
+            [#[cfg_attr(any(skip_perf, skip_perf612, skip_tracefs), ignore = "needs perf, perf 6.12 and tracefs (missing at build time)")]]
+            [Perf, Perf612, Tracefs] $($rest)*);
+    };
+    (needs(perf, perf612, cc, inferno) $($rest:tt)*) => {
+        $crate::pipetest!(@needs
+            [#[cfg_attr(any(skip_perf, skip_perf612, skip_cc, skip_inferno), ignore = "needs perf, perf 6.12, cc and inferno (missing at build time)")]]
+            [Perf, Perf612, Cc, Inferno] $($rest)*);
     };
     (needs(perf, cc) $($rest:tt)*) => {
         $crate::pipetest!(@needs
@@ -181,44 +202,171 @@ pub fn run(cmd: &mut Command, stdin: &[u8]) -> Output {
     out
 }
 
-/// Runs `perf ARGS -i -` on `input`, asserting success; returns stdout.
+// ---------------------------------------------------------------------------------------------
+// Which perf runs. One place says it: the name oracle is the system perf (Debian 12's 6.1), whose
+// symbol and dso names the tests compare ours with; every reader is each perf that must read what
+// we write in perf's format: the oracle and Debian's perf 6.12 (`Need::Perf612`, unpacked by
+// `.ci/run`, found through `PERF_612`). 6.12 is no name oracle: it names differently (see
+// docs/perf-versions.md). The free functions below (`perf_on`, `perf_record`, …) run the oracle.
+
+/// A perf the tests run; [`oracle`] and [`readers`] say which.
+#[derive(Clone, Debug)]
+pub struct Perf {
+    /// `perf 6.1` or `perf 6.12`, for messages.
+    pub name: &'static str,
+    program: PathBuf,
+}
+
+impl Perf {
+    /// A command that runs this perf.
+    pub fn command(&self) -> Command {
+        Command::new(&self.program)
+    }
+
+    /// Whether this is Debian's perf 6.12 (not the oracle).
+    pub fn is_612(&self) -> bool {
+        self.name == "perf 6.12"
+    }
+
+    /// Runs `perf ARGS -i -` on `input`, asserting success; returns stdout.
+    pub fn on(&self, args: &[&str], input: &[u8]) -> String {
+        let out = run(self.command().args(args).args(["-i", "-"]), input);
+        assert!(
+            out.status.success(),
+            "{} {args:?} failed: {}",
+            self.name,
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout).expect("perf output is UTF-8")
+    }
+
+    /// Runs `perf ARGS -i FILE`, asserting success; returns stdout.
+    pub fn on_file(&self, args: &[&str], file: &Path) -> String {
+        let out = run(self.command().args(args).arg("-i").arg(file), b"");
+        assert!(
+            out.status.success(),
+            "{} {args:?} -i {}: {}",
+            self.name,
+            file.display(),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout).expect("perf output is UTF-8")
+    }
+
+    /// `perf script --show-task-events --show-mmap-events` of a stream: side-band and samples.
+    pub fn script(&self, input: &[u8]) -> String {
+        self.on(
+            &["script", "--show-task-events", "--show-mmap-events"],
+            input,
+        )
+    }
+
+    /// `perf inject ARGS -i - -o -` on `input`, asserting success.
+    pub fn inject(&self, args: &[&str], input: &[u8]) -> Vec<u8> {
+        let out = run(
+            self.command()
+                .arg("inject")
+                .args(args)
+                .args(["-i", "-", "-o", "-"]),
+            input,
+        );
+        assert!(
+            out.status.success(),
+            "{} inject {args:?}: {}",
+            self.name,
+            String::from_utf8_lossy(&out.stderr)
+        );
+        out.stdout
+    }
+
+    /// Records `perf record ARGS -o - -- WORKLOAD…` and returns the pipe stream.
+    pub fn record(&self, args: &[&str], workload: &[&str]) -> Vec<u8> {
+        self.record_err(args, workload).0
+    }
+
+    /// [`Perf::record`], with perf's standard error (where the workload's own goes too).
+    pub fn record_err(&self, args: &[&str], workload: &[&str]) -> (Vec<u8>, String) {
+        let out = self
+            .command()
+            .arg("record")
+            .args(args)
+            .args(["-o", "-", "--"])
+            .args(workload)
+            .stdin(Stdio::null())
+            .output()
+            .expect("perf record");
+        let err = String::from_utf8_lossy(&out.stderr).into_owned();
+        assert!(
+            out.status.success(),
+            "{} record {args:?} failed: {err}",
+            self.name
+        );
+        assert!(out.stdout.len() > 16, "{} record wrote nothing", self.name);
+        (out.stdout, err)
+    }
+
+    /// `perf record -q ARGS -o FILE -- WORKLOAD…`: a file-mode recording.
+    pub fn record_file(&self, file: &Path, args: &[&str], workload: &[&str]) {
+        let out = self
+            .command()
+            .args(["record", "-q", "-o"])
+            .arg(file)
+            .args(args)
+            .arg("--")
+            .args(workload)
+            .stdin(Stdio::null())
+            .output()
+            .expect("perf record");
+        assert!(
+            out.status.success(),
+            "{} record -o {} {args:?}: {}",
+            self.name,
+            file.display(),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+}
+
+/// The name oracle: the system perf (Debian 12's 6.1), the `perf` on `PATH`.
+pub fn oracle() -> Perf {
+    Perf {
+        name: "perf 6.1",
+        program: PathBuf::from("perf"),
+    }
+}
+
+/// Debian's perf 6.12, which a test that calls this needs ([`require`]s [`Need::Perf612`]).
+pub fn perf612() -> Perf {
+    require(Need::Perf612);
+    Perf {
+        name: "perf 6.12",
+        program: crate::needs::perf612_program(),
+    }
+}
+
+/// Every reader: the oracle and perf 6.12 (a test that calls this needs both).
+pub fn readers() -> [Perf; 2] {
+    [oracle(), perf612()]
+}
+
+/// Runs the oracle's `perf ARGS -i -` on `input`, asserting success; returns stdout.
 pub fn perf_on(args: &[&str], input: &[u8]) -> String {
-    let out = run(Command::new("perf").args(args).args(["-i", "-"]), input);
-    assert!(
-        out.status.success(),
-        "perf {args:?} failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout).expect("perf output is UTF-8")
+    oracle().on(args, input)
 }
 
-/// `perf script` output of a stream.
+/// The oracle's `perf script` output of a stream.
 pub fn perf_script(input: &[u8]) -> String {
-    perf_on(
-        &["script", "--show-task-events", "--show-mmap-events"],
-        input,
-    )
+    oracle().script(input)
 }
 
-/// Records `perf record ARGS -o - -- WORKLOAD…` and returns the pipe stream.
+/// Records the oracle's `perf record ARGS -o - -- WORKLOAD…` and returns the pipe stream.
 pub fn perf_record(args: &[&str], workload: &[&str]) -> Vec<u8> {
-    perf_record_err(args, workload).0
+    oracle().record(args, workload)
 }
 
 /// [`perf_record`], with perf's standard error (where the workload's own goes too).
 pub fn perf_record_err(args: &[&str], workload: &[&str]) -> (Vec<u8>, String) {
-    let out = Command::new("perf")
-        .arg("record")
-        .args(args)
-        .args(["-o", "-", "--"])
-        .args(workload)
-        .stdin(Stdio::null())
-        .output()
-        .expect("perf record");
-    let err = String::from_utf8_lossy(&out.stderr).into_owned();
-    assert!(out.status.success(), "perf record {args:?} failed: {err}");
-    assert!(out.stdout.len() > 16, "perf record wrote nothing");
-    (out.stdout, err)
+    oracle().record_err(args, workload)
 }
 
 /// The fixtures' workload script (`single` or `multi`), for live recordings.

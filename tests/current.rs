@@ -1,0 +1,176 @@
+//! Input written by current perf: recordings made by Debian's perf 6.12 (`--buildid-mmap`, `-g`,
+//! `--call-graph dwarf`, `-z`, tracepoints, file mode, and the file with its attrs after the data
+//! that 6.12's `perf inject -o FILE` writes from a pipe) go through perfpipe's stages and profile
+//! outputs. Every reader reads what we make of them as it reads the recording, where it can read
+//! the recording (perf 6.1 cannot read the attrs-after-data file: "incompatible file format"); the
+//! folded stacks are checked against perf 6.1's names (`perf script | inferno-collapse-perf`)
+//! where 6.1 reads the input, else against the workload's own functions.
+
+use std::path::Path;
+
+use crate::oracle::{assert_agrees, collapse, parse};
+use crate::readers::{self, Input};
+use crate::unwind;
+use crate::util::*;
+use crate::workloads;
+
+/// `perfpipe ARGS` on `stdin`, asserting success; its standard output.
+fn ours(args: &[&str], stdin: &[u8]) -> Vec<u8> {
+    let out = perfpipe(args, stdin);
+    assert!(
+        out.status.success(),
+        "perfpipe {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out.stdout
+}
+
+fn s(p: &Path) -> &str {
+    p.to_str().expect("a UTF-8 path")
+}
+
+fn le64(b: &[u8], at: usize) -> u64 {
+    u64::from_le_bytes(b[at..at + 8].try_into().unwrap())
+}
+
+pipetest!(needs(perf, perf612)
+    /// Pipe recordings by perf 6.12 (`-g --buildid-mmap` of several processes, and `-z`): passed
+    /// through byte for byte; `--buildid`, `--buildid-callchain` and `--mmap2-buildid-all` read by
+    /// every reader as the recording (the ids the kernel put in the MMAP2s carried, not
+    /// re-injected); `--decompress` read as the `-z` recording.
+    perf612_pipe_recordings_through_the_stages, |_dir| {
+    let p612 = perf612();
+    let w = workload();
+    let ids = p612.record(
+        &["-e", "cpu-clock", "-c", "100000", "-g", "--buildid-mmap"],
+        &[&w, "multi", "2"],
+    );
+    eqnice!(ids, ours(&[], &ids));
+    for style in ["--buildid", "--buildid-callchain"] {
+        let out = ours(&[style], &ids);
+        readers::assert_every_reader_reads_like(style, Input::Stream(&ids), Input::Stream(&out));
+    }
+    // --mmap2-buildid-all gives the maps the kernel wrote without an id (the vdso's) theirs, so
+    // their side-band lines differ: the frames must not.
+    let out = ours(&["--mmap2-buildid-all"], &ids);
+    readers::assert_every_reader_reads_like_with(
+        "--mmap2-buildid-all",
+        &["script", "-F", "comm,tid,ip,sym,dso"],
+        Input::Stream(&ids),
+        Input::Stream(&out),
+    );
+    let stats = perfpipe(&["inject", "--mmap2-buildid-all", "-v"], &ids);
+    let err = String::from_utf8_lossy(&stats.stderr);
+    assert!(stats.status.success(), "{err}");
+    assert!(err.contains("mmap2_ids_carried") && !err.contains("mmap2_ids_carried = 0"), "{err}");
+
+    let z = p612.record(&["-e", "cpu-clock", "-c", "100000", "-z"], &[&w, "multi", "2"]);
+    eqnice!(z, ours(&[], &z));
+    let plain = ours(&["--decompress"], &z);
+    for perf in readers() {
+        let (input, out) = (Input::Stream(&z), Input::Stream(&plain));
+        let got = readers::same_script(&perf, &readers::SCRIPT, input, out);
+        let got = count_samples(&got.unwrap_or_else(|e| panic!("-z: {e}")));
+        assert!(got > 50, "{}: {got} samples", perf.name);
+        eqnice!(got as u64, readers::samples(&perf, out).unwrap_or_else(|e| panic!("{e}")));
+    }
+    let out = ours(&["--buildid"], &z);
+    readers::assert_every_reader_reads_like_with(
+        "-z --buildid",
+        &readers::SCRIPT,
+        Input::Stream(&plain),
+        Input::Stream(&ours(&["--decompress"], &out)),
+    );
+});
+
+pipetest!(needs(perf, perf612, cc)
+    /// A perf 6.12 `--call-graph dwarf` recording of a C workload without frame pointers:
+    /// `--unwind` gives callchains that every reader resolves as it unwinds the recording itself.
+    perf612_dwarf_recording_unwinds, |dir| {
+    let argv = unwind::c_forking(&dir);
+    let argv: Vec<&str> = argv.iter().map(String::as_str).collect();
+    let rec = perf612().record(&["-e", "cpu-clock", "-F", "4000", "--call-graph", "dwarf"], &argv);
+    let out = ours(&["--unwind"], &rec);
+    assert!(out.len() * 10 <= rec.len(), "{} of {} bytes", out.len(), rec.len());
+    for perf in readers() {
+        let what = format!("perf 6.12's dwarf recording, {}", perf.name);
+        let fraction = unwind::compare(&what, &perf.on(unwind::FIELDS, &rec), &perf.on(unwind::FIELDS, &out));
+        assert!(fraction >= unwind::MIN_IDENTICAL, "{what}: {fraction}");
+    }
+});
+
+pipetest!(needs(perf, perf612, tracefs)
+    /// A perf 6.12 tracepoint recording: passed through byte for byte, and `--buildid` read by every
+    /// reader's `perf script` and `perf report` as the recording (neither 6.1's nor 6.12's
+    /// `report --stats` reads tracing data in a pipe).
+    perf612_tracepoints, |_dir| {
+    let rec = perf612().record(&["-e", "sched:sched_switch"], &[&workload(), "multi", "2"]);
+    eqnice!(rec, ours(&[], &rec));
+    let out = ours(&["--buildid"], &rec);
+    for perf in readers() {
+        let script = readers::same_script(&perf, &readers::SCRIPT, Input::Stream(&rec), Input::Stream(&out));
+        assert!(count_samples(&script.unwrap_or_else(|e| panic!("{e}"))) > 0, "{}", perf.name);
+        let report = readers::read(&perf, &["report", "--stdio"], Input::Stream(&out));
+        assert!(report.unwrap_or_else(|e| panic!("{e}")).contains("sched:sched_switch"));
+    }
+});
+
+pipetest!(needs(perf, perf612)
+    /// perf 6.12's file mode: a `perf record -o FILE`, and the file 6.12's `perf inject -o FILE`
+    /// makes of a pipe, with its attrs after the data. perf 6.1 reads neither (6.12's attrs are
+    /// 136 bytes: "File uses a more recent and unsupported ABI (8 bytes extra)"). perfpipe turns
+    /// both into a pipe and a file that perf 6.12 reads as it reads the recording, and the pipe
+    /// into one perf 6.1 reads too, counting the same samples.
+    perf612_file_mode_and_attrs_after_data, |dir| {
+    let p612 = perf612();
+    let w = workload();
+    let recorded = dir.path("rec.data");
+    p612.record_file(&recorded, &["-e", "cpu-clock", "-c", "100000", "-g"], &[&w, "multi", "1"]);
+    let pipe = p612.record(&["-e", "cpu-clock", "-c", "100000", "-g"], &[&w, "multi", "1"]);
+    let late = dir.path("late.data");
+    let r = run(p612.command().args(["inject", "-i", "-", "-o", s(&late)]), &pipe);
+    assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
+    let bytes = std::fs::read(&late).unwrap();
+    assert!(le64(&bytes, 24) > le64(&bytes, 40), "perf 6.12 wrote the attrs before the data");
+    for input in [&recorded, &late] {
+        let what = input.display();
+        let refused = readers::read(&oracle(), &readers::SCRIPT, Input::File(input));
+        eprintln!("perf 6.1 on perf 6.12's {what}: {refused:?}");
+        let (as_pipe, as_file) = (dir.path("ours.pipe"), dir.path("ours.data"));
+        ours(&["-i", s(input), "-o", s(&as_pipe), "--pipe"], b"");
+        ours(&["-i", s(input), "-o", s(&as_file)], b"");
+        for ours in [&as_pipe, &as_file] {
+            let n = readers::reads_like(&p612, Input::File(input), Input::File(ours));
+            n.unwrap_or_else(|e| panic!("{what}: {e}"));
+        }
+        let n = readers::samples(&p612, Input::File(input)).unwrap();
+        eqnice!(n, readers::assert_every_reader_accepts("ours", Input::File(&as_pipe)));
+    }
+});
+
+pipetest!(needs(perf, perf612, cc, inferno)
+    /// Folded stacks of perf 6.12 recordings of the frame-pointer C workload: from a pipe, against
+    /// perf 6.1's `perf script | inferno-collapse-perf` (≥ 99.9 % of the weight); from the
+    /// attrs-after-data file 6.12 makes of the same pipe, which 6.1 cannot read, the same stacks,
+    /// and every function of the workload among them.
+    perf612_profiles_name_what_perf_6_1_names, |dir| {
+    let p612 = perf612();
+    let w = workloads::frame_pointer_c(&dir);
+    let rec = p612.record(&["-e", "cpu-clock", "-F", workloads::FREQ, "-g"], &w.argv());
+    let folded = String::from_utf8(ours(&["--folded"], &rec)).unwrap();
+    let theirs = collapse(&perf_on(&["script"], &rec), &[]);
+    assert_agrees("perf 6.12 pipe recording: folded vs perf 6.1", &folded, &theirs);
+
+    let late = dir.path("late.data");
+    let r = run(p612.command().args(["inject", "-i", "-", "-o", s(&late)]), &rec);
+    assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
+    let out = dir.path("late.folded");
+    ours(&["-i", s(&late), "-o", s(&out)], b"");
+    let from_file = std::fs::read_to_string(&out).unwrap();
+    eqnice!(parse(&folded), parse(&from_file));
+    for f in w.functions {
+        let frame = format!(";{f};");
+        let hit = |folded: &str| folded.lines().filter(|l| l.contains(&frame) || l.contains(&format!(";{f} "))).count();
+        assert!(hit(&from_file) > 0, "{f} is not in the folded stacks:\n{from_file}");
+    }
+});
