@@ -37,8 +37,7 @@ use perfpipe_stream::model::dso::{HostIds, HostMode, StreamHost};
 use perfpipe_stream::model::machine::{DsoId, Machine, Map};
 use perfpipe_stream::model::threads::Threads;
 
-/// Most bytes of batches held while waiting for later COMM records.
-pub const HOLD_MAX_BYTES: usize = 32 << 20;
+use crate::HOLD_MAX_BYTES;
 
 /// Configuration of a `symbolize` stage. Plain data; no I/O.
 #[derive(Clone, Debug, Default)]

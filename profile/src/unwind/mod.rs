@@ -57,6 +57,8 @@ use perfpipe_stream::model::IdMap;
 use perfpipe_stream::Error;
 use sample::AttrExtra;
 
+use crate::HOLD_MAX_BYTES;
+
 /// How `unwind` appears on the command line: `--unwind [parallel=no,parallel-min=N,max-frames=N]`.
 pub const SPEC: StageSpec = StageSpec {
     name: "unwind",
@@ -749,9 +751,6 @@ pub fn unwound_attr(attr: &mut Attr) {
 
 /// Times the batches are held for one process at most.
 const MAX_HOLDS: u32 = 4;
-
-/// Most bytes of batches held back waiting for the FORK of a process whose samples came first.
-pub const HOLD_MAX_BYTES: usize = 32 << 20;
 
 /// The pids of `batch`'s unwound samples with user registers whose user ip is in no map of their
 /// process yet, nor of an MMAP before them in the batch, and which no FORK before them in the
