@@ -9,17 +9,9 @@ use crate::util::*;
 fn valid() -> Vec<u8> {
     let mut v = b"PERFILE2".to_vec();
     v.extend_from_slice(&16u64.to_le_bytes());
-    v.extend_from_slice(&record(68, 8));
-    v.extend_from_slice(&record(82, 8));
+    v.extend_from_slice(&raw_record(68, 8));
+    v.extend_from_slice(&raw_record(82, 8));
     v
-}
-
-fn record(ty: u32, size: u16) -> Vec<u8> {
-    let mut r = ty.to_le_bytes().to_vec();
-    r.extend_from_slice(&0u16.to_le_bytes());
-    r.extend_from_slice(&size.to_le_bytes());
-    r.resize(usize::from(size).max(8), 0);
-    r
 }
 
 /// Asserts a failed run: status 1, stderr mentions `needle`, no panic, and the output is exactly
@@ -80,7 +72,7 @@ fn truncated_header() {
 #[test]
 fn truncated_record() {
     let mut v = valid();
-    v.extend_from_slice(&record(9, 48)[..30]);
+    v.extend_from_slice(&raw_record(9, 48)[..30]);
     let out = perfpipe(&[], &v);
     assert_fails(
         &out,
@@ -106,7 +98,7 @@ fn truncated_record_header() {
 fn size_smaller_than_header() {
     for size in [0u16, 4, 7] {
         let mut v = valid();
-        v.extend_from_slice(&record(9, 8)[..6]);
+        v.extend_from_slice(&raw_record(9, 8)[..6]);
         v.extend_from_slice(&size.to_le_bytes());
         v.extend_from_slice(&[0; 32]);
         let out = perfpipe(&[], &v);
@@ -122,7 +114,7 @@ fn size_smaller_than_header() {
 #[test]
 fn absurd_tracing_data_size() {
     let mut v = valid();
-    let mut r = record(66, 16);
+    let mut r = raw_record(66, 16);
     r[8..12].copy_from_slice(&u32::MAX.to_le_bytes());
     v.extend_from_slice(&r);
     let out = perfpipe(&[], &v);
@@ -137,7 +129,7 @@ fn absurd_tracing_data_size() {
 #[test]
 fn tracing_data_beyond_the_stream() {
     let mut v = valid();
-    let mut r = record(66, 16);
+    let mut r = raw_record(66, 16);
     r[8..12].copy_from_slice(&4096u32.to_le_bytes());
     v.extend_from_slice(&r);
     v.extend_from_slice(&[0; 100]);
@@ -153,7 +145,7 @@ fn tracing_data_beyond_the_stream() {
 #[test]
 fn bogus_attr_size() {
     let mut v = valid();
-    let mut r = record(64, 80);
+    let mut r = raw_record(64, 80);
     r[12..16].copy_from_slice(&13u32.to_le_bytes()); // attr.size
     v.extend_from_slice(&r);
     let out = perfpipe(&[], &v);
@@ -163,7 +155,7 @@ fn bogus_attr_size() {
 #[test]
 fn invalid_record_type() {
     let mut v = valid();
-    v.extend_from_slice(&record(0x1234_5678, 16));
+    v.extend_from_slice(&raw_record(0x1234_5678, 16));
     let out = perfpipe(&[], &v);
     assert_fails(&out, &v, 32, "offset 32: invalid record type 305419896");
 }

@@ -40,21 +40,6 @@ fn ours(args: &[&str], input: &[u8]) -> (Vec<u8>, String) {
     (out.stdout, err)
 }
 
-/// A counter's value in the `--stats` table.
-fn counter(stats: &str, name: &str) -> u64 {
-    stats
-        .lines()
-        .find_map(|l| {
-            l.trim()
-                .strip_prefix(name)?
-                .trim()
-                .strip_prefix("= ")?
-                .parse()
-                .ok()
-        })
-        .unwrap_or_else(|| panic!("no counter {name} in:\n{stats}"))
-}
-
 fn sample_events(stream: &[u8]) -> String {
     perf_on(&["report", "--stats"], stream)
         .lines()

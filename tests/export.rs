@@ -351,23 +351,6 @@ pipetest!(needs(perf, cc, go)
     }
 );
 
-/// Runs a DuckDB query in Python; its rows as `a|b|…` lines.
-fn duckdb(sql: &str) -> String {
-    let script = format!(
-        "import duckdb\nfor row in duckdb.sql({sql:?}).fetchall():\n    print('|'.join(str(v) for v in row))\n"
-    );
-    let o = Command::new("python3")
-        .args(["-c", &script])
-        .output()
-        .unwrap();
-    assert!(
-        o.status.success(),
-        "{sql}: {}",
-        String::from_utf8_lossy(&o.stderr)
-    );
-    String::from_utf8(o.stdout).unwrap()
-}
-
 /// Records `w` with `-g` into a Parquet file; DuckDB's per-function totals of the leaf frames
 /// against perf report, and its row count against the sample count.
 fn parquet_agrees(dir: &Dir, what: &str, w: &Workload) {

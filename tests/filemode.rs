@@ -9,7 +9,7 @@ use std::process::{Command, Output};
 use perfpipe_stream::format::{Endian, EventHeader, RecordType};
 use perfpipe_stream::read::file::{synthesized_in_pipe, FileHeader, FileSection};
 
-use crate::readers::{self, Input};
+use crate::readers::{self, perf_file, Input};
 use crate::util::{fixture, fixture_bytes, oracle, perfpipe, readers, run, workload, Dir, Perf};
 
 fn s(p: &Path) -> &str {
@@ -280,11 +280,6 @@ pipetest!(
 
 // ---------------------------------------------------------------------------------------------
 // Live recordings, checked with perf.
-
-/// The oracle's `perf ARGS -i FILE`, stdout; asserts success and no processing errors.
-fn perf_file(args: &[&str], file: &Path) -> String {
-    read_file(&oracle(), args, file)
-}
 
 /// `perf ARGS -i FILE` with `perf`, stdout; asserts success and no processing errors.
 fn read_file(perf: &Perf, args: &[&str], file: &Path) -> String {

@@ -281,21 +281,6 @@ fn mmap2_styles_keep_every_frame_and_list_the_ids() {
     );
 }
 
-/// A counter's value in the `-v` table.
-fn counter(stats: &str, name: &str) -> u64 {
-    stats
-        .lines()
-        .find_map(|l| {
-            l.trim()
-                .strip_prefix(name)?
-                .trim()
-                .strip_prefix("= ")?
-                .parse()
-                .ok()
-        })
-        .unwrap_or_else(|| panic!("no counter {name} in:\n{stats}"))
-}
-
 /// A `--buildid-mmap` recording (perf record's default since 6.17): its MMAP2 records that carry
 /// ids are left alone, the rest (perf's synthesized kernel MMAP, maps the kernel wrote without an
 /// id) get theirs from the file; a second pass changes nothing. A recording without ids gets

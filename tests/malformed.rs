@@ -115,20 +115,11 @@ fn le_header() -> Vec<u8> {
     v
 }
 
-/// A record of `ty` and `size` (zero body), little-endian.
-fn record(ty: u32, size: u16) -> Vec<u8> {
-    let mut r = ty.to_le_bytes().to_vec();
-    r.extend_from_slice(&0u16.to_le_bytes());
-    r.extend_from_slice(&size.to_le_bytes());
-    r.resize(usize::from(size).max(8), 0);
-    r
-}
-
 /// Header + FINISHED_ROUND + FINISHED_INIT: 32 bytes of valid stream.
 fn valid() -> Vec<u8> {
     let mut v = le_header();
-    v.extend_from_slice(&record(68, 8));
-    v.extend_from_slice(&record(82, 8));
+    v.extend_from_slice(&raw_record(68, 8));
+    v.extend_from_slice(&raw_record(82, 8));
     v
 }
 
@@ -305,7 +296,7 @@ fn cases(dir: &Dir) -> Vec<Case> {
     case(
         "truncated record",
         &[],
-        with(valid(), &record(9, 48)[..30]),
+        with(valid(), &raw_record(9, 48)[..30]),
         err(
             "decode",
             32,
@@ -331,7 +322,7 @@ fn cases(dir: &Dir) -> Vec<Case> {
 
     // --- sizes -----------------------------------------------------------------------------
     for size in [0u16, 1, 7] {
-        let mut r = record(9, 8);
+        let mut r = raw_record(9, 8);
         r[6..8].copy_from_slice(&size.to_le_bytes());
         case(
             "size < 8",
@@ -347,14 +338,14 @@ fn cases(dir: &Dir) -> Vec<Case> {
     case(
         "size beyond the stream",
         &[],
-        with(valid(), &record(9, 65528)[..200]),
+        with(valid(), &raw_record(9, 65528)[..200]),
         err(
             "decode",
             32,
             "offset 32: input truncated inside a SAMPLE record: 200 of 65528 bytes",
         ),
     );
-    let mut r = record(66, 16);
+    let mut r = raw_record(66, 16);
     r[8..12].copy_from_slice(&(1u32 << 20).to_le_bytes());
     case(
         "TRACING_DATA size beyond the stream",
@@ -366,7 +357,7 @@ fn cases(dir: &Dir) -> Vec<Case> {
             "offset 32: input truncated inside a TRACING_DATA record: 116 of 1048592 bytes",
         ),
     );
-    let mut r = record(66, 16);
+    let mut r = raw_record(66, 16);
     r[8..12].copy_from_slice(&u32::MAX.to_le_bytes());
     case(
         "TRACING_DATA size over the limit",
@@ -378,7 +369,7 @@ fn cases(dir: &Dir) -> Vec<Case> {
             "offset 32: TRACING_DATA payload of 4294967295 bytes exceeds",
         ),
     );
-    let mut r = record(71, 48);
+    let mut r = raw_record(71, 48);
     r[8..16].copy_from_slice(&(1u64 << 20).to_le_bytes());
     case(
         "AUXTRACE size beyond the stream",
@@ -390,7 +381,7 @@ fn cases(dir: &Dir) -> Vec<Case> {
             "offset 32: input truncated inside a AUXTRACE record: 148 of 1048624 bytes",
         ),
     );
-    let mut r = record(71, 48);
+    let mut r = raw_record(71, 48);
     r[8..16].copy_from_slice(&u64::MAX.to_le_bytes());
     case(
         "AUXTRACE size over the limit",
@@ -411,7 +402,7 @@ fn cases(dir: &Dir) -> Vec<Case> {
             "offset 32: ATTR record: attr body of 72 bytes is shorter than 4096",
         ),
     ] {
-        let mut r = record(64, 80);
+        let mut r = raw_record(64, 80);
         r[12..16].copy_from_slice(&attr_size.to_le_bytes());
         case(
             "HEADER_ATTR with bogus attr.size",
@@ -592,7 +583,7 @@ fn unreadable_case(dir: &Dir) -> Case {
     }
 }
 
-fn counter(stats: &serde_json::Value, stage: &str, name: &str) -> Option<u64> {
+fn json_counter(stats: &serde_json::Value, stage: &str, name: &str) -> Option<u64> {
     stats["stages"]
         .as_array()?
         .iter()
@@ -649,7 +640,7 @@ fn check(case: &Case, dir: &Dir) {
             let stats: serde_json::Value =
                 serde_json::from_slice(&std::fs::read(&json).expect("stats json")).unwrap();
             for (stage, c, want) in counters {
-                eqnice!(Some(*want), counter(&stats, stage, c));
+                eqnice!(Some(*want), json_counter(&stats, stage, c));
             }
         }
     }

@@ -340,23 +340,6 @@ pipetest!(
     }
 );
 
-/// Runs a DuckDB query in Python; its rows as `a|b|…` lines.
-fn duckdb(sql: &str) -> String {
-    let script = format!(
-        "import duckdb\nfor row in duckdb.sql({sql:?}).fetchall():\n    print('|'.join(str(v) for v in row))\n"
-    );
-    let o = Command::new("python3")
-        .args(["-c", &script])
-        .output()
-        .unwrap();
-    assert!(
-        o.status.success(),
-        "{sql}: {}",
-        String::from_utf8_lossy(&o.stderr)
-    );
-    String::from_utf8(o.stdout).unwrap()
-}
-
 pipetest!(needs(perf, duckdb)
     duckdb_reads_the_parquet_file_and_dataset_with_perf_scripts_samples,
     |dir| {

@@ -227,3 +227,12 @@ pipetest!(needs(perf, perf612)
     });
     assert!(failed.is_err(), "the assertion passed a broken header");
 });
+
+/// `perf ARGS -i FILE` with the name oracle, stdout; asserts success and no processing errors.
+///
+/// # Panics
+/// When perf fails or reports an error.
+pub fn perf_file(args: &[&str], file: &std::path::Path) -> String {
+    read(&crate::util::oracle(), args, Input::File(file))
+        .unwrap_or_else(|e| panic!("{}: {e}", file.display()))
+}

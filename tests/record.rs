@@ -7,9 +7,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use crate::readers::{assert_every_reader_accepts, Input};
+use crate::readers::{assert_every_reader_accepts, perf_file, Input};
 use crate::util::{
-    bin, perf_on, perf_record, perf_record_err, require, signal, workload, Dir, Need,
+    bin, counter, perf_on, perf_record, perf_record_err, require, signal, workload, Dir, Need,
 };
 
 /// A C workload with symbols of its own: `spin_a` does twice the work of `spin_b`. At the end it
@@ -130,14 +130,6 @@ fn symbols(stream: &[u8]) -> HashMap<String, f64> {
             Some((f.next()?.to_string(), pct))
         })
         .collect()
-}
-
-/// The `stage counter = value` line of `--stats`.
-fn counter(stderr: &str, name: &str) -> u64 {
-    stderr
-        .lines()
-        .find_map(|l| l.trim().strip_prefix(&format!("{name} = "))?.parse().ok())
-        .unwrap_or_else(|| panic!("no {name} in:\n{stderr}"))
 }
 
 fn close(a: u64, b: u64, pct: f64) -> bool {
@@ -555,22 +547,6 @@ pipetest!(needs(perf, cc) record_a_running_process_until_it_exits, |dir| {
         "{syms:?}"
     );
 });
-
-/// Runs `perf ARGS -i FILE`, asserting success; returns stdout.
-fn perf_file(args: &[&str], file: &Path) -> String {
-    let out = Command::new("perf")
-        .args(args)
-        .arg("-i")
-        .arg(file)
-        .output()
-        .expect("perf");
-    assert!(
-        out.status.success(),
-        "perf {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
 
 pipetest!(needs(perf, cc) record_overwrite_dumps_when_the_trigger_matches, |dir| {
     let exe = spin(&dir);

@@ -521,3 +521,51 @@ pub fn vm_hwm(pid: u32) -> u64 {
         .expect("VmHWM");
     kb * 1024
 }
+
+/// The value of counter `name` in a `--stats` table (`name = N` on a line of its own).
+///
+/// # Panics
+/// When the table has no such counter.
+pub fn counter(stats: &str, name: &str) -> u64 {
+    stats
+        .lines()
+        .find_map(|l| {
+            l.trim()
+                .strip_prefix(name)?
+                .trim()
+                .strip_prefix("= ")?
+                .parse()
+                .ok()
+        })
+        .unwrap_or_else(|| panic!("no counter {name} in:\n{stats}"))
+}
+
+/// The rows DuckDB (Python) gives for `sql`, one line each, values joined by `|`.
+///
+/// # Panics
+/// When the query fails.
+pub fn duckdb(sql: &str) -> String {
+    let script = format!(
+        "import duckdb\nfor row in duckdb.sql({sql:?}).fetchall():\n    print('|'.join(str(v) for v in row))\n"
+    );
+    let o = Command::new("python3")
+        .args(["-c", &script])
+        .output()
+        .unwrap();
+    assert!(
+        o.status.success(),
+        "{sql}: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    String::from_utf8(o.stdout).unwrap()
+}
+
+/// A little-endian record header of type `ty` and size `size`, zero-filled to its size (at least
+/// the 8-byte header): for streams made by hand, malformed on purpose.
+pub fn raw_record(ty: u32, size: u16) -> Vec<u8> {
+    let mut r = ty.to_le_bytes().to_vec();
+    r.extend_from_slice(&0u16.to_le_bytes());
+    r.extend_from_slice(&size.to_le_bytes());
+    r.resize(usize::from(size).max(8), 0);
+    r
+}

@@ -1,8 +1,11 @@
 //! Synthetic perf pipe-mode streams, for benchmarks and tests: a pipe header, one cpu-clock attr
 //! (`IP|TID|TIME|ID|CPU|PERIOD|CALLCHAIN`, `sample_id_all`), then whatever records the caller adds,
 //! laid out as `perf record -o -` lays them out (sample-id trailers included), so that `perf script`
-//! reads the result.
+//! reads the result. [`decoded`] frames any stream as `decode` does, for tests of later stages.
 
+use perfpipe_core::{harness, Batch};
+
+use crate::decode::DecodeConfig;
 use crate::format::build::{self, RecordWriter, Trailer};
 use crate::format::{
     misc, sample, Comm, Endian, FileId, Mmap, RecordType, SampleId, SampleLayout, Task,
@@ -223,4 +226,25 @@ mod tests {
         assert_eq!(pos, w.len());
         assert!(samples > 1000);
     }
+}
+
+/// `stream` decoded into framed batches of about `chunk` input bytes each, as the `read` and
+/// `decode` stages would give them to the next stage.
+///
+/// # Panics
+/// When the stream does not decode.
+pub fn decoded(stream: &[u8], chunk: usize) -> Vec<Batch> {
+    let raw: Vec<Batch> = stream
+        .chunks(chunk)
+        .scan(0u64, |off, c| {
+            let b = Batch {
+                data: c.to_vec(),
+                stream_offset: *off,
+                ..Batch::default()
+            };
+            *off += c.len() as u64;
+            Some(b)
+        })
+        .collect();
+    harness::run_stage(&mut DecodeConfig::default().build(), raw).expect("decodes")
 }

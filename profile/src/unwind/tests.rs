@@ -6,16 +6,16 @@
 use std::path::PathBuf;
 
 use object::{Object, ObjectSymbol, SymbolKind};
-use perfpipe_core::{harness, Batch};
+use perfpipe_core::harness;
 
 use super::dso::{self, UnwindInfo};
 use super::sample::{self, AttrExtra, REGS_ABI_64, REGS_USER, STACK_USER};
 use super::*;
-use perfpipe_stream::decode::DecodeConfig;
 use perfpipe_stream::format::build::{self as fbuild, RecordWriter};
 use perfpipe_stream::format::{
     context, misc, sample as st, Attr, Endian, Record, RecordType, PIPE_MAGIC,
 };
+use perfpipe_stream::test_stream::decoded;
 
 const E: Endian = Endian::Little;
 /// AX, BP, SP, IP: the registers in sample order are AX, BP, SP, IP.
@@ -466,22 +466,6 @@ fn stream(o: &Own, samples: &[Vec<u8>]) -> Vec<u8> {
         s.extend_from_slice(r);
     }
     s
-}
-
-fn decoded(stream: &[u8], chunk: usize) -> Vec<Batch> {
-    let raw: Vec<Batch> = stream
-        .chunks(chunk)
-        .scan(0u64, |off, c| {
-            let b = Batch {
-                data: c.to_vec(),
-                stream_offset: *off,
-                ..Batch::default()
-            };
-            *off += c.len() as u64;
-            Some(b)
-        })
-        .collect();
-    harness::run_stage(&mut DecodeConfig::default().build(), raw).expect("decodes")
 }
 
 #[test]

@@ -6,26 +6,8 @@ use std::sync::Arc;
 use perfpipe_core::{harness, Batch, Flow, Out, Stage, StageError};
 
 use super::{Ring, RingConfig};
-use crate::decode::DecodeConfig;
 use crate::format::RecordType;
-use crate::test_stream::SynthStream;
-
-/// `stream` decoded into framed batches of about `chunk` input bytes each.
-fn decoded(stream: &[u8], chunk: usize) -> Vec<Batch> {
-    let raw: Vec<Batch> = stream
-        .chunks(chunk)
-        .scan(0u64, |off, c| {
-            let b = Batch {
-                data: c.to_vec(),
-                stream_offset: *off,
-                ..Batch::default()
-            };
-            *off += c.len() as u64;
-            Some(b)
-        })
-        .collect();
-    harness::run_stage(&mut DecodeConfig::default().build(), raw).expect("decodes")
-}
+use crate::test_stream::{decoded, SynthStream};
 
 /// The streams in `batches`' output, split at each pipe header, as (type, bytes) records.
 fn streams(batches: &[Batch]) -> Vec<Vec<(u32, Vec<u8>)>> {
