@@ -47,11 +47,14 @@ pub enum Need {
     Inferno,
     /// Debian's `chromium`, a headless browser that renders our flame graphs.
     Chromium,
+    /// elfutils' `debuginfod` server (Debian `debuginfod`), which the symbol-source tests start
+    /// on loopback.
+    Debuginfod,
 }
 
 impl Need {
     /// Every need, for the cfgs a build script declares.
-    pub const ALL: [Need; 10] = [
+    pub const ALL: [Need; 11] = [
         Need::Perf,
         Need::Perf612,
         Need::Cc,
@@ -62,6 +65,7 @@ impl Need {
         Need::Duckdb,
         Need::Inferno,
         Need::Chromium,
+        Need::Debuginfod,
     ];
 
     /// The cfg a build script sets when this need is missing and `CI` is not set.
@@ -77,6 +81,7 @@ impl Need {
             Need::Duckdb => "skip_duckdb",
             Need::Inferno => "skip_inferno",
             Need::Chromium => "skip_chromium",
+            Need::Debuginfod => "skip_debuginfod",
         }
     }
 
@@ -98,6 +103,9 @@ impl Need {
                 "inferno-collapse-perf and inferno-flamegraph (`cargo install inferno --locked`)"
             }
             Need::Chromium => "a headless browser (`chromium --version` runs; Debian chromium)",
+            Need::Debuginfod => {
+                "elfutils' debuginfod server (`debuginfod --version`; Debian debuginfod)"
+            }
         }
     }
 
@@ -114,6 +122,7 @@ impl Need {
             Need::Duckdb => &["python3"],
             Need::Inferno => &["inferno-collapse-perf", "inferno-flamegraph"],
             Need::Chromium => &["chromium"],
+            Need::Debuginfod => &["debuginfod"],
         }
     }
 
@@ -140,6 +149,7 @@ impl Need {
             Need::Inferno => runs("inferno-collapse-perf", &["--help"])
                 .and_then(|()| runs("inferno-flamegraph", &["--help"])),
             Need::Chromium => runs("chromium", &["--version"]),
+            Need::Debuginfod => runs("debuginfod", &["--version"]),
             Need::Mount => {
                 let at = std::env::temp_dir().to_string_lossy().into_owned();
                 let args = [

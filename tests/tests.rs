@@ -29,6 +29,9 @@
 //!   rendered by headless Chromium; `oracle` holds the comparison, `workloads` the programs.
 //! - `export`: pprof and Parquet against `perf report --sort sym` on live recordings (top 20 within
 //!   0.1 pp), the pprof read by a protobuf decoder of its own and by `go tool pprof`, DuckDB's row counts.
+//! - `another_machine`: symbols of a recording made elsewhere: `perfpipe archive`, `--symbols`
+//!   (ours, `perf archive`'s, a cache filled with `tar xf`), hostile archives, `--kallsyms`, a
+//!   real debuginfod on loopback against perf script of the unstripped binaries, and faulty servers.
 //! - `memory`: RSS stays under the stated bound behind a throttled reader; a stalled producer costs no CPU.
 
 #[macro_use]
@@ -36,6 +39,7 @@ pub mod util;
 
 pub mod needs;
 
+mod another_machine;
 mod badinput;
 mod buildid;
 mod chunking;

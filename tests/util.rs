@@ -59,6 +59,11 @@ macro_rules! pipetest {
             [#[cfg_attr(any(skip_perf, skip_perf612, skip_cc, skip_inferno), ignore = "needs perf, perf 6.12, cc and inferno (missing at build time)")]]
             [Perf, Perf612, Cc, Inferno] $($rest)*);
     };
+    (needs(perf, cc, inferno, debuginfod) $($rest:tt)*) => {
+        $crate::pipetest!(@needs
+            [#[cfg_attr(any(skip_perf, skip_cc, skip_inferno, skip_debuginfod), ignore = "needs perf, cc, inferno and debuginfod (missing at build time)")]]
+            [Perf, Cc, Inferno, Debuginfod] $($rest)*);
+    };
     (needs(perf, cc) $($rest:tt)*) => {
         $crate::pipetest!(@needs
             [#[cfg_attr(any(skip_perf, skip_cc), ignore = "needs perf and cc (missing at build time)")]]

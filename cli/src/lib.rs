@@ -15,6 +15,7 @@ use perfpipe_chain::{Chain, Plan, SinkSpec, SourceSpec, FIXED};
 use perfpipe_core::spec::{FlagValue, Kind, Registry, Spec};
 use perfpipe_core::Requests;
 
+mod archive;
 pub mod args;
 mod bench;
 mod bench_inject;
@@ -67,6 +68,9 @@ enum Command {
     Inject(inject::InjectArgs),
     /// Record with perf_event_open itself: -e, -c/-F, -g, -a/-p/-- CMD, --overwrite, stage flags.
     Record(record::RecordArgs),
+    /// On the recording host: a tar of the files that name a recording's frames (perf's
+    /// build-id-cache layout), for `--symbols ARCHIVE` or `tar xf ARCHIVE -C ~/.debug` elsewhere.
+    Archive(archive::ArchiveArgs),
 }
 
 /// Options of a pipeline run.
@@ -252,6 +256,7 @@ pub fn main_with(registry: Registry) -> ExitCode {
             };
         }
         Some(Command::Inject(args)) => return inject::main(args, &registry),
+        Some(Command::Archive(args)) => return archive::main(args, &registry),
         Some(Command::Record(args)) => {
             let sub = matches
                 .subcommand_matches("record")

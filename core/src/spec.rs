@@ -412,6 +412,15 @@ impl Options {
         }
     }
 
+    /// Every value of a text option given more than once, in the order given (`--symbols A
+    /// --symbols B`).
+    pub fn texts<'a>(&'a self, key: &'a str) -> impl Iterator<Item = &'a str> + 'a {
+        self.values.iter().filter_map(move |(k, v)| match v {
+            Value::Text(t) if *k == key => Some(t.as_str()),
+            _ => None,
+        })
+    }
+
     /// A size option, in bytes.
     pub fn size(&self, key: &str) -> Option<u64> {
         match self.get(key)? {

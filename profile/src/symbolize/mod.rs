@@ -51,6 +51,11 @@ pub struct SymbolizeConfig {
     /// The user addresses no map covers are one frame (`unmapped=merge`), not one per address
     /// and process: for outputs that name them all `[unknown]` (folded stacks without `addrs`).
     pub merge_unmapped: bool,
+    /// Where else symbols are looked for: `--symbols`, `--symfs`, `--kallsyms`, `debuginfod`
+    /// (the environment's, as perf and elfutils read it, is added in `build`).
+    pub sources: crate::symbols::sources::SourcesConfig,
+    /// `debuginfod=URLS|no`: the servers instead of `DEBUGINFOD_URLS` (`no`: none).
+    pub debuginfod: Option<String>,
 }
 
 impl SymbolizeConfig {
@@ -65,16 +70,46 @@ impl SymbolizeConfig {
                 _ => HostMode::Auto,
             },
             merge_unmapped: o.text("unmapped") == Some("merge"),
+            sources: crate::symbols::sources::SourcesConfig {
+                symfs: o.text("symfs").map(Into::into),
+                symbols: o.texts("symbols").map(Into::into).collect(),
+                kallsyms: o.text("kallsyms").map(Into::into),
+                ..Default::default()
+            },
+            debuginfod: o.text("debuginfod").map(Into::into),
         }
     }
 
-    /// Builds the stage; symbol tables load on `pool` (inline when `None`).
-    pub fn build(&self, pool: Option<Arc<rayon::ThreadPool>>) -> Symbolize {
+    /// The sources this configuration names, opened, with the environment's build-id cache and
+    /// debuginfod servers.
+    ///
+    /// # Errors
+    /// A `--symbols` that is neither a directory nor a file.
+    pub fn open_sources(&self) -> Result<crate::symbols::sources::Sources, String> {
+        use crate::symbols::sources::{debuginfod::DebuginfodConfig, Sources};
+        let mut c = self.sources.clone();
+        c.debuginfod = match self.debuginfod.as_deref() {
+            Some("no") => None,
+            Some(urls) => DebuginfodConfig::with_urls(urls),
+            None => DebuginfodConfig::from_env(),
+        };
+        Sources::open(&c)
+    }
+
+    /// Builds the stage; symbol tables load on `pool` (inline when `None`), looked for in
+    /// `sources` too.
+    pub fn build_with(
+        &self,
+        pool: Option<Arc<rayon::ThreadPool>>,
+        sources: crate::symbols::sources::Sources,
+    ) -> Symbolize {
+        sources.warm(pool.as_deref());
         let symbols = Symbols::new(
             SymbolsConfig {
                 inline: self.inline,
                 demangle: !self.no_demangle,
                 host_kernel: self.kernel != HostMode::No,
+                sources: Arc::new(sources),
                 ..SymbolsConfig::default()
             },
             pool,
@@ -106,8 +141,14 @@ impl SymbolizeConfig {
             corrupt: Counter::new(),
             late_maps: Counter::new(),
             unmapped_frames: Counter::new(),
+            unnamed: Counter::new(),
             dump: None,
         }
+    }
+
+    /// Builds the stage with no source but the recorded paths (and this host's kernel).
+    pub fn build(&self, pool: Option<Arc<rayon::ThreadPool>>) -> Symbolize {
+        self.build_with(pool, crate::symbols::sources::Sources::none())
     }
 }
 
@@ -317,7 +358,7 @@ impl Stacks {
 
 /// See [`Stacks::resolve`]; for a sink that keeps frames past their batch.
 pub fn resolve(symbols: &Symbols, host_kernel: bool, frame: &Frame, out: &mut Vec<Resolved>) {
-    if frame.query.kernel && !host_kernel {
+    if frame.query.kernel && !host_kernel && !symbols.names_foreign_kernel() {
         out.push(Resolved {
             name: None,
             offset: frame.query.ip,
@@ -326,7 +367,7 @@ pub fn resolve(symbols: &Symbols, host_kernel: bool, frame: &Frame, out: &mut Ve
             inlined: false,
         });
     } else {
-        symbols.resolve(&frame.query, out);
+        symbols.resolve_for(&frame.query, host_kernel, out);
     }
 }
 
@@ -481,6 +522,8 @@ pub struct Symbolize {
     corrupt: Counter,
     late_maps: Counter,
     unmapped_frames: Counter,
+    /// Hit file dsos whose frames stayed unnamed (counted at the end).
+    unnamed: Counter,
     /// A snapshot request (SIGUSR2), so that the sink after it hears of it while the input is
     /// quiet: the stage then sends it an empty batch.
     dump: Option<Arc<std::sync::atomic::AtomicBool>>,
@@ -683,6 +726,16 @@ impl Symbolize {
                 let b = rec.sized();
                 self.host.note_feature(&b[8.min(b.len())..], e);
             }
+            // The kernel's build id, for its kallsyms in a build-id cache or an archive.
+            RecordType::HEADER_BUILD_ID => {
+                if let Some(b) = rec.build_id() {
+                    if b.filename == b"[kernel.kallsyms]" {
+                        self.symbols.note_kernel_build_id(b.build_id);
+                    } else {
+                        self.symbols.note_build_id(b.filename, b.build_id);
+                    }
+                }
+            }
             _ => {}
         }
     }
@@ -808,6 +861,7 @@ impl Stage for Symbolize {
 
     fn flush(&mut self, out: &mut Out<'_>) -> Result<(), StageError> {
         self.release_due(out, true);
+        self.say_what_is_missing();
         Ok(())
     }
 
@@ -828,7 +882,7 @@ impl Stage for Symbolize {
 
     fn counters(&self) -> Vec<(&'static str, Counter)> {
         let c = self.symbols.counters();
-        vec![
+        let mut v = vec![
             ("samples", self.samples.clone()),
             ("frames", self.frames.clone()),
             ("samples_without_ip", self.no_ip.clone()),
@@ -839,11 +893,70 @@ impl Stage for Symbolize {
             ("dsos_missing", c.dsos_missing.clone()),
             ("dsos_stripped", c.dsos_stripped.clone()),
             ("addresses_unresolved", c.unresolved.clone()),
-        ]
+            ("dsos_unnamed", self.unnamed.clone()),
+        ];
+        // The sources' counters, when there is more than the recorded paths to look in.
+        let src = &self.symbols.config().sources;
+        if !src.tried().is_empty() {
+            let s = src.counters();
+            v.extend([
+                ("files_found_by_build_id", s.found_by_build_id.clone()),
+                (
+                    "archive_entries_rejected",
+                    s.archive_entries_rejected.clone(),
+                ),
+                ("archives_unreadable", s.archives_unreadable.clone()),
+            ]);
+        }
+        if let Some(d) = src.debuginfod() {
+            let d = d.counters();
+            v.extend([
+                ("debuginfod_requests", d.requests.clone()),
+                ("debuginfod_downloaded", d.downloaded.clone()),
+                ("debuginfod_bytes", d.bytes.clone()),
+                ("debuginfod_cache_hits", d.cache_hits.clone()),
+                ("debuginfod_misses", d.misses.clone()),
+                ("debuginfod_rejected", d.rejected.clone()),
+                ("debuginfod_errors", d.errors.clone()),
+                ("debuginfod_urls_unsupported", d.urls_unsupported.clone()),
+            ]);
+        }
+        v
     }
 }
 
 impl Symbolize {
+    /// With sources to look in (`--symbols`, `--symfs`, `--kallsyms`, debuginfod): one line per
+    /// hit dso whose frames stay unnamed, with its build id, what was tried and how to get it;
+    /// counted in `dsos_unnamed`.
+    fn say_what_is_missing(&self) {
+        let src = &self.symbols.config().sources;
+        let explicit = src.symfs().is_some()
+            || src.kallsyms_file().is_some()
+            || src.debuginfod().is_some()
+            || src.tried().iter().any(|t| t.starts_with("--symbols"));
+        if !explicit {
+            return;
+        }
+        let frames = self.frames_by_key.table.snapshot();
+        let mut ids: Vec<DsoId> = frames
+            .iter()
+            .filter(|f| !f.query.kernel)
+            .filter_map(|f| f.query.dso)
+            .collect();
+        ids.sort_by_key(|d| d.0);
+        ids.dedup();
+        let unnamed = self.symbols.unnamed(&ids);
+        self.unnamed.add(unnamed.len() as u64);
+        let tried = src.tried().join(", ");
+        for (name, id) in &unnamed {
+            let id = if id.is_empty() { "none" } else { id };
+            eprintln!(
+                "perfpipe: symbolize: no symbols for {name} (build id {id}); tried {tried} and the file; run `perfpipe archive -i REC -o ARCHIVE.tar` on the recording host and pass --symbols ARCHIVE.tar, or set DEBUGINFOD_URLS"
+            );
+        }
+    }
+
     /// Stacks with room for `samples` samples and `frames` frames.
     fn empty_stacks(&self, samples: usize, frames: usize) -> Stacks {
         Stacks {
@@ -875,6 +988,21 @@ pub const SPEC: StageSpec = StageSpec {
             set: &[("inline", "yes")],
             adds_stage: false,
         },
+        Flag::option(
+            "symbols",
+            "symbols",
+            "also look symbols up in this archive (perfpipe archive's tar, perf archive's .tar.bz2) or build-id-cache directory, by build id; repeatable (docs/another-machine.md)",
+        ),
+        Flag::option(
+            "symfs",
+            "symfs",
+            "look every dso up under DIR, and the build-id cache in DIR/.debug (perf report --symfs)",
+        ),
+        Flag::option(
+            "kallsyms",
+            "kallsyms",
+            "name kernel frames from this kallsyms file, the recording host's (perf report --kallsyms)",
+        ),
     ],
     options: &[
         StageOption {
@@ -897,6 +1025,26 @@ pub const SPEC: StageSpec = StageSpec {
             kind: Kind::Choice(&["keep", "merge"]),
             help: "user addresses no map covers: keep (a frame each, by address and process; default) or merge (one [unknown] frame; what folded stacks and flame graphs without --addrs set)",
         },
+        StageOption {
+            key: "symbols",
+            kind: Kind::Text("ARCHIVE|DIR"),
+            help: "an archive or build-id-cache directory to look symbols up in, by build id (repeatable)",
+        },
+        StageOption {
+            key: "symfs",
+            kind: Kind::Text("DIR"),
+            help: "the root every dso path is looked up under",
+        },
+        StageOption {
+            key: "kallsyms",
+            kind: Kind::Text("FILE"),
+            help: "the kallsyms kernel frames are named from",
+        },
+        StageOption {
+            key: "debuginfod",
+            kind: Kind::Text("URLS|no"),
+            help: "debuginfod servers (space-separated) instead of DEBUGINFOD_URLS; no: none",
+        },
     ],
     build: build_stage,
     needs: &["decompress"],
@@ -904,7 +1052,9 @@ pub const SPEC: StageSpec = StageSpec {
 
 fn build_stage(ctx: &BuildCtx, o: &Options) -> Result<Box<dyn Stage>, perfpipe_core::StageError> {
     let pool = ctx.workers.pool()?;
-    let mut stage = SymbolizeConfig::from_options(o).build(Some(pool));
+    let config = SymbolizeConfig::from_options(o);
+    let sources = config.open_sources()?;
+    let mut stage = config.build_with(Some(pool), sources);
     stage.dump = Some(ctx.requests.subscribe(perfpipe_core::DUMP));
     Ok(Box::new(stage))
 }

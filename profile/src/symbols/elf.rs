@@ -6,7 +6,6 @@
 //! `.rela.plt` (`dso__synthesize_plt_symbols`). Files are read by positioned reads
 //! ([`ReadCache`]), never mapped.
 
-use std::fs::File;
 use std::path::{Path, PathBuf};
 
 use object::elf::{
@@ -17,6 +16,7 @@ use object::read::elf::{ElfFile, FileHeader, ProgramHeader, Rela, SectionHeader,
 use object::read::ReadCache;
 use object::{Endianness, FileKind, Object, ObjectSection, ReadRef};
 
+use super::sources::{Cand, Sources, Window};
 use super::table::{Builder, Table};
 
 /// Most bytes of a decompressed `.gnu_debugdata` (bounded work on a hostile file).
@@ -37,19 +37,20 @@ pub(crate) struct Info {
     pub debugdata: bool,
 }
 
-/// Bytes to read an ELF from: a file by positioned reads, or memory (MiniDebugInfo, the vdso).
+/// Bytes to read an ELF from: a file (or an archive member) by positioned reads, or memory
+/// (MiniDebugInfo, the vdso).
 pub(crate) enum Src {
-    File(ReadCache<File>),
+    File(ReadCache<Window>),
     Mem(Vec<u8>),
 }
 
 impl Src {
     pub fn open(path: &Path) -> Option<Src> {
-        let f = File::open(path).ok()?;
-        if !f.metadata().ok()?.is_file() {
-            return None;
-        }
-        Some(Src::File(ReadCache::new(f)))
+        Src::open_cand(&Cand::Path(path.to_path_buf()))
+    }
+
+    pub fn open_cand(c: &Cand) -> Option<Src> {
+        Some(Src::File(ReadCache::new(c.window()?)))
     }
 }
 
@@ -322,7 +323,7 @@ pub(crate) fn candidates(
     build_id: Option<&[u8]>,
     debug_dirs: &[PathBuf],
 ) -> Vec<PathBuf> {
-    let mut out = Vec::new();
+    let mut out: Vec<PathBuf> = Vec::new();
     let dir = main.parent().unwrap_or(Path::new("/"));
     let ndir = name.parent().unwrap_or(Path::new("/"));
     let rel = |p: &Path| {
@@ -366,14 +367,15 @@ pub(crate) struct Loaded {
     pub table: Table,
     pub loads: Vec<Load>,
     /// The file with the DWARF (the symbol file's, else the runtime file's).
-    pub dwarf: Option<PathBuf>,
+    pub dwarf: Option<Cand>,
     /// No candidate could be opened.
     pub missing: bool,
     /// The dso's build id: the stream's, else the file's own (as perf reads it).
     pub build_id: Option<Vec<u8>>,
 }
 
-/// Loads the dso `name` (opened as `main`, e.g. under `/proc/PID/root`) with build id `bid`.
+/// Loads the dso `name` (opened as `main`, e.g. under `/proc/PID/root`) with build id `bid`,
+/// looking in `sources` first (by build id) and asking debuginfod last.
 pub(crate) fn load(
     name: &Path,
     main: &Path,
@@ -381,36 +383,54 @@ pub(crate) fn load(
     debug_dirs: &[PathBuf],
     demangle: bool,
     minidebuginfo: bool,
+    sources: &Sources,
 ) -> Loaded {
     let main_src = Src::open(main);
     let main_info = main_src.as_ref().and_then(info);
-    // perf reads the build id from the file when the stream gave none.
+    // perf reads the build id from the file when the stream gave none; an archive given for the
+    // recording names it first (the file here may be another build).
     let bid: Option<Vec<u8>> = bid
         .map(<[u8]>::to_vec)
-        .or_else(|| main_info.as_ref().and_then(|i| i.build_id.clone()));
+        .or_else(|| sources.id_by_name(&name.to_string_lossy(), true))
+        .or_else(|| main_info.as_ref().and_then(|i| i.build_id.clone()))
+        // The file is gone: the one build a cache holds for its path.
+        .or_else(|| {
+            main_info
+                .is_none()
+                .then(|| sources.id_by_name(&name.to_string_lossy(), false))
+                .flatten()
+        });
     let link = main_info.as_ref().and_then(|i| i.debuglink.clone());
-    let mut syms: Option<(Src, Info, PathBuf)> = None;
-    let mut runtime: Option<(Src, Info, PathBuf)> = None;
+    let mut syms: Option<(Src, Info, Cand)> = None;
+    let mut runtime: Option<(Src, Info, Cand)> = None;
     let mut main_src = main_src.zip(main_info);
-    let mut seen = Vec::new();
-    for c in candidates(name, main, link.as_deref(), bid.as_deref(), debug_dirs) {
+    let mut seen: Vec<Cand> = Vec::new();
+    let from_sources = bid
+        .as_deref()
+        .map(|b| sources.by_build_id(b))
+        .unwrap_or_default();
+    let host = candidates(name, main, link.as_deref(), bid.as_deref(), debug_dirs)
+        .into_iter()
+        .map(Cand::Path);
+    let main_cand = Cand::Path(main.to_path_buf());
+    let mut consider = |c: Cand,
+                        src: Option<(Src, Info)>,
+                        syms: &mut Option<(Src, Info, Cand)>,
+                        runtime: &mut Option<(Src, Info, Cand)>| {
         if seen.contains(&c) {
-            continue;
+            return;
         }
         seen.push(c.clone());
-        let (src, inf) = if c == main {
-            match main_src.take() {
-                Some(x) => x,
-                None => continue,
-            }
-        } else {
-            let Some(src) = Src::open(&c) else { continue };
-            let Some(inf) = info(&src) else { continue };
-            (src, inf)
+        let Some((src, inf)) = src.or_else(|| {
+            let src = Src::open_cand(&c)?;
+            let inf = info(&src)?;
+            Some((src, inf))
+        }) else {
+            return;
         };
         if let (Some(want), Some(got)) = (&bid, &inf.build_id) {
             if want != got {
-                continue;
+                return;
             }
         }
         let (want_syms, want_rt) = (
@@ -419,18 +439,49 @@ pub(crate) fn load(
         );
         if want_syms && want_rt {
             // One file is both: keep it as the symbol source, reopen for the runtime role.
-            let again = Src::open(&c);
+            let again = Src::open_cand(&c);
             if let (Some(a), Some(i2)) = (again, info(&src)) {
-                runtime = Some((a, i2, c.clone()));
+                *runtime = Some((a, i2, c.clone()));
             }
-            syms = Some((src, inf, c));
+            *syms = Some((src, inf, c));
         } else if want_syms {
-            syms = Some((src, inf, c));
+            *syms = Some((src, inf, c));
         } else if want_rt {
-            runtime = Some((src, inf, c));
+            *runtime = Some((src, inf, c));
         }
+    };
+    for c in from_sources.into_iter().chain(host) {
+        let src = if c == main_cand {
+            match main_src.take() {
+                Some(x) => Some(x),
+                None => continue,
+            }
+        } else {
+            None
+        };
+        consider(c, src, &mut syms, &mut runtime);
         if syms.is_some() && runtime.is_some() {
             break;
+        }
+    }
+    // debuginfod last, and only for what is still missing: the debug file when no file had a
+    // `.symtab`, the executable when no file was found at all.
+    if let (Some(d), Some(id)) = (sources.debuginfod(), bid.as_deref()) {
+        let check = |p: &Path| {
+            Src::open(p)
+                .and_then(|s| info(&s))
+                .and_then(|i| i.build_id)
+                .is_some_and(|b| b == id)
+        };
+        if syms.is_none() {
+            if let Ok(p) = d.fetch(id, "debuginfo", &check) {
+                consider(Cand::Path(p), None, &mut syms, &mut runtime);
+            }
+        }
+        if syms.is_none() && runtime.is_none() {
+            if let Ok(p) = d.fetch(id, "executable", &check) {
+                consider(Cand::Path(p), None, &mut syms, &mut runtime);
+            }
         }
     }
     if syms.is_none() && runtime.is_none() {

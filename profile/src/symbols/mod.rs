@@ -24,10 +24,13 @@ use perfpipe_core::Counter;
 
 use elf::Loaded;
 use perfpipe_stream::model::machine::DsoId;
+use sources::Sources;
 use table::Table;
 
+pub mod archive;
 mod demangle;
 mod elf;
+pub mod sources;
 pub mod table;
 #[cfg(test)]
 mod tests;
@@ -51,6 +54,9 @@ pub struct SymbolsConfig {
     pub kallsyms: PathBuf,
     /// Where JIT maps are: `{tmp}/perf-PID.map`.
     pub perf_map_dir: PathBuf,
+    /// Where else files are looked for, by build id ([`sources`]): `--symbols`, perf's build-id
+    /// cache, `--symfs`, `--kallsyms`, debuginfod.
+    pub sources: Arc<Sources>,
 }
 
 impl Default for SymbolsConfig {
@@ -63,6 +69,7 @@ impl Default for SymbolsConfig {
             minidebuginfo: true,
             kallsyms: PathBuf::from("/proc/kallsyms"),
             perf_map_dir: PathBuf::from("/tmp"),
+            sources: Arc::new(Sources::none()),
         }
     }
 }
@@ -154,6 +161,14 @@ pub struct Symbols {
     kallsyms_started: std::sync::atomic::AtomicBool,
     vdso: Arc<Slot>,
     perf_maps: Mutex<HashMap<u32, Arc<OnceLock<Table>>>>,
+    /// The kernel's build id, as the stream gives it (a kernel MMAP2 or BUILD_ID record).
+    kernel_id: Mutex<Option<Vec<u8>>>,
+    /// Build ids of user dsos by name, from BUILD_ID records before their MMAP.
+    noted_ids: Mutex<HashMap<Vec<u8>, Vec<u8>>>,
+    /// kallsyms from `--kallsyms`, or from a source by the kernel's build id.
+    kallsyms_by_id: OnceLock<Option<Table>>,
+    /// kallsyms that the explicit sources hold for `[kernel.kallsyms]`, when exactly one.
+    kallsyms_by_name: OnceLock<Option<Table>>,
 }
 
 /// What a dso is, for naming its frames.
@@ -266,7 +281,88 @@ impl Symbols {
             kallsyms_started: Default::default(),
             vdso,
             perf_maps: Mutex::default(),
+            kernel_id: Mutex::default(),
+            noted_ids: Mutex::default(),
+            kallsyms_by_id: OnceLock::new(),
+            kallsyms_by_name: OnceLock::new(),
         }
+    }
+
+    /// Notes the kernel's build id from the stream (the kallsyms of that kernel are looked up
+    /// by it).
+    pub fn note_kernel_build_id(&self, id: &[u8]) {
+        let mut k = self.kernel_id.lock().unwrap_or_else(|e| e.into_inner());
+        if k.is_none() && !id.is_empty() {
+            *k = Some(id.to_vec());
+        }
+    }
+
+    /// Notes the build id a BUILD_ID record gives dso `name` (used for its MMAPs after it).
+    pub fn note_build_id(&self, name: &[u8], id: &[u8]) {
+        if id.is_empty() {
+            return;
+        }
+        self.noted_ids
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .entry(name.to_vec())
+            .or_insert_with(|| id.to_vec());
+    }
+
+    /// The kernel's build id, if the stream gave one.
+    pub fn kernel_build_id(&self) -> Option<Vec<u8>> {
+        self.kernel_id
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    /// `--kallsyms FILE`, else the sources' kallsyms of the stream's kernel build id.
+    fn kallsyms_by_id(&self) -> Option<&Table> {
+        self.kallsyms_by_id
+            .get_or_init(|| {
+                let src = &self.config.sources;
+                if let Some(f) = src.kallsyms_file() {
+                    return Some(load_kallsyms(f));
+                }
+                let id = self.kernel_build_id()?;
+                let c = src.special(&id, "kallsyms")?;
+                c.read_all(1 << 30).map(|t| table::parse_kallsyms(&t))
+            })
+            .as_ref()
+    }
+
+    /// The one kallsyms the explicit sources hold, for a recording without a kernel build id.
+    fn kallsyms_by_name(&self) -> Option<&Table> {
+        self.kallsyms_by_name
+            .get_or_init(|| {
+                let src = &self.config.sources;
+                let id = src.id_by_name("[kernel.kallsyms]", true)?;
+                let c = src.special(&id, "kallsyms")?;
+                c.read_all(1 << 30).map(|t| table::parse_kallsyms(&t))
+            })
+            .as_ref()
+    }
+
+    /// The kallsyms kernel frames are named from: `--kallsyms`, else by the stream's kernel build
+    /// id, else this host's for a recording of this host (`host`), else the one an archive holds.
+    fn kernel_table(&self, host: bool) -> Option<&Table> {
+        if let Some(t) = self.kallsyms_by_id() {
+            return Some(t);
+        }
+        if host && self.config.host_kernel {
+            return Some(self.kallsyms());
+        }
+        if host {
+            return None;
+        }
+        self.kallsyms_by_name()
+    }
+
+    /// Whether kernel frames of a recording of another host can be named (`--kallsyms`, or a
+    /// source's kallsyms).
+    pub fn names_foreign_kernel(&self) -> bool {
+        self.kernel_table(false).is_some()
     }
 
     /// The configuration.
@@ -295,9 +391,11 @@ impl Symbols {
             v[i] = Some(Arc::new(entry));
         }
         if let Some(job) = job {
-            match &self.pool {
-                Some(p) => p.spawn(job),
-                None => job(),
+            let fetch = self.config.sources.debuginfod().and_then(|d| d.pool());
+            match (fetch, &self.pool) {
+                (Some(p), Some(_)) => p.spawn(job),
+                (_, Some(p)) => p.spawn(job),
+                (_, None) => job(),
             }
         }
     }
@@ -307,6 +405,11 @@ impl Symbols {
         let class = classify(dso.name);
         let shown = String::from_utf8_lossy(dso.name);
         if dso.kernel {
+            if kernel_dso_name(dso.name) == "[kernel.kallsyms]" {
+                if let Some(id) = dso.build_id {
+                    self.note_kernel_build_id(id);
+                }
+            }
             let job = self.kallsyms_job();
             let e = Entry {
                 name: Arc::from(kernel_dso_name(dso.name)),
@@ -340,12 +443,25 @@ impl Symbols {
                     .join(dso.pid.to_string())
                     .join("root")
                     .join(name.strip_prefix("/").unwrap_or(&name));
-                let open = if dso.pid != u32::MAX && dso.pid != 0 && proc_path.is_file() {
+                let open = if let Some(fs) = self.config.sources.symfs() {
+                    fs.join(name.strip_prefix("/").unwrap_or(&name))
+                } else if dso.pid != u32::MAX && dso.pid != 0 && proc_path.is_file() {
                     proc_path
                 } else {
                     name.clone()
                 };
-                let key = match dso.build_id {
+                // An id the stream gave in a BUILD_ID record (a perf.data's build-id table).
+                let noted = match dso.build_id {
+                    Some(b) if !b.is_empty() => None,
+                    _ => self
+                        .noted_ids
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .get(dso.name)
+                        .cloned(),
+                };
+                let build_id = noted.as_deref().or(dso.build_id);
+                let key = match build_id {
                     Some(b) if !b.is_empty() => b.iter().map(|b| format!("{b:02x}")).collect(),
                     _ => format!("path:{}", open.display()),
                 };
@@ -357,7 +473,7 @@ impl Symbols {
                             spec: Spec {
                                 name,
                                 open,
-                                build_id: dso.build_id.map(<[u8]>::to_vec),
+                                build_id: build_id.map(<[u8]>::to_vec),
                                 vdso: false,
                             },
                             ..Slot::default()
@@ -437,17 +553,23 @@ impl Symbols {
     /// Resolves one address, waiting for its dso's table if it is still loading: pushes its frames
     /// onto `out`, innermost (inlined) first, the function itself last; always at least one.
     pub fn resolve(&self, q: &Query, out: &mut Vec<Resolved>) {
+        self.resolve_for(q, true, out);
+    }
+
+    /// [`Symbols::resolve`] for a recording of this host (`host`) or of another: kernel frames of
+    /// another host are named only from `--kallsyms` or a source's kallsyms.
+    pub fn resolve_for(&self, q: &Query, host: bool, out: &mut Vec<Resolved>) {
         let entry = q.dso.and_then(|id| {
             let v = self.dsos.read().unwrap_or_else(|e| e.into_inner());
             v.get(id.0 as usize).cloned().flatten()
         });
         let before = out.len();
         match entry.as_deref() {
-            None if q.kernel => self.resolve_kernel(q, "[kernel.kallsyms]", out),
+            None if q.kernel => self.resolve_kernel(q, host, "[kernel.kallsyms]", out),
             None => out.push(unknown(q.ip, "[unknown]".into(), FrameKind::User)),
             Some(e) => match &e.kind {
-                EntryKind::Kernel => self.resolve_kernel(q, &e.name, out),
-                _ if q.kernel => self.resolve_kernel(q, "[kernel.kallsyms]", out),
+                EntryKind::Kernel => self.resolve_kernel(q, host, &e.name, out),
+                _ if q.kernel => self.resolve_kernel(q, host, "[kernel.kallsyms]", out),
                 EntryKind::Anon => {
                     let pid = if e.pid == u32::MAX { q.pid } else { e.pid };
                     let m = self.perf_map(pid);
@@ -473,12 +595,11 @@ impl Symbols {
         }
     }
 
-    fn resolve_kernel(&self, q: &Query, dso: &str, out: &mut Vec<Resolved>) {
-        if !self.config.host_kernel {
+    fn resolve_kernel(&self, q: &Query, host: bool, dso: &str, out: &mut Vec<Resolved>) {
+        let Some(t) = self.kernel_table(host) else {
             out.push(unknown(q.ip, "[kernel.kallsyms]".into(), FrameKind::Kernel));
             return;
-        }
-        let t = self.kallsyms();
+        };
         match t.find(q.ip) {
             Some(h) => out.push(Resolved {
                 name: Some(h.name),
@@ -499,8 +620,7 @@ impl Symbols {
     /// names them: the DWARF linkage name (else the name), demangled.
     fn inlined(&self, slot: &Slot, l: &Loaded, rel: u64, out: &mut Vec<Resolved>) {
         let Some(d) = slot.dwarf.get_or_init(|| {
-            let path = l.dwarf.as_ref()?;
-            let src = elf::Src::open(path)?;
+            let src = elf::Src::open_cand(l.dwarf.as_ref()?)?;
             let secs = elf::dwarf_sections(&src)?;
             let endian = gimli::RunTimeEndian::Little;
             let mut map: HashMap<gimli::SectionId, Arc<[u8]>> =
@@ -557,6 +677,30 @@ impl Symbols {
         }
     }
 
+    /// The file dsos among `ids` whose frames stay unnamed (no file found, or no symbols in it),
+    /// waiting for their loads: `(name, build id in hex or "")`.
+    pub fn unnamed(&self, ids: &[DsoId]) -> Vec<(String, String)> {
+        let mut out = Vec::new();
+        for id in ids {
+            let entry = {
+                let v = self.dsos.read().unwrap_or_else(|e| e.into_inner());
+                v.get(id.0 as usize).cloned().flatten()
+            };
+            let Some(e) = entry else { continue };
+            if let EntryKind::Elf(slot) = &e.kind {
+                let l = slot.get(&self.config, &self.counters);
+                if l.missing || l.table.is_empty() {
+                    let id = l.build_id.as_deref().map(sources::hex).unwrap_or_default();
+                    let line = (e.name.to_string(), id);
+                    if !out.contains(&line) {
+                        out.push(line);
+                    }
+                }
+            }
+        }
+        out
+    }
+
     /// The counters.
     pub fn counters(&self) -> &SymbolCounters {
         &self.counters
@@ -570,13 +714,26 @@ impl Slot {
             let l = if self.spec.vdso {
                 load_vdso(c.demangle)
             } else {
+                let fs_debug;
+                let debug_dirs = match c.sources.symfs() {
+                    Some(fs) => {
+                        fs_debug = c
+                            .debug_dirs
+                            .iter()
+                            .map(|d| fs.join(d.strip_prefix("/").unwrap_or(d)))
+                            .collect::<Vec<_>>();
+                        &fs_debug
+                    }
+                    None => &c.debug_dirs,
+                };
                 elf::load(
                     &self.spec.name,
                     &self.spec.open,
                     self.spec.build_id.as_deref(),
-                    &c.debug_dirs,
+                    debug_dirs,
                     c.demangle,
                     c.minidebuginfo,
+                    &c.sources,
                 )
             };
             if l.missing {

@@ -1,0 +1,65 @@
+//! `perfpipe archive -i REC -o ARCHIVE.tar`: on the recording host, the files another machine
+//! needs to name the recording's frames, in perf's build-id-cache layout (the library's
+//! [`perfpipe_profile::symbols::archive`]); `perfpipe --symbols ARCHIVE` reads it there, and
+//! `tar xf ARCHIVE -C ~/.debug` gives it to perf. See `docs/another-machine.md`.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::Args;
+use perfpipe_chain::{Chain, Plan, SinkSpec, SourceSpec, Word};
+use perfpipe_core::spec::Registry;
+use perfpipe_core::{Requests, Settings};
+use perfpipe_stream::write::file::OutputMode;
+
+use crate::args::ReportArgs;
+use crate::EXIT_USAGE;
+
+/// `perfpipe archive`'s options.
+#[derive(Debug, Args)]
+pub struct ArchiveArgs {
+    /// The recording: a pipe-mode stream or a perf.data; `-` is standard input.
+    #[arg(short, long, value_name = "FILE", default_value = "-")]
+    input: PathBuf,
+    /// The archive to write (a tar; written beside it and renamed into place at the end).
+    #[arg(short, long, value_name = "ARCHIVE")]
+    output: PathBuf,
+    #[command(flatten)]
+    report: ReportArgs,
+}
+
+/// Runs `perfpipe archive`.
+pub(crate) fn main(args: &ArchiveArgs, registry: &Registry) -> ExitCode {
+    let mut registry = registry.clone();
+    registry.add_format(perfpipe_profile::symbols::archive::SPEC);
+    let plan = match Plan::from_words(&[Word::Format("archive")], &registry) {
+        Ok(p) => p,
+        Err(e) => {
+            eprintln!("perfpipe archive: {e}");
+            return ExitCode::from(EXIT_USAGE);
+        }
+    };
+    let chain = Chain {
+        settings: Settings::default(),
+        source: SourceSpec::Input {
+            path: args.input.clone(),
+            pipe_buffer: 1 << 20,
+        },
+        plan,
+        taps: &[],
+        sink: SinkSpec::Output {
+            path: args.output.clone(),
+            mode: OutputMode::Auto,
+            pipe_buffer: 0,
+        },
+        requests: Requests::default(),
+        before_source: Some(&crate::run::watch_requests),
+    };
+    crate::build_and_run(
+        chain,
+        &registry,
+        &args.report,
+        Some(&args.input),
+        "perfpipe archive",
+    )
+}

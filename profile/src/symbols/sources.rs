@@ -1,0 +1,679 @@
+//! Where a dso's symbols are found when its file on this host is not the one recorded: perf's
+//! build-id cache, archives (`perfpipe archive`'s tars, `perf archive`'s `.tar.bz2`), a
+//! `--symfs` tree, and debuginfod ([`debuginfod`]). Every file found here is used only when its
+//! build id is the dso's (checked where it is loaded, [`super::elf::load`]).
+//!
+//! The order, for a user dso with build id ID (`docs/another-machine.md`):
+//!
+//! 1. `--symbols ARCHIVE|DIR`, in the order given: `.build-id/xx/rest` → `PATH/ID/{elf,debug}`
+//!    inside the archive or directory (perf's cache layout);
+//! 2. perf's build-id cache: `$PERF_BUILDID_DIR`, else `~/.debug` (`DIR/.debug` with `--symfs`);
+//! 3. the files at the recorded path (under `--symfs DIR` when given), with perf's debug-file
+//!    candidates (debuglink, `/usr/lib/debug/…`);
+//! 4. debuginfod, when none of these had a `.symtab`: `/buildid/ID/debuginfo`, then
+//!    `/executable`.
+//!
+//! A dso the stream gives no build id for takes the id that an explicit source (1) holds for its
+//! path, when it holds exactly one: the archive was made for this recording, while the file at
+//! the same path on this host may be another build. Kernel symbols: `--kallsyms FILE`, else
+//! `[kernel.kallsyms]/ID/kallsyms` by the stream's kernel build id, else this host's
+//! `/proc/kallsyms` for a recording of this host, else the one kallsyms an explicit source holds.
+//!
+//! Archives are read in place: a tar's members are windows of the file (positioned reads, never
+//! unpacked); a `.tar.bz2` is decompressed once, on the worker pool, into an unlinked temporary
+//! file. Member names and links are untrusted: a name with `..` or a leading `/`, or a link that
+//! leads out of the archive, is skipped and counted (`archive_entries_rejected`); nothing is ever
+//! written from an archive.
+
+use std::collections::{BTreeMap, HashMap};
+use std::fs::File;
+use std::io::{Read, Seek, SeekFrom};
+use std::os::unix::fs::FileExt;
+use std::path::{Component, Path, PathBuf};
+use std::sync::{Arc, OnceLock};
+
+use perfpipe_core::Counter;
+
+pub mod debuginfod;
+
+use debuginfod::{Debuginfod, DebuginfodConfig};
+
+/// Most bytes a `.tar.bz2` may decompress to (a bzip2 bomb stops there).
+pub const ARCHIVE_MAX_BYTES: u64 = 16 << 30;
+/// Most members an archive may list.
+const ARCHIVE_MAX_MEMBERS: usize = 1 << 20;
+/// Most links followed to resolve one name.
+const MAX_HOPS: usize = 32;
+
+/// Where symbols are looked for besides the recorded paths. Plain data; [`Sources::open`] does
+/// the I/O.
+#[derive(Clone, Debug, Default)]
+pub struct SourcesConfig {
+    /// `--symfs DIR`: every recorded path is read under DIR, and the build-id cache is DIR/.debug.
+    pub symfs: Option<PathBuf>,
+    /// `--symbols ARCHIVE|DIR`, in order.
+    pub symbols: Vec<PathBuf>,
+    /// The build-id cache; `None`: `$PERF_BUILDID_DIR`, else `$HOME/.debug`.
+    pub buildid_dir: Option<PathBuf>,
+    /// Read no build-id cache.
+    pub no_cache: bool,
+    /// `--kallsyms FILE`: the kernel's symbols, whatever the stream says.
+    pub kallsyms: Option<PathBuf>,
+    /// debuginfod; `None`: none.
+    pub debuginfod: Option<DebuginfodConfig>,
+}
+
+impl SourcesConfig {
+    /// The configuration the environment gives, as perf and elfutils read it:
+    /// `PERF_BUILDID_DIR`, `DEBUGINFOD_URLS` and the client's other variables.
+    pub fn from_env() -> SourcesConfig {
+        SourcesConfig {
+            debuginfod: DebuginfodConfig::from_env(),
+            ..SourcesConfig::default()
+        }
+    }
+}
+
+/// One source read by build id: a directory in perf's cache layout or an archive.
+#[derive(Debug)]
+enum Store {
+    Dir(PathBuf),
+    Archive(Arc<Archive>),
+}
+
+/// Counters of the sources, for `--stats`.
+#[derive(Clone, Debug, Default)]
+pub struct SourceCounters {
+    /// Files found in the build-id cache, the archives and `--symbols` directories.
+    pub found_by_build_id: Counter,
+    /// Archive members skipped: a name that escapes the archive, a link out of it.
+    pub archive_entries_rejected: Counter,
+    /// Archives that could not be read (not a tar, truncated, too large).
+    pub archives_unreadable: Counter,
+}
+
+/// The sources, opened.
+#[derive(Debug, Default)]
+pub struct Sources {
+    /// `--symbols`, then the cache.
+    stores: Vec<(Store, bool)>,
+    symfs: Option<PathBuf>,
+    kallsyms: Option<PathBuf>,
+    debuginfod: Option<Arc<Debuginfod>>,
+    counters: SourceCounters,
+    /// What each source was, for the line on what is missing.
+    names: Vec<String>,
+}
+
+/// A file a source offers: a path, or a member of an archive.
+#[derive(Clone, Debug)]
+pub enum Cand {
+    /// A file.
+    Path(PathBuf),
+    /// `len` bytes at `offset` of an archive's tar.
+    Member {
+        /// The archive's tar (the decompressed copy of a `.tar.bz2`).
+        file: Arc<File>,
+        /// The archive, for messages.
+        archive: Arc<Path>,
+        /// Where the member's bytes start in the tar.
+        offset: u64,
+        /// Its size.
+        len: u64,
+        /// Its name in the archive.
+        name: String,
+    },
+}
+
+impl PartialEq for Cand {
+    fn eq(&self, o: &Cand) -> bool {
+        match (self, o) {
+            (Cand::Path(a), Cand::Path(b)) => a == b,
+            (
+                Cand::Member {
+                    file: a, offset: x, ..
+                },
+                Cand::Member {
+                    file: b, offset: y, ..
+                },
+            ) => Arc::ptr_eq(a, b) && x == y,
+            _ => false,
+        }
+    }
+}
+
+impl Cand {
+    /// A readable window of the candidate's bytes.
+    pub(crate) fn window(&self) -> Option<Window> {
+        match self {
+            Cand::Path(p) => {
+                let f = File::open(p).ok()?;
+                let m = f.metadata().ok()?;
+                if !m.is_file() {
+                    return None;
+                }
+                Some(Window::new(Arc::new(f), 0, m.len()))
+            }
+            Cand::Member {
+                file, offset, len, ..
+            } => Some(Window::new(file.clone(), *offset, *len)),
+        }
+    }
+
+    /// All its bytes, if at most `max`.
+    pub fn read_all(&self, max: u64) -> Option<Vec<u8>> {
+        let mut w = self.window()?;
+        if w.len > max {
+            return None;
+        }
+        let mut out = Vec::with_capacity(w.len as usize);
+        w.read_to_end(&mut out).ok()?;
+        Some(out)
+    }
+
+    /// Where it is, for messages.
+    pub fn describe(&self) -> String {
+        match self {
+            Cand::Path(p) => p.display().to_string(),
+            Cand::Member { archive, name, .. } => format!("{}:{name}", archive.display()),
+        }
+    }
+}
+
+/// `len` bytes of a file from `base`, read with positioned reads (`Read + Seek` for `object`'s
+/// `ReadCache`).
+#[derive(Debug)]
+pub(crate) struct Window {
+    file: Arc<File>,
+    base: u64,
+    len: u64,
+    pos: u64,
+}
+
+impl Window {
+    fn new(file: Arc<File>, base: u64, len: u64) -> Window {
+        Window {
+            file,
+            base,
+            len,
+            pos: 0,
+        }
+    }
+}
+
+impl Read for Window {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let left = self.len.saturating_sub(self.pos);
+        let n = (buf.len() as u64).min(left) as usize;
+        if n == 0 {
+            return Ok(0);
+        }
+        let got = self.file.read_at(&mut buf[..n], self.base + self.pos)?;
+        self.pos += got as u64;
+        Ok(got)
+    }
+}
+
+impl Seek for Window {
+    fn seek(&mut self, to: SeekFrom) -> std::io::Result<u64> {
+        let p = match to {
+            SeekFrom::Start(p) => Some(p),
+            SeekFrom::End(d) => self.len.checked_add_signed(d),
+            SeekFrom::Current(d) => self.pos.checked_add_signed(d),
+        };
+        match p {
+            Some(p) => {
+                self.pos = p;
+                Ok(p)
+            }
+            None => Err(std::io::Error::other("seek before the start")),
+        }
+    }
+}
+
+fn home() -> Option<PathBuf> {
+    std::env::var_os("HOME")
+        .filter(|h| !h.is_empty())
+        .map(PathBuf::from)
+}
+
+/// perf's build-id cache directory: `dir`, else `$PERF_BUILDID_DIR`, else `$HOME/.debug`.
+pub fn buildid_dir(dir: Option<&Path>) -> Option<PathBuf> {
+    dir.map(Path::to_path_buf)
+        .or_else(|| {
+            std::env::var_os("PERF_BUILDID_DIR")
+                .filter(|d| !d.is_empty())
+                .map(PathBuf::from)
+        })
+        .or_else(|| home().map(|h| h.join(".debug")))
+}
+
+/// Lower-case hex, as perf writes build ids.
+pub fn hex(id: &[u8]) -> String {
+    id.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+fn unhex(s: &str) -> Option<Vec<u8>> {
+    if s.len() % 2 != 0 || !(32..=40).contains(&s.len()) {
+        return None;
+    }
+    (0..s.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(s.get(i..i + 2)?, 16).ok())
+        .collect()
+}
+
+/// perf's cache directory of a dso name: `[kernel.kallsyms]` and `[vdso]` as they are, a path
+/// without its leading `/`.
+pub fn cache_dir_of(name: &str) -> String {
+    name.trim_start_matches('/').to_string()
+}
+
+impl Sources {
+    /// No source besides the recorded paths.
+    pub fn none() -> Sources {
+        Sources::default()
+    }
+
+    /// Opens the sources `c` names: each `--symbols` must be a directory or a readable archive.
+    ///
+    /// # Errors
+    /// A message naming a `--symbols` that is neither.
+    pub fn open(c: &SourcesConfig) -> Result<Sources, String> {
+        let mut s = Sources {
+            symfs: c.symfs.clone().filter(|d| d != Path::new("/")),
+            kallsyms: c.kallsyms.clone(),
+            ..Sources::default()
+        };
+        for p in &c.symbols {
+            let m = std::fs::metadata(p).map_err(|e| format!("--symbols {}: {e}", p.display()))?;
+            if m.is_dir() {
+                s.stores.push((Store::Dir(p.clone()), true));
+            } else {
+                let a = Archive::new(p, s.counters.clone());
+                s.stores.push((Store::Archive(Arc::new(a)), true));
+            }
+            s.names.push(format!("--symbols {}", p.display()));
+        }
+        if !c.no_cache {
+            let dir = match &s.symfs {
+                Some(fs) if c.buildid_dir.is_none() => Some(fs.join(".debug")),
+                _ => buildid_dir(c.buildid_dir.as_deref()),
+            };
+            if let Some(d) = dir {
+                s.names.push(format!("build-id cache {}", d.display()));
+                s.stores.push((Store::Dir(d), false));
+            }
+        }
+        if let Some(d) = &c.debuginfod {
+            let client = Debuginfod::new(d.clone());
+            s.names.push(format!("debuginfod {}", d.urls.join(" ")));
+            s.debuginfod = Some(Arc::new(client));
+        }
+        Ok(s)
+    }
+
+    /// The counters.
+    pub fn counters(&self) -> &SourceCounters {
+        &self.counters
+    }
+
+    /// The debuginfod client, if any.
+    pub fn debuginfod(&self) -> Option<&Arc<Debuginfod>> {
+        self.debuginfod.as_ref()
+    }
+
+    /// `--symfs DIR`.
+    pub fn symfs(&self) -> Option<&Path> {
+        self.symfs.as_deref()
+    }
+
+    /// `--kallsyms FILE`.
+    pub fn kallsyms_file(&self) -> Option<&Path> {
+        self.kallsyms.as_deref()
+    }
+
+    /// What was tried, in order, for the line on what is missing.
+    pub fn tried(&self) -> Vec<String> {
+        self.names.clone()
+    }
+
+    /// Starts reading the archives' indexes on `pool` (a `.tar.bz2` decompresses there).
+    pub fn warm(&self, pool: Option<&rayon::ThreadPool>) {
+        for (s, _) in &self.stores {
+            if let Store::Archive(a) = s {
+                let a = a.clone();
+                match pool {
+                    Some(p) => p.spawn(move || {
+                        a.index();
+                    }),
+                    None => {
+                        a.index();
+                    }
+                }
+            }
+        }
+    }
+
+    /// The files the stores hold for build id `id` of a dso, in order: per store the `elf`,
+    /// then the `debug` file (or an old-style cache's file itself).
+    pub fn by_build_id(&self, id: &[u8]) -> Vec<Cand> {
+        let mut out = Vec::new();
+        for (s, _) in &self.stores {
+            for file in ["elf", "debug"] {
+                if let Some(c) = s.member(id, file) {
+                    self.counters.found_by_build_id.add(1);
+                    out.push(c);
+                }
+            }
+        }
+        out
+    }
+
+    /// `[kernel.kallsyms]/ID/kallsyms` (or `[vdso]/ID/vdso`) of the first store that has it.
+    pub fn special(&self, id: &[u8], file: &str) -> Option<Cand> {
+        self.stores.iter().find_map(|(s, _)| s.member(id, file))
+    }
+
+    /// The build id the explicit sources (`--symbols`; with `explicit_only` false, the cache
+    /// too) hold for dso `name`, when exactly one.
+    pub fn id_by_name(&self, name: &str, explicit_only: bool) -> Option<Vec<u8>> {
+        let mut found: Vec<Vec<u8>> = Vec::new();
+        for (s, explicit) in &self.stores {
+            if explicit_only && !explicit {
+                continue;
+            }
+            for id in s.ids_of(name) {
+                if !found.contains(&id) {
+                    found.push(id);
+                }
+            }
+        }
+        (found.len() == 1).then(|| found.remove(0))
+    }
+}
+
+impl Store {
+    /// `PATH/ID/file` through the `.build-id/xx/rest` link (or its old-style file for `elf`).
+    fn member(&self, id: &[u8], file: &str) -> Option<Cand> {
+        if id.len() < 2 {
+            return None;
+        }
+        let h = hex(id);
+        let link = format!(".build-id/{}/{}", &h[..2], &h[2..]);
+        match self {
+            Store::Dir(d) => {
+                let l = d.join(&link);
+                let m = std::fs::metadata(&l).ok()?;
+                if m.is_file() {
+                    return (file == "elf").then_some(Cand::Path(l));
+                }
+                let p = l.join(file);
+                p.is_file().then_some(Cand::Path(p))
+            }
+            Store::Archive(a) => a.member(&link, file),
+        }
+    }
+
+    /// The build ids the store has under dso `name` (`PATH/ID/` directories).
+    fn ids_of(&self, name: &str) -> Vec<Vec<u8>> {
+        let dir = cache_dir_of(name);
+        match self {
+            Store::Dir(d) => {
+                let Ok(rd) = std::fs::read_dir(d.join(&dir)) else {
+                    return Vec::new();
+                };
+                rd.flatten()
+                    .filter_map(|e| unhex(e.file_name().to_str()?))
+                    .collect()
+            }
+            Store::Archive(a) => a.ids_of(&dir),
+        }
+    }
+}
+
+/// What an archive member is.
+#[derive(Clone, Debug)]
+enum Node {
+    File { offset: u64, len: u64 },
+    Link(String),
+    Dir,
+}
+
+/// An archive's members by normalized name.
+#[derive(Debug, Default)]
+struct Index {
+    nodes: BTreeMap<String, Node>,
+    /// The file read (the tar itself, or the decompressed copy of a `.tar.bz2`).
+    file: Option<Arc<File>>,
+}
+
+/// A tar (or `.tar.bz2`) in perf's build-id-cache layout, read in place.
+#[derive(Debug)]
+pub struct Archive {
+    path: PathBuf,
+    index: OnceLock<Index>,
+    counters: SourceCounters,
+}
+
+impl Archive {
+    fn new(path: &Path, counters: SourceCounters) -> Archive {
+        Archive {
+            path: path.to_path_buf(),
+            index: OnceLock::new(),
+            counters,
+        }
+    }
+
+    fn index(&self) -> &Index {
+        self.index
+            .get_or_init(|| match read_index(&self.path, &self.counters) {
+                Ok(i) => i,
+                Err(_) => {
+                    self.counters.archives_unreadable.add(1);
+                    Index::default()
+                }
+            })
+    }
+
+    /// Follows links from `name` inside the archive; `None` when it leads out or nowhere.
+    fn resolve(&self, name: &str) -> Option<(String, Node)> {
+        let idx = self.index();
+        let mut cur = name.to_string();
+        for _ in 0..MAX_HOPS {
+            // Resolve links in the directories above, then the name itself.
+            let mut built = String::new();
+            let mut parts = cur.split('/').filter(|p| !p.is_empty()).peekable();
+            let mut restarted = false;
+            while let Some(part) = parts.next() {
+                let next = if built.is_empty() {
+                    part.to_string()
+                } else {
+                    format!("{built}/{part}")
+                };
+                match idx.nodes.get(&next) {
+                    Some(Node::Link(t)) => {
+                        let base = built.clone();
+                        let rest: Vec<&str> = parts.collect();
+                        let Some(target) = join_inside(&base, t) else {
+                            self.counters.archive_entries_rejected.add(1);
+                            return None;
+                        };
+                        cur = if rest.is_empty() {
+                            target
+                        } else {
+                            format!("{target}/{}", rest.join("/"))
+                        };
+                        restarted = true;
+                        break;
+                    }
+                    Some(_) => built = next,
+                    None if parts.peek().is_none() && !is_dir_prefix(&idx.nodes, &next) => {
+                        return None
+                    }
+                    // A directory with no entry of its own (tar lists files only).
+                    None => built = next,
+                }
+            }
+            if !restarted {
+                let node = match idx.nodes.get(&built) {
+                    Some(n) => n.clone(),
+                    // A directory tar lists no entry for: some member lies under it.
+                    None if is_dir_prefix(&idx.nodes, &built) => Node::Dir,
+                    None => return None,
+                };
+                return Some((built, node));
+            }
+        }
+        None
+    }
+
+    fn member(&self, link: &str, file: &str) -> Option<Cand> {
+        let (name, node) = self.resolve(link)?;
+        let (name, node) = match node {
+            Node::File { .. } if file == "elf" => (name, node),
+            Node::File { .. } => return None,
+            _ => self.resolve(&format!("{name}/{file}"))?,
+        };
+        match node {
+            Node::File { offset, len } => Some(Cand::Member {
+                file: self.index().file.clone()?,
+                archive: Arc::from(self.path.as_path()),
+                offset,
+                len,
+                name,
+            }),
+            _ => None,
+        }
+    }
+
+    fn ids_of(&self, dir: &str) -> Vec<Vec<u8>> {
+        let idx = self.index();
+        let prefix = format!("{dir}/");
+        let mut out: Vec<Vec<u8>> = Vec::new();
+        for k in idx
+            .nodes
+            .range(prefix.clone()..)
+            .map(|(k, _)| k)
+            .take_while(|k| k.starts_with(&prefix))
+        {
+            let first = k[prefix.len()..].split('/').next().unwrap_or("");
+            if let Some(id) = unhex(first) {
+                if !out.contains(&id) {
+                    out.push(id);
+                }
+            }
+        }
+        out
+    }
+}
+
+fn is_dir_prefix(nodes: &BTreeMap<String, Node>, dir: &str) -> bool {
+    let prefix = format!("{dir}/");
+    nodes
+        .range(prefix.clone()..)
+        .next()
+        .is_some_and(|(k, _)| k.starts_with(&prefix))
+}
+
+/// `target` (a link's text) seen from directory `base`, normalized; `None` if it leaves the
+/// archive (absolute, or more `..` than there are directories).
+fn join_inside(base: &str, target: &str) -> Option<String> {
+    if target.starts_with('/') {
+        return None;
+    }
+    let mut parts: Vec<&str> = base.split('/').filter(|p| !p.is_empty()).collect();
+    for p in target.split('/') {
+        match p {
+            "" | "." => {}
+            ".." => {
+                parts.pop()?;
+            }
+            p => parts.push(p),
+        }
+    }
+    Some(parts.join("/"))
+}
+
+/// A member's name normalized (`./` and trailing `/` dropped); `None` if it escapes.
+fn clean(name: &Path) -> Option<String> {
+    let mut parts = Vec::new();
+    for c in name.components() {
+        match c {
+            Component::Normal(p) => parts.push(p.to_str()?.to_string()),
+            Component::CurDir => {}
+            Component::ParentDir | Component::RootDir | Component::Prefix(_) => return None,
+        }
+    }
+    (!parts.is_empty()).then(|| parts.join("/"))
+}
+
+fn read_index(path: &Path, counters: &SourceCounters) -> std::io::Result<Index> {
+    let mut f = File::open(path)?;
+    let mut magic = [0u8; 3];
+    let n = f.read(&mut magic)?;
+    f.seek(SeekFrom::Start(0))?;
+    let file = if n == 3 && &magic == b"BZh" {
+        let mut tmp = tempfile::tempfile()?;
+        let dec = bzip2::read::BzDecoder::new(std::io::BufReader::new(f));
+        let copied = std::io::copy(&mut dec.take(ARCHIVE_MAX_BYTES + 1), &mut tmp)?;
+        if copied > ARCHIVE_MAX_BYTES {
+            return Err(std::io::Error::other("archive decompresses past the cap"));
+        }
+        tmp
+    } else {
+        f
+    };
+    let file = Arc::new(file);
+    let mut nodes = BTreeMap::new();
+    let mut ar = tar::Archive::new(Window::new(file.clone(), 0, file.metadata()?.len()));
+    for e in ar.entries_with_seek()? {
+        let e = e?;
+        if nodes.len() >= ARCHIVE_MAX_MEMBERS {
+            break;
+        }
+        let Some(name) = e.path().ok().and_then(|p| clean(&p)) else {
+            counters.archive_entries_rejected.add(1);
+            continue;
+        };
+        let node = match e.header().entry_type() {
+            tar::EntryType::Regular | tar::EntryType::Continuous => Node::File {
+                offset: e.raw_file_position(),
+                len: e.size(),
+            },
+            tar::EntryType::Directory => Node::Dir,
+            tar::EntryType::Symlink => match e.link_name().ok().flatten() {
+                Some(t) => Node::Link(t.to_string_lossy().into_owned()),
+                None => continue,
+            },
+            // A hard link names another member: the same bytes.
+            tar::EntryType::Link => {
+                let target = e.link_name().ok().flatten().and_then(|t| clean(&t));
+                match target.and_then(|t| nodes.get(&t).cloned()) {
+                    Some(n) => n,
+                    None => {
+                        counters.archive_entries_rejected.add(1);
+                        continue;
+                    }
+                }
+            }
+            _ => continue,
+        };
+        nodes.insert(name, node);
+    }
+    Ok(Index {
+        nodes,
+        file: Some(file),
+    })
+}
+
+/// The archive members' names that [`Sources`] reads, listed (for tests and `archive`'s check).
+pub fn list_archive(path: &Path) -> Vec<String> {
+    let c = SourceCounters::default();
+    read_index(path, &c)
+        .map(|i| i.nodes.into_keys().collect())
+        .unwrap_or_default()
+}
+
+/// Build ids of the files `--symbols` sources name, by dso path: for the report.
+pub type IdsByName = HashMap<String, Vec<u8>>;

@@ -1,0 +1,459 @@
+//! Symbolizing a recording made on another machine (issue 30): `perfpipe archive` and
+//! `--symbols` (ours, `perf archive`'s `.tar.bz2`, a cache filled with `tar xf`), archives whose
+//! members leave them, `--kallsyms`, and debuginfod: a real `debuginfod` on loopback serving the
+//! debug files of stripped workloads against `perf script | inferno-collapse-perf` of the same
+//! recording with the unstripped binaries, and servers that stall, send another build's file, or
+//! close mid-body.
+//!
+//! Every perfpipe run here gets `PERF_BUILDID_DIR` of its own (an empty directory unless the test
+//! fills it), so the user's `~/.debug` never answers for it.
+
+use std::io::{Read, Write};
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::time::{Duration, Instant};
+
+use crate::oracle::{assert_agrees, collapse};
+use crate::util::*;
+use crate::workloads::FREQ;
+
+/// `fp.c` built with symbols into `dir/w/` (a directory the tests remove).
+fn workload(dir: &Dir) -> PathBuf {
+    require(Need::Cc);
+    let w = dir.path("w");
+    std::fs::create_dir_all(&w).unwrap();
+    let exe = w.join("fp");
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/workloads/fp.c");
+    let out = Command::new("cc")
+        .args(["-O1", "-g", "-fno-omit-frame-pointer", "-o"])
+        .arg(&exe)
+        .arg(src)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    exe
+}
+
+fn record(exe: &Path) -> Vec<u8> {
+    perf_record(
+        &["-e", "cpu-clock", "-F", FREQ, "-g"],
+        &[exe.to_str().unwrap(), "300"],
+    )
+}
+
+/// `perfpipe ARGS` with `PERF_BUILDID_DIR=cache` and `envs`; asserts success.
+fn perfpipe_env(cache: &Path, envs: &[(&str, &str)], args: &[&str]) -> Output {
+    let mut cmd = Command::new(bin());
+    cmd.args(args).env("PERF_BUILDID_DIR", cache);
+    for (k, v) in envs {
+        cmd.env(k, v);
+    }
+    let out = run(&mut cmd, b"");
+    assert!(
+        out.status.success(),
+        "perfpipe {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
+
+/// Folded stacks of `rec` with `args` (sorted lines, so two runs compare as text).
+fn fold(dir: &Dir, cache: &Path, envs: &[(&str, &str)], rec: &Path, args: &[&str]) -> String {
+    let out = dir.path("out.folded");
+    let mut all = vec!["-i", rec.to_str().unwrap(), "-o", out.to_str().unwrap()];
+    all.extend_from_slice(args);
+    perfpipe_env(cache, envs, &all);
+    let mut lines: Vec<String> = std::fs::read_to_string(&out)
+        .unwrap()
+        .lines()
+        .map(str::to_string)
+        .collect();
+    lines.sort();
+    lines.join("\n")
+}
+
+fn empty_dir(dir: &Dir, name: &str) -> PathBuf {
+    let p = dir.path(name);
+    std::fs::create_dir_all(&p).unwrap();
+    p
+}
+
+pipetest!(needs(perf, cc) archive_names_the_frames_of_a_workload_that_is_gone, |dir| {
+    let exe = workload(&dir);
+    let rec = dir.write("rec.data", &record(&exe));
+    let none = empty_dir(&dir, "no-cache");
+    let before = fold(&dir, &none, &[], &rec, &[]);
+    assert!(before.contains("fp_leaf_add"), "{before}");
+    let archive = dir.path("rec.tar");
+    perfpipe_env(
+        &none,
+        &[],
+        &["archive", "-i", rec.to_str().unwrap(), "-o", archive.to_str().unwrap()],
+    );
+    std::fs::remove_dir_all(dir.path("w")).unwrap();
+    let gone = fold(&dir, &none, &[], &rec, &[]);
+    assert!(!gone.contains("fp_leaf_add"), "the workload is gone, yet: {gone}");
+    let after = fold(&dir, &none, &[], &rec, &["--symbols", archive.to_str().unwrap()]);
+    eqnice!(before, after);
+    // The same archive unpacked into a build-id cache, as perf's users do.
+    let cache = empty_dir(&dir, "cache");
+    let tar = Command::new("tar")
+        .arg("xf")
+        .arg(&archive)
+        .arg("-C")
+        .arg(&cache)
+        .status()
+        .unwrap();
+    assert!(tar.success());
+    let from_cache = fold(&dir, &cache, &[], &rec, &[]);
+    eqnice!(before, from_cache);
+});
+
+pipetest!(needs(perf, cc) perf_archive_tarballs_are_read_in_place, |dir| {
+    let exe = workload(&dir);
+    // perf record (file mode) fills $HOME/.debug; perf archive packs the hit dsos from there.
+    let home = empty_dir(&dir, "home");
+    let data = dir.path("perf.data");
+    let out = Command::new("perf")
+        .env("HOME", &home)
+        .args(["record", "-q", "-e", "cpu-clock", "-F", FREQ, "-g", "-o"])
+        .arg(&data)
+        .arg("--")
+        .arg(&exe)
+        .arg("300")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let out = Command::new("perf")
+        .env("HOME", &home)
+        .arg("archive")
+        .arg(&data)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let tarball = dir.path("perf.data.tar.bz2");
+    assert!(tarball.is_file());
+    let none = empty_dir(&dir, "no-cache");
+    let before = fold(&dir, &none, &[], &data, &[]);
+    assert!(before.contains("fp_leaf_add"), "{before}");
+    std::fs::remove_dir_all(dir.path("w")).unwrap();
+    let after = fold(&dir, &none, &[], &data, &["--symbols", tarball.to_str().unwrap()]);
+    eqnice!(before, after);
+});
+
+/// A tar whose members leave it: `../`, an absolute name, links out, a hard link out.
+fn hostile_tar(dir: &Dir) -> PathBuf {
+    let at = dir.path("hostile.tar");
+    let id = "ab".repeat(20);
+    let script = format!(
+        r#"
+import io, tarfile, sys
+t = tarfile.open(sys.argv[1], "w", format=tarfile.GNU_FORMAT)
+def add(name, data=b"x"):
+    i = tarfile.TarInfo(name); i.size = len(data); t.addfile(i, io.BytesIO(data))
+def link(name, target, kind=tarfile.SYMTYPE):
+    i = tarfile.TarInfo(name); i.type = kind; i.linkname = target; t.addfile(i)
+add("../escape")
+add("/absolute")
+link(".build-id/ab/{rest}", "../../../../../../../../etc")
+link("[kernel.kallsyms]/{id}/kallsyms", "/proc/kallsyms")
+link("hard", "../outside", tarfile.LNKTYPE)
+t.close()
+"#,
+        rest = &id[2..],
+    );
+    let out = Command::new("python3")
+        .arg("-c")
+        .arg(script)
+        .arg(&at)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    at
+}
+
+#[test]
+fn archive_members_that_leave_it_are_skipped_and_counted() {
+    let dir = Dir::new("hostile");
+    let tar = hostile_tar(&dir);
+    let none = empty_dir(&dir, "no-cache");
+    let out = dir.path("out.folded");
+    let r = perfpipe_env(
+        &none,
+        &[],
+        &[
+            "-i",
+            fixture("callgraph.pipe.data").to_str().unwrap(),
+            "-o",
+            out.to_str().unwrap(),
+            "--symbols",
+            tar.to_str().unwrap(),
+            "--stats",
+        ],
+    );
+    let stats = String::from_utf8_lossy(&r.stderr);
+    // `../escape`, `/absolute`, the hard link out, the link out of `.build-id` and the absolute
+    // link the kernel's kallsyms was looked up through.
+    assert!(counter(&stats, "archive_entries_rejected") >= 4, "{stats}");
+    let folded = std::fs::read_to_string(&out).unwrap();
+    assert!(folded.contains("[[kernel.kallsyms]]"), "{folded}");
+    assert!(!dir.path("escape").exists() && !Path::new("/absolute").exists());
+}
+
+pipetest!(needs(perf, cc) kallsyms_of_the_recording_host_names_kernel_frames, |dir| {
+    // A recording of "another host" (`kernel=no`: this host's /proc/kallsyms is not used) gets
+    // [unknown] kernel frames, and perf's names with --kallsyms of the recording host, or with
+    // the archive `perfpipe archive` made there.
+    let exe = workload(&dir);
+    let rec = dir.write("rec.data", &record(&exe));
+    let none = empty_dir(&dir, "no-cache");
+    let host = fold(&dir, &none, &[], &rec, &[]);
+    let kallsyms = dir.write("kallsyms", &std::fs::read("/proc/kallsyms").unwrap());
+    let other = ["--symbolize", "kernel=no"];
+    let unknown = fold(&dir, &none, &[], &rec, &other);
+    assert!(unknown.contains("[[kernel.kallsyms]]"), "{unknown}");
+    assert!(!unknown.contains("entry_SYSCALL_64"), "{unknown}");
+    let named = fold(
+        &dir,
+        &none,
+        &[],
+        &rec,
+        &[&other[..], &["--kallsyms", kallsyms.to_str().unwrap()]].concat(),
+    );
+    eqnice!(host, named);
+    let archive = dir.path("rec.tar");
+    perfpipe_env(
+        &none,
+        &[],
+        &["archive", "-i", rec.to_str().unwrap(), "-o", archive.to_str().unwrap()],
+    );
+    let from_archive = fold(
+        &dir,
+        &none,
+        &[],
+        &rec,
+        &[&other[..], &["--symbols", archive.to_str().unwrap()]].concat(),
+    );
+    eqnice!(host, from_archive);
+});
+
+/// The workload stripped in place, its debug file in `dir/debug/`, and its build id.
+fn stripped(dir: &Dir, exe: &Path) -> (PathBuf, String) {
+    let debug = empty_dir(dir, "debug");
+    let unstripped = dir.path("fp.unstripped");
+    std::fs::copy(exe, &unstripped).unwrap();
+    let ok = Command::new("objcopy")
+        .arg("--only-keep-debug")
+        .arg(exe)
+        .arg(debug.join("fp.debug"))
+        .status()
+        .unwrap()
+        .success()
+        && Command::new("strip").arg(exe).status().unwrap().success();
+    assert!(ok, "objcopy/strip");
+    let notes = Command::new("readelf").arg("-n").arg(exe).output().unwrap();
+    let id = String::from_utf8_lossy(&notes.stdout)
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("Build ID: ").map(str::to_string))
+        .expect("a build id");
+    (unstripped, id)
+}
+
+/// A free loopback port (bound, then released for the server to take).
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// `debuginfod -F DIR` on `port`, killed at drop.
+struct Server(std::process::Child);
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Starts a real debuginfod indexing `debug` and waits (at most 30 s) until it serves `id`.
+fn debuginfod(debug: &Path, port: u16, id: &str) -> Server {
+    require(Need::Debuginfod);
+    let child = Command::new("debuginfod")
+        .args(["-F", "-d", ":memory:", "-t", "0", "-g", "0", "-p"])
+        .arg(port.to_string())
+        .arg(debug)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("debuginfod");
+    let server = Server(child);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while Instant::now() < deadline {
+        if let Ok(mut s) = std::net::TcpStream::connect(("127.0.0.1", port)) {
+            let _ = write!(
+                s,
+                "GET /buildid/{id}/debuginfo HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+            );
+            let mut head = [0u8; 12];
+            if s.read_exact(&mut head).is_ok() && head.ends_with(b"200") {
+                return server;
+            }
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    panic!("debuginfod on port {port} never served {id}");
+}
+
+pipetest!(needs(perf, cc, inferno, debuginfod) debuginfod_names_the_frames_of_stripped_binaries, |dir| {
+    let exe = workload(&dir);
+    let (unstripped, id) = stripped(&dir, &exe);
+    let rec = dir.write("rec.data", &record(&exe));
+    let none = empty_dir(&dir, "no-cache");
+    // The oracle: perf script of the same recording with the unstripped binary in place.
+    std::fs::copy(&exe, dir.path("fp.stripped")).unwrap();
+    std::fs::copy(&unstripped, &exe).unwrap();
+    let theirs = collapse(&perf_on(&["script"], &std::fs::read(&rec).unwrap()), &[]);
+    std::fs::copy(dir.path("fp.stripped"), &exe).unwrap();
+    let port = free_port();
+    let server = debuginfod(&dir.path("debug"), port, &id);
+    let url = format!("http://127.0.0.1:{port}");
+    let cache = dir.path("client-cache");
+    let env = [
+        ("DEBUGINFOD_URLS", url.as_str()),
+        ("DEBUGINFOD_CACHE_PATH", cache.to_str().unwrap()),
+        ("DEBUGINFOD_TIMEOUT", "10"),
+    ];
+    let out = dir.path("out.folded");
+    let args = [
+        "-i",
+        rec.to_str().unwrap(),
+        "-o",
+        out.to_str().unwrap(),
+        "--stats",
+    ];
+    let r = perfpipe_env(&none, &env, &args);
+    let stats = String::from_utf8_lossy(&r.stderr).into_owned();
+    let ours = std::fs::read_to_string(&out).unwrap();
+    assert_agrees("debuginfod: perfpipe vs perf script (unstripped)", &ours, &theirs);
+    assert!(ours.contains("fp_leaf_add"), "{ours}");
+    assert_eq!(counter(&stats, "debuginfod_downloaded"), 1, "{stats}");
+    // Cached in the elfutils client's layout, and used from there with the server gone.
+    assert!(cache.join(&id).join("debuginfo").is_file());
+    drop(server);
+    let r = perfpipe_env(&none, &env, &args);
+    let stats = String::from_utf8_lossy(&r.stderr).into_owned();
+    assert_eq!(counter(&stats, "debuginfod_requests"), 0, "{stats}");
+    assert!(counter(&stats, "debuginfod_cache_hits") >= 1, "{stats}");
+    eqnice!(ours, std::fs::read_to_string(&out).unwrap());
+});
+
+/// A server that answers each of up to `n` connections with `answer` (then closes).
+fn fake_server(answer: Vec<u8>, n: usize) -> u16 {
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = l.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        for s in l.incoming().take(n) {
+            let Ok(mut s) = s else { continue };
+            let _ = s.set_read_timeout(Some(Duration::from_secs(5)));
+            let mut buf = [0u8; 4096];
+            let _ = s.read(&mut buf);
+            let _ = s.write_all(&answer);
+        }
+    });
+    port
+}
+
+/// A stripped workload's recording, and a run of perfpipe on it asking `url`: (stats, folded,
+/// seconds, the client cache).
+fn ask(dir: &Dir, url: &str) -> (String, String, f64, PathBuf, String) {
+    let exe = workload(dir);
+    let (_, id) = stripped(dir, &exe);
+    let rec = dir.write("rec.data", &record(&exe));
+    let none = empty_dir(dir, "no-cache");
+    let cache = dir.path("client-cache");
+    let env = [
+        ("DEBUGINFOD_URLS", url),
+        ("DEBUGINFOD_CACHE_PATH", cache.to_str().unwrap()),
+        ("DEBUGINFOD_TIMEOUT", "1"),
+    ];
+    let out = dir.path("out.folded");
+    let t = Instant::now();
+    let r = perfpipe_env(
+        &none,
+        &env,
+        &[
+            "-i",
+            rec.to_str().unwrap(),
+            "-o",
+            out.to_str().unwrap(),
+            "--stats",
+        ],
+    );
+    let secs = t.elapsed().as_secs_f64();
+    (
+        String::from_utf8_lossy(&r.stderr).into_owned(),
+        std::fs::read_to_string(&out).unwrap(),
+        secs,
+        cache,
+        id,
+    )
+}
+
+fn nothing_cached(cache: &Path, id: &str) {
+    for kind in ["debuginfo", "executable"] {
+        let p = cache.join(id).join(kind);
+        assert!(!p.exists(), "{} was cached after a failure", p.display());
+    }
+}
+
+pipetest!(needs(perf, cc) debuginfod_that_never_answers_costs_a_bounded_delay, |dir| {
+    // A listener that accepts (the kernel's backlog) and never answers.
+    let silent = TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://127.0.0.1:{}", silent.local_addr().unwrap().port());
+    let (stats, folded, secs, cache, id) = ask(&dir, &url);
+    assert!(secs < 20.0, "took {secs:.1} s with DEBUGINFOD_TIMEOUT=1");
+    assert!(counter(&stats, "debuginfod_errors") >= 1, "{stats}");
+    assert!(!folded.contains("fp_leaf_add"), "{folded}");
+    assert!(stats.contains("no symbols for"), "{stats}");
+    nothing_cached(&cache, &id);
+    drop(silent);
+});
+
+pipetest!(needs(perf, cc) debuginfod_answering_with_another_build_is_rejected, |dir| {
+    let other = std::fs::read("/bin/true").unwrap();
+    let mut answer = format!(
+        "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+        other.len()
+    )
+    .into_bytes();
+    answer.extend_from_slice(&other);
+    let url = format!("http://127.0.0.1:{}", fake_server(answer, 8));
+    let (stats, folded, _, cache, id) = ask(&dir, &url);
+    assert!(counter(&stats, "debuginfod_rejected") >= 1, "{stats}");
+    assert!(!folded.contains("fp_leaf_add"), "{folded}");
+    nothing_cached(&cache, &id);
+});
+
+pipetest!(needs(perf, cc) debuginfod_closing_mid_body_is_an_error_not_a_file, |dir| {
+    let mut answer =
+        b"HTTP/1.1 200 OK\r\nContent-Length: 100000\r\nConnection: close\r\n\r\n".to_vec();
+    answer.extend_from_slice(&[0x7f, b'E', b'L', b'F']);
+    answer.extend_from_slice(&[0u8; 996]);
+    let url = format!("http://127.0.0.1:{}", fake_server(answer, 8));
+    let (stats, folded, _, cache, id) = ask(&dir, &url);
+    assert!(counter(&stats, "debuginfod_errors") >= 1, "{stats}");
+    assert!(!folded.contains("fp_leaf_add"), "{folded}");
+    nothing_cached(&cache, &id);
+});
