@@ -1,4 +1,5 @@
-//! What some tests need from the machine (perf, a C compiler, mounting, tracefs, a pseudo-terminal),
+//! What some tests need from the machine (perf, a C compiler, mounting, tracefs, a pseudo-terminal,
+//! a UTS namespace, Spark…),
 //! and how a missing need shows: as a skip that libtest prints and counts, or, under `CI`, as a
 //! failure. A test never returns early.
 //!
@@ -43,11 +44,16 @@ pub enum Need {
     Inferno,
     /// Debian's `chromium`, a headless browser that renders our flame graphs.
     Chromium,
+    /// A UTS namespace of its own with another hostname (`unshare --uts`; root), to record as
+    /// another host.
+    Uts,
+    /// Spark: PyPI's `pyspark` and a Java runtime for it (Debian `openjdk-17-jre-headless`).
+    Spark,
 }
 
 impl Need {
     /// Every need, for the cfgs a build script declares.
-    pub const ALL: [Need; 9] = [
+    pub const ALL: [Need; 11] = [
         Need::Perf,
         Need::Cc,
         Need::Mount,
@@ -57,6 +63,8 @@ impl Need {
         Need::Duckdb,
         Need::Inferno,
         Need::Chromium,
+        Need::Uts,
+        Need::Spark,
     ];
 
     /// The cfg a build script sets when this need is missing and `CI` is not set.
@@ -71,6 +79,8 @@ impl Need {
             Need::Duckdb => "skip_duckdb",
             Need::Inferno => "skip_inferno",
             Need::Chromium => "skip_chromium",
+            Need::Uts => "skip_uts",
+            Need::Spark => "skip_spark",
         }
     }
 
@@ -88,6 +98,11 @@ impl Need {
                 "inferno-collapse-perf and inferno-flamegraph (`cargo install inferno --locked`)"
             }
             Need::Chromium => "a headless browser (`chromium --version` runs; Debian chromium)",
+            Need::Uts => "a UTS namespace (`unshare --uts hostname NAME`; root)",
+            Need::Spark => {
+                "Spark (`python3 -c 'import pyspark'`, PyPI pyspark; `java -version`, Debian \
+                 openjdk-17-jre-headless)"
+            }
         }
     }
 
@@ -102,6 +117,8 @@ impl Need {
             Need::Duckdb => &["python3"],
             Need::Inferno => &["inferno-collapse-perf", "inferno-flamegraph"],
             Need::Chromium => &["chromium"],
+            Need::Uts => &["unshare", "hostname"],
+            Need::Spark => &["python3", "java"],
         }
     }
 
@@ -117,6 +134,9 @@ impl Need {
             Need::Inferno => runs("inferno-collapse-perf", &["--help"])
                 .and_then(|()| runs("inferno-flamegraph", &["--help"])),
             Need::Chromium => runs("chromium", &["--version"]),
+            Need::Uts => runs("unshare", &["--uts", "hostname", "perfpipe-probe"]),
+            Need::Spark => runs("java", &["-version"])
+                .and_then(|()| runs("python3", &["-c", "import pyspark"])),
             Need::Mount => {
                 let at = std::env::temp_dir().to_string_lossy().into_owned();
                 let args = [

@@ -25,6 +25,11 @@
 //! - `export`: pprof and Parquet against `perf report --sort sym` on live recordings (top 20 within
 //!   0.1 pp), the pprof read by a protobuf decoder of its own and by `go tool pprof`, DuckDB's row counts.
 //! - `memory`: RSS stays under the stated bound behind a throttled reader; a stalled producer costs no CPU.
+//! - `outputs`: the output decided and checked before the first byte is read, on an input that never
+//!   ends: `-o DIR/` writes the dataset while it is open; an impossible output exits 2 at once.
+//! - `dataset`: the Parquet dataset as a fleet writes it: partitions from the stream (a recording
+//!   made in a UTS namespace, CLOCK_DATA dates), `--rotate` parts, read by Spark and DuckDB against
+//!   `perf report`, and the queries of `docs/parquet.md` run on it.
 
 #[macro_use]
 pub mod util;
@@ -45,6 +50,7 @@ mod inject;
 mod malformed;
 mod memory;
 pub mod oracle;
+mod outputs;
 mod passthrough;
 mod profile;
 mod record;
