@@ -39,6 +39,7 @@ pub mod needs;
 mod badinput;
 mod buildid;
 mod chunking;
+mod dataset;
 mod decompress;
 mod ends;
 mod export;
