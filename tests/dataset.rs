@@ -407,14 +407,15 @@ pipetest!(needs(perf, cc, uts, duckdb, spark)
         let here = this_host();
         assert_ne!(here, OTHER);
         let args = ["-e", "cpu-clock", "-F", workloads::FREQ, "-g"];
-        // This host's samples dated by CLOCK_DATA; the other's by the day they are written.
+        // This host's samples dated by CLOCK_DATA, moved 400 days back so that their day is not
+        // the day written; the other's dated by the day they are written.
         let mut dated = args.to_vec();
         dated.extend(["-k", "CLOCK_MONOTONIC"]);
         let fp_argv = [fp.exe.to_str().unwrap(), "100"];
         let recs = [
             (
                 here.clone(),
-                with_empty_stacks(&record_as(None, &dated, &fp_argv), 3),
+                with_empty_stacks(&dated_back(&record_as(None, &dated, &fp_argv), 400), 3),
             ),
             (
                 OTHER.to_string(),
@@ -430,8 +431,8 @@ pipetest!(needs(perf, cc, uts, duckdb, spark)
         }
         let after = today();
 
-        // The partitions: this host's are the days perf script -F tod gives its samples; the
-        // other's, the day it was written.
+        // The partitions: this host's are the days perf script -F tod gives its samples (not
+        // today); the other's, the day it was written.
         let on_disk = parts(&ds);
         let mut perf = BTreeMap::new();
         for (host, rec) in &recs {
@@ -443,6 +444,7 @@ pipetest!(needs(perf, cc, uts, duckdb, spark)
                 .map(str::to_string)
                 .collect();
             if *host == here {
+                assert!(!days.contains(&before) && !days.contains(&after), "{days:?}");
                 eqnice!(perf_days(rec), days);
             } else {
                 assert!(!days.is_empty(), "{host}: {on_disk:?}");
