@@ -12,7 +12,7 @@
 //! | `comm`, `event` | `Utf8` | the thread's name at the sample, the event's name |
 //! | `period` | `UInt64` | the sample's period (the fixed one with `-c`) |
 //! | `stack_id` | `UInt64` | the distinct stack (by frame addresses) in this file |
-//! | `stack` | `List<Struct<function: Utf8, dso: Utf8, build_id: Utf8?, address: UInt64, inlined: Boolean>>` | root first; `function` named as in folded stacks |
+//! | `stack` | `List<Struct<function: Utf8, dso: Utf8, build_id: Utf8?, address: UInt64, inlined: Boolean>>` | root first; `function` named as in folded stacks; never null, empty when the callchain holds only context markers |
 //!
 //! A directory output is a Hive-partitioned dataset, `DIR/host=HOST/date=YYYY-MM-DD/part-…`, with
 //! a new part every `--rotate` (a duration of wall-clock time from the part's first row, or a size
