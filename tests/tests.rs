@@ -33,6 +33,11 @@
 //!   (ours, `perf archive`'s, a cache filled with `tar xf`), hostile archives, `--kallsyms`, a
 //!   real debuginfod on loopback against perf script of the unstripped binaries, and faulty servers.
 //! - `memory`: RSS stays under the stated bound behind a throttled reader; a stalled producer costs no CPU.
+//! - `outputs`: the output decided and checked before the first byte is read, on an input that never
+//!   ends: `-o DIR/` writes the dataset while it is open; an impossible output exits 2 at once.
+//! - `dataset`: the Parquet dataset as a fleet writes it: partitions from the stream (a recording
+//!   made in a UTS namespace, CLOCK_DATA dates), `--rotate` parts, read by Spark and DuckDB against
+//!   `perf report`, and the queries of `docs/parquet.md` run on it.
 
 #[macro_use]
 pub mod util;
@@ -44,6 +49,7 @@ mod badinput;
 mod buildid;
 mod chunking;
 mod current;
+mod dataset;
 mod decompress;
 mod ends;
 mod export;
@@ -55,6 +61,7 @@ mod inject;
 mod malformed;
 mod memory;
 pub mod oracle;
+mod outputs;
 mod passthrough;
 mod profile;
 pub mod readers;

@@ -205,6 +205,27 @@ pub fn workload(target: usize) -> Vec<u8> {
     s.into_bytes()
 }
 
+/// `stream` decoded into framed batches of about `chunk` input bytes each, as the `read` and
+/// `decode` stages would give them to the next stage.
+///
+/// # Panics
+/// When the stream does not decode.
+pub fn decoded(stream: &[u8], chunk: usize) -> Vec<Batch> {
+    let raw: Vec<Batch> = stream
+        .chunks(chunk)
+        .scan(0u64, |off, c| {
+            let b = Batch {
+                data: c.to_vec(),
+                stream_offset: *off,
+                ..Batch::default()
+            };
+            *off += c.len() as u64;
+            Some(b)
+        })
+        .collect();
+    harness::run_stage(&mut DecodeConfig::default().build(), raw).expect("decodes")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -226,25 +247,4 @@ mod tests {
         assert_eq!(pos, w.len());
         assert!(samples > 1000);
     }
-}
-
-/// `stream` decoded into framed batches of about `chunk` input bytes each, as the `read` and
-/// `decode` stages would give them to the next stage.
-///
-/// # Panics
-/// When the stream does not decode.
-pub fn decoded(stream: &[u8], chunk: usize) -> Vec<Batch> {
-    let raw: Vec<Batch> = stream
-        .chunks(chunk)
-        .scan(0u64, |off, c| {
-            let b = Batch {
-                data: c.to_vec(),
-                stream_offset: *off,
-                ..Batch::default()
-            };
-            *off += c.len() as u64;
-            Some(b)
-        })
-        .collect();
-    harness::run_stage(&mut DecodeConfig::default().build(), raw).expect("decodes")
 }
