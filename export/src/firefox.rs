@@ -23,8 +23,8 @@ use perfpipe_core::{Batch, Counter, Flow, Sink, StageError};
 use rayon::prelude::*;
 use rustc_hash::FxHashMap;
 
-use crate::folded::names::{frame_name, Naming};
 use perfpipe_core::spec::{BuildCtx, Flag, FormatSpec, Options};
+use perfpipe_profile::kit::{frame_name, Naming};
 use perfpipe_profile::symbolize::{resolve, FrameKind, Frames, Stacks, Symbols};
 use perfpipe_stream::format::RecordType;
 use perfpipe_stream::write::atomic::write_file;

@@ -38,10 +38,10 @@ use perfpipe_core::{Batch, Counter, Flow, Sink, StageError};
 use rayon::prelude::*;
 use rustc_hash::FxHashMap;
 
-use crate::folded::names::{frame_name, Naming};
 use perfpipe_core::spec::{
     parse_duration, parse_size, BuildCtx, Flag, FormatSpec, Kind, Options, StageOption,
 };
+use perfpipe_profile::kit::{frame_name, Naming};
 use perfpipe_profile::symbolize::{resolve, Sources, Stacks};
 use perfpipe_stream::format::{RecordType, StreamInfo};
 use perfpipe_stream::Error;

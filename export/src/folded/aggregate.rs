@@ -17,7 +17,7 @@ use twox_hash::XxHash3_128;
 use perfpipe_core::{Batch, Counter};
 use rayon::prelude::*;
 
-use super::names::{frame_name, kept, Naming};
+use perfpipe_profile::kit::{frame_name, kept, Naming};
 use perfpipe_profile::symbolize::{resolve, Frame, Frames, StackSample, Stacks, Symbols};
 use perfpipe_stream::format::RecordType;
 

@@ -5,7 +5,7 @@
 //! The sink reads the frames that the `symbolize` stage (added by itself at the end of the chain
 //! when the command line has none) attaches to each batch, and keeps the distinct stacks
 //! ([`aggregate::Aggregate`]); frames are named once each when the profile is written
-//! ([`names`]). It writes at end of input and, as a snapshot that does not end the run, on
+//! ([`perfpipe_profile::kit::names`]). It writes at end of input and, as a snapshot that does not end the run, on
 //! SIGUSR2 ([`perfpipe_core::DUMP`]). A file is replaced atomically (written under a temporary
 //! name, then renamed), so a reader sees the previous profile or the new one, never half of one.
 //!
@@ -17,7 +17,6 @@
 //!   `samples_unannotated`.
 
 pub mod aggregate;
-pub mod names;
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -27,7 +26,7 @@ use std::sync::Arc;
 use perfpipe_core::{Batch, Counter, Flow, Sink, StageError};
 
 pub use aggregate::{Aggregate, FoldOptions, WeightBy};
-pub use names::Naming;
+pub use perfpipe_profile::kit::Naming;
 
 use perfpipe_core::spec::{BuildCtx, Flag, FlagValue, FormatSpec, Kind, Options, StageOption};
 use perfpipe_stream::write::atomic::write_file;
