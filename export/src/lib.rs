@@ -26,6 +26,22 @@ pub mod parquet;
 #[cfg(feature = "pprof")]
 pub mod pprof;
 
+/// Writes what `write` writes to `out` gzip'd (default level), through a 1 MiB buffer: the
+/// writers of profiles make small writes, deflate wants large ones.
+#[cfg(feature = "pprof")]
+fn gzip(
+    out: &mut dyn std::io::Write,
+    write: impl FnOnce(&mut dyn std::io::Write) -> std::io::Result<()>,
+) -> std::io::Result<()> {
+    let gz = flate2::write::GzEncoder::new(out, flate2::Compression::default());
+    let mut buf = std::io::BufWriter::with_capacity(1 << 20, gz);
+    write(&mut buf)?;
+    buf.into_inner()
+        .map_err(|e| e.into_error())?
+        .finish()
+        .map(|_| ())
+}
+
 /// The output formats compiled in, in the order the help lists them.
 pub const FORMATS: &[perfpipe_core::spec::FormatSpec] = &[
     folded::SPEC,
