@@ -28,7 +28,7 @@ pub mod pprof;
 
 /// Writes what `write` writes to `out` gzip'd (default level), through a 1 MiB buffer: the
 /// writers of profiles make small writes, deflate wants large ones.
-#[cfg(feature = "pprof")]
+#[cfg(any(feature = "pprof", feature = "firefox"))]
 fn gzip(
     out: &mut dyn std::io::Write,
     write: impl FnOnce(&mut dyn std::io::Write) -> std::io::Result<()>,
