@@ -170,36 +170,14 @@ pub const SPEC: FormatSpec = kit::snapshot::format::<Firefox>(
 
 #[cfg(test)]
 mod tests {
-    use std::io::Read;
-
-    use perfpipe_core::harness::{raw_batches, run_stage};
-    use perfpipe_core::{Flow, Sink};
-
     use super::*;
-    use perfpipe_profile::symbolize::SymbolizeConfig;
-    use perfpipe_stream::decode::DecodeConfig;
+    use crate::test_support::written_gz;
 
     const MULTIPROC: &[u8] = include_bytes!("../../tests/fixtures/multiproc.pipe.data");
 
     #[test]
     fn the_profile_is_processed_format_json_with_every_sample_on_its_thread() {
-        let decoded = run_stage(
-            &mut DecodeConfig::default().build(),
-            raw_batches(MULTIPROC, &[MULTIPROC.len()], 0),
-        )
-        .unwrap();
-        let batches = run_stage(&mut SymbolizeConfig::default().build(None), decoded).unwrap();
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("p.json.gz");
-        let mut sink = FirefoxSink::new(Firefox::default(), &path, None, None);
-        for b in &batches {
-            assert_eq!(sink.consume(b).unwrap(), Flow::Continue);
-        }
-        sink.finish().unwrap();
-        let mut text = String::new();
-        flate2::read::GzDecoder::new(std::fs::File::open(&path).unwrap())
-            .read_to_string(&mut text)
-            .unwrap();
+        let text = String::from_utf8(written_gz(Firefox::default(), MULTIPROC)).unwrap();
         let v: serde_json::Value = serde_json::from_str(&text).unwrap();
         // The processed format: meta with a version, threads with a samples table.
         assert!(

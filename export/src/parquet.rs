@@ -574,21 +574,14 @@ mod tests {
     use std::sync::atomic::Ordering;
 
     use ::parquet::file::reader::{FileReader, SerializedFileReader};
-    use perfpipe_core::harness::{raw_batches, run_stage};
 
     use super::*;
-    use perfpipe_profile::symbolize::SymbolizeConfig;
-    use perfpipe_stream::decode::DecodeConfig;
+    use crate::test_support::symbolized;
 
     const MULTIPROC: &[u8] = include_bytes!("../../tests/fixtures/multiproc.pipe.data");
 
     fn batches() -> Vec<Batch> {
-        let decoded = run_stage(
-            &mut DecodeConfig::default().build(),
-            raw_batches(MULTIPROC, &[16 << 10; 16], 0),
-        )
-        .unwrap();
-        let out = run_stage(&mut SymbolizeConfig::default().build(None), decoded).unwrap();
+        let out = symbolized(MULTIPROC, 16 << 10);
         assert!(out.len() > 2);
         out
     }

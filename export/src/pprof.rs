@@ -464,36 +464,14 @@ pub const SPEC: FormatSpec = kit::snapshot::format::<Pprof>(
 
 #[cfg(test)]
 mod tests {
-    use std::io::Read;
-
-    use perfpipe_core::harness::{raw_batches, run_stage};
-    use perfpipe_core::{Flow, Sink};
-
     use super::*;
-    use perfpipe_profile::symbolize::SymbolizeConfig;
-    use perfpipe_stream::decode::DecodeConfig;
+    use crate::test_support::written_gz;
 
     const MULTIPROC: &[u8] = include_bytes!("../../tests/fixtures/multiproc.pipe.data");
 
     #[test]
     fn the_profile_counts_every_sample_and_decodes_as_profile_proto() {
-        let decoded = run_stage(
-            &mut DecodeConfig::default().build(),
-            raw_batches(MULTIPROC, &[MULTIPROC.len()], 0),
-        )
-        .unwrap();
-        let batches = run_stage(&mut SymbolizeConfig::default().build(None), decoded).unwrap();
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("cpu.pb.gz");
-        let mut sink = PprofSink::new(Pprof::default(), &path, None, None);
-        for b in &batches {
-            assert_eq!(sink.consume(b).unwrap(), Flow::Continue);
-        }
-        sink.finish().unwrap();
-        let mut raw = Vec::new();
-        flate2::read::GzDecoder::new(std::fs::File::open(&path).unwrap())
-            .read_to_end(&mut raw)
-            .unwrap();
+        let raw = written_gz(Pprof::default(), MULTIPROC);
         let p = proto::Profile::decode(&raw[..]).unwrap();
         let s = |i: i64| p.string_table[i as usize].as_str();
         assert_eq!(s(0), "");

@@ -249,26 +249,14 @@ mod tests {
     use std::sync::atomic::{AtomicBool, Ordering};
     use std::sync::Arc;
 
-    use perfpipe_core::harness::{raw_batches, run_stage};
     use perfpipe_core::{Flow, Sink};
 
     use super::*;
+    use crate::test_support::{symbolized, symbolized_with};
     use perfpipe_profile::symbolize::SymbolizeConfig;
-    use perfpipe_stream::decode::DecodeConfig;
     use perfpipe_stream::format::{RecordType, StreamInfo};
 
     const CALLGRAPH: &[u8] = include_bytes!("../../../tests/fixtures/callgraph.pipe.data");
-
-    /// The fixture through decode and symbolize, as batches carrying their stacks.
-    fn symbolized(stream: &[u8], batch: usize) -> Vec<Batch> {
-        let sizes: Vec<usize> = std::iter::repeat_n(batch, stream.len() / batch + 1).collect();
-        let decoded = run_stage(
-            &mut DecodeConfig::default().build(),
-            raw_batches(stream, &sizes, 0),
-        )
-        .unwrap();
-        run_stage(&mut SymbolizeConfig::default().build(None), decoded).unwrap()
-    }
 
     /// The samples' raw stacks counted straight from the records: (tid, callchain) → count.
     fn raw_stacks(batches: &[Batch]) -> HashMap<(u32, Vec<u64>), u64> {
@@ -332,12 +320,7 @@ mod tests {
                 merge_unmapped,
                 ..SymbolizeConfig::default()
             };
-            let decoded = run_stage(
-                &mut DecodeConfig::default().build(),
-                raw_batches(CALLGRAPH, &[1 << 20], 0),
-            )
-            .unwrap();
-            let batches = run_stage(&mut config.build(None), decoded).unwrap();
+            let batches = symbolized_with(&config, CALLGRAPH, 1 << 20);
             let mut agg = Aggregate::new(FoldOptions {
                 naming: Naming {
                     addrs,
