@@ -9,7 +9,7 @@
 //! |---|---|---|
 //! | `time` | `UInt64` | perf clock, ns |
 //! | `pid`, `tid`, `cpu` | `UInt32` | null when the sample has none |
-//! | `comm`, `event` | `Utf8` | the thread's name at the sample, the event's name |
+//! | `comm`, `event` | `Utf8` | the thread's name at the sample, the event's name ([`kit::event::name`]) |
 //! | `period` | `UInt64` | the sample's period (the fixed one with `-c`) |
 //! | `stack_id` | `UInt64` | the distinct stack (by frame addresses) in this file |
 //! | `stack` | `List<Struct<function: Utf8, dso: Utf8, build_id: Utf8?, address: UInt64, inlined: Boolean>>` | root first; `function` named as in folded stacks; never null, empty when the callchain holds only context markers |
@@ -26,7 +26,7 @@
 
 use std::fs::File;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
@@ -39,14 +39,13 @@ use arrow_array::{
 };
 use arrow_schema::{DataType, Field, Fields, Schema};
 use perfpipe_core::{Batch, Counter, Flow, Sink, StageError};
-use rayon::prelude::*;
-use rustc_hash::FxHashMap;
 
-use crate::folded::names::{frame_name, Naming};
 use perfpipe_core::spec::{
     parse_duration, parse_size, BuildCtx, Flag, FormatSpec, Kind, Options, StageOption,
 };
-use perfpipe_profile::symbolize::{resolve, Sources, Stacks};
+use perfpipe_profile::kit::{
+    self, frame_name, Comms, Events, Join, NameSources, Naming, Request, StackTable,
+};
 use perfpipe_stream::format::features::{feature_record, feature_string, ClockData};
 use perfpipe_stream::format::{feature, RecordType, StreamInfo};
 use perfpipe_stream::Error;
@@ -109,21 +108,18 @@ struct Row {
 pub struct ParquetSink {
     target: Target,
     rotate: Rotate,
-    dump: Option<Arc<AtomicBool>>,
+    dump: Request,
     pool: Option<Arc<rayon::ThreadPool>>,
     schema: Arc<Schema>,
     open: Option<Part>,
     parts: u64,
     rows: Vec<Row>,
-    comms: Vec<String>,
-    comm_ids: FxHashMap<String, u32>,
-    events: Vec<String>,
-    event_ids: FxHashMap<u16, u32>,
-    stacks: FxHashMap<Arc<[u32]>, u32>,
-    stack_list: Vec<Arc<[u32]>>,
+    comms: Comms,
+    events: Events,
+    stacks: StackTable,
     /// Names of frames by frame id, filled as row groups need them.
     names: Vec<Option<Vec<Named>>>,
-    naming: Option<Sources>,
+    sources: NameSources,
     written: Counter,
     files: Counter,
     /// The stream's HOSTNAME and CLOCK_DATA features, as their records arrive.
@@ -270,20 +266,17 @@ impl ParquetSink {
                 Target::File(path.to_path_buf())
             },
             rotate,
-            dump,
+            dump: Request::new(dump),
             pool,
             schema: schema(),
             open: None,
             parts: 0,
             rows: Vec::with_capacity(ROW_GROUP),
-            comms: Vec::new(),
-            comm_ids: FxHashMap::default(),
-            events: Vec::new(),
-            event_ids: FxHashMap::default(),
-            stacks: FxHashMap::default(),
-            stack_list: Vec::new(),
+            comms: Comms::default(),
+            events: Events::default(),
+            stacks: StackTable::default(),
             names: Vec::new(),
-            naming: None,
+            sources: NameSources::default(),
             written: Counter::new(),
             files: Counter::new(),
             stream_host: None,
@@ -318,11 +311,8 @@ impl ParquetSink {
     }
 
     fn add_batch(&mut self, batch: &Batch) -> Result<(), Error> {
-        let Some(info) = StreamInfo::of(batch) else {
-            return Ok(());
-        };
         let dataset = matches!(self.target, Target::Dataset { .. });
-        if dataset {
+        if let (true, Some(info)) = (dataset, StreamInfo::of(batch)) {
             // A pipe's feature records come before its samples.
             for span in &batch.spans {
                 if span.kind == RecordType::HEADER_FEATURE.0 {
@@ -330,22 +320,14 @@ impl ParquetSink {
                 }
             }
         }
-        let Some(stacks) = batch.annotation::<Stacks>() else {
+        let Some(mut join) = Join::of(batch) else {
             return Ok(());
         };
-        if self.naming.is_none() {
-            self.naming = Some(stacks.sources());
-        }
-        let list = stacks.samples();
-        for span in batch
-            .spans
-            .iter()
-            .filter(|s| s.kind == RecordType::SAMPLE.0)
-        {
-            let Ok(i) = list.binary_search_by_key(&span.start, |s| s.start) else {
-                continue;
-            };
-            let s = &list[i];
+        let (stacks, Some(info)) = (join.stacks(), join.info()) else {
+            return Ok(());
+        };
+        self.sources.observe(stacks);
+        for (_, s) in join.by_ref() {
             if let (true, Some(clock)) = (dataset, self.clock) {
                 // A part holds one day: a sample of another day ends it.
                 let day = day_of_ns(clock.wall_ns(s.time));
@@ -356,41 +338,15 @@ impl ParquetSink {
                 self.day = Some(day);
             }
             self.since.get_or_insert_with(Instant::now);
-            let frames = stacks.frames(s);
-            let stack = match self.stacks.get(frames) {
-                Some(&id) => id,
-                None => {
-                    let id = self.stack_list.len() as u32;
-                    let shared: Arc<[u32]> = frames.into();
-                    self.stack_list.push(shared.clone());
-                    self.stacks.insert(shared, id);
-                    id
-                }
-            };
-            let comm = s.comm_name();
-            let comm = match self.comm_ids.get(comm.as_ref()) {
-                Some(&c) => c,
-                None => {
-                    let c = self.comms.len() as u32;
-                    self.comms.push(comm.to_string());
-                    self.comm_ids.insert(comm.to_string(), c);
-                    c
-                }
-            };
-            let next = self.events.len() as u32;
-            let event = *self.event_ids.entry(s.attr).or_insert(next);
-            if event == next {
-                self.events.push(event_name(info, s.attr));
-            }
             self.rows.push(Row {
                 time: s.time,
                 pid: s.pid,
                 tid: s.tid,
                 cpu: s.cpu,
-                comm,
-                event,
+                comm: self.comms.id(s),
+                event: self.events.id(info, s.attr),
                 period: s.period,
-                stack,
+                stack: self.stacks.id(stacks.frames(s)),
             });
             if self.rows.len() >= ROW_GROUP {
                 self.flush_rows()?;
@@ -401,39 +357,31 @@ impl ParquetSink {
 
     /// Names the frames the pending rows use and not named yet, on the pool.
     fn name_frames(&mut self) {
-        let Some(Sources {
-            symbols,
-            table,
-            dsos,
-            host_kernel: host,
-        }) = &self.naming
-        else {
+        let Some(namer) = self.sources.namer(self.pool.as_deref()) else {
             return;
         };
-        let frames = table.snapshot();
+        let frames = namer.frames();
         if self.names.len() < frames.len() {
             self.names.resize(frames.len(), None);
         }
         let mut want: Vec<u32> = Vec::new();
         let mut seen = vec![false; frames.len()];
         for r in &self.rows {
-            for &f in self.stack_list[r.stack as usize].iter() {
+            for &f in self.stacks.get(r.stack) {
                 let i = f as usize;
                 if self.names[i].is_none() && !std::mem::replace(&mut seen[i], true) {
                     want.push(f);
                 }
             }
         }
-        let name = |&f: &u32| -> (u32, Vec<Named>) {
-            let frame = &frames[f as usize];
-            let mut resolved = Vec::new();
-            resolve(symbols, *host, frame, &mut resolved);
-            let build_id = frame.query.dso.and_then(|d| {
-                let id = dsos.get(d).and_then(|i| i.build_id.map(|b| b.to_vec()));
-                id.or_else(|| symbols.build_id(d))
-                    .map(|b| Arc::from(b.iter().map(|x| format!("{x:02x}")).collect::<String>()))
-            });
-            let named = resolved
+        let dsos = &namer.sources().dsos;
+        let named: Vec<Vec<Named>> = namer.each(&want, |_, frame, resolved| {
+            let build_id = frame
+                .query
+                .dso
+                .and_then(|d| namer.build_id(d, dsos.get(d).as_ref()))
+                .map(Arc::from);
+            resolved
                 .iter()
                 .rev()
                 .map(|r| {
@@ -443,22 +391,13 @@ impl ParquetSink {
                         function,
                         dso: r.dso.clone(),
                         build_id: build_id.clone(),
-                        address: if frame.query.dso.is_some() {
-                            frame.query.rel
-                        } else {
-                            frame.query.ip
-                        },
+                        address: kit::names::address(frame),
                         inlined: r.inlined,
                     }
                 })
-                .collect();
-            (f, named)
-        };
-        let named: Vec<(u32, Vec<Named>)> = match &self.pool {
-            Some(p) => p.install(|| want.par_iter().map(name).collect()),
-            None => want.iter().map(name).collect(),
-        };
-        for (f, n) in named {
+                .collect()
+        });
+        for (f, n) in want.into_iter().zip(named) {
             self.names[f as usize] = Some(n);
         }
     }
@@ -490,12 +429,12 @@ impl ParquetSink {
             pid.append_option(opt(r.pid));
             tid.append_option(opt(r.tid));
             cpu.append_option(opt(r.cpu));
-            comm.append_value(&self.comms[r.comm as usize]);
-            event.append_value(&self.events[r.event as usize]);
+            comm.append_value(self.comms.name(r.comm));
+            event.append_value(&self.events.get(r.event).name);
             period.append_value(r.period);
             stack_id.append_value(u64::from(r.stack));
             // Root first: the stack's ids are innermost first.
-            for &f in self.stack_list[r.stack as usize].iter().rev() {
+            for &f in self.stacks.get(r.stack).iter().rev() {
                 for nm in self.names[f as usize].iter().flatten() {
                     function.append_value(&nm.function);
                     dso.append_value(&nm.dso);
@@ -631,25 +570,10 @@ impl ParquetSink {
     }
 }
 
-/// The event's name for the `event` column.
-fn event_name(info: &StreamInfo, attr: u16) -> String {
-    match info.attr(attr).map(|a| (a.type_, a.config)) {
-        Some((1, 0)) => "cpu-clock".into(),
-        Some((1, 1)) => "task-clock".into(),
-        Some((0, 0)) => "cycles".into(),
-        Some((0, 1)) => "instructions".into(),
-        Some((t, c)) => format!("type{t}-config{c:#x}"),
-        None => format!("event{attr}"),
-    }
-}
-
 impl Sink for ParquetSink {
     fn consume(&mut self, batch: &Batch) -> Result<Flow, StageError> {
         self.add_batch(batch)?;
-        let asked = self
-            .dump
-            .as_ref()
-            .is_some_and(|d| d.swap(false, Ordering::SeqCst));
+        let asked = self.dump.take();
         if matches!(self.target, Target::Dataset { .. }) {
             let timed = matches!((self.rotate, self.since), (Rotate::Every(d), Some(t)) if t.elapsed() >= d);
             if asked || timed {
@@ -746,12 +670,12 @@ fn build_sink(
 
 #[cfg(test)]
 mod tests {
+    use std::sync::atomic::Ordering;
+
     use ::parquet::file::reader::{FileReader, SerializedFileReader};
-    use perfpipe_core::harness::{raw_batches, run_stage};
 
     use super::*;
-    use perfpipe_profile::symbolize::SymbolizeConfig;
-    use perfpipe_stream::decode::DecodeConfig;
+    use crate::test_support::symbolized;
 
     const MULTIPROC: &[u8] = include_bytes!("../../tests/fixtures/multiproc.pipe.data");
 
@@ -760,12 +684,7 @@ mod tests {
     }
 
     fn batches_of(stream: &[u8]) -> Vec<Batch> {
-        let decoded = run_stage(
-            &mut DecodeConfig::default().build(),
-            raw_batches(stream, &[16 << 10; 16], 0),
-        )
-        .unwrap();
-        let out = run_stage(&mut SymbolizeConfig::default().build(None), decoded).unwrap();
+        let out = symbolized(stream, 16 << 10);
         assert!(out.len() > 2);
         out
     }
