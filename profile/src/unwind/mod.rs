@@ -468,8 +468,15 @@ impl Unwind {
                 | RecordType::EXIT
                 | RecordType::COMM
                 | RecordType::FINISHED_ROUND => {
-                    self.machine.apply(&info.record(batch, span));
+                    let rec = info.record(batch, span);
+                    self.machine.apply(&rec);
                     self.rounds += usize::from(rt == RecordType::FINISHED_ROUND);
+                    if let Some(t) = rec.task().filter(|t| t.pid == t.tid) {
+                        // A held sample of it builds its unwinder again; a pid is not kept forever.
+                        if rt == RecordType::EXIT {
+                            self.processes.remove(&t.pid);
+                        }
+                    }
                 }
                 _ => {}
             }

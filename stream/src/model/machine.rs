@@ -91,6 +91,14 @@ pub enum Identity {
     },
     /// MMAP2 in build-id form (`PERF_RECORD_MISC_MMAP_BUILD_ID`): the build id itself.
     BuildId(Vec<u8>),
+    /// Anonymous memory (`//anon`, `/dev/zero`, `/anon_hugepage`: perf's `is_anon_memory()`):
+    /// the process that mapped it. perf names such a map `/tmp/perf-PID.map` by that process
+    /// (`map__new()`), so two processes' JIT code at one address are two dsos, and a child keeps
+    /// the one its parent mapped.
+    Anon {
+        /// The MMAP's pid.
+        pid: u32,
+    },
 }
 
 impl Identity {
@@ -277,6 +285,35 @@ impl Maps {
     }
 }
 
+/// Whether perf names a map of this file name by its process (`is_anon_memory()`).
+fn is_anon_memory(name: &[u8]) -> bool {
+    name == b"//anon" || name.starts_with(b"/dev/zero") || name.starts_with(b"/anon_hugepage")
+}
+
+/// The parts of `m` that no map of `list` (sorted, non-overlapping) covers, pushed to `out`.
+fn uncovered(list: &[Map], m: &Map, out: &mut Vec<Map>) {
+    let part = |start: u64, end: u64| Map {
+        start,
+        end,
+        pgoff: m.pgoff.wrapping_add(start - m.start),
+        dso: m.dso,
+    };
+    let mut cursor = m.start;
+    let from = list.partition_point(|x| x.end <= m.start);
+    for x in &list[from..] {
+        if x.start >= m.end {
+            break;
+        }
+        if x.start > cursor {
+            out.push(part(cursor, x.start));
+        }
+        cursor = cursor.max(x.end);
+    }
+    if cursor < m.end {
+        out.push(part(cursor, m.end));
+    }
+}
+
 /// One life of a pid: from its FORK (by `parent`, whose maps at that time it starts with).
 #[derive(Clone, Copy, Debug)]
 struct Life {
@@ -298,6 +335,9 @@ struct Proc {
     kids: Vec<(u32, u64)>,
     /// The times its answers change at (its maps' and its FORKs' since the last forgetting).
     times: Vec<u64>,
+    /// How many such times were forgotten: a lookup's version counts them too, so versions stay
+    /// what they were when times are forgotten.
+    times_forgotten: u64,
 }
 
 impl Proc {
@@ -531,7 +571,12 @@ impl Machine {
     pub fn mmap(&mut self, ev: &MapEvent<'_>) -> DsoId {
         let kernel =
             ev.pid == KERNEL_PID || ev.cpumode == misc::KERNEL || ev.cpumode == misc::GUEST_KERNEL;
-        let dso = self.intern(ev.name, ev.identity.clone(), kernel);
+        let identity = if !kernel && is_anon_memory(ev.name) {
+            Identity::Anon { pid: ev.pid }
+        } else {
+            ev.identity.clone()
+        };
+        let dso = self.intern(ev.name, identity, kernel);
         let time = self.at(ev.time);
         let map = Map {
             start: ev.start,
@@ -689,7 +734,9 @@ impl Machine {
             p.shadows
                 .retain(|s| s.until > time && s.piece.from >= lower);
             p.kids.retain(|&(_, forked)| forked > time);
+            let before = p.times.len();
             p.times.retain(|&t| t > time);
+            p.times_forgotten += (before - p.times.len()) as u64;
             if p.exit.is_some_and(|x| x < lower) {
                 p.exit = None;
             }
@@ -702,8 +749,13 @@ impl Machine {
                 p.lives.clear();
                 self.history.remove(&pid);
             }
-            let stamp = self.next_stamp();
-            self.procs.get_mut(&pid).expect("kept").maps.stamp = stamp;
+            // No answer at `time` or later changed, so the stamp stays, unless the versions
+            // would run out.
+            if p.times_forgotten > 1 << (STAMP_SHIFT - 2) {
+                p.times_forgotten = 0;
+                let stamp = self.next_stamp();
+                self.procs.get_mut(&pid).expect("kept").maps.stamp = stamp;
+            }
         }
         if !dropped.is_empty() {
             let dropped: IdMap<u32, ()> = dropped.into_iter().map(|p| (p, ())).collect();
@@ -711,46 +763,61 @@ impl Machine {
         }
     }
 
-    /// The maps of process `pid` at `time`, as one sorted list.
+    /// The maps of process `pid` at `time`, as one sorted list: each generation's pieces of the
+    /// time (a shadow where the newest piece is too new), under the younger generation's.
     fn view(&self, pid: u32, time: u64) -> Vec<Map> {
-        let mut chain = Vec::new();
+        let mut out: Vec<Map> = Vec::new();
+        let mut parts = Vec::new();
         let (mut pid, mut time) = (pid, time);
         for _ in 0..MAX_DEPTH {
             let Some(p) = self.procs.get(&pid) else {
                 break;
             };
             let (lower, parent) = p.life_at(time);
-            chain.push((p, lower, time));
+            let fits = |from: u64| from >= lower && from <= time;
+            let mut own: Vec<Map> = p
+                .maps
+                .list
+                .iter()
+                .filter(|x| fits(x.from))
+                .map(|x| x.map)
+                .collect();
+            if p.maps.list.iter().any(|x| x.from > time) {
+                // Under a piece too new: the newest shadow of the time (the last made, of two
+                // of one time).
+                let mut shadows: Vec<&Piece> = p
+                    .shadows
+                    .iter()
+                    .rev()
+                    .map(|s| &s.piece)
+                    .filter(|x| fits(x.from))
+                    .collect();
+                shadows.sort_by_key(|x| std::cmp::Reverse(x.from));
+                for s in shadows {
+                    parts.clear();
+                    uncovered(&own, &s.map, &mut parts);
+                    for &q in &parts {
+                        let at = own.partition_point(|x| x.start < q.start);
+                        own.insert(at, q);
+                    }
+                }
+            }
+            if out.is_empty() {
+                out = own;
+            } else {
+                parts.clear();
+                for m in &own {
+                    uncovered(&out, m, &mut parts);
+                }
+                out.extend_from_slice(&parts);
+                out.sort_unstable_by_key(|m| m.start);
+            }
             match parent {
                 Some((pp, forked)) => (pid, time) = (pp, time.min(forked)),
                 None => break,
             }
         }
-        let mut out = Maps::default();
-        let mut sink = Vec::new();
-        // Oldest ancestor first; each generation's pieces go on top, oldest piece first.
-        for (p, lower, time) in chain.into_iter().rev() {
-            // Shadows first: of two pieces of one time, the one in the list came last.
-            let mut own: Vec<Piece> = p
-                .shadows
-                .iter()
-                .map(|s| s.piece)
-                .chain(p.maps.list.iter().copied())
-                .filter(|x| x.from >= lower && x.from <= time)
-                .collect();
-            own.sort_by_key(|x| x.from);
-            for x in own {
-                out.insert(
-                    Piece {
-                        map: x.map,
-                        from: x.from.max(lower),
-                    },
-                    &mut sink,
-                );
-            }
-            sink.clear();
-        }
-        out.list.into_iter().map(|p| p.map).collect()
+        out
     }
 
     #[inline]
@@ -780,7 +847,7 @@ impl Machine {
     #[inline]
     pub fn space(&self, pid: u32, time: u64) -> Space<'_> {
         let user = self.procs.get(&pid).map_or(0, |p| {
-            let version = p.times.partition_point(|&t| t <= time) as u64;
+            let version = p.times_forgotten + p.times.partition_point(|&t| t <= time) as u64;
             (p.maps.stamp << STAMP_SHIFT) | version.min((1 << STAMP_SHIFT) - 1)
         });
         Space {
@@ -1013,6 +1080,20 @@ mod tests {
             assert_eq!(q(11, 0x9000, 250).as_deref(), Some("/usr/bin/gzip"));
             assert_eq!(q(11, 0x9000, 190), None);
             assert_eq!(q(10, 0x7000, 130).as_deref(), Some("/usr/lib/libc.so.6"));
+            // The whole list at a time says what each lookup then says.
+            for (pid, t) in [(10, 60), (11, 110), (11, 250), (12, 160), (12, 400)] {
+                let list = m.maps(pid, t);
+                assert!(list.windows(2).all(|w| w[0].end <= w[1].start), "{list:?}");
+                for addr in (0..0xb000).step_by(0x400) {
+                    let in_list = list.iter().find(|x| x.start <= addr && addr < x.end);
+                    let found = m.find(pid, misc::USER, addr, t);
+                    assert_eq!(
+                        in_list.map(|x| x.dso),
+                        found.map(|x| x.dso),
+                        "{pid} {addr:#x} {t}"
+                    );
+                }
+            }
         }
     }
 
@@ -1151,6 +1232,24 @@ mod tests {
         assert_eq!(m.find(42, misc::KERNEL, a, 0).map(|x| x.dso), Some(k));
         assert!(m.find(42, misc::USER, a, 0).is_none());
         assert!(m.find(42, misc::HYPERVISOR, a, 0).is_none());
+    }
+
+    #[test]
+    fn anonymous_memory_is_a_dso_of_the_process_that_mapped_it() {
+        let mut m = Machine::new();
+        let a = map_at(&mut m, 1, 0x7000, 0x1000, "//anon", 1);
+        let b = map_at(&mut m, 2, 0x7000, 0x1000, "//anon", 2);
+        assert_ne!(a, b, "two JITs' code at one address");
+        assert_eq!(m.dso(b).identity, Identity::Anon { pid: 2 });
+        m.fork(3, 1, 3, 5);
+        assert_eq!(
+            m.find(3, misc::USER, 0x7800, 6).map(|x| x.dso),
+            Some(a),
+            "the parent's"
+        );
+        let c = map_at(&mut m, 1, 0x9000, 0x1000, "/usr/lib/libc.so.6", 7);
+        let d = map_at(&mut m, 2, 0x9000, 0x1000, "/usr/lib/libc.so.6", 8);
+        assert_eq!(c, d);
     }
 
     #[test]
