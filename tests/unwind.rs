@@ -163,15 +163,20 @@ pub(crate) fn compare(what: &str, input: &str, output: &str) -> f64 {
 /// Unwinds and compares with every reader (perf 6.1 and 6.12, each unwinding the input itself);
 /// returns (input bytes, output bytes).
 fn check(what: &str, rec: &[u8]) -> (usize, usize) {
+    check_at(what, rec, MIN_IDENTICAL)
+}
+
+/// [`check`], with at least `min` of the samples identical.
+fn check_at(what: &str, rec: &[u8], min: f64) -> (usize, usize) {
     let (out, stats) = unwound_with_stderr(rec, &["--stats"]);
     for perf in readers() {
         let what = format!("{what}, {}", perf.name);
         let fraction = compare(&what, &perf.on(FIELDS, rec), &perf.on(FIELDS, &out));
         assert!(
-            fraction >= MIN_IDENTICAL,
+            fraction >= min,
             "{what}: {:.2} % of samples identical, at least {} % must be; perfpipe --stats:\n{stats}",
             100.0 * fraction,
-            100.0 * MIN_IDENTICAL
+            100.0 * min
         );
         // The output reads as a -g recording: no sample keeps a stack copy.
         readers::samples(&perf, Input::Stream(&out)).unwrap_or_else(|e| panic!("{what}: {e}"));
@@ -189,6 +194,22 @@ pipetest!(needs(perf, perf612, cc) c_without_frame_pointers_forking, |dir| {
     let rec = record(&c_forking(&dir), None, &[]);
     let (i, o) = check("C -O2 -fomit-frame-pointer, 3 forked children", &rec);
     assert!(o * 10 <= i, "output {o} bytes is more than 10 % of {i}");
+});
+
+pipetest!(needs(perf, perf612, cc) fork_exec_churn, |dir| {
+    // Issue 32: processes that fork, exec and exit within a round on both cpus (`churn.c`), so
+    // that their samples, FORKs and MMAP2s come out of time order in the stream; each sample is
+    // unwound with its process's maps at its time, as perf does after sorting.
+    // -z now: no lazy binding, whose `_dl_runtime_resolve_xsavec` frames framehop does not
+    // unwind (a limit of the unwinder, not of the address spaces; every child would show it).
+    let exe = build(
+        &dir,
+        "cc",
+        &["-O2", "-fomit-frame-pointer", "-fno-ipa-pure-const", "-Wl,-z,now"],
+        "churn.c",
+        "churn",
+    );
+    check_at("fork/exec churn", &record(&[exe, "250".into()], None, &[]), 0.999);
 });
 
 pipetest!(needs(perf, perf612, cc) cpp_with_inlining, |dir| {

@@ -89,7 +89,10 @@ impl Stage for Count {
                 *self.per_comm.entry(comm).or_default() += 1;
                 let dso = s
                     .ip()
-                    .and_then(|ip| self.machine.find(pid, s.cpumode(), ip))
+                    .and_then(|ip| {
+                        self.machine
+                            .find(pid, s.cpumode(), ip, s.time().unwrap_or(u64::MAX))
+                    })
                     .map(|m| String::from_utf8_lossy(&self.machine.dso(m.dso).name).into_owned())
                     .unwrap_or_else(|| "[unknown]".to_string());
                 *self.per_dso.entry(dso).or_default() += 1;

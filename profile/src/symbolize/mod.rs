@@ -2,11 +2,12 @@
 //! the profile outputs (folded stacks, flame graphs) to aggregate and name.
 //!
 //! The stage follows the address spaces of the stream with the [`perfpipe_stream::model::machine`] model (MMAP,
-//! MMAP2, FORK, EXIT in stream order) and each thread's name over time (COMM, FORK). For every
+//! MMAP2, FORK, EXIT, kept by time) and each thread's name over time (COMM, FORK). For every
 //! SAMPLE it maps the ip, or each callchain entry with its context markers applied, to a
 //! [`Frame`]: the dso and the file-relative address (`ip - map.start + map.pgoff`, perf's
-//! `map__map_ip()`). It attaches the frames of a batch's samples to the batch as a [`Stacks`]
-//! annotation; records pass unchanged.
+//! `map__map_ip()`), in the maps of the sample's process **at the sample's time**, as perf finds
+//! them after sorting the records by time. It attaches the frames of a batch's samples to the
+//! batch as a [`Stacks`] annotation; records pass unchanged.
 //!
 //! Names come from [`Symbols`]: each dso's symbol table starts loading on the pipeline's worker
 //! pool when its first MMAP arrives, and a name is looked up once per distinct address, by the
@@ -15,12 +16,13 @@
 //! is of this host (`kernel=auto`: the stream's hostname and kernel release, as `--host-ids`).
 //!
 //! - **Order**: input order. **Buffering**: a batch is held until two more FINISHED_ROUNDs have
-//!   arrived (or [`HOLD_MAX_BYTES`] are held), because a sample's thread name may come in a COMM
-//!   that is later in the stream but earlier in time (perf sorts by time before naming threads);
-//!   maps are applied as records arrive, since they follow stream order.
+//!   arrived (or [`HOLD_MAX_BYTES`] are held), and its samples are looked up then: records are
+//!   ordered by time only across rounds, so the maps, FORKs and COMMs older than a sample may come
+//!   up to two rounds after it in the stream (perf flushes its time-ordered queue one round
+//!   behind). Side-band records are applied to the models as they arrive.
 //! - **Counters**: `samples`, `frames`, `samples_without_ip`, `callchains_corrupt`,
-//!   `frames_mapped_late` (user frames whose map came after their sample in the stream),
-//!   `frames_unmapped` (user frames no map covered: `[unknown]`), and the symbol tables'.
+//!   `frames_unmapped` (user frames no map covered at the sample's time: `[unknown]`), and the
+//!   symbol tables'.
 
 #[cfg(test)]
 mod stage_tests;
@@ -131,6 +133,7 @@ impl SymbolizeConfig {
             held: VecDeque::new(),
             held_bytes: 0,
             rounds: 0,
+            untimed: Vec::new(),
             frames_per_record: 0,
             last_chain: Vec::new(),
             last_space: (u32::MAX, (u64::MAX, u64::MAX)),
@@ -139,7 +142,6 @@ impl SymbolizeConfig {
             frames: Counter::new(),
             no_ip: Counter::new(),
             corrupt: Counter::new(),
-            late_maps: Counter::new(),
             unmapped_frames: Counter::new(),
             unnamed: Counter::new(),
             dump: None,
@@ -200,17 +202,6 @@ impl Frames {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .push(frame);
     }
-}
-
-/// A user frame no map covered when its sample came, to look up again at release.
-#[derive(Clone, Copy, Debug)]
-struct Pending {
-    /// Its index in [`Stacks::frames`].
-    at: u32,
-    pid: u32,
-    ip: u64,
-    /// The stamp of the process's maps then: while it is the same, no map covers it still.
-    stamp: u64,
 }
 
 /// A frame of the sample being mapped: its cpumode and address, then its id and whether a map
@@ -309,8 +300,6 @@ pub struct Stacks {
     pub host_kernel: bool,
     samples: Vec<StackSample>,
     frames: Vec<FrameId>,
-    /// Frames no map covered when their sample came.
-    pending: Vec<Pending>,
 }
 
 impl Stacks {
@@ -504,11 +493,14 @@ pub struct Symbolize {
     threads: Threads,
     /// Per dso: its memory is anonymous (JIT code, named by `/tmp/perf-PID.map`).
     anon: Vec<bool>,
-    /// Batches waiting for later COMMs, with their stacks (names not filled yet) and the round
-    /// count when they came.
-    held: VecDeque<(Batch, Stacks, u64)>,
+    /// Batches waiting for the side-band older than their samples, with the FINISHED_ROUND
+    /// count and the model's round when they came.
+    held: VecDeque<Held>,
     held_bytes: usize,
     rounds: u64,
+    /// By attr index: its samples carry a time but its other records none (no `sample_id_all`),
+    /// so the model learns the time from the samples.
+    untimed: Vec<bool>,
     /// Frames a record in the last batch (rounded up): how much room the next batch's get.
     frames_per_record: usize,
     /// The last sample's frames, and its process and the stamps of its kernel and user maps.
@@ -520,13 +512,24 @@ pub struct Symbolize {
     frames: Counter,
     no_ip: Counter,
     corrupt: Counter,
-    late_maps: Counter,
     unmapped_frames: Counter,
     /// Hit file dsos whose frames stayed unnamed (counted at the end).
     unnamed: Counter,
     /// A snapshot request (SIGUSR2), so that the sink after it hears of it while the input is
     /// quiet: the stage then sends it an empty batch.
     dump: Option<Arc<std::sync::atomic::AtomicBool>>,
+}
+
+/// A batch the stage holds.
+#[derive(Debug)]
+struct Held {
+    batch: Batch,
+    /// Whether it has stream info (samples to map).
+    info: bool,
+    /// FINISHED_ROUNDs up to its end.
+    rounds: u64,
+    /// The model's round when it came.
+    round: u64,
 }
 
 /// How often a quiet stage looks at the snapshot request.
@@ -549,12 +552,6 @@ impl Symbolize {
 
     fn host_kernel(&self) -> bool {
         self.host.is_host(&self.this_host, self.kernel)
-    }
-
-    fn intern(&mut self, pid: u32, mode: u16, ip: u64) -> FrameId {
-        let map = self.machine.find(pid, mode, ip);
-        self.frames_by_key
-            .intern(frame_of(map, &self.anon, pid, mode, ip))
     }
 
     fn sample(
@@ -608,7 +605,8 @@ impl Symbolize {
                 None => self.no_ip.add(1),
             },
         }
-        let space = self.machine.space(pid);
+        // Looked up at the sample's time; one without a time, at the end of time.
+        let space = self.machine.space(pid, s.time().unwrap_or(u64::MAX));
         let stamps = (space.stamp(misc::KERNEL), space.stamp(misc::USER));
         // The outer frames the last sample shares with this one (same process, same maps, same
         // cpumodes and addresses, counted from the root) keep its frame ids: a thread's samples
@@ -644,20 +642,12 @@ impl Symbolize {
                 }
             };
         }
-        // A user address no map covers yet is looked up again when the batch is released (its
-        // MMAP may come later in the stream, from another cpu, though earlier in time).
+        let mut unmapped = 0;
         for step in &chain {
-            if !step.mapped && step.mode == misc::USER {
-                let at = stacks.frames.len() as u32;
-                stacks.pending.push(Pending {
-                    at,
-                    pid,
-                    ip: step.ip,
-                    stamp: stamps.1,
-                });
-            }
+            unmapped += u64::from(!step.mapped && step.mode == misc::USER);
             stacks.frames.push(step.id);
         }
+        self.unmapped_frames.add(unmapped);
         self.last_space = (pid, stamps);
         self.chain = std::mem::replace(&mut self.last_chain, chain);
         let n = stacks.frames.len();
@@ -740,110 +730,37 @@ impl Symbolize {
         }
     }
 
-    /// A FORK gives its child the parent's maps. The child's samples that came before it in the
-    /// stream (from the child's cpu; later in time) are looked up now, while the child still has
-    /// them: by release its exec may have replaced them (`bash;_Fork`, `bash;__GI___execve`).
-    fn forked(&mut self, child: u32, current: &mut Stacks) {
-        for i in 0..=self.held.len() {
-            let stacks = match self.held.get_mut(i) {
-                Some((_, s, _)) => s,
-                None => &mut *current,
-            };
-            if !stacks.pending.iter().any(|p| p.pid == child) {
-                continue;
-            }
-            let mut pending = std::mem::take(&mut stacks.pending);
-            let mut found = Vec::new();
-            pending.retain(|&Pending { at, pid, ip, .. }| {
-                if pid != child || self.machine.find(pid, misc::USER, ip).is_none() {
-                    return true;
-                }
-                found.push((at, ip));
-                false
-            });
-            let ids: Vec<(u32, FrameId)> = found
-                .into_iter()
-                .map(|(at, ip)| (at, self.intern(child, misc::USER, ip)))
-                .collect();
-            self.late_maps.add(ids.len() as u64);
-            let stacks = match self.held.get_mut(i) {
-                Some((_, s, _)) => s,
-                None => &mut *current,
-            };
-            for (at, id) in ids {
-                stacks.frames[at as usize] = id;
-            }
-            stacks.pending = pending;
-        }
-    }
-
-    /// Fills the names of a held batch's samples and attaches its stacks.
-    fn release(&mut self, mut batch: Batch, mut stacks: Stacks, out: &mut Out<'_>) {
-        stacks.host_kernel = self.host_kernel();
-        let mut unmapped = 0;
-        for Pending { at, pid, ip, stamp } in std::mem::take(&mut stacks.pending) {
-            let space = self.machine.space(pid);
-            if space.stamp(misc::USER) != stamp && space.find(misc::USER, ip).is_some() {
-                stacks.frames[at as usize] = self.intern(pid, misc::USER, ip);
-                self.late_maps.add(1);
-            } else {
-                unmapped += 1;
-            }
-        }
-        self.unmapped_frames.add(unmapped);
-        for s in &mut stacks.samples {
-            s.comm = self.threads.comm_shared(s.tid, s.time);
-        }
-        batch.annotate(Arc::new(stacks));
-        out.push(batch);
-    }
-
-    fn release_due(&mut self, out: &mut Out<'_>, all: bool) {
-        while let Some((_, _, at)) = self.held.front() {
-            if !all && self.rounds < at + 2 && self.held_bytes <= HOLD_MAX_BYTES {
-                break;
-            }
-            let (b, stacks, _) = self.held.pop_front().expect("front exists");
-            self.held_bytes -= b.data.len();
-            self.release(b, stacks, out);
-        }
-    }
-}
-
-impl Stage for Symbolize {
-    fn process(&mut self, batch: Batch, out: &mut Out<'_>) -> Result<Flow, StageError> {
-        let Some(info) = StreamInfo::shared(&batch) else {
-            if self.held.is_empty() {
-                out.push(batch);
-            } else {
-                self.held
-                    .push_back((batch, self.empty_stacks(0, 0), self.rounds));
-            }
-            return Ok(Flow::Continue);
+    /// Maps a held batch's samples, at their times, fills their thread names and attaches the
+    /// stacks.
+    fn release(&mut self, h: Held, out: &mut Out<'_>) {
+        let Held {
+            mut batch, info, ..
+        } = h;
+        let info = if info {
+            StreamInfo::shared(&batch)
+        } else {
+            None
         };
-        let e = info.endian;
+        let Some(info) = info else {
+            batch.annotate(Arc::new(self.empty_stacks(0, 0)));
+            out.push(batch);
+            return;
+        };
         // Sized for the batch at the last batch's frames a record (plus one), so the vectors
         // are allocated once instead of growing (growth was 5 % of the stage's time).
         let records = batch.spans.len();
         let mut stacks = self.empty_stacks(records, records * (self.frames_per_record + 1));
         let (mut samples, mut frames) = (0u64, 0u64);
         for span in &batch.spans {
-            let rec = info.record(&batch, span);
-            if RecordType(span.kind) == RecordType::SAMPLE {
-                if let Some(s) = rec.sample() {
-                    let before = stacks.frames.len();
-                    let fixed = info.attr(span.tag as u16).map_or(1, |a| a.fixed_period());
-                    self.sample(&s, fixed, span.start, span.tag as u16, &mut stacks);
-                    samples += 1;
-                    frames += (stacks.frames.len() - before) as u64;
-                }
-            } else {
-                self.observe(&rec, e);
-                if RecordType(span.kind) == RecordType::FORK {
-                    if let Some(t) = rec.task().filter(|t| t.pid != t.ppid) {
-                        self.forked(t.pid, &mut stacks);
-                    }
-                }
+            if RecordType(span.kind) != RecordType::SAMPLE {
+                continue;
+            }
+            if let Some(s) = info.record(&batch, span).sample() {
+                let before = stacks.frames.len();
+                let fixed = info.attr(span.tag as u16).map_or(1, |a| a.fixed_period());
+                self.sample(&s, fixed, span.start, span.tag as u16, &mut stacks);
+                samples += 1;
+                frames += (stacks.frames.len() - before) as u64;
             }
         }
         self.samples.add(samples);
@@ -853,8 +770,85 @@ impl Stage for Symbolize {
         if !stacks.samples.is_sorted_by_key(|s| s.start) {
             stacks.samples.sort_by_key(|s| s.start);
         }
+        stacks.host_kernel = self.host_kernel();
+        for s in &mut stacks.samples {
+            s.comm = self.threads.comm_shared(s.tid, s.time);
+        }
+        batch.annotate(Arc::new(stacks));
+        out.push(batch);
+    }
+
+    fn release_due(&mut self, out: &mut Out<'_>, all: bool) {
+        while let Some(h) = self.held.front() {
+            if !all && self.rounds < h.rounds + 2 && self.held_bytes <= HOLD_MAX_BYTES {
+                break;
+            }
+            let h = self.held.pop_front().expect("front exists");
+            self.held_bytes -= h.batch.data.len();
+            self.release(h, out);
+        }
+        // The model keeps the history the held samples may look up.
+        self.machine.hold(self.held.front().map(|h| h.round));
+    }
+
+    /// Whether attr `attr`'s samples tell the model the time (see `untimed`).
+    fn untimed(&mut self, info: &StreamInfo, attr: u16) -> bool {
+        let i = usize::from(attr);
+        if self.untimed.len() != info.attrs.len() {
+            self.untimed = info
+                .attrs
+                .iter()
+                .map(|a| {
+                    !a.sample_id_all() && a.sample_type & perfpipe_stream::format::sample::TIME != 0
+                })
+                .collect();
+        }
+        self.untimed.get(i).copied().unwrap_or(false)
+    }
+}
+
+impl Stage for Symbolize {
+    fn process(&mut self, batch: Batch, out: &mut Out<'_>) -> Result<Flow, StageError> {
+        let Some(info) = StreamInfo::shared(&batch) else {
+            if self.held.is_empty() {
+                out.push(batch);
+            } else {
+                self.held_bytes += batch.data.len();
+                self.held.push_back(Held {
+                    batch,
+                    info: false,
+                    rounds: self.rounds,
+                    round: self.machine.round(),
+                });
+            }
+            return Ok(Flow::Continue);
+        };
+        let e = info.endian;
+        let round = self.machine.round();
+        // This batch's samples are looked up later: the model keeps their history from now.
+        self.machine
+            .hold(Some(self.held.front().map_or(round, |h| h.round)));
+        for span in &batch.spans {
+            let rec = info.record(&batch, span);
+            if RecordType(span.kind) == RecordType::SAMPLE {
+                if self.untimed(&info, span.tag as u16) {
+                    if let Some(t) = rec.sample().and_then(|s| s.time()) {
+                        self.machine.saw(t);
+                        self.threads.saw(t);
+                    }
+                }
+            } else {
+                self.observe(&rec, e);
+            }
+        }
         self.held_bytes += batch.data.len();
-        self.held.push_back((batch, stacks, self.rounds));
+        // Its last samples are of the round the batch ends in.
+        self.held.push_back(Held {
+            batch,
+            info: true,
+            rounds: self.rounds,
+            round,
+        });
         self.release_due(out, false);
         Ok(Flow::Continue)
     }
@@ -887,7 +881,6 @@ impl Stage for Symbolize {
             ("frames", self.frames.clone()),
             ("samples_without_ip", self.no_ip.clone()),
             ("callchains_corrupt", self.corrupt.clone()),
-            ("frames_mapped_late", self.late_maps.clone()),
             ("frames_unmapped", self.unmapped_frames.clone()),
             ("dsos_loaded", c.dsos_loaded.clone()),
             ("dsos_missing", c.dsos_missing.clone()),
@@ -966,7 +959,6 @@ impl Symbolize {
             host_kernel: true,
             samples: Vec::with_capacity(samples),
             frames: Vec::with_capacity(frames),
-            pending: Vec::new(),
         }
     }
 }

@@ -12,10 +12,11 @@
 //! - **Frames** are the user ip (from the registers), then each return address minus one, as
 //!   perf's libunwind and libdw unwinders give them (`perf script` prints the same addresses on
 //!   the input and on the output).
-//! - **Address spaces** are the [`Machine`] model (MMAP, MMAP2, FORK, EXIT); a process's framehop
-//!   unwinder is rebuilt when its maps change, lazily, at its next sample. A sample whose ip is in
-//!   no map yet holds the stream up to two rounds (see [`Unwind`]'s `process`). A dso's unwind sections
-//!   are read once (see [`dso`]).
+//! - **Address spaces** are the [`Machine`] model (MMAP, MMAP2, FORK, EXIT, kept by time): a
+//!   sample is unwound with its process's maps at the sample's time, as perf finds them after
+//!   sorting the records by time. A process's framehop unwinder is built for the maps a sample
+//!   sees, lazily, and kept while the next sample of the process sees the same. A dso's unwind
+//!   sections are read once (see [`dso`]).
 //! - **Bounded**: at most `max-frames` frames per sample (default 1024), stack reads only inside
 //!   the copy (`dyn_size` bytes of it, clamped to its size), and unwinding stops at a frame in code
 //!   without unwind information. Garbage registers, truncated copies and looping unwind info end
@@ -25,7 +26,11 @@
 //!   batch with `parallel=no`, on the stage's thread.
 //!
 //! **Order**: input order; samples are rewritten in place, nothing is added or reordered.
-//! **Buffering**: none beyond the batch. **EOF**: nothing to flush.
+//! **Buffering**: a batch is held until two more FINISHED_ROUNDs have arrived (or
+//! [`HOLD_MAX_BYTES`] are held), and its samples are unwound then: records are ordered by time
+//! only across rounds, so the maps and FORKs older than a sample may come up to two rounds after
+//! it in the stream. Side-band records are applied to the model as they arrive. **EOF**: the held
+//! batches.
 //! Counters: `samples_unwound` (the walk reached the outermost frame), `samples_partial` (it
 //! stopped early; per reason `partial_stack_end`, `partial_no_unwind_info`, `partial_bad_frame`,
 //! `partial_frame_cap`), `samples_no_unwind_info` (the sample's ip is in no dso with unwind
@@ -39,6 +44,7 @@ pub mod sample;
 mod tests;
 
 use std::cell::RefCell;
+use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
@@ -52,7 +58,7 @@ use perfpipe_core::spec::{BuildCtx, Flag, Kind, Options, StageOption, StageSpec}
 use perfpipe_stream::format::{
     misc, Attr, Endian, RecordType, SampleLayout, StreamInfo, EVENT_HEADER_SIZE,
 };
-use perfpipe_stream::model::machine::{Machine, KERNEL_PID};
+use perfpipe_stream::model::machine::Machine;
 use perfpipe_stream::model::IdMap;
 use perfpipe_stream::Error;
 use sample::AttrExtra;
@@ -164,13 +170,9 @@ impl UnwindConfig {
             info_in: None,
             info_out: None,
             extras_changed: false,
-            held: Vec::new(),
+            held: VecDeque::new(),
             held_bytes: 0,
-            held_rounds: 0,
-            waiting: IdMap::default(),
-            given_up: IdMap::default(),
-            exited: IdMap::default(),
-            parents: IdMap::default(),
+            rounds: 0,
             c: Counters::default(),
         }
     }
@@ -193,7 +195,6 @@ struct Counters {
     dsos_loaded: Counter,
     dsos_missing: Counter,
     dsos_no_info: Counter,
-    held: Counter,
 }
 
 /// A process's unwinder and the address ranges of its modules with unwind information.
@@ -394,35 +395,28 @@ pub struct Unwind {
     machine: Machine,
     /// By [`perfpipe_stream::model::machine::DsoId`]: the dso's unwind information, once looked for.
     dsos: Vec<Option<Result<UnwindInfo, Missing>>>,
-    /// pid → its unwinder, built at the process's first sample after its maps changed.
-    processes: IdMap<u32, Arc<Process>>,
+    /// pid → its unwinder, and the stamp of the maps it was built for
+    /// ([`perfpipe_stream::model::machine::Space::stamp`]).
+    processes: IdMap<u32, (u64, Arc<Process>)>,
     /// By attr index: the attr's extra fields, for attrs whose samples are unwound.
     extras: Vec<Option<AttrExtra>>,
     info_in: Option<Arc<StreamInfo>>,
     info_out: Option<Arc<StreamInfo>>,
     extras_changed: bool,
-    /// Batches held back (in order) while waiting for the FORKs of `waiting`.
-    held: Vec<Batch>,
+    /// Batches held back (in order), with the FINISHED_ROUND count at their end and the model's
+    /// round when they came.
+    held: VecDeque<(Batch, usize, u64)>,
     held_bytes: usize,
-    held_rounds: usize,
-    waiting: IdMap<u32, ()>,
-    /// pid → parent pid, from FORK records, until the EXIT.
-    parents: IdMap<u32, u32>,
-    /// Processes waited for, and how many times (not waited for again after [`MAX_HOLDS`]).
-    given_up: IdMap<u32, u32>,
-    /// The unwinders of waited-for processes as they were at their EXIT, for their samples held
-    /// with it: the process is retired two rounds later, maybe within the hold.
-    exited: IdMap<u32, Arc<Process>>,
+    /// FINISHED_ROUNDs so far.
+    rounds: usize,
     c: Counters,
 }
 
-/// One sample to unwind: its span's index in the batch, its attr and its process (or its pid,
-/// when the process is looked up after the batches held with it).
+/// One sample to unwind: its span's index in the batch, its attr and its process's unwinder.
 struct Job {
     span: usize,
     attr: u16,
     extra: AttrExtra,
-    pid: Option<u32>,
     process: Option<Arc<Process>>,
 }
 
@@ -452,10 +446,46 @@ impl Unwind {
         true
     }
 
-    /// Pass one over a batch, in stream order: applies its side-band records to the address
-    /// spaces, notes its dwarf attrs and makes a job of each sample to unwind. With `defer`, a
-    /// sample of a process in `defer` gets its process later ([`Unwind::run`]).
-    fn scan(&mut self, batch: &Batch, defer: &IdMap<u32, ()>) -> Option<Scanned> {
+    /// Takes in a batch as it comes: notes its dwarf attrs and applies its side-band records to
+    /// the address spaces.
+    fn take_in(&mut self, batch: &Batch, info: &StreamInfo) {
+        let e = info.endian;
+        for span in &batch.spans {
+            let rt = RecordType(span.kind);
+            match rt {
+                RecordType::HEADER_ATTR => {
+                    let rec = batch.bytes(span);
+                    let Ok(attr) = Attr::parse(&rec[EVENT_HEADER_SIZE.min(rec.len())..], e) else {
+                        continue;
+                    };
+                    if sample::wants_unwinding(attr.sample_type) {
+                        self.note_attr(info, &attr, rec);
+                    }
+                }
+                RecordType::MMAP
+                | RecordType::MMAP2
+                | RecordType::FORK
+                | RecordType::EXIT
+                | RecordType::COMM
+                | RecordType::FINISHED_ROUND => {
+                    let rec = info.record(batch, span);
+                    self.machine.apply(&rec);
+                    self.rounds += usize::from(rt == RecordType::FINISHED_ROUND);
+                    if let Some(t) = rec.task().filter(|t| t.pid == t.tid) {
+                        // A held sample of it builds its unwinder again; a pid is not kept forever.
+                        if rt == RecordType::EXIT {
+                            self.processes.remove(&t.pid);
+                        }
+                    }
+                }
+                _ => {}
+            }
+        }
+    }
+
+    /// Pass one over a held batch: the rewritten dwarf attrs, and a job of each sample to unwind
+    /// with its process's unwinder at the sample's time.
+    fn scan(&mut self, batch: &Batch) -> Option<Scanned> {
         let info = StreamInfo::shared(batch)?;
         if info.endian != Endian::Little {
             // Only x86-64 is unwound; big-endian streams come from other machines.
@@ -465,17 +495,15 @@ impl Unwind {
         let mut jobs: Vec<Job> = Vec::new();
         let mut attrs: Vec<(usize, Vec<u8>)> = Vec::new();
         for (i, span) in batch.spans.iter().enumerate() {
-            let rt = RecordType(span.kind);
-            match rt {
+            match RecordType(span.kind) {
                 RecordType::HEADER_ATTR => {
                     let rec = batch.bytes(span);
                     let Ok(attr) = Attr::parse(&rec[EVENT_HEADER_SIZE.min(rec.len())..], e) else {
                         continue;
                     };
-                    if !sample::wants_unwinding(attr.sample_type) {
-                        continue;
-                    }
-                    if self.note_attr(&info, &attr, rec) {
+                    if sample::wants_unwinding(attr.sample_type)
+                        && info.attrs.iter().any(|a| a == &attr)
+                    {
                         attrs.push((i, sample::rewrite_attr(rec, e)));
                     }
                 }
@@ -484,50 +512,17 @@ impl Unwind {
                     let Some(extra) = self.extras.get(usize::from(attr)).copied().flatten() else {
                         continue;
                     };
-                    let pid = info.record(batch, span).sample().and_then(|s| s.pid());
-                    let later = pid.is_some_and(|p| defer.contains_key(&p));
-                    let process = match pid {
-                        Some(pid) if !later => Some(self.process(pid)),
-                        _ => None,
-                    };
+                    let s = info.record(batch, span).sample();
+                    let process = s.as_ref().and_then(|s| s.pid()).map(|pid| {
+                        let time = s.as_ref().and_then(|s| s.time()).unwrap_or(u64::MAX);
+                        self.process(pid, time)
+                    });
                     jobs.push(Job {
                         span: i,
                         attr,
                         extra,
-                        pid: pid.filter(|_| later),
                         process,
                     });
-                }
-                RecordType::MMAP
-                | RecordType::MMAP2
-                | RecordType::FORK
-                | RecordType::EXIT
-                | RecordType::COMM
-                | RecordType::FINISHED_ROUND => {
-                    let rec = info.record(batch, span);
-                    if rt == RecordType::EXIT {
-                        if let Some(t) = rec.task().filter(|t| t.pid == t.tid) {
-                            self.note_exit(t.pid, defer);
-                        }
-                    }
-                    self.machine.apply(&rec);
-                    let changed = match rt {
-                        RecordType::MMAP | RecordType::MMAP2 => {
-                            rec.mmap().map(|m| m.pid).filter(|&p| p != KERNEL_PID)
-                        }
-                        RecordType::FORK => rec.task().filter(|t| t.pid != t.ppid).map(|t| {
-                            self.parents.insert(t.pid, t.ppid);
-                            t.pid
-                        }),
-                        RecordType::EXIT => rec.task().filter(|t| t.pid == t.tid).map(|t| {
-                            self.parents.remove(&t.pid);
-                            t.pid
-                        }),
-                        _ => None,
-                    };
-                    if let Some(pid) = changed {
-                        self.processes.remove(&pid);
-                    }
                 }
                 _ => {}
             }
@@ -539,32 +534,6 @@ impl Unwind {
             jobs,
             attrs,
         })
-    }
-
-    /// Runs batches in order: scans them all, gives the deferred samples the processes as they
-    /// are after the last one, unwinds, rewrites and emits them.
-    fn run(&mut self, batches: Vec<Batch>, defer: &IdMap<u32, ()>, out: &mut Out<'_>) {
-        let mut scanned: Vec<(Batch, Option<Scanned>)> = Vec::with_capacity(batches.len());
-        for b in batches {
-            let s = self.scan(&b, defer);
-            scanned.push((b, s));
-        }
-        for (_, s) in &mut scanned {
-            for job in s.iter_mut().flat_map(|s| s.jobs.iter_mut()) {
-                if let Some(pid) = job.pid.take() {
-                    job.process = Some(match self.exited.get(&pid) {
-                        Some(p) => p.clone(),
-                        None => self.process(pid),
-                    });
-                }
-            }
-        }
-        for (b, s) in scanned {
-            match s {
-                Some(s) => self.finish(b, s, out),
-                None => out.push(b),
-            }
-        }
     }
 
     /// Pass two: unwinds the jobs (on the pool), rewrites the samples and attrs, emits the batch.
@@ -631,45 +600,34 @@ impl Unwind {
         }
     }
 
-    /// Releases the held batches (see [`Unwind`]'s `process`).
-    fn release(&mut self, out: &mut Out<'_>) {
-        let held = std::mem::take(&mut self.held);
-        self.held_bytes = 0;
-        self.held_rounds = 0;
-        if self.given_up.len() > 1 << 16 {
-            self.given_up.clear();
-        }
-        let waiting = std::mem::take(&mut self.waiting);
-        self.run(held, &waiting, out);
-        self.exited.clear();
-        for pid in waiting.into_keys() {
-            *self.given_up.entry(pid).or_insert(0) += 1;
-        }
-    }
-
-    /// Before the EXIT of `pid`'s main thread is applied: keeps its unwinder if its samples wait.
-    fn note_exit(&mut self, pid: u32, defer: &IdMap<u32, ()>) {
-        if defer.contains_key(&pid) && !self.exited.contains_key(&pid) {
-            let p = self.process(pid);
-            self.exited.insert(pid, p);
-        }
-    }
-
-    /// The unwinder of process `pid` as its maps are now.
-    fn process(&mut self, pid: u32) -> Arc<Process> {
-        if let Some(p) = self.processes.get(&pid) {
-            return p.clone();
-        }
-        let mut p = Process::new();
-        let mut maps: Vec<_> = self.machine.maps(pid).to_vec();
-        if maps.is_empty() {
-            // A FORK that came before its parent's maps (records are ordered by time only across
-            // rounds) copied nothing: the child has its parent's maps as they are now.
-            if let Some(parent) = self.parents.get(&pid) {
-                maps = self.machine.maps(*parent).to_vec();
+    /// Unwinds and emits the held batches that are due (all of them with `all`).
+    fn release_due(&mut self, out: &mut Out<'_>, all: bool) {
+        while let Some((_, rounds, _)) = self.held.front() {
+            if !all && self.rounds < rounds + 2 && self.held_bytes <= HOLD_MAX_BYTES {
+                break;
+            }
+            let (b, _, _) = self.held.pop_front().expect("front exists");
+            self.held_bytes -= b.data.len();
+            match self.scan(&b) {
+                Some(s) => self.finish(b, s, out),
+                None => out.push(b),
             }
         }
-        for map in maps {
+        // The model keeps the history the held samples may look up.
+        self.machine
+            .hold(self.held.front().map(|&(_, _, round)| round));
+    }
+
+    /// The unwinder of process `pid` with its maps at `time`.
+    fn process(&mut self, pid: u32, time: u64) -> Arc<Process> {
+        let stamp = self.machine.space(pid, time).stamp(misc::USER);
+        if let Some((s, p)) = self.processes.get(&pid) {
+            if *s == stamp {
+                return p.clone();
+            }
+        }
+        let mut p = Process::new();
+        for map in self.machine.maps(pid, time) {
             let i = map.dso.0 as usize;
             if self.dsos.len() <= i {
                 self.dsos.resize_with(i + 1, || None);
@@ -692,7 +650,7 @@ impl Unwind {
             p.add(info, &name, map.start, map.end, map.pgoff);
         }
         let p = Arc::new(p);
-        self.processes.insert(pid, p.clone());
+        self.processes.insert(pid, (stamp, p.clone()));
         p
     }
 
@@ -749,115 +707,31 @@ pub fn unwound_attr(attr: &mut Attr) {
     attr.layout = SampleLayout::new(attr.sample_type, attr.read_format, attr.sample_id_all());
 }
 
-/// Times the batches are held for one process at most.
-const MAX_HOLDS: u32 = 4;
-
-/// The pids of `batch`'s unwound samples with user registers whose user ip is in no map of their
-/// process yet, nor of an MMAP before them in the batch, and which no FORK before them in the
-/// batch introduces (nor were waited for [`MAX_HOLDS`] times before, `given_up`).
-fn unknown_pids(
-    machine: &Machine,
-    info: &StreamInfo,
-    batch: &Batch,
-    extras: &[Option<AttrExtra>],
-    given_up: &IdMap<u32, u32>,
-) -> Vec<u32> {
-    let mut forked = Vec::new();
-    let mut mapped: Vec<(u32, u64, u64)> = Vec::new();
-    let mut unknown = Vec::new();
-    for span in &batch.spans {
-        let rec = info.record(batch, span);
-        match RecordType(span.kind) {
-            RecordType::FORK => forked.extend(rec.task().map(|t| t.pid)),
-            RecordType::MMAP | RecordType::MMAP2 => mapped.extend(
-                rec.mmap()
-                    .map(|m| (m.pid, m.addr, m.addr.saturating_add(m.len))),
-            ),
-            RecordType::SAMPLE => {
-                let (Some(attr), Some(Some(extra))) = (
-                    info.attrs.get(span.tag as usize),
-                    extras.get(span.tag as usize),
-                ) else {
-                    continue;
-                };
-                let Some(pid) = rec.sample().and_then(|s| s.pid()) else {
-                    continue;
-                };
-                if forked.contains(&pid)
-                    || unknown.contains(&pid)
-                    || given_up.get(&pid).is_some_and(|&n| n >= MAX_HOLDS)
-                {
-                    continue;
-                }
-                let bytes = batch.bytes(span);
-                let ip = sample::parse(bytes, info.endian, &attr.layout, extra)
-                    .and_then(|p| p.regs)
-                    .map(|r| r.0);
-                let Some(ip) = ip else { continue };
-                let known = machine.find(pid, misc::USER, ip).is_some()
-                    || mapped
-                        .iter()
-                        .any(|&(p, start, end)| p == pid && (start..end).contains(&ip));
-                if !known {
-                    unknown.push(pid);
-                }
-            }
-            _ => {}
-        }
-    }
-    unknown
-}
-
 impl Stage for Unwind {
-    /// A batch with a sample whose ip is in no map of its process yet (its FORK, its own or its
-    /// parent's maps come later in the stream: records are ordered by time only across rounds)
-    /// is held, with
-    /// the batches after it, until two FINISHED_ROUNDs have passed or [`HOLD_MAX_BYTES`] are
-    /// held; then they run together, and those samples are unwound with their process as it is
-    /// at the end, or at its EXIT if that is in the hold (a child with no maps of its own has its
-    /// parent's).
     fn process(&mut self, batch: Batch, out: &mut Out<'_>) -> Result<Flow, StageError> {
-        let Some(info) = StreamInfo::of(&batch) else {
-            out.push(batch);
-            return Ok(Flow::Continue);
-        };
-        if self.held.is_empty() {
-            for span in batch
-                .spans
-                .iter()
-                .filter(|s| s.kind == RecordType::HEADER_ATTR.0)
-            {
-                let rec = batch.bytes(span);
-                if let Ok(attr) = Attr::parse(&rec[EVENT_HEADER_SIZE.min(rec.len())..], info.endian)
-                {
-                    if sample::wants_unwinding(attr.sample_type) {
-                        self.note_attr(info, &attr, rec);
-                    }
-                }
+        let round = self.machine.round();
+        match StreamInfo::shared(&batch) {
+            Some(info) => {
+                // This batch's samples are unwound later: the model keeps their history from now.
+                self.machine
+                    .hold(Some(self.held.front().map_or(round, |&(_, _, r)| r)));
+                self.take_in(&batch, &info);
             }
-            let unknown = unknown_pids(&self.machine, info, &batch, &self.extras, &self.given_up);
-            if unknown.is_empty() {
-                self.run(vec![batch], &IdMap::default(), out);
+            None if self.held.is_empty() => {
+                out.push(batch);
                 return Ok(Flow::Continue);
             }
-            self.waiting.extend(unknown.into_iter().map(|p| (p, ())));
-            self.c.held.add(1);
+            None => {}
         }
-        self.held_rounds += batch
-            .spans
-            .iter()
-            .filter(|s| s.kind == RecordType::FINISHED_ROUND.0)
-            .count();
         self.held_bytes += batch.data.len();
-        self.held.push(batch);
-        if self.held_rounds >= 2 || self.held_bytes > HOLD_MAX_BYTES {
-            self.release(out);
-        }
+        // Its last samples are of the round the batch ends in.
+        self.held.push_back((batch, self.rounds, round));
+        self.release_due(out, false);
         Ok(Flow::Continue)
     }
 
     fn flush(&mut self, out: &mut Out<'_>) -> Result<(), StageError> {
-        self.release(out);
+        self.release_due(out, true);
         Ok(())
     }
 
@@ -878,7 +752,6 @@ impl Stage for Unwind {
             ("dsos_loaded", c.dsos_loaded.clone()),
             ("dsos_missing", c.dsos_missing.clone()),
             ("dsos_without_unwind_info", c.dsos_no_info.clone()),
-            ("batches_held_for_maps", c.held.clone()),
         ]
     }
 }

@@ -484,6 +484,9 @@ impl Stage for Mmap2Hit {
             return Ok(Flow::Continue);
         };
         let e = info.endian;
+        // Samples wait for their maps two rounds at most: the model keeps their history.
+        self.machine
+            .hold(Some(self.machine.round().saturating_sub(2)));
         // Pass 1: start the reads of the batch's new dsos.
         for span in &batch.spans {
             if matches!(RecordType(span.kind), RecordType::MMAP | RecordType::MMAP2) {
@@ -528,7 +531,11 @@ impl Stage for Mmap2Hit {
                             attr: span.tag as u16,
                             left: 2,
                         };
-                        match self.machine.find(pid, misc::USER, ip).copied() {
+                        match self
+                            .machine
+                            .find(pid, misc::USER, ip, id.time.unwrap_or(u64::MAX))
+                            .copied()
+                        {
                             None => {
                                 if self.pending.len() < MAX_PENDING
                                     && self.pending_keys.insert((pid, ip))
@@ -608,7 +615,8 @@ impl Stage for Mmap2Hit {
                     let pending = std::mem::take(&mut self.pending);
                     self.pending_keys.clear();
                     for mut p in pending {
-                        if let Some(m) = self.machine.find(p.pid, misc::USER, p.ip).copied() {
+                        let time = p.id.time.unwrap_or(u64::MAX);
+                        if let Some(m) = self.machine.find(p.pid, misc::USER, p.ip, time).copied() {
                             if let Some(r) = self.hit(m, &p, &info) {
                                 actions.push((i, Action::Before(r, u32::from(p.attr))));
                             }

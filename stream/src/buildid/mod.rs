@@ -165,7 +165,7 @@ pub struct Buildid {
     /// come before the MMAP (from another CPU) that it falls in; perf, which sorts, resolves it.
     /// Retried at each FINISHED_ROUND for two rounds, and the BUILD_ID goes before that round's
     /// end, where perf's reader still has the sample queued.
-    pending: Vec<(u32, u16, u64, u8)>,
+    pending: Vec<(u32, u16, u64, u64, u8)>,
 }
 
 /// Most unresolved samples kept for a retry.
@@ -256,11 +256,11 @@ impl Buildid {
     fn retry_pending(&mut self, e: crate::format::Endian, t: &mut Tally) -> Vec<Vec<u8>> {
         let mut records = Vec::new();
         let pending = std::mem::take(&mut self.pending);
-        for (pid, mode, ip, left) in pending {
-            match self.machine.find(pid, mode, ip).map(|m| m.dso) {
+        for (pid, mode, ip, time, left) in pending {
+            match self.machine.find(pid, mode, ip, time).map(|m| m.dso) {
                 Some(dso) if self.is_new_hit(dso) => records.extend(self.hit(dso, pid, e, t)),
                 Some(_) => {}
-                None if left > 1 => self.pending.push((pid, mode, ip, left - 1)),
+                None if left > 1 => self.pending.push((pid, mode, ip, time, left - 1)),
                 None => {}
             }
         }
@@ -280,6 +280,9 @@ impl Stage for Buildid {
             return Ok(Flow::Continue);
         };
         let e = info.endian;
+        // Samples wait for their maps two rounds at most: the model keeps their history.
+        self.machine
+            .hold(Some(self.machine.round().saturating_sub(2)));
         let mut inserts: Inserts = Vec::new();
         let mut t = Tally::default();
         let mut hits: Vec<(DsoId, u32)> = Vec::new();
@@ -290,13 +293,14 @@ impl Stage for Buildid {
                     let Some(s) = rec.sample() else { continue };
                     let pid = s.pid().unwrap_or(u32::MAX);
                     let mode = s.cpumode();
+                    let time = s.time().unwrap_or(u64::MAX);
                     hits.clear();
                     if let Some(ip) = s.ip() {
-                        match self.machine.find(pid, mode, ip) {
+                        match self.machine.find(pid, mode, ip, time) {
                             Some(m) if self.is_new_hit(m.dso) => hits.push((m.dso, pid)),
                             Some(_) => {}
                             None if self.pending.len() < MAX_PENDING => {
-                                self.pending.push((pid, mode, ip, 2));
+                                self.pending.push((pid, mode, ip, time, 2));
                             }
                             None => {}
                         }
@@ -308,7 +312,7 @@ impl Stage for Buildid {
                                 if last.is_some_and(|(m, a, b)| m == mode && (a..b).contains(&ip)) {
                                     continue;
                                 }
-                                if let Some(m) = self.machine.find(pid, mode, ip) {
+                                if let Some(m) = self.machine.find(pid, mode, ip, time) {
                                     last = Some((mode, m.start, m.end));
                                     if self.is_new_hit(m.dso) && !hits.iter().any(|h| h.0 == m.dso)
                                     {

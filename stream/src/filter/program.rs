@@ -207,7 +207,8 @@ impl Prog {
                     return false;
                 };
                 let mode = e.u16(rec, 4).unwrap_or(0) & crate::format::misc::CPUMODE_MASK;
-                let name = match m.find(pid, mode, ip) {
+                // The maps as the stream has them so far (`dso` follows stream order).
+                let name = match m.find(pid, mode, ip, u64::MAX) {
                     Some(map) => &m.dso(map.dso).name[..],
                     None => b"[unknown]",
                 };

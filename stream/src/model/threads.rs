@@ -15,10 +15,14 @@ const EVENT_UPDATE_NAME: u64 = 2;
 /// except the idle thread 0, which perf calls `swapper`.
 ///
 /// A sample's comm is the last name set at or before the sample's time, which is what perf, which
-/// sorts events by time before handling them, sees.
+/// sorts events by time before handling them, sees, whatever order the records came in. A COMM
+/// without a time (no `sample_id_all`) counts just after the newest time seen ([`Threads::saw`]),
+/// as perf applies such a record when it comes.
 #[derive(Debug, Default)]
 pub struct Threads {
     comms: IdMap<u32, Vec<(u64, Name)>>,
+    /// The newest time seen.
+    now: u64,
 }
 
 /// A thread's name from some time on.
@@ -73,9 +77,20 @@ impl Threads {
         }
     }
 
+    /// Tells the model the time of a record it does not take in (a sample).
+    pub fn saw(&mut self, time: u64) {
+        self.now = self.now.max(time);
+    }
+
     /// Takes in a COMM or FORK record.
     pub fn observe(&mut self, rec: &Record<'_>) {
-        let time = rec.sample_id().and_then(|s| s.time).unwrap_or(0);
+        let time = match rec.sample_id().and_then(|s| s.time) {
+            Some(t) => {
+                self.now = self.now.max(t);
+                t
+            }
+            None => self.now.saturating_add(1),
+        };
         if let Some(c) = rec.comm() {
             self.set(c.tid, time, Name::Set(c.comm.into()));
         } else if let Some(t) = rec.task() {
