@@ -14,7 +14,8 @@
 //! - [`build`]: the record writer ([`RecordWriter`](build::RecordWriter)) and a builder per
 //!   record type, taking the same structs the views return;
 //! - [`header`]: the file-mode header ([`FileHeader`]), its attrs, features and build-id table,
-//!   read and written in one place.
+//!   read and written in one place;
+//! - [`tracing`]: the tracing data of tracepoint recordings, and each tracepoint's fields by name.
 //!
 //! Build a record, then read it back:
 //!
@@ -56,8 +57,9 @@ mod endian;
 pub mod header;
 mod record;
 mod table;
+pub mod tracing;
 
-pub use attr::{Attr, AttrError, SampleLayout, TrailerLayout};
+pub use attr::{Attr, AttrError, SampleLayout, TrailerLayout, PERF_TYPE_TRACEPOINT};
 pub use constants::{
     context, feature, flag, misc, read_format, sample, RecordType, EVENT_HEADER_SIZE,
     FILE_HEADER_SIZE, OTHER_KIND, PIPE_HEADER_KIND, PIPE_HEADER_SIZE, PIPE_MAGIC,
