@@ -14,13 +14,18 @@
 //!   switch-in. A `sched:sched_switch -g --switch-events` recording works the same, with the
 //!   tracepoint's state.
 //!
-//! The stream is in time order per cpu, not across cpus: a thread switched out on one cpu and in
-//! on another may arrive in either order. So each thread's switches wait in a small buffer until
-//! time has passed them: perf's rule for FINISHED_ROUND (every record of round N+2 is later than
-//! every record of round N) gives a time before which all switches have arrived. Intervals are
-//! closed in time order per thread. Memory: one entry per thread, plus its switches of the last
-//! two rounds, at most [`MAX_PENDING`] (past it the oldest is decided with what has arrived): it
-//! is bounded by the number of threads, not of switches.
+//! The stream is in time order per cpu, not across cpus: `perf record` copies each cpu's ring in
+//! turn, so a round (between FINISHED_ROUNDs) holds one cpu's records and then the next's, and a
+//! thread switched out on one cpu and in on another may arrive in either order, hundreds of ms
+//! apart when the rings fill slowly. So each thread's switches wait until every switch before
+//! them has arrived: when every cpu has written a later one (records of one cpu arrive in time
+//! order; samples say their cpu with `PERF_SAMPLE_CPU`, which `-a` sets; the NRCPUS feature says
+//! how many cpus to wait for), or by perf's rule for
+//! FINISHED_ROUND (every record of round N+2 is later than every record of round N). Intervals
+//! are then closed in time order per thread, exactly as if the stream were sorted. Memory: one
+//! entry per thread, plus the switches not yet settled, at most [`MAX_PENDING`] per thread (past
+//! it the oldest is decided with what has arrived): the switches of about one round, as perf's
+//! own ordered queue holds, never the recording's.
 //!
 //! At the end, switches still waiting are decided, and a thread still off the cpu gets an
 //! interval closed at the last event time of the stream, flagged [`Interval::open_at_end`].
@@ -31,10 +36,13 @@ use std::collections::VecDeque;
 
 use super::IdMap;
 use crate::format::tracing::{EventFormat, FieldFormat, Value};
-use crate::format::{misc, Endian, Record, RecordType, Sample, StreamInfo};
+use crate::format::{feature, misc, Endian, Record, RecordType, Sample, StreamInfo};
 
 /// Most switches a thread keeps waiting for time order; past it the oldest is decided.
-pub const MAX_PENDING: usize = 64;
+pub const MAX_PENDING: usize = 4096;
+
+/// Cpus whose order is followed (records of higher cpus wait for FINISHED_ROUNDs).
+const MAX_CPUS: usize = 4096;
 
 /// `PERF_TYPE_SOFTWARE`
 const PERF_TYPE_SOFTWARE: u32 = 1;
@@ -103,6 +111,12 @@ pub struct Switch {
     /// The record is a `context-switches` sample of this thread: its stack is the one of the
     /// thread's SWITCH OUT record that follows.
     pub stack_of: Option<u32>,
+    /// The cpu the record was written on, when it says (`PERF_SAMPLE_CPU`): records of one cpu
+    /// arrive in time order, which lets the model decide before the round ends.
+    pub cpu: Option<u32>,
+    /// The recording's online cpus (the NRCPUS feature): the model follows the cpus' order only
+    /// once it has seen that many, so that a cpu whose records come later is waited for.
+    pub cpus_online: Option<u32>,
 }
 
 /// How a `sched_switch` payload is read: its fields by name, once per format.
@@ -198,7 +212,8 @@ impl Switches {
                     return Switch::default();
                 };
                 let time = s.time().unwrap_or(0);
-                match self.kinds.get_mut(tag as usize) {
+                let cpu = s.cpu();
+                let sw = match self.kinds.get_mut(tag as usize) {
                     Some(Kind::SchedSwitch(sw)) => match sched_switch(sw, &s, e, time) {
                         Some(sw) => sw,
                         None => {
@@ -215,6 +230,18 @@ impl Switches {
                         Switch::default()
                     }
                     _ => Switch::default(),
+                };
+                Switch { cpu, ..sw }
+            }
+            RecordType::HEADER_FEATURE => {
+                // `u64 feat_id`, then NRCPUS's `u32 nr_cpus_avail, nr_cpus_online`.
+                let b = rec.sized();
+                match e.u64(b, 8) {
+                    Some(id) if id == u64::from(feature::NRCPUS) => Switch {
+                        cpus_online: e.u32(b, 20),
+                        ..Switch::default()
+                    },
+                    _ => Switch::default(),
                 }
             }
             RecordType::SWITCH | RecordType::SWITCH_CPU_WIDE => {
@@ -228,9 +255,11 @@ impl Switches {
                     return Switch::default();
                 }
                 let m = rec.header().misc;
+                let cpu = id.cpu;
                 if m & misc::SWITCH_OUT == 0 {
                     Switch {
                         switch_in: Some((tid, time)),
+                        cpu,
                         ..Switch::default()
                     }
                 } else if self.has_tracepoint {
@@ -243,6 +272,7 @@ impl Switches {
                     };
                     Switch {
                         out: Some((id.pid.unwrap_or(u32::MAX), tid, time, state)),
+                        cpu,
                         ..Switch::default()
                     }
                 }
@@ -292,6 +322,8 @@ fn sched_switch(sw: &mut SchedSwitch, s: &Sample<'_>, e: Endian, time: u64) -> O
         switch_in: (next != 0).then_some((next, time)),
         stack: prev != 0,
         stack_of: None,
+        cpu: None,
+        cpus_online: None,
     })
 }
 
@@ -367,6 +399,11 @@ pub struct OffCpu<S> {
     round_max: u64,
     /// Latest event time seen.
     last: u64,
+    /// Latest switch time seen per cpu (records of one cpu arrive in order).
+    cpu_last: Vec<u64>,
+    /// Distinct cpus seen, and how many the recording has online (0: unknown).
+    cpus_seen: usize,
+    cpus_online: usize,
     /// What it counted.
     pub counts: OffCpuCounts,
 }
@@ -379,6 +416,9 @@ impl<S> Default for OffCpu<S> {
             settled: 0,
             round_max: 0,
             last: 0,
+            cpu_last: Vec::new(),
+            cpus_seen: 0,
+            cpus_online: 0,
             counts: OffCpuCounts::default(),
         }
     }
@@ -388,6 +428,13 @@ impl<S: Copy> OffCpu<S> {
     /// Takes in what a record said ([`Switches::read`]), with the record's stack if it is a
     /// sample that has one; intervals it closes go to `out`.
     pub fn add(&mut self, sw: &Switch, stack: Option<S>, out: &mut Vec<Interval<S>>) {
+        if let Some(n) = sw.cpus_online {
+            self.cpus_online = n as usize;
+        }
+        let time = sw.out.map(|o| o.2).or(sw.switch_in.map(|i| i.1));
+        if let (Some(cpu), Some(time)) = (sw.cpu, time) {
+            self.cpu_time(cpu, time);
+        }
         if let Some(tid) = sw.stack_of {
             // A context-switches sample: its stack is for the SWITCH OUT that follows.
             self.thread(tid).stack = stack;
@@ -450,6 +497,30 @@ impl<S: Copy> OffCpu<S> {
     /// last event time.
     pub fn note_time(&mut self, time: u64) {
         self.last = self.last.max(time);
+    }
+
+    /// Every cpu has written a switch at or after the earliest of their latest times: switches
+    /// before it have all arrived.
+    fn cpu_time(&mut self, cpu: u32, time: u64) {
+        let Ok(i) = usize::try_from(cpu) else { return };
+        if i >= MAX_CPUS {
+            return;
+        }
+        if self.cpu_last.len() <= i {
+            self.cpu_last.resize(i + 1, 0);
+        }
+        let was = self.cpu_last[i];
+        if was == 0 {
+            self.cpus_seen += 1;
+        }
+        self.cpu_last[i] = was.max(time);
+        // Until every online cpu has written a switch, one not seen yet may hold earlier ones.
+        if was <= self.settled && self.cpus_online > 0 && self.cpus_seen >= self.cpus_online {
+            let min = self.cpu_last.iter().filter(|&&t| t != 0).min().copied();
+            if let Some(m) = min {
+                self.settled = self.settled.max(m);
+            }
+        }
     }
 
     /// Threads it holds state for.

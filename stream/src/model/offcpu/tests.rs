@@ -25,6 +25,8 @@ fn switch(prev: u32, state: State, next: u32, time: u64) -> Switch {
         switch_in: (next != 0).then_some((next, time)),
         stack: true,
         stack_of: None,
+        cpu: None,
+        cpus_online: None,
     }
 }
 
@@ -191,4 +193,71 @@ fn states_from_the_print_format_text() {
     assert_eq!(State::from_text("R"), State::Runnable);
     assert_eq!(State::from_text("I").name(), "I");
     assert_eq!(State::Blocked.name(), "S|D");
+}
+
+#[test]
+fn a_round_of_one_cpu_then_the_other_gives_the_intervals_of_time_order() {
+    // Threads 1..=4 run in turns on two cpus, each switch a sched_switch sample; perf writes
+    // cpu 0's records of a round, then cpu 1's, with a FINISHED_ROUND every 400 switches.
+    let mut by_cpu: [Vec<Switch>; 2] = [Vec::new(), Vec::new()];
+    let mut running = [1u32, 2];
+    let mut waiting: VecDeque<u32> = [3, 4, 5].into();
+    for step in 0..4000u64 {
+        let cpu = (step * 7 % 5 % 2) as usize;
+        let prev = running[cpu];
+        let next = waiting.pop_front().unwrap();
+        let state = if step % 3 == 0 {
+            State::Runnable
+        } else {
+            State::Sleeping
+        };
+        let mut sw = switch(prev, state, next, 1000 + step * 10);
+        sw.cpu = Some(cpu as u32);
+        by_cpu[cpu].push(sw);
+        running[cpu] = next;
+        waiting.push_back(prev);
+    }
+    let mut sorted: Vec<Switch> = by_cpu.concat();
+    sorted.sort_by_key(|s| s.out.unwrap().2);
+    let mut ideal = Vec::new();
+    let mut m = OffCpu::<u32>::default();
+    for s in &sorted {
+        m.add(s, Some(0), &mut ideal);
+    }
+    m.finish(&mut ideal);
+
+    let mut got = Vec::new();
+    let mut m = OffCpu::<u32>::default();
+    let cpus = Switch {
+        cpus_online: Some(2),
+        ..Switch::default()
+    };
+    m.add(&cpus, None, &mut got);
+    let round = |cpu: usize, r: usize| {
+        by_cpu[cpu]
+            .iter()
+            .filter(move |s| (s.out.unwrap().2 - 1000) / 4000 == r as u64)
+            .copied()
+    };
+    for r in 0..10 {
+        for s in round(0, r).chain(round(1, r)) {
+            m.add(&s, Some(0), &mut got);
+        }
+        m.round(&mut got);
+    }
+    m.finish(&mut got);
+    let key = |i: &Interval<u32>| (i.tid, i.start);
+    ideal.sort_by_key(key);
+    got.sort_by_key(key);
+    assert!(ideal.len() > 3000);
+    let missing: Vec<_> = ideal.iter().filter(|i| !got.contains(i)).collect();
+    let extra: Vec<_> = got.iter().filter(|i| !ideal.contains(i)).collect();
+    assert!(
+        missing.is_empty() && extra.is_empty(),
+        "missing {missing:?}, extra {extra:?}, {:?}",
+        m.counts
+    );
+    let diff = got.iter().zip(&ideal).find(|(a, b)| a != b);
+    assert!(diff.is_none(), "{diff:?}");
+    assert_eq!(m.counts.unmatched, 0);
 }

@@ -1,0 +1,327 @@
+//! Off-CPU profiles and tracepoint fields (issue 31), on live recordings of `offcpu.c`:
+//!
+//! - every `sched_switch` field, read by name through the recording's tracing data, equals what
+//!   `perf script -F trace` prints, for every sample; and `--filter 'tp.prev_state == X'` keeps
+//!   as many samples as perf prints with that state;
+//! - per thread, the intervals the off-CPU model closes equal the sum of `perf sched timehist`'s
+//!   wait times within 1 %;
+//! - bad tracing data (cut, garbage, a tracepoint without a format, short payloads) is counted
+//!   and reported, never a crash.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+
+use perfpipe_core::{Batch, Flow, Pipeline, Settings, Sink, StageError};
+use perfpipe_stream::decode::DecodeConfig;
+use perfpipe_stream::format::tracing::Value;
+use perfpipe_stream::format::{Record, RecordType, StreamInfo};
+use perfpipe_stream::model::offcpu::{Interval, OffCpu, Switch, Switches};
+use perfpipe_stream::read::file::Input;
+use perfpipe_stream::read::ReadConfig;
+
+use crate::util::*;
+use crate::workloads::offcpu_c;
+
+/// A sink that hands every record to a closure, with the stream info.
+struct Each<F>(Arc<Mutex<F>>);
+
+impl<F> Clone for Each<F> {
+    fn clone(&self) -> Self {
+        Each(self.0.clone())
+    }
+}
+
+impl<F: FnMut(&StreamInfo, Record<'_>, u32) + Send> Sink for Each<F> {
+    fn consume(&mut self, batch: &Batch) -> Result<Flow, StageError> {
+        let info = StreamInfo::of(batch).expect("decode attaches stream info");
+        let mut f = self.0.lock().unwrap();
+        for span in &batch.spans {
+            f(info, info.record(batch, span), span.tag);
+        }
+        Ok(Flow::Continue)
+    }
+}
+
+/// Decodes the stream in `path` and calls `f` on every record.
+fn each_record<F: FnMut(&StreamInfo, Record<'_>, u32) + Send + 'static>(path: &Path, f: F) -> F {
+    let sink = Each(Arc::new(Mutex::new(f)));
+    let report = Pipeline::new(Settings::default())
+        .source(
+            "read",
+            Input::open(&ReadConfig {
+                path: Some(path.to_path_buf()),
+                pipe_buffer: 0,
+            })
+            .unwrap(),
+        )
+        .stage("decode", DecodeConfig::default().build())
+        .sink("each", sink.clone())
+        .run();
+    assert!(report.is_ok(), "{:?}", report.errors);
+    let Each(f) = sink;
+    Arc::try_unwrap(f)
+        .ok()
+        .expect("one owner")
+        .into_inner()
+        .unwrap()
+}
+
+/// Our reading of every sched_switch sample, in `perf script -F trace`'s words.
+fn switch_lines(path: &Path) -> Vec<String> {
+    let out = Arc::new(Mutex::new(Vec::new()));
+    let o = out.clone();
+    let _ = each_record(path, move |info: &StreamInfo, rec: Record<'_>, tag: u32| {
+        let Some(ev) = info.tracepoint(tag as usize) else {
+            return;
+        };
+        let Some(raw) = rec.sample().and_then(|s| s.raw()) else {
+            return;
+        };
+        assert_eq!(ev.name, "sched_switch");
+        let e = info.endian;
+        let f = |n: &str| match ev.field(n).unwrap().read(raw, e).unwrap() {
+            Value::Int(v) => v.to_string(),
+            Value::UInt(v) => v.to_string(),
+            Value::Str(s) => String::from_utf8_lossy(s).into_owned(),
+            Value::Bytes(b) => format!("{b:?}"),
+        };
+        let state = ev
+            .text("prev_state", raw, e)
+            .expect("prev_state has a text");
+        o.lock().unwrap().push(format!(
+            "prev_comm={} prev_pid={} prev_prio={} prev_state={} ==> next_comm={} next_pid={} next_prio={}",
+            f("prev_comm"),
+            f("prev_pid"),
+            f("prev_prio"),
+            state,
+            f("next_comm"),
+            f("next_pid"),
+            f("next_prio")
+        ));
+    });
+    let mut v = Arc::try_unwrap(out).unwrap().into_inner().unwrap();
+    v.sort();
+    v
+}
+
+/// `perf script -F trace` lines of a recording, sorted.
+fn perf_trace_lines(path: &Path) -> Vec<String> {
+    let out = oracle()
+        .command()
+        .args(["script", "-F", "trace", "-G", "-i"])
+        .arg(path)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let mut v: Vec<String> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| l.trim().to_string())
+        .filter(|l| l.starts_with("prev_comm="))
+        .collect();
+    v.sort();
+    v
+}
+
+/// One system-wide recording at a time: each sees every thread of the machine, so two at once
+/// would each see the other's `nap`.
+static SYSTEM_WIDE: Mutex<()> = Mutex::new(());
+
+/// `perf record -a -g -e sched:sched_switch` of the workload, into a file (`perf sched
+/// timehist` reads only files).
+fn system_wide(dir: &Dir) -> std::path::PathBuf {
+    let exe = offcpu_c(dir);
+    let _one = SYSTEM_WIDE.lock().unwrap_or_else(|e| e.into_inner());
+    let file = dir.path("sys.data");
+    // Real-time priority: woken threads run at once, so their off-CPU time is the wait the
+    // workload asked for, not that plus run-queue time behind the other tests' processes.
+    oracle().record_file(
+        &file,
+        &["-a", "-g", "-e", "sched:sched_switch"],
+        &["chrt", "-f", "10", exe.to_str().unwrap()],
+    );
+    file
+}
+
+pipetest!(needs(perf, cc, tracefs)
+    /// Every sched_switch of a system-wide recording: each field we read by name equals perf
+    /// script's, and the filter's `tp.prev_state` keeps as many samples per state as perf prints.
+    tracepoint_fields_equal_perf_script, |dir| {
+    let file = system_wide(&dir);
+    let ours = switch_lines(&file);
+    let perf = perf_trace_lines(&file);
+    assert!(perf.len() > 500, "{} sched_switch samples", perf.len());
+    assert_eq!(ours.len(), perf.len());
+    let diff: Vec<_> = ours.iter().zip(&perf).filter(|(a, b)| a != b).take(5).collect();
+    assert!(diff.is_empty(), "first differences (ours, perf): {diff:#?}");
+
+    let mut states: BTreeMap<String, usize> = BTreeMap::new();
+    for l in &perf {
+        let s = l.split("prev_state=").nth(1).unwrap().split(' ').next().unwrap();
+        *states.entry(s.to_string()).or_default() += 1;
+    }
+    assert!(states.contains_key("S") && states.len() >= 3, "{states:?}");
+    for (state, n) in &states {
+        let expr = format!("tp.prev_state == \"{state}\"");
+        let out = perfpipe(&["-i", file.to_str().unwrap(), "--filter", &expr, "--stats"], b"");
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        let stats = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(counter(&stats, "samples_kept"), *n as u64, "{expr}");
+        assert_eq!(counter(&stats, "tracepoint_fields_short"), 0, "{expr}");
+    }
+    // A string field, by glob.
+    let naps = perf.iter().filter(|l| l.starts_with("prev_comm=nap ")).count();
+    assert!(naps >= 100, "{naps}");
+    let out = perfpipe(
+        &["-i", file.to_str().unwrap(), "--filter", "tp.prev_comm == \"na?\"", "--stats"],
+        b"",
+    );
+    assert_eq!(counter(&String::from_utf8_lossy(&out.stderr), "samples_kept"), naps as u64);
+});
+
+/// The off-CPU model over a recording: its intervals fed in stream order, the same switches fed
+/// in time order (the ideal the stream order must reach), and the threads' names.
+type Iv = Interval<()>;
+
+fn model_intervals(path: &Path) -> (Vec<Iv>, Vec<Iv>, BTreeMap<u32, String>) {
+    #[derive(Default)]
+    struct St {
+        sw: Switches,
+        m: OffCpu<()>,
+        iv: Vec<Iv>,
+        all: Vec<(u64, usize, Switch)>,
+        names: BTreeMap<u32, String>,
+    }
+    let st = Arc::new(Mutex::new(St::default()));
+    let s2 = st.clone();
+    let _ = each_record(path, move |info: &StreamInfo, rec: Record<'_>, tag: u32| {
+        let mut s = s2.lock().unwrap();
+        let s = &mut *s;
+        match rec.record_type() {
+            RecordType::FINISHED_ROUND => s.m.round(&mut s.iv),
+            RecordType::COMM => {
+                if let Some(c) = rec.comm() {
+                    s.names
+                        .insert(c.tid, String::from_utf8_lossy(c.comm).into_owned());
+                }
+            }
+            _ => {
+                let sw = s.sw.read(&rec, tag, info);
+                s.m.add(&sw, Some(()), &mut s.iv);
+                let time = sw.out.map(|o| o.2).or(sw.switch_in.map(|i| i.1));
+                if let Some(t) = time {
+                    let n = s.all.len();
+                    s.all.push((t, n, sw));
+                }
+            }
+        }
+    });
+    let mut s = st.lock().unwrap();
+    let s = &mut *s;
+    s.m.finish(&mut s.iv);
+    assert_eq!((s.sw.short_payloads, s.sw.no_format), (0, 0));
+    let mut ideal = OffCpu::<()>::default();
+    let mut iv = Vec::new();
+    s.all.sort_by_key(|(t, n, _)| (*t, *n));
+    for (_, _, sw) in &s.all {
+        ideal.add(sw, Some(()), &mut iv);
+    }
+    ideal.finish(&mut iv);
+    let key = |i: &Iv| (i.tid, i.start, i.end, i.open_at_end);
+    let mut ours = std::mem::take(&mut s.iv);
+    ours.sort_by_key(key);
+    iv.sort_by_key(key);
+    (ours, iv, std::mem::take(&mut s.names))
+}
+
+/// `perf sched timehist`'s rows, each the end of an interval it closes: `(tid, switch-in time
+/// (row time minus run time), wait time plus scheduling delay)`, in ns (printed in µs).
+fn timehist_rows(path: &Path) -> Vec<(u32, u64, u64)> {
+    let out = oracle()
+        .command()
+        .args(["sched", "timehist", "-i"])
+        .arg(path)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let mut rows = Vec::new();
+    let ns = |x: f64| (x * 1e6).round() as u64;
+    for l in String::from_utf8_lossy(&out.stdout).lines().skip(3) {
+        // `time [cpu]  name[tid/pid]  wait delay run  stack`; a name may hold spaces, so the
+        // task is the first word ending in `[tid]` or `[tid/pid]` that three numbers follow.
+        let w: Vec<&str> = l.split_whitespace().collect();
+        let Some(time) = w.first().and_then(|t| t.parse::<f64>().ok()) else {
+            continue;
+        };
+        for i in 2..w.len().saturating_sub(3) {
+            let Some(open) = w[i].rfind('[').filter(|_| w[i].ends_with(']')) else {
+                continue;
+            };
+            let nums: Vec<f64> = w[i + 1..i + 4]
+                .iter()
+                .filter_map(|x| x.parse().ok())
+                .collect();
+            let tid = w[i][open + 1..w[i].len() - 1]
+                .split('/')
+                .next()
+                .unwrap()
+                .parse::<u32>();
+            if let (Ok(tid), [wait, delay, run]) = (tid, &nums[..]) {
+                if wait + delay > 0.0 {
+                    rows.push((tid, ns(time * 1e3) - ns(*run), ns(wait + delay)));
+                }
+                break;
+            }
+        }
+    }
+    rows
+}
+
+pipetest!(needs(perf, cc, tracefs)
+    /// System-wide form: the intervals closed in stream order are those of the switches in time
+    /// order; per thread of the workload, those that `perf sched timehist` closes sum to its
+    /// wait times within 1 %; the known waits are there within 5 %.
+    offcpu_intervals_match_perf_sched_timehist, |dir| {
+    let file = system_wide(&dir);
+    let (ours, ideal, names) = model_intervals(&file);
+    assert_eq!(ours.len(), ideal.len());
+    let diff: Vec<_> = ours.iter().zip(&ideal).filter(|(a, b)| a != b).take(5).collect();
+    assert!(diff.is_empty(), "stream order vs time order: {diff:#?}");
+
+    let rows = timehist_rows(&file);
+    let workload = ["nap", "waitpipe", "writer", "spin", "offcpu"];
+    let mut checked = 0;
+    for (tid, name) in names.iter().filter(|(_, n)| workload.contains(&n.as_str())) {
+        let (mut theirs, mut matched) = (0u64, 0u64);
+        for &(_, end, wait) in rows.iter().filter(|r| r.0 == *tid) {
+            theirs += wait;
+            let hit = ours
+                .iter()
+                .find(|i| i.tid == *tid && !i.open_at_end && i.end.abs_diff(end) <= 3_000);
+            let hit = hit.unwrap_or_else(|| panic!("{name}[{tid}]: no interval ends at {end}"));
+            matched += hit.duration();
+        }
+        assert!(
+            matched.abs_diff(theirs) as f64 <= 0.01 * theirs as f64 + 5_000.0,
+            "{name}[{tid}]: ours {matched} ns, timehist {theirs} ns"
+        );
+        checked += 1;
+    }
+    assert!(checked >= 5, "{names:?}");
+    let total = |n: &str| -> u64 {
+        let tids: Vec<u32> = names.iter().filter(|(_, x)| *x == n).map(|(t, _)| *t).collect();
+        ours.iter().filter(|i| tids.contains(&i.tid) && !i.open_at_end).map(|i| i.duration()).sum()
+    };
+    let near = |got: u64, want: u64| (got as f64 - want as f64).abs() <= 0.05 * want as f64;
+    assert!(near(total("nap"), 1_000_000_000), "nap {}", total("nap"));
+    assert!(near(total("waitpipe"), 300_000_000), "waitpipe {}", total("waitpipe"));
+    assert!(near(total("writer"), 300_000_000), "writer {}", total("writer"));
+});
