@@ -1,5 +1,5 @@
 //! What some tests need from the machine (perf, perf 6.12, a C compiler, mounting, tracefs, a
-//! pseudo-terminal),
+//! pseudo-terminal, debuginfod, a UTS namespace, Spark…),
 //! and how a missing need shows: as a skip that libtest prints and counts, or, under `CI`, as a
 //! failure. A test never returns early.
 //!
@@ -50,11 +50,16 @@ pub enum Need {
     /// elfutils' `debuginfod` server (Debian `debuginfod`), which the symbol-source tests start
     /// on loopback.
     Debuginfod,
+    /// A UTS namespace of its own with another hostname (`unshare --uts`; root), to record as
+    /// another host.
+    Uts,
+    /// Spark: PyPI's `pyspark` and a Java runtime for it (Debian `openjdk-17-jre-headless`).
+    Spark,
 }
 
 impl Need {
     /// Every need, for the cfgs a build script declares.
-    pub const ALL: [Need; 11] = [
+    pub const ALL: [Need; 13] = [
         Need::Perf,
         Need::Perf612,
         Need::Cc,
@@ -66,6 +71,8 @@ impl Need {
         Need::Inferno,
         Need::Chromium,
         Need::Debuginfod,
+        Need::Uts,
+        Need::Spark,
     ];
 
     /// The cfg a build script sets when this need is missing and `CI` is not set.
@@ -82,6 +89,8 @@ impl Need {
             Need::Inferno => "skip_inferno",
             Need::Chromium => "skip_chromium",
             Need::Debuginfod => "skip_debuginfod",
+            Need::Uts => "skip_uts",
+            Need::Spark => "skip_spark",
         }
     }
 
@@ -106,6 +115,11 @@ impl Need {
             Need::Debuginfod => {
                 "elfutils' debuginfod server (`debuginfod --version`; Debian debuginfod)"
             }
+            Need::Uts => "a UTS namespace (`unshare --uts hostname NAME`; root)",
+            Need::Spark => {
+                "Spark (`python3 -c 'import pyspark'`, PyPI pyspark; `java -version`, Debian \
+                 openjdk-17-jre-headless)"
+            }
         }
     }
 
@@ -123,6 +137,8 @@ impl Need {
             Need::Inferno => &["inferno-collapse-perf", "inferno-flamegraph"],
             Need::Chromium => &["chromium"],
             Need::Debuginfod => &["debuginfod"],
+            Need::Uts => &["unshare", "hostname"],
+            Need::Spark => &["python3", "java"],
         }
     }
 
@@ -150,6 +166,9 @@ impl Need {
                 .and_then(|()| runs("inferno-flamegraph", &["--help"])),
             Need::Chromium => runs("chromium", &["--version"]),
             Need::Debuginfod => runs("debuginfod", &["--version"]),
+            Need::Uts => runs("unshare", &["--uts", "hostname", "perfpipe-probe"]),
+            Need::Spark => runs("java", &["-version"])
+                .and_then(|()| runs("python3", &["-c", "import pyspark"])),
             Need::Mount => {
                 let at = std::env::temp_dir().to_string_lossy().into_owned();
                 let args = [

@@ -35,6 +35,11 @@
 //! - `offcpu`: tracepoint fields by name against `perf script -F trace`, off-CPU intervals against
 //!   `perf sched timehist` and the known waits of `offcpu.c`, bad tracing data (issue 31).
 //! - `memory`: RSS stays under the stated bound behind a throttled reader; a stalled producer costs no CPU.
+//! - `outputs`: the output decided and checked before the first byte is read, on an input that never
+//!   ends: `-o DIR/` writes the dataset while it is open; an impossible output exits 2 at once.
+//! - `dataset`: the Parquet dataset as a fleet writes it: partitions from the stream (a recording
+//!   made in a UTS namespace, CLOCK_DATA dates), `--rotate` parts, read by Spark and DuckDB against
+//!   `perf report`, and the queries of `docs/parquet.md` run on it.
 
 #[macro_use]
 pub mod util;
@@ -46,6 +51,7 @@ mod badinput;
 mod buildid;
 mod chunking;
 mod current;
+mod dataset;
 mod decompress;
 mod ends;
 mod export;
@@ -58,6 +64,7 @@ mod malformed;
 mod memory;
 mod offcpu;
 pub mod oracle;
+mod outputs;
 mod passthrough;
 mod profile;
 pub mod readers;

@@ -114,6 +114,21 @@ macro_rules! pipetest {
             [#[cfg_attr(any(skip_perf, skip_tracefs), ignore = "needs perf and tracefs (missing at build time)")]]
             [Perf, Tracefs] $($rest)*);
     };
+    (needs(mount) $($rest:tt)*) => {
+        $crate::pipetest!(@needs
+            [#[cfg_attr(skip_mount, ignore = "needs mounting (missing at build time)")]]
+            [Mount] $($rest)*);
+    };
+    (needs(perf, uts) $($rest:tt)*) => {
+        $crate::pipetest!(@needs
+            [#[cfg_attr(any(skip_perf, skip_uts), ignore = "needs perf and a UTS namespace (missing at build time)")]]
+            [Perf, Uts] $($rest)*);
+    };
+    (needs(perf, cc, uts, duckdb, spark) $($rest:tt)*) => {
+        $crate::pipetest!(@needs
+            [#[cfg_attr(any(skip_perf, skip_cc, skip_uts, skip_duckdb, skip_spark), ignore = "needs perf, cc, a UTS namespace, duckdb and spark (missing at build time)")]]
+            [Perf, Cc, Uts, Duckdb, Spark] $($rest)*);
+    };
     (@needs [#[$ignore:meta]] [$($need:ident),+] $(#[$meta:meta])* $name:ident, |$dir:ident| $body:block) => {
         $(#[$meta])*
         #[test]

@@ -18,7 +18,7 @@ use perfpipe_stream::write::file::{Output, OutputMode};
 use perfpipe_stream::write::split::WriteSplitConfig;
 use perfpipe_stream::write::{Discard, WriteConfig};
 
-use crate::{Error, Plan};
+use crate::{output, Error, Plan};
 
 /// Where the stream comes from.
 #[derive(Debug)]
@@ -108,11 +108,14 @@ impl Chain<'_> {
         self.sink.single_output()
     }
 
-    /// Builds the pipeline: chooses the output's format, completes the plan, builds every stage
-    /// and the sink, then the source.
+    /// Builds the pipeline: chooses the output's format, checks that the output can be written
+    /// ([`output::check_writable`]), completes the plan, builds every stage and the sink, then
+    /// the source. Nothing is read before it returns, so an output that cannot be written is
+    /// refused before the first byte of a live recording.
     ///
     /// # Errors
-    /// What [`Plan::choose_output`] and [`Plan::complete`] return; [`Error::Value`] naming the
+    /// What [`Plan::choose_output`], [`output::check_writable`] and [`Plan::complete`] return;
+    /// [`Error::Value`] naming the
     /// stage or output that cannot be built; [`Error::Stream`] when the input or output cannot
     /// be opened; [`Error::Rule`] for a tap that names no stage.
     pub fn build(self, registry: &Registry) -> Result<Pipeline, Error> {
@@ -126,6 +129,13 @@ impl Chain<'_> {
             before_source,
         } = self;
         plan.choose_output(registry, sink.path())?;
+        if let SinkSpec::Output { path, .. } = &sink {
+            let directory = plan
+                .format
+                .as_ref()
+                .is_some_and(|f| output::writes_directory(f, path));
+            output::check_writable(path, directory)?;
+        }
         plan.complete(registry)?;
         let ctx = BuildCtx {
             settings,

@@ -6,8 +6,11 @@
 //!   ([`perfpipe_export::FORMATS`], as compiled in), in a [`Registry`] a program can add to;
 //!   [`FIXED`] the stages every run has.
 //! - [`Plan`]: the stages and the format that words name, completed by the rules: the output's
-//!   format by flag, `--format` or extension; what a format needs (`symbolize`) and sets;
-//!   the stages a stage needs (`decompress`) put before it; option flags attached to their stage.
+//!   format by flag, `--format` or extension (a directory is a Parquet dataset); what a format
+//!   needs (`symbolize`) and sets; the stages a stage needs (`decompress`) put before it; option
+//!   flags attached to their stage.
+//! - [`output`]: what an output can be, checked before anything is read: a directory only as a
+//!   dataset, no extension of a format compiled out, a place that exists and takes a file.
 //! - [`Chain`]: a source, a plan, taps and a sink, built into a [`perfpipe_core::Pipeline`].
 //!
 //! ```
@@ -30,6 +33,7 @@
 #![deny(missing_docs)]
 
 mod assemble;
+pub mod output;
 mod plan;
 
 use perfpipe_core::spec::{Registry, StageSpec};
@@ -87,6 +91,11 @@ pub enum Error {
     /// option flag without its stage, symbols in perf's format, a tap naming no stage.
     #[error("{0}")]
     Rule(String),
+    /// The output cannot be written as asked, found before anything is read: a directory for a
+    /// format of one file, an extension whose format is compiled out, a missing or read-only
+    /// place (see [`output`]). A command line's usage error (exit status 2).
+    #[error("{0}")]
+    Output(String),
     /// The input or the output cannot be opened.
     #[error(transparent)]
     Stream(#[from] perfpipe_stream::Error),

@@ -8,7 +8,7 @@
 
 use perfpipe_core::spec::{FlagValue, FormatSpec, Options, Registry, Spec, StageSpec};
 
-use crate::Error;
+use crate::{output, Error};
 
 /// One stage or format argument of a command line, in command-line order.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -157,27 +157,53 @@ impl Plan {
 }
 
 impl Plan {
-    /// Decides the output's format: the one a flag or `--format` chose, else the one the
+    /// Decides the output's format: for a directory output (`DIR/`, or a directory that
+    /// exists) the Parquet dataset; else the one a flag or `--format` chose, else the one the
     /// extension of `output` names (`None`: an output that is no file, like a benchmark's), else
     /// perf's own. Applies the format flags to it and puts the stages it needs (`symbolize`) at
-    /// the end of the chain unless the chain has them.
+    /// the end of the chain unless the chain has them. Looks at the file system (is the output
+    /// a directory) but writes nothing: [`crate::output::check_writable`] does that.
     ///
     /// # Errors
-    /// [`Error::Rule`] for a format flag the format does not take (`--title` for folded stacks),
-    /// or `symbolize` before perf output, which carries no symbols; [`Error::Value`] for an
-    /// option the format sets that its stage does not take.
+    /// [`Error::Output`] for an output the format cannot be written to: a directory for a
+    /// format of one file, an extension whose format is compiled out, Parquet on standard
+    /// output (see [`crate::output`]); [`Error::Rule`] for a format flag the format does not
+    /// take (`--title` for folded stacks), or `symbolize` before perf output, which carries no
+    /// symbols; [`Error::Value`] for an option the format sets that its stage does not take.
     pub fn choose_output(
         &mut self,
         registry: &Registry,
         output: Option<&std::path::Path>,
     ) -> Result<(), Error> {
-        if self.format.is_none() && !self.perf_chosen {
-            self.format = output
-                .and_then(|path| registry.format_of_path(path))
-                .map(|spec| FormatUse {
-                    spec: *spec,
+        let stdout = output == Some(std::path::Path::new("-"));
+        match output.filter(|&p| !stdout && output::is_directory(p)) {
+            Some(dir) => {
+                let chosen = if self.perf_chosen {
+                    Some(None)
+                } else {
+                    self.format.as_ref().map(|f| Some(&f.spec))
+                };
+                let spec = output::dataset_format(registry, dir, chosen)?;
+                self.format.get_or_insert(FormatUse {
+                    spec,
                     options: Options::new(),
                 });
+            }
+            None if self.format.is_none() && !self.perf_chosen => {
+                self.format = output
+                    .and_then(|path| registry.format_of_path(path))
+                    .map(|spec| FormatUse {
+                        spec: *spec,
+                        options: Options::new(),
+                    });
+                if let (None, Some(path)) = (&self.format, output) {
+                    output::check_extension(registry, path)?;
+                }
+            }
+            None => {}
+        }
+        if let (true, Some(format)) = (stdout, &self.format) {
+            output::check_stdout(&format.spec)?;
         }
         let Some(mut format) = self.format.take() else {
             if let Some((flag, _)) = self.format_settings.first() {

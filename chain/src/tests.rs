@@ -2,7 +2,7 @@
 
 use std::path::Path;
 
-use perfpipe_core::spec::{BuildCtx, FlagValue, Options, Spec};
+use perfpipe_core::spec::{BuildCtx, FlagValue, Options, Registry, Spec};
 
 use super::*;
 
@@ -226,4 +226,191 @@ fn outputs_choose_their_format_and_bring_what_they_need() {
     assert!(plan(&[flag("symbolize", None)], "x.data")
         .unwrap_err()
         .contains("perf's format carries no symbols"));
+}
+
+/// The output's error text, or `ok` with the format chosen.
+fn output_of(registry: &Registry, words: &[Word<'_>], output: &str) -> String {
+    let mut plan = match Plan::from_words(words, registry) {
+        Ok(p) => p,
+        Err(e) => return chain_text(&e),
+    };
+    match plan.choose_output(registry, Some(Path::new(output))) {
+        Ok(()) => format!(
+            "ok {}",
+            plan.format.as_ref().map_or(PERF_FORMAT, |f| f.spec.name)
+        ),
+        Err(Error::Output(e)) => e,
+        Err(e) => format!("not an output error: {}", chain_text(&e)),
+    }
+}
+
+/// A directory output (`DIR/`, or a directory that exists) is the Parquet dataset; a format
+/// of one file chosen for it is refused naming `--parquet`, and so is a build without Parquet.
+#[test]
+fn a_directory_output_is_the_dataset_or_refused_naming_parquet() {
+    let r = builtin();
+    let dir = std::env::temp_dir();
+    let existing = dir.to_str().unwrap();
+    for out in ["profiles/", existing, "x.svg/"] {
+        assert_eq!(output_of(&r, &[], out), "ok parquet", "{out}");
+        assert_eq!(
+            output_of(&r, &[flag("parquet", None)], out),
+            "ok parquet",
+            "{out}"
+        );
+    }
+    let p = plan(&[flag("rotate", Some("1m"))], "profiles/").unwrap();
+    assert_eq!(
+        p.format.as_ref().unwrap().options.text("rotate"),
+        Some("1m")
+    );
+    assert_eq!(labels(&p), ["decompress", "symbolize"]);
+    assert_eq!(
+        output_of(&r, &[flag("folded", None)], "profiles/"),
+        "-o profiles/: a directory, and folded output is one file (-o FILE.folded); a directory \
+         output is a Parquet dataset (--parquet -o DIR/)"
+    );
+    assert!(output_of(&r, &[Word::Format("perf")], existing)
+        .contains("a directory, and perf's format is one file (-o FILE.data)"));
+    assert!(output_of(&r, &[Word::Format("pprof")], "p/").contains("(-o FILE.pb.gz)"));
+
+    let lean = Registry::of(TRANSFORMS, &[perfpipe_export::folded::SPEC]);
+    assert_eq!(
+        output_of(&lean, &[], "profiles/"),
+        "-o profiles/: a directory output is a Parquet dataset (--parquet -o DIR/), and this \
+         perfpipe is built without the cargo feature `parquet`"
+    );
+    // Not a directory: a file of perf's format, as before.
+    assert_eq!(output_of(&r, &[], "profiles"), "ok perf");
+    assert_eq!(output_of(&r, &[], "-"), "ok perf");
+}
+
+/// An extension whose format is not built in is refused, naming the feature, instead of being
+/// written in perf's format; `--format perf` still writes perf's format under any name.
+#[test]
+fn an_extension_of_a_format_compiled_out_is_refused_naming_its_feature() {
+    let lean = Registry::of(TRANSFORMS, &[perfpipe_export::folded::SPEC]);
+    assert_eq!(
+        output_of(&lean, &[], "cpu.pb.gz"),
+        "-o cpu.pb.gz: .pb.gz is pprof output, and this perfpipe is built without the cargo \
+         feature `pprof` (write another format, or `--format perf` for perf's)"
+    );
+    for (out, feature) in [
+        ("x.svg", "flamegraph"),
+        ("x.json.gz", "firefox"),
+        ("x.parquet", "parquet"),
+        ("x.pprof", "pprof"),
+    ] {
+        assert!(
+            output_of(&lean, &[], out).contains(&format!("the cargo feature `{feature}`")),
+            "{out}"
+        );
+    }
+    assert_eq!(
+        output_of(&lean, &[Word::Format("perf")], "x.svg"),
+        "ok perf"
+    );
+    assert_eq!(output_of(&lean, &[], "x.folded"), "ok folded");
+    assert_eq!(output_of(&lean, &[], "x.gz"), "ok perf");
+    assert_eq!(output_of(&builtin(), &[], "x.svg"), "ok flamegraph");
+}
+
+/// The table of offered formats says what the compiled-in ones declare.
+#[test]
+fn the_offered_formats_match_the_compiled_ones() {
+    let r = builtin();
+    for f in r.formats() {
+        let o = output::OFFERED.iter().find(|o| o.name == f.name);
+        let o = o.unwrap_or_else(|| panic!("{} is not in OFFERED", f.name));
+        assert_eq!(o.extensions, f.extensions, "{}", f.name);
+    }
+    assert!(r.format(output::DATASET_FORMAT).is_some());
+}
+
+#[test]
+fn parquet_needs_a_file_not_standard_output() {
+    let r = builtin();
+    assert_eq!(
+        output_of(&r, &[flag("parquet", None)], "-"),
+        "parquet output needs a file (-o FILE.parquet) or a directory (-o DIR/), not standard \
+         output"
+    );
+    assert_eq!(output_of(&r, &[flag("folded", None)], "-"), "ok folded");
+}
+
+/// The place must exist and take a new file; nothing is left behind by the check.
+#[test]
+fn an_output_must_be_writable_where_it_goes() {
+    let tmp = std::env::temp_dir().join(format!("perfpipe-chain-out-{}", std::process::id()));
+    std::fs::create_dir_all(&tmp).unwrap();
+    let text = |path: &Path, directory: bool| match output::check_writable(path, directory) {
+        Ok(()) => "ok".to_string(),
+        Err(e) => e.to_string(),
+    };
+    let file = tmp.join("f");
+    std::fs::write(&file, b"x").unwrap();
+    assert_eq!(text(&tmp.join("x.svg"), false), "ok");
+    assert_eq!(text(&file, false), "ok", "an existing file is replaced");
+    assert_eq!(
+        text(&tmp.join("ds"), true),
+        "ok",
+        "a dataset made in an existing dir"
+    );
+    assert_eq!(text(&tmp, true), "ok");
+    assert_eq!(text(Path::new("-"), false), "ok");
+    assert_eq!(text(Path::new("/dev/null"), false), "ok");
+    let missing = tmp.join("no/such/x.svg");
+    assert_eq!(
+        text(&missing, false),
+        format!(
+            "-o {}: no directory {} to write it in",
+            missing.display(),
+            tmp.join("no/such").display()
+        )
+    );
+    assert!(text(&tmp.join("no/ds/"), true).contains("no directory"));
+    let under_file = file.join("x.svg");
+    assert_eq!(
+        text(&under_file, false),
+        format!(
+            "-o {}: {} is not a directory",
+            under_file.display(),
+            file.display()
+        )
+    );
+    assert_eq!(
+        text(&file, true),
+        format!("-o {}: not a directory (a dataset is one)", file.display())
+    );
+    // procfs takes no new file, root or not.
+    assert!(text(Path::new("/proc/x.svg"), false)
+        .starts_with("-o /proc/x.svg: cannot write in /proc: "));
+    let left: Vec<_> = std::fs::read_dir(&tmp).unwrap().collect();
+    assert_eq!(left.len(), 1, "the probe files are removed: {left:?}");
+    std::fs::remove_dir_all(&tmp).unwrap();
+}
+
+/// `Chain::build` refuses an output that cannot be written before it opens the input.
+#[test]
+fn a_chain_is_refused_before_its_input_is_opened() {
+    let chain = Chain {
+        settings: Default::default(),
+        source: SourceSpec::Input {
+            path: "/no/such/input".into(),
+            pipe_buffer: 0,
+        },
+        plan: Plan::default(),
+        taps: &[],
+        sink: SinkSpec::Output {
+            path: "/no/such/dir/x.folded".into(),
+            mode: Default::default(),
+            pipe_buffer: 0,
+        },
+        requests: Default::default(),
+        before_source: None,
+    };
+    match chain.build(&builtin()) {
+        Err(Error::Output(e)) => assert!(e.contains("no directory /no/such/dir"), "{e}"),
+        other => panic!("{other:?}"),
+    }
 }

@@ -12,7 +12,9 @@ use perfpipe_stream::write::file::OutputMode;
 pub struct OutputArgs {
     /// Output; `-` is standard output. A regular file is written in file mode (perf.data, under a
     /// temporary name renamed at the end), a FIFO or device in pipe mode; see --pipe and --file.
-    /// `NAME-%n.data` writes one file per stream (the flight recorder's dumps).
+    /// `NAME-%n.data` writes one file per stream (the flight recorder's dumps). A directory
+    /// (`DIR/`, or one that exists) is a Parquet dataset. An output that cannot be written is
+    /// refused before anything is read (exit status 2).
     #[arg(short, long, value_name = "FILE", default_value = "-")]
     pub output: PathBuf,
     /// Write pipe mode even to a regular file.

@@ -252,9 +252,19 @@ fn stage(args: &InjectArgs, registry: &Registry) -> anyhow::Result<Option<Plan>>
     } else {
         "buildid"
     };
-    let mut plan = Plan::default();
+    let mut plan = perf_plan(registry);
     plan.push(label, spec, options);
     Ok(Some(plan))
+}
+
+/// A plan that writes perf's format whatever the output's name, as `perf inject` does: a
+/// directory output is refused, not taken for a Parquet dataset.
+fn perf_plan(registry: &Registry) -> Plan {
+    Plan::from_words(
+        &[perfpipe_chain::Word::Format(perfpipe_chain::PERF_FORMAT)],
+        registry,
+    )
+    .expect("perf's format is always there")
 }
 
 /// Runs `perfpipe inject`.
@@ -264,7 +274,7 @@ pub(crate) fn main(args: &InjectArgs, registry: &Registry) -> ExitCode {
         return ExitCode::from(crate::EXIT_USAGE);
     }
     let plan = match stage(args, registry) {
-        Ok(p) => p.unwrap_or_default(),
+        Ok(p) => p.unwrap_or_else(|| perf_plan(registry)),
         Err(e) => {
             eprintln!("perfpipe inject: {e:#}");
             return ExitCode::from(EXIT_FAILURE);

@@ -29,7 +29,8 @@ use args::{BatchArgs, IoArgs, OutputArgs, ReportArgs};
 
 /// Exit status when the pipeline failed (bad input, I/O error, a stage error).
 pub const EXIT_FAILURE: u8 = 1;
-/// Exit status for a command-line usage error (clap's convention).
+/// Exit status for a command-line usage error (clap's convention), an output that cannot be
+/// written among them (refused before anything is read).
 pub const EXIT_USAGE: u8 = 2;
 
 const AFTER_HELP: &str = "\
@@ -38,7 +39,9 @@ Stage flags run in the order given on the command line, between decode and write
 Exit status: 0 when the whole input was written, and also when the downstream reader closed the pipe
 early (like `head`, a closed pipe is a normal end: perfpipe stops at once and says nothing); 1 when
 the input is malformed or truncated (every record before the fault is still written) or on an I/O or
-stage error; 2 on a usage error.
+stage error; 2 on a usage error, and on an output that cannot be written (a directory for a format of
+one file, a missing or read-only place, a format not built in), refused before anything is read.
+A directory output (`-o DIR/`, or a directory that exists) is a Parquet dataset.
 
 Example:
   perf record -o - -- ./workload | perfpipe --stats | perf report -i -";
@@ -203,6 +206,10 @@ fn build_and_run(
 ) -> ExitCode {
     let pipeline = match chain.build(registry) {
         Ok(p) => p,
+        Err(perfpipe_chain::Error::Output(e)) => {
+            eprintln!("{who}: {e}");
+            return ExitCode::from(EXIT_USAGE);
+        }
         Err(e) => {
             eprintln!("{who}: {:#}", anyhow::Error::new(e));
             return ExitCode::from(EXIT_FAILURE);

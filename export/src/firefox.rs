@@ -9,26 +9,22 @@
 //! - The profile is a timeline, so the sink keeps every sample (24 bytes each, with its stack as a
 //!   distinct-stack id), unlike the folded and pprof sinks; names are resolved once per distinct
 //!   frame at the end.
-//! - Written at end of input and on SIGUSR2, atomically.
+//! - Written at end of input and on SIGUSR2, atomically (a [`SnapshotSink`]).
 
-use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::io::Write;
 
 use fxprof_processed_profile::{
     CategoryColor, CategoryPairHandle, CpuDelta, Frame as FxFrame, FrameFlags, FrameInfo, Profile,
     ReferenceTimestamp, SamplingInterval, Timestamp,
 };
-use perfpipe_core::{Batch, Counter, Flow, Sink, StageError};
-use rayon::prelude::*;
+use perfpipe_core::{Batch, Counter};
 use rustc_hash::FxHashMap;
 
-use crate::folded::names::{frame_name, Naming};
-use perfpipe_core::spec::{BuildCtx, Flag, FormatSpec, Options};
-use perfpipe_profile::symbolize::{resolve, FrameKind, Frames, Stacks, Symbols};
-use perfpipe_stream::format::RecordType;
-use perfpipe_stream::write::atomic::write_file;
-use perfpipe_stream::Error;
+use perfpipe_core::spec::{Flag, FormatSpec};
+use perfpipe_profile::kit::{
+    self, frame_name, FirstEvent, Join, NameSources, Naming, SnapshotSink, StackTable,
+};
+use perfpipe_profile::symbolize::FrameKind;
 
 /// One sample: its thread, time, distinct stack and weight.
 #[derive(Clone, Copy, Debug)]
@@ -39,82 +35,35 @@ struct Point {
     stack: u32,
 }
 
-/// The sink of a Firefox Profiler profile.
-#[derive(Debug)]
+/// A Firefox Profiler profile of the samples so far.
+#[derive(Debug, Default)]
 pub struct Firefox {
-    path: PathBuf,
-    dump: Option<Arc<AtomicBool>>,
-    pool: Option<Arc<rayon::ThreadPool>>,
-    stacks: FxHashMap<Arc<[u32]>, u32>,
-    stack_list: Vec<Arc<[u32]>>,
+    stacks: StackTable,
     points: Vec<Point>,
-    /// (pid, tid) → the thread's comm (the last one seen).
+    /// (pid, tid) → the thread's comm (the first one seen).
     threads: FxHashMap<(u32, u32), String>,
-    naming: Option<(Arc<Symbols>, Arc<Frames>, bool)>,
-    attr: Option<u16>,
+    sources: NameSources,
+    event: FirstEvent,
     counted: Counter,
-    snapshots: Counter,
 }
 
-impl Firefox {
-    /// A sink writing to `path` (`-`: standard output).
-    pub fn new(
-        path: &Path,
-        dump: Option<Arc<AtomicBool>>,
-        pool: Option<Arc<rayon::ThreadPool>>,
-    ) -> Firefox {
-        Firefox {
-            path: path.to_path_buf(),
-            dump,
-            pool,
-            stacks: FxHashMap::default(),
-            stack_list: Vec::new(),
-            points: Vec::new(),
-            threads: FxHashMap::default(),
-            naming: None,
-            attr: None,
-            counted: Counter::new(),
-            snapshots: Counter::new(),
-        }
-    }
+/// The sink of a Firefox Profiler profile.
+pub type FirefoxSink = SnapshotSink<Firefox>;
 
-    fn add_batch(&mut self, batch: &Batch) {
-        let Some(stacks) = batch.annotation::<Stacks>() else {
+impl kit::Profile for Firefox {
+    fn add(&mut self, batch: &Batch) {
+        let Some(mut join) = Join::of(batch) else {
             return;
         };
-        if self.naming.is_none() {
-            self.naming = Some((
-                stacks.symbols.clone(),
-                stacks.table.clone(),
-                stacks.host_kernel,
-            ));
-        }
-        let list = stacks.samples();
+        let stacks = join.stacks();
+        self.sources.observe(stacks);
         let mut counted = 0;
-        for span in batch
-            .spans
-            .iter()
-            .filter(|s| s.kind == RecordType::SAMPLE.0)
-        {
-            let Ok(i) = list.binary_search_by_key(&span.start, |s| s.start) else {
-                continue;
-            };
-            let s = &list[i];
-            // One event, as the folded stacks keep: the first whose samples arrive.
-            if *self.attr.get_or_insert(s.attr) != s.attr {
+        for (_, s) in join.by_ref() {
+            // One event, as the folded stacks keep.
+            if !self.event.admits(s.attr) {
                 continue;
             }
-            let frames = stacks.frames(s);
-            let stack = match self.stacks.get(frames) {
-                Some(&id) => id,
-                None => {
-                    let id = self.stack_list.len() as u32;
-                    let shared: Arc<[u32]> = frames.into();
-                    self.stack_list.push(shared.clone());
-                    self.stacks.insert(shared, id);
-                    id
-                }
-            };
+            let stack = self.stacks.id(stacks.frames(s));
             self.threads
                 .entry((s.pid, s.tid))
                 .or_insert_with(|| s.comm_name().into_owned());
@@ -129,8 +78,21 @@ impl Firefox {
         self.counted.add(counted);
     }
 
+    fn write(&self, pool: Option<&rayon::ThreadPool>, out: &mut dyn Write) -> std::io::Result<()> {
+        let profile = self.profile(pool);
+        crate::gzip(out, |w| {
+            serde_json::to_writer(w, &profile).map_err(std::io::Error::other)
+        })
+    }
+
+    fn counters(&self) -> Vec<(&'static str, Counter)> {
+        vec![("samples", self.counted.clone())]
+    }
+}
+
+impl Firefox {
     /// The profile so far.
-    pub fn profile(&self) -> Profile {
+    pub fn profile(&self, pool: Option<&rayon::ThreadPool>) -> Profile {
         let start = self.points.iter().map(|p| p.time).min().unwrap_or(0);
         let mut profile = Profile::new(
             "perfpipe",
@@ -140,36 +102,21 @@ impl Firefox {
         let user: CategoryPairHandle = profile.add_category("User", CategoryColor::Yellow).into();
         let kernel: CategoryPairHandle =
             profile.add_category("Kernel", CategoryColor::Orange).into();
-        let Some((symbols, table, host)) = &self.naming else {
+        let Some(namer) = self.sources.namer(pool) else {
             return profile;
         };
-        let frames = table.snapshot();
-        let mut used = vec![false; frames.len()];
-        for s in &self.stack_list {
-            for &f in s.iter() {
-                used[f as usize] = true;
-            }
-        }
         // Each frame's names, caller first (inlined callees after their caller).
-        let names = |(i, f): (usize, &perfpipe_profile::symbolize::Frame)| -> Vec<(String, bool)> {
-            if !used[i] {
-                return Vec::new();
-            }
-            let mut r = Vec::new();
-            resolve(symbols, *host, f, &mut r);
-            r.iter()
-                .rev()
-                .map(|x| {
-                    let mut s = String::new();
-                    frame_name(x, f.query.ip, Naming::default(), &mut s);
-                    (s, x.kind == FrameKind::Kernel)
-                })
-                .collect()
-        };
-        let names: Vec<Vec<(String, bool)>> = match &self.pool {
-            Some(p) => p.install(|| frames.par_iter().enumerate().map(names).collect()),
-            None => frames.iter().enumerate().map(names).collect(),
-        };
+        let names: Vec<Vec<(String, bool)>> =
+            namer.each_used(&self.stacks.used_frames(), |f, r| {
+                r.iter()
+                    .rev()
+                    .map(|x| {
+                        let mut s = String::new();
+                        frame_name(x, f.query.ip, Naming::default(), &mut s);
+                        (s, x.kind == FrameKind::Kernel)
+                    })
+                    .collect()
+            });
         let t0 = Timestamp::from_nanos_since_reference(0);
         let mut processes = FxHashMap::default();
         let mut threads = FxHashMap::default();
@@ -189,7 +136,7 @@ impl Firefox {
         for p in &self.points {
             let thread = threads[&(p.pid, p.tid)];
             let stack = *handles.entry((p.pid, p.tid, p.stack)).or_insert_with(|| {
-                let ids = &self.stack_list[p.stack as usize];
+                let ids = self.stacks.get(p.stack);
                 // Stacks are innermost first; the profiler wants the caller first.
                 let infos: Vec<FrameInfo> = ids
                     .iter()
@@ -208,107 +155,29 @@ impl Firefox {
         }
         profile
     }
-
-    fn write(&self) -> Result<(), Error> {
-        let profile = self.profile();
-        write_file(&self.path, |w| {
-            let gz = flate2::write::GzEncoder::new(w, flate2::Compression::default());
-            // serde_json writes a few bytes at a time; deflate wants large writes.
-            let mut buf = std::io::BufWriter::with_capacity(1 << 20, gz);
-            serde_json::to_writer(&mut buf, &profile).map_err(std::io::Error::other)?;
-            buf.into_inner()
-                .map_err(|e| e.into_error())?
-                .finish()
-                .map(|_| ())
-        })
-    }
-}
-
-impl Sink for Firefox {
-    fn consume(&mut self, batch: &Batch) -> Result<Flow, StageError> {
-        self.add_batch(batch);
-        if self
-            .dump
-            .as_ref()
-            .is_some_and(|d| d.swap(false, Ordering::SeqCst))
-        {
-            self.write()?;
-            self.snapshots.add(1);
-        }
-        Ok(Flow::Continue)
-    }
-
-    fn finish(&mut self) -> Result<(), StageError> {
-        self.write()?;
-        Ok(())
-    }
-
-    fn counters(&self) -> Vec<(&'static str, Counter)> {
-        vec![
-            ("samples", self.counted.clone()),
-            ("snapshots", self.snapshots.clone()),
-        ]
-    }
 }
 
 /// How the command line offers the format.
-pub const SPEC: FormatSpec = FormatSpec {
-    name: "firefox",
-    help: "a Firefox Profiler profile (processed format, gzip'd JSON): a thread per tid, every sample on its timeline",
-    extensions: &["json.gz"],
-    flags: &[Flag::stage(
+pub const SPEC: FormatSpec = kit::snapshot::format::<Firefox>(
+    "firefox",
+    "a Firefox Profiler profile (processed format, gzip'd JSON): a thread per tid, every sample on its timeline",
+    &["json.gz"],
+    &[Flag::stage(
         "firefox",
         "write a Firefox Profiler profile (what -o FILE.json.gz chooses)",
     )],
-    options: &[],
-    needs: &["symbolize"],
-    sets: perfpipe_core::spec::no_settings,
-    build: build_sink,
-};
-
-fn build_sink(
-    ctx: &BuildCtx,
-    _: &Options,
-    path: &Path,
-) -> Result<Box<dyn Sink>, perfpipe_core::StageError> {
-    Ok(Box::new(Firefox::new(
-        path,
-        Some(ctx.requests.subscribe(perfpipe_core::DUMP)),
-        Some(ctx.workers.pool()?),
-    )))
-}
+);
 
 #[cfg(test)]
 mod tests {
-    use std::io::Read;
-
-    use perfpipe_core::harness::{raw_batches, run_stage};
-
     use super::*;
-    use perfpipe_profile::symbolize::SymbolizeConfig;
-    use perfpipe_stream::decode::DecodeConfig;
+    use crate::test_support::written_gz;
 
     const MULTIPROC: &[u8] = include_bytes!("../../tests/fixtures/multiproc.pipe.data");
 
     #[test]
     fn the_profile_is_processed_format_json_with_every_sample_on_its_thread() {
-        let decoded = run_stage(
-            &mut DecodeConfig::default().build(),
-            raw_batches(MULTIPROC, &[MULTIPROC.len()], 0),
-        )
-        .unwrap();
-        let batches = run_stage(&mut SymbolizeConfig::default().build(None), decoded).unwrap();
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("p.json.gz");
-        let mut sink = Firefox::new(&path, None, None);
-        for b in &batches {
-            assert_eq!(sink.consume(b).unwrap(), Flow::Continue);
-        }
-        sink.finish().unwrap();
-        let mut text = String::new();
-        flate2::read::GzDecoder::new(std::fs::File::open(&path).unwrap())
-            .read_to_string(&mut text)
-            .unwrap();
+        let text = String::from_utf8(written_gz(Firefox::default(), MULTIPROC)).unwrap();
         let v: serde_json::Value = serde_json::from_str(&text).unwrap();
         // The processed format: meta with a version, threads with a samples table.
         assert!(

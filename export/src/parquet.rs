@@ -9,20 +9,24 @@
 //! |---|---|---|
 //! | `time` | `UInt64` | perf clock, ns |
 //! | `pid`, `tid`, `cpu` | `UInt32` | null when the sample has none |
-//! | `comm`, `event` | `Utf8` | the thread's name at the sample, the event's name |
+//! | `comm`, `event` | `Utf8` | the thread's name at the sample, the event's name ([`kit::event::name`]) |
 //! | `period` | `UInt64` | the sample's period (the fixed one with `-c`) |
 //! | `stack_id` | `UInt64` | the distinct stack (by frame addresses) in this file |
-//! | `stack` | `List<Struct<function: Utf8, dso: Utf8, build_id: Utf8?, address: UInt64, inlined: Boolean>>` | root first; `function` named as in folded stacks |
+//! | `stack` | `List<Struct<function: Utf8, dso: Utf8, build_id: Utf8?, address: UInt64, inlined: Boolean>>` | root first; `function` named as in folded stacks; never null, empty when the callchain holds only context markers |
 //!
 //! A directory output is a Hive-partitioned dataset, `DIR/host=HOST/date=YYYY-MM-DD/part-…`, with
-//! a new part every `--rotate` (a duration of wall-clock time or a size of written rows) and on
-//! SIGUSR2; each file is written under a temporary name and renamed when complete, so readers
-//! of the dataset never see half a file. Many hosts can write into one dataset (part names carry
-//! the host, the start time and the process id).
+//! a new part every `--rotate` (a duration of wall-clock time from the part's first row, or a size
+//! of written rows) and on SIGUSR2; each file is written under a temporary name and renamed when
+//! complete, so readers of the dataset never see half a file. The partition is the recording's,
+//! read from the stream: `host` is its HOSTNAME feature (this machine's name only for a stream
+//! without one), `date` the UTC day of its samples when the stream dates them (the CLOCK_DATA
+//! feature of `perf record -k CLOCKID`; a part never spans two days), else the day the part is
+//! written. Many hosts, or collectors, can write into one dataset: part names carry the start
+//! time, the writing machine and its process id.
 
 use std::fs::File;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
@@ -35,15 +39,15 @@ use arrow_array::{
 };
 use arrow_schema::{DataType, Field, Fields, Schema};
 use perfpipe_core::{Batch, Counter, Flow, Sink, StageError};
-use rayon::prelude::*;
-use rustc_hash::FxHashMap;
 
-use crate::folded::names::{frame_name, Naming};
 use perfpipe_core::spec::{
     parse_duration, parse_size, BuildCtx, Flag, FormatSpec, Kind, Options, StageOption,
 };
-use perfpipe_profile::symbolize::{resolve, Sources, Stacks};
-use perfpipe_stream::format::{RecordType, StreamInfo};
+use perfpipe_profile::kit::{
+    self, frame_name, Comms, Events, Join, NameSources, Naming, Request, StackTable,
+};
+use perfpipe_stream::format::features::{feature_record, feature_string, ClockData};
+use perfpipe_stream::format::{feature, RecordType, StreamInfo};
 use perfpipe_stream::Error;
 
 /// Rows per row group (and per batch handed to the writer).
@@ -104,30 +108,38 @@ struct Row {
 pub struct ParquetSink {
     target: Target,
     rotate: Rotate,
-    dump: Option<Arc<AtomicBool>>,
+    dump: Request,
     pool: Option<Arc<rayon::ThreadPool>>,
     schema: Arc<Schema>,
     open: Option<Part>,
     parts: u64,
     rows: Vec<Row>,
-    comms: Vec<String>,
-    comm_ids: FxHashMap<String, u32>,
-    events: Vec<String>,
-    event_ids: FxHashMap<u16, u32>,
-    stacks: FxHashMap<Arc<[u32]>, u32>,
-    stack_list: Vec<Arc<[u32]>>,
+    comms: Comms,
+    events: Events,
+    stacks: StackTable,
     /// Names of frames by frame id, filled as row groups need them.
     names: Vec<Option<Vec<Named>>>,
-    naming: Option<Sources>,
+    sources: NameSources,
     written: Counter,
     files: Counter,
+    /// The stream's HOSTNAME and CLOCK_DATA features, as their records arrive.
+    stream_host: Option<String>,
+    clock: Option<ClockData>,
+    /// The day (since the epoch, UTC) of the rows of the part being filled, for a dated stream.
+    day: Option<i64>,
+    /// When the first row of the part being filled arrived (what `--rotate DURATION` counts from).
+    since: Option<Instant>,
 }
 
 /// Where the rows go.
 #[derive(Clone, Debug)]
 enum Target {
     File(PathBuf),
-    Dataset { dir: PathBuf, host: String },
+    /// A dataset under `dir`, written by the machine `writer` (in the part names).
+    Dataset {
+        dir: PathBuf,
+        writer: String,
+    },
 }
 
 /// The file being written.
@@ -135,7 +147,6 @@ struct Part {
     writer: ArrowWriter<File>,
     tmp: PathBuf,
     path: PathBuf,
-    opened: Instant,
 }
 
 impl std::fmt::Debug for Part {
@@ -189,11 +200,21 @@ fn hostname() -> String {
         .unwrap_or_else(|_| "unknown".into())
 }
 
-/// `YYYY-MM-DD` of a time since the epoch (UTC), by the civil-from-days algorithm.
+/// Days since the epoch (UTC) of a time in ns since the epoch.
+fn day_of_ns(ns: u64) -> i64 {
+    (ns / 86_400_000_000_000) as i64
+}
+
+/// `YYYY-MM-DD` of a time since the epoch (UTC).
 fn date(t: SystemTime) -> String {
-    let days = t
+    let ns = t
         .duration_since(SystemTime::UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs() / 86_400) as i64;
+        .map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX));
+    day_date(day_of_ns(ns))
+}
+
+/// `YYYY-MM-DD` of a day since the epoch, by the civil-from-days algorithm.
+fn day_date(days: i64) -> String {
     let z = days + 719_468;
     let era = z.div_euclid(146_097);
     let doe = z.rem_euclid(146_097);
@@ -204,6 +225,26 @@ fn date(t: SystemTime) -> String {
     let m = if mp < 10 { mp + 3 } else { mp - 9 };
     let y = yoe + era * 400 + i64::from(m <= 2);
     format!("{y:04}-{m:02}-{d:02}")
+}
+
+/// A partition value as a directory name holds it: the characters Hive escapes (`/`, `=`, `%`,
+/// `:`, …, control characters) as `%XX`, which Spark and DuckDB decode; empty is Hive's null.
+fn partition_value(v: &str) -> String {
+    if v.is_empty() {
+        return "__HIVE_DEFAULT_PARTITION__".into();
+    }
+    let mut out = String::with_capacity(v.len());
+    for c in v.chars() {
+        if c.is_control() || "\"#%'*/:=?\\{[]^".contains(c) {
+            let mut b = [0; 4];
+            for byte in c.encode_utf8(&mut b).bytes() {
+                out.push_str(&format!("%{byte:02X}"));
+            }
+        } else {
+            out.push(c);
+        }
+    }
+    out
 }
 
 impl ParquetSink {
@@ -219,84 +260,93 @@ impl ParquetSink {
             target: if dataset {
                 Target::Dataset {
                     dir: path.to_path_buf(),
-                    host: hostname(),
+                    writer: hostname(),
                 }
             } else {
                 Target::File(path.to_path_buf())
             },
             rotate,
-            dump,
+            dump: Request::new(dump),
             pool,
             schema: schema(),
             open: None,
             parts: 0,
             rows: Vec::with_capacity(ROW_GROUP),
-            comms: Vec::new(),
-            comm_ids: FxHashMap::default(),
-            events: Vec::new(),
-            event_ids: FxHashMap::default(),
-            stacks: FxHashMap::default(),
-            stack_list: Vec::new(),
+            comms: Comms::default(),
+            events: Events::default(),
+            stacks: StackTable::default(),
             names: Vec::new(),
-            naming: None,
+            sources: NameSources::default(),
             written: Counter::new(),
             files: Counter::new(),
+            stream_host: None,
+            clock: None,
+            day: None,
+            since: None,
         }
     }
 
-    fn add_batch(&mut self, batch: &Batch) -> Result<(), Error> {
-        let (Some(stacks), Some(info)) = (batch.annotation::<Stacks>(), StreamInfo::of(batch))
-        else {
+    /// Takes in a HEADER_FEATURE record: the stream's hostname and clock reference. Another
+    /// hostname ends the part being filled (its rows are of the host before).
+    fn note_feature(&mut self, rec: &[u8], info: &StreamInfo) -> Result<(), Error> {
+        let Some((id, data)) = feature_record(rec, info.endian) else {
             return Ok(());
         };
-        if self.naming.is_none() {
-            self.naming = Some(stacks.sources());
-        }
-        let list = stacks.samples();
-        for span in batch
-            .spans
-            .iter()
-            .filter(|s| s.kind == RecordType::SAMPLE.0)
-        {
-            let Ok(i) = list.binary_search_by_key(&span.start, |s| s.start) else {
-                continue;
-            };
-            let s = &list[i];
-            let frames = stacks.frames(s);
-            let stack = match self.stacks.get(frames) {
-                Some(&id) => id,
-                None => {
-                    let id = self.stack_list.len() as u32;
-                    let shared: Arc<[u32]> = frames.into();
-                    self.stack_list.push(shared.clone());
-                    self.stacks.insert(shared, id);
-                    id
+        match id {
+            feature::HOSTNAME => {
+                let name = feature_string(data, info.endian)
+                    .filter(|h| !h.is_empty())
+                    .map(|h| String::from_utf8_lossy(h).into_owned());
+                let filling = !self.rows.is_empty() || self.open.is_some();
+                if filling && name.is_some() && self.stream_host != name {
+                    self.flush_rows()?;
+                    self.close_part()?;
                 }
-            };
-            let comm = s.comm_name();
-            let comm = match self.comm_ids.get(comm.as_ref()) {
-                Some(&c) => c,
-                None => {
-                    let c = self.comms.len() as u32;
-                    self.comms.push(comm.to_string());
-                    self.comm_ids.insert(comm.to_string(), c);
-                    c
-                }
-            };
-            let next = self.events.len() as u32;
-            let event = *self.event_ids.entry(s.attr).or_insert(next);
-            if event == next {
-                self.events.push(event_name(info, s.attr));
+                self.stream_host = name;
             }
+            feature::CLOCK_DATA => self.clock = ClockData::parse(data, info.endian),
+            _ => {}
+        }
+        Ok(())
+    }
+
+    fn add_batch(&mut self, batch: &Batch) -> Result<(), Error> {
+        let dataset = matches!(self.target, Target::Dataset { .. });
+        if let (true, Some(info)) = (dataset, StreamInfo::of(batch)) {
+            // A pipe's feature records come before its samples.
+            for span in &batch.spans {
+                if span.kind == RecordType::HEADER_FEATURE.0 {
+                    self.note_feature(batch.bytes(span), info)?;
+                }
+            }
+        }
+        let Some(mut join) = Join::of(batch) else {
+            return Ok(());
+        };
+        let (stacks, Some(info)) = (join.stacks(), join.info()) else {
+            return Ok(());
+        };
+        self.sources.observe(stacks);
+        for (_, s) in join.by_ref() {
+            if let (true, Some(clock)) = (dataset, self.clock) {
+                // A part holds one day: a sample of another day ends it.
+                let day = day_of_ns(clock.wall_ns(s.time));
+                if self.day.is_some_and(|d| d != day) {
+                    self.flush_rows()?;
+                    self.close_part()?;
+                }
+                self.day = Some(day);
+            }
+            self.since.get_or_insert_with(Instant::now);
             self.rows.push(Row {
                 time: s.time,
                 pid: s.pid,
                 tid: s.tid,
                 cpu: s.cpu,
-                comm,
-                event,
+                comm: self.comms.id(s),
+                event: self.events.id(info, s.attr),
                 period: s.period,
-                stack,
+                stack: self.stacks.id(stacks.frames(s)),
             });
             if self.rows.len() >= ROW_GROUP {
                 self.flush_rows()?;
@@ -307,39 +357,31 @@ impl ParquetSink {
 
     /// Names the frames the pending rows use and not named yet, on the pool.
     fn name_frames(&mut self) {
-        let Some(Sources {
-            symbols,
-            table,
-            dsos,
-            host_kernel: host,
-        }) = &self.naming
-        else {
+        let Some(namer) = self.sources.namer(self.pool.as_deref()) else {
             return;
         };
-        let frames = table.snapshot();
+        let frames = namer.frames();
         if self.names.len() < frames.len() {
             self.names.resize(frames.len(), None);
         }
         let mut want: Vec<u32> = Vec::new();
         let mut seen = vec![false; frames.len()];
         for r in &self.rows {
-            for &f in self.stack_list[r.stack as usize].iter() {
+            for &f in self.stacks.get(r.stack) {
                 let i = f as usize;
                 if self.names[i].is_none() && !std::mem::replace(&mut seen[i], true) {
                     want.push(f);
                 }
             }
         }
-        let name = |&f: &u32| -> (u32, Vec<Named>) {
-            let frame = &frames[f as usize];
-            let mut resolved = Vec::new();
-            resolve(symbols, *host, frame, &mut resolved);
-            let build_id = frame.query.dso.and_then(|d| {
-                let id = dsos.get(d).and_then(|i| i.build_id.map(|b| b.to_vec()));
-                id.or_else(|| symbols.build_id(d))
-                    .map(|b| Arc::from(b.iter().map(|x| format!("{x:02x}")).collect::<String>()))
-            });
-            let named = resolved
+        let dsos = &namer.sources().dsos;
+        let named: Vec<Vec<Named>> = namer.each(&want, |_, frame, resolved| {
+            let build_id = frame
+                .query
+                .dso
+                .and_then(|d| namer.build_id(d, dsos.get(d).as_ref()))
+                .map(Arc::from);
+            resolved
                 .iter()
                 .rev()
                 .map(|r| {
@@ -349,22 +391,13 @@ impl ParquetSink {
                         function,
                         dso: r.dso.clone(),
                         build_id: build_id.clone(),
-                        address: if frame.query.dso.is_some() {
-                            frame.query.rel
-                        } else {
-                            frame.query.ip
-                        },
+                        address: kit::names::address(frame),
                         inlined: r.inlined,
                     }
                 })
-                .collect();
-            (f, named)
-        };
-        let named: Vec<(u32, Vec<Named>)> = match &self.pool {
-            Some(p) => p.install(|| want.par_iter().map(name).collect()),
-            None => want.iter().map(name).collect(),
-        };
-        for (f, n) in named {
+                .collect()
+        });
+        for (f, n) in want.into_iter().zip(named) {
             self.names[f as usize] = Some(n);
         }
     }
@@ -396,12 +429,12 @@ impl ParquetSink {
             pid.append_option(opt(r.pid));
             tid.append_option(opt(r.tid));
             cpu.append_option(opt(r.cpu));
-            comm.append_value(&self.comms[r.comm as usize]);
-            event.append_value(&self.events[r.event as usize]);
+            comm.append_value(self.comms.name(r.comm));
+            event.append_value(&self.events.get(r.event).name);
             period.append_value(r.period);
             stack_id.append_value(u64::from(r.stack));
             // Root first: the stack's ids are innermost first.
-            for &f in self.stack_list[r.stack as usize].iter().rev() {
+            for &f in self.stacks.get(r.stack).iter().rev() {
                 for nm in self.names[f as usize].iter().flatten() {
                     function.append_value(&nm.function);
                     dso.append_value(&nm.dso);
@@ -454,16 +487,19 @@ impl ParquetSink {
             let now = SystemTime::now();
             let path = match &self.target {
                 Target::File(p) => p.clone(),
-                Target::Dataset { dir, host } => {
+                Target::Dataset { dir, writer } => {
+                    let host = self.stream_host.clone().unwrap_or_else(|| writer.clone());
+                    let day = self.day.map_or_else(|| date(now), day_date);
                     let d = dir
-                        .join(format!("host={host}"))
-                        .join(format!("date={}", date(now)));
+                        .join(format!("host={}", partition_value(&host)))
+                        .join(format!("date={day}"));
                     std::fs::create_dir_all(&d).map_err(|e| io("create", &d, e))?;
                     let secs = now
                         .duration_since(SystemTime::UNIX_EPOCH)
                         .map_or(0, |d| d.as_secs());
                     d.join(format!(
-                        "part-{secs}-{host}-{}-{}.parquet",
+                        "part-{secs}-{}-{}-{}.parquet",
+                        partition_value(writer),
                         std::process::id(),
                         self.parts
                     ))
@@ -481,12 +517,7 @@ impl ParquetSink {
             let writer = ArrowWriter::try_new(file, self.schema.clone(), Some(props))
                 .map_err(|e| pq(&tmp, e))?;
             self.parts += 1;
-            self.open = Some(Part {
-                writer,
-                tmp,
-                path,
-                opened: Instant::now(),
-            });
+            self.open = Some(Part { writer, tmp, path });
         }
         Ok(self.open.as_mut().expect("opened"))
     }
@@ -505,8 +536,10 @@ impl ParquetSink {
         self.rows.clear();
         self.written.add(n);
         let due = match (self.rotate, &self.open) {
-            (Rotate::Every(d), Some(p)) => p.opened.elapsed() >= d,
-            (Rotate::Size(s), Some(p)) => p.writer.bytes_written() as u64 >= s,
+            (Rotate::Every(d), Some(_)) => self.since.is_some_and(|t| t.elapsed() >= d),
+            (Rotate::Size(s), Some(p)) => {
+                (p.writer.bytes_written() + p.writer.in_progress_size()) as u64 >= s
+            }
             _ => false,
         };
         if due {
@@ -517,6 +550,7 @@ impl ParquetSink {
 
     /// Finishes the open file and renames it to its name.
     fn close_part(&mut self) -> Result<(), Error> {
+        self.since = None;
         let Some(part) = self.open.take() else {
             return Ok(());
         };
@@ -536,29 +570,19 @@ impl ParquetSink {
     }
 }
 
-/// The event's name for the `event` column.
-fn event_name(info: &StreamInfo, attr: u16) -> String {
-    match info.attr(attr).map(|a| (a.type_, a.config)) {
-        Some((1, 0)) => "cpu-clock".into(),
-        Some((1, 1)) => "task-clock".into(),
-        Some((0, 0)) => "cycles".into(),
-        Some((0, 1)) => "instructions".into(),
-        Some((t, c)) => format!("type{t}-config{c:#x}"),
-        None => format!("event{attr}"),
-    }
-}
-
 impl Sink for ParquetSink {
     fn consume(&mut self, batch: &Batch) -> Result<Flow, StageError> {
         self.add_batch(batch)?;
-        let asked = self
-            .dump
-            .as_ref()
-            .is_some_and(|d| d.swap(false, Ordering::SeqCst));
-        let timed = matches!((self.rotate, &self.open), (Rotate::Every(d), Some(p)) if p.opened.elapsed() >= d);
-        if (asked || timed) && matches!(self.target, Target::Dataset { .. }) {
-            self.flush_rows()?;
-            self.close_part()?;
+        let asked = self.dump.take();
+        if matches!(self.target, Target::Dataset { .. }) {
+            let timed = matches!((self.rotate, self.since), (Rotate::Every(d), Some(t)) if t.elapsed() >= d);
+            if asked || timed {
+                self.flush_rows()?;
+                self.close_part()?;
+            } else if matches!(self.rotate, Rotate::Size(_)) {
+                // The size counts the rows the writer holds: hand it this batch's.
+                self.flush_rows()?;
+            }
         }
         Ok(Flow::Continue)
     }
@@ -646,22 +670,21 @@ fn build_sink(
 
 #[cfg(test)]
 mod tests {
+    use std::sync::atomic::Ordering;
+
     use ::parquet::file::reader::{FileReader, SerializedFileReader};
-    use perfpipe_core::harness::{raw_batches, run_stage};
 
     use super::*;
-    use perfpipe_profile::symbolize::SymbolizeConfig;
-    use perfpipe_stream::decode::DecodeConfig;
+    use crate::test_support::symbolized;
 
     const MULTIPROC: &[u8] = include_bytes!("../../tests/fixtures/multiproc.pipe.data");
 
     fn batches() -> Vec<Batch> {
-        let decoded = run_stage(
-            &mut DecodeConfig::default().build(),
-            raw_batches(MULTIPROC, &[16 << 10; 16], 0),
-        )
-        .unwrap();
-        let out = run_stage(&mut SymbolizeConfig::default().build(None), decoded).unwrap();
+        batches_of(MULTIPROC)
+    }
+
+    fn batches_of(stream: &[u8]) -> Vec<Batch> {
+        let out = symbolized(stream, 16 << 10);
         assert!(out.len() > 2);
         out
     }
@@ -740,6 +763,163 @@ mod tests {
         assert_eq!((rows, files), (1664, 2), "SIGUSR2 starts a new part");
     }
 
+    /// The fixture with its HOSTNAME and CLOCK_DATA feature records replaced by `features`, put
+    /// where the first kernel record was.
+    fn with_features(features: &[(u32, Vec<u8>)]) -> Vec<u8> {
+        use perfpipe_stream::format::{build, Endian};
+        let e = Endian::Little;
+        let mut out = MULTIPROC[..16].to_vec();
+        let mut put = false;
+        let mut at = 16;
+        while at < MULTIPROC.len() {
+            let rec = &MULTIPROC[at..];
+            let size = usize::from(e.u16(rec, 6).unwrap());
+            let kind = e.u32(rec, 0).unwrap();
+            at += size;
+            if kind < 64 && !put {
+                for (id, data) in features {
+                    build::feature(&mut out, e, *id, data);
+                }
+                put = true;
+            }
+            let id = feature_record(&rec[..size], e).map(|(id, _)| id);
+            if kind == RecordType::HEADER_FEATURE.0
+                && matches!(id, Some(feature::HOSTNAME | feature::CLOCK_DATA))
+            {
+                continue;
+            }
+            out.extend_from_slice(&rec[..size]);
+        }
+        out
+    }
+
+    /// `(host=…/date=… directory, rows)` of every part of a dataset, sorted.
+    fn parts(dir: &Path) -> Vec<(String, i64)> {
+        let mut out = Vec::new();
+        for host in std::fs::read_dir(dir).unwrap() {
+            let host = host.unwrap().path();
+            for day in std::fs::read_dir(&host).unwrap() {
+                let day = day.unwrap().path();
+                for f in std::fs::read_dir(&day).unwrap() {
+                    let f = f.unwrap().path();
+                    let r = SerializedFileReader::new(File::open(&f).unwrap()).unwrap();
+                    let name = day
+                        .strip_prefix(dir)
+                        .unwrap()
+                        .to_string_lossy()
+                        .into_owned();
+                    out.push((name, r.metadata().file_metadata().num_rows()));
+                }
+            }
+        }
+        out.sort();
+        out
+    }
+
+    fn write_dataset(dir: &Path, batches: &[Batch], rotate: Rotate) {
+        let mut sink = ParquetSink::new(dir, true, rotate, None, None);
+        for b in batches {
+            assert_eq!(sink.consume(b).unwrap(), Flow::Continue);
+        }
+        sink.finish().unwrap();
+    }
+
+    /// The partition is the recording's: its HOSTNAME (escaped as Hive escapes), the UTC day of
+    /// each sample by its CLOCK_DATA (a part never spans midnight); without them, this machine's
+    /// name and the day written.
+    #[test]
+    fn partitions_come_from_the_stream() {
+        let e = perfpipe_stream::format::Endian::Little;
+        let times: Vec<u64> = batches()
+            .iter()
+            .filter_map(|b| b.annotation::<Stacks>())
+            .flat_map(|s| s.samples().iter().map(|x| x.time).collect::<Vec<_>>())
+            .collect();
+        assert_eq!(times.len(), 1664);
+        // Midnight, 2021-03-05 UTC, falls on the 1000th sample.
+        let midnight = 18_691 * 86_400 * 1_000_000_000;
+        let clock = ClockData {
+            version: 1,
+            clockid: 1,
+            tod_ns: midnight,
+            clockid_ns: times[1000],
+        };
+        let before = times.iter().filter(|&&t| t < times[1000]).count() as i64;
+        let mut name = 16u32.to_le_bytes().to_vec();
+        name.extend_from_slice(b"db/1:other\0\0\0\0\0\0");
+        let stream = with_features(&[
+            (feature::HOSTNAME, name),
+            (feature::CLOCK_DATA, clock.to_bytes(e)),
+        ]);
+        let dir = tempfile::tempdir().unwrap();
+        write_dataset(dir.path(), &batches_of(&stream), Rotate::Never);
+        // A pipe's samples are in time order only per CPU: around midnight a day may come back,
+        // with a part of its own each time.
+        let mut rows = std::collections::BTreeMap::<String, i64>::new();
+        for (partition, n) in parts(dir.path()) {
+            *rows.entry(partition).or_default() += n;
+        }
+        assert_eq!(
+            rows.into_iter().collect::<Vec<_>>(),
+            [
+                ("host=db%2F1%3Aother/date=2021-03-04".to_string(), before),
+                (
+                    "host=db%2F1%3Aother/date=2021-03-05".to_string(),
+                    1664 - before
+                ),
+            ]
+        );
+
+        let bare = with_features(&[]);
+        let dir = tempfile::tempdir().unwrap();
+        let t0 = date(SystemTime::now());
+        write_dataset(dir.path(), &batches_of(&bare), Rotate::Never);
+        let got = parts(dir.path());
+        let t1 = date(SystemTime::now());
+        let host = partition_value(&hostname());
+        assert_eq!(got.len(), 1, "{got:?}");
+        assert!(
+            [t0, t1]
+                .iter()
+                .any(|d| got[0].0 == format!("host={host}/date={d}")),
+            "{got:?}"
+        );
+        assert_eq!(got[0].1, 1664);
+    }
+
+    /// `--rotate SIZE` counts the rows the writer holds, so a small stream makes parts too;
+    /// `--rotate DURATION` counts from the part's first row.
+    #[test]
+    fn rotation_makes_parts_of_small_streams() {
+        let bs = batches();
+        let dir = tempfile::tempdir().unwrap();
+        write_dataset(dir.path(), &bs, Rotate::Size(1));
+        let got = parts(dir.path());
+        let with_rows = bs
+            .iter()
+            .filter(|b| {
+                b.annotation::<Stacks>()
+                    .is_some_and(|s| !s.samples().is_empty())
+            })
+            .count();
+        assert_eq!(got.len(), with_rows, "a part per batch with samples");
+        assert_eq!(got.iter().map(|p| p.1).sum::<i64>(), 1664);
+
+        let dir = tempfile::tempdir().unwrap();
+        write_dataset(dir.path(), &bs, Rotate::Every(Duration::ZERO));
+        let got = parts(dir.path());
+        assert!(got.len() > 1, "{got:?}");
+        assert_eq!(got.iter().map(|p| p.1).sum::<i64>(), 1664);
+    }
+
+    #[test]
+    fn partition_values_are_escaped_as_hive_does() {
+        assert_eq!(partition_value("web-01.example"), "web-01.example");
+        assert_eq!(partition_value("a/b=c%"), "a%2Fb%3Dc%25");
+        assert_eq!(partition_value("x\ny"), "x%0Ay");
+        assert_eq!(partition_value(""), "__HIVE_DEFAULT_PARTITION__");
+    }
+
     #[test]
     fn rotation_and_dates_parse() {
         assert_eq!(
@@ -749,6 +929,7 @@ mod tests {
         assert_eq!(Rotate::parse("256M"), Ok(Rotate::Size(256 << 20)));
         assert!(Rotate::parse("soon").is_err());
         assert_eq!(date(SystemTime::UNIX_EPOCH), "1970-01-01");
+        assert_eq!(day_date(18_691), "2021-03-05");
         assert_eq!(
             date(SystemTime::UNIX_EPOCH + Duration::from_secs(1_795_000_000)),
             "2026-11-18"

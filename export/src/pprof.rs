@@ -18,23 +18,20 @@
 //!   perf's clock.
 //!
 //! Like the folded sink it keeps distinct keys only (memory grows with them, not with samples),
-//! names each frame once when it writes, writes at end of input and on SIGUSR2, atomically.
+//! names each frame once when it writes, writes at end of input and on SIGUSR2, atomically (a
+//! [`SnapshotSink`]); events are named by the kit's rule ([`perfpipe_profile::kit::event`]).
 
 use std::io::Write;
-use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
 
-use perfpipe_core::{Batch, Counter, Flow, Sink, StageError};
+use perfpipe_core::{Batch, Counter};
 use prost::Message;
-use rayon::prelude::*;
 use rustc_hash::FxHashMap;
 
-use perfpipe_core::spec::{BuildCtx, Flag, FormatSpec, Options};
-use perfpipe_profile::symbolize::{resolve, Frame, Resolved, Sources, Stacks};
-use perfpipe_stream::format::{RecordType, StreamInfo};
-use perfpipe_stream::write::atomic::write_file;
-use perfpipe_stream::Error;
+use perfpipe_core::spec::{Flag, FormatSpec};
+use perfpipe_profile::kit::{
+    self, Comms, Events, Join, NameSources, Profile, SnapshotSink, StackTable,
+};
+use perfpipe_profile::symbolize::Resolved;
 
 /// The messages of `profile.proto` that perfpipe writes, field numbers as upstream's.
 pub mod proto {
@@ -221,120 +218,39 @@ impl Strings {
     }
 }
 
-/// The event name and period unit of an attr, for its sample types.
-fn event_of(info: &StreamInfo, attr: u16) -> (String, &'static str) {
-    let Some(a) = info.attr(attr) else {
-        return (format!("event{attr}"), "count");
-    };
-    // PERF_TYPE_SOFTWARE: cpu-clock (0) and task-clock (1) count nanoseconds.
-    match (a.type_, a.config) {
-        (1, 0) => ("cpu-clock".into(), "nanoseconds"),
-        (1, 1) => ("task-clock".into(), "nanoseconds"),
-        (0, 0) => ("cycles".into(), "count"),
-        (0, 1) => ("instructions".into(), "count"),
-        (t, c) => (format!("event{attr}-type{t}-config{c:#x}"), "count"),
-    }
-}
-
-/// The sink of a pprof profile.
-#[derive(Debug)]
+/// A pprof profile of the samples so far.
+#[derive(Debug, Default)]
 pub struct Pprof {
-    path: PathBuf,
-    dump: Option<Arc<AtomicBool>>,
-    pool: Option<Arc<rayon::ThreadPool>>,
     /// `[attr, comm, pid, tid, cpu, stack]` → (samples, period).
     samples: FxHashMap<[u32; 6], (u64, u64)>,
-    /// Distinct stacks (frame ids, leaf first) by id.
-    stacks: FxHashMap<Arc<[u32]>, u32>,
-    stack_list: Vec<Arc<[u32]>>,
-    comms: Vec<String>,
-    comm_ids: FxHashMap<String, u32>,
-    /// Events by attr index, in the order their samples first came.
-    events: Vec<(u16, String, &'static str)>,
-    symbols: Option<Sources>,
+    stacks: StackTable,
+    comms: Comms,
+    events: Events,
+    sources: NameSources,
     first_time: Option<u64>,
     last_time: u64,
     counted: Counter,
     distinct: Counter,
     distinct_stacks: Counter,
-    snapshots: Counter,
 }
 
-impl Pprof {
-    /// A sink writing to `path` (`-`: standard output); names resolved on `pool`; `dump` is a
-    /// snapshot request's flag.
-    pub fn new(
-        path: &Path,
-        dump: Option<Arc<AtomicBool>>,
-        pool: Option<Arc<rayon::ThreadPool>>,
-    ) -> Pprof {
-        Pprof {
-            path: path.to_path_buf(),
-            dump,
-            pool,
-            samples: FxHashMap::default(),
-            stacks: FxHashMap::default(),
-            stack_list: Vec::new(),
-            comms: Vec::new(),
-            comm_ids: FxHashMap::default(),
-            events: Vec::new(),
-            symbols: None,
-            first_time: None,
-            last_time: 0,
-            counted: Counter::new(),
-            distinct: Counter::new(),
-            distinct_stacks: Counter::new(),
-            snapshots: Counter::new(),
-        }
-    }
+/// The sink of a pprof profile.
+pub type PprofSink = SnapshotSink<Pprof>;
 
-    fn add_batch(&mut self, batch: &Batch) {
-        let (Some(stacks), Some(info)) = (batch.annotation::<Stacks>(), StreamInfo::of(batch))
-        else {
+impl Profile for Pprof {
+    fn add(&mut self, batch: &Batch) {
+        let Some(mut join) = Join::of(batch) else {
             return;
         };
-        if self.symbols.is_none() {
-            self.symbols = Some(stacks.sources());
-        }
-        if let Some(s) = &mut self.symbols {
-            s.host_kernel = stacks.host_kernel;
-        }
-        let list = stacks.samples();
+        let (stacks, Some(info)) = (join.stacks(), join.info()) else {
+            return;
+        };
+        self.sources.observe(stacks);
         let mut counted = 0;
-        for span in batch
-            .spans
-            .iter()
-            .filter(|s| s.kind == RecordType::SAMPLE.0)
-        {
-            let Ok(i) = list.binary_search_by_key(&span.start, |s| s.start) else {
-                continue;
-            };
-            let s = &list[i];
-            if !self.events.iter().any(|e| e.0 == s.attr) {
-                let (name, unit) = event_of(info, s.attr);
-                self.events.push((s.attr, name, unit));
-            }
-            let comm = s.comm_name();
-            let comm = match self.comm_ids.get(comm.as_ref()) {
-                Some(&c) => c,
-                None => {
-                    let c = self.comms.len() as u32;
-                    self.comms.push(comm.to_string());
-                    self.comm_ids.insert(comm.to_string(), c);
-                    c
-                }
-            };
-            let frames = stacks.frames(s);
-            let stack = match self.stacks.get(frames) {
-                Some(&id) => id,
-                None => {
-                    let id = self.stack_list.len() as u32;
-                    let shared: Arc<[u32]> = frames.into();
-                    self.stack_list.push(shared.clone());
-                    self.stacks.insert(shared, id);
-                    id
-                }
-            };
+        for (_, s) in join.by_ref() {
+            self.events.id(info, s.attr);
+            let comm = self.comms.id(s);
+            let stack = self.stacks.id(stacks.frames(s));
             let v = self
                 .samples
                 .entry([u32::from(s.attr), comm, s.pid, s.tid, s.cpu, stack])
@@ -350,11 +266,30 @@ impl Pprof {
         self.counted.add(counted);
     }
 
+    fn write(&self, pool: Option<&rayon::ThreadPool>, out: &mut dyn Write) -> std::io::Result<()> {
+        crate::gzip(out, |w| self.encode(pool, w))
+    }
+
+    fn finish(&mut self) {
+        self.distinct.set_once(self.samples.len() as u64);
+        self.distinct_stacks.set_once(self.stacks.len() as u64);
+    }
+
+    fn counters(&self) -> Vec<(&'static str, Counter)> {
+        vec![
+            ("samples", self.counted.clone()),
+            ("profile_samples", self.distinct.clone()),
+            ("stacks", self.distinct_stacks.clone()),
+        ]
+    }
+}
+
+impl Pprof {
     /// The profile so far without its samples, and the strings of their labels.
-    fn profile_head(&self) -> (proto::Profile, Labels) {
+    fn profile_head(&self, pool: Option<&rayon::ThreadPool>) -> (proto::Profile, Labels) {
         let mut strings = Strings::new();
         let mut p = proto::Profile::default();
-        for (_, name, unit) in &self.events {
+        for kit::Event { name, unit, .. } in self.events.list() {
             p.sample_type.push(proto::ValueType {
                 r#type: strings.get(&format!("{name}_samples")),
                 unit: strings.get("count"),
@@ -364,7 +299,7 @@ impl Pprof {
                 unit: strings.get(unit),
             });
         }
-        if let Some((_, name, unit)) = self.events.first() {
+        if let Some(kit::Event { name, unit, .. }) = self.events.list().first() {
             p.period_type = Some(proto::ValueType {
                 r#type: strings.get(name),
                 unit: strings.get(unit),
@@ -373,13 +308,7 @@ impl Pprof {
         }
         p.time_nanos = self.first_time.unwrap_or(0) as i64;
         p.duration_nanos = self.last_time.saturating_sub(self.first_time.unwrap_or(0)) as i64;
-        let Some(Sources {
-            symbols,
-            table,
-            dsos,
-            host_kernel: host,
-        }) = &self.symbols
-        else {
+        let Some(namer) = self.sources.namer(pool) else {
             let keys = ["comm", "pid", "tid", "cpu"].map(|k| strings.get(k));
             p.string_table = strings.table;
             return (
@@ -390,29 +319,14 @@ impl Pprof {
                 },
             );
         };
-        let frames = table.snapshot();
-        let mut used = vec![false; frames.len()];
-        for stack in &self.stack_list {
-            for &f in stack.iter() {
-                used[f as usize] = true;
-            }
-        }
-        let name = |(i, f): (usize, &Frame)| -> Vec<Resolved> {
-            let mut r = Vec::new();
-            if used[i] {
-                resolve(symbols, *host, f, &mut r);
-            }
-            r
-        };
-        let resolved: Vec<Vec<Resolved>> = match &self.pool {
-            Some(pool) => pool.install(|| frames.par_iter().enumerate().map(name).collect()),
-            None => frames.iter().enumerate().map(name).collect(),
-        };
+        let used = self.stacks.used_frames();
+        let resolved: Vec<Vec<Resolved>> = namer.each_used(&used, |_, r| r);
+        let (symbols, dsos) = (&namer.sources().symbols, &namer.sources().dsos);
         // Mappings: one per dso, id = dso id + 1; one more for unmapped addresses.
         let mut mapping_of: FxHashMap<Option<u32>, u64> = FxHashMap::default();
         let mut functions: FxHashMap<(i64, i64), u64> = FxHashMap::default();
-        for (i, f) in frames.iter().enumerate() {
-            if !used[i] {
+        for (i, f) in namer.frames().iter().enumerate() {
+            if !used.contains(i as u32) {
                 continue;
             }
             let dso = f.query.dso.map(|d| d.0);
@@ -421,16 +335,9 @@ impl Pprof {
                 let info = f.query.dso.and_then(|d| Some((d, dsos.get(d)?)));
                 let (file, build_id) = match &info {
                     Some((id, d)) => {
-                        // The stream's id, else the file's own (as perf reads it).
-                        let bid = d.build_id.as_ref().map(|b| b.to_vec());
-                        let bid = bid.or_else(|| symbols.build_id(*id));
-                        (
-                            strings.get(&d.name),
-                            bid.map_or(0, |b| {
-                                strings
-                                    .get(&b.iter().map(|x| format!("{x:02x}")).collect::<String>())
-                            }),
-                        )
+                        let file = strings.get(&d.name);
+                        let build_id = namer.build_id(*id, Some(d));
+                        (file, build_id.map_or(0, |b| strings.get(&b)))
                     }
                     None => (strings.get("[unknown]"), 0),
                 };
@@ -466,32 +373,26 @@ impl Pprof {
                     line: 0,
                 });
             }
-            let address = if f.query.dso.is_some() {
-                f.query.rel
-            } else {
-                f.query.ip
-            };
             p.location.push(proto::Location {
                 id: i as u64 + 1,
                 mapping_id,
-                address,
+                address: kit::names::address(f),
                 line,
             });
         }
         let keys = ["comm", "pid", "tid", "cpu"].map(|k| strings.get(k));
-        let comms = self.comms.iter().map(|c| strings.get(c)).collect();
+        let comms = self.comms.names().iter().map(|c| strings.get(c)).collect();
         p.string_table = strings.table;
         (p, Labels { keys, comms })
     }
 
     /// One sample of the profile.
     fn sample(&self, key: &[u32; 6], count: u64, period: u64, labels: &Labels) -> proto::Sample {
-        let ev = self
-            .events
-            .iter()
-            .position(|e| u32::from(e.0) == key[0])
-            .unwrap_or(0);
-        let mut value = vec![0i64; 2 * self.events.len().max(1)];
+        let ev = u16::try_from(key[0])
+            .ok()
+            .and_then(|attr| self.events.of_attr(attr))
+            .unwrap_or(0) as usize;
+        let mut value = vec![0i64; 2 * self.events.list().len().max(1)];
         value[2 * ev] = count as i64;
         value[2 * ev + 1] = period as i64;
         let mut label = vec![proto::Label {
@@ -509,7 +410,9 @@ impl Pprof {
             }
         }
         proto::Sample {
-            location_id: self.stack_list[key[5] as usize]
+            location_id: self
+                .stacks
+                .get(key[5])
                 .iter()
                 .map(|&f| u64::from(f) + 1)
                 .collect(),
@@ -521,8 +424,12 @@ impl Pprof {
     /// Encodes the profile: everything but the samples as one message, then each sample as a
     /// field of its own (a protobuf message is the concatenation of its fields), so the samples
     /// are never all held encoded or decoded at once.
-    pub fn encode(&self, out: &mut dyn Write) -> std::io::Result<()> {
-        let (head, labels) = self.profile_head();
+    pub fn encode(
+        &self,
+        pool: Option<&rayon::ThreadPool>,
+        out: &mut dyn Write,
+    ) -> std::io::Result<()> {
+        let (head, labels) = self.profile_head(pool);
         out.write_all(&head.encode_to_vec())?;
         let mut buf = Vec::new();
         for (key, &(count, period)) in &self.samples {
@@ -536,18 +443,6 @@ impl Pprof {
         }
         Ok(())
     }
-
-    fn write(&self) -> Result<(), Error> {
-        write_file(&self.path, |w| {
-            let gz = flate2::write::GzEncoder::new(w, flate2::Compression::default());
-            let mut buf = std::io::BufWriter::with_capacity(1 << 20, gz);
-            self.encode(&mut buf)?;
-            buf.into_inner()
-                .map_err(|e| e.into_error())?
-                .finish()
-                .map(|_| ())
-        })
-    }
 }
 
 /// The string indices of the labels' keys and of each comm.
@@ -556,95 +451,27 @@ struct Labels {
     comms: Vec<i64>,
 }
 
-impl Sink for Pprof {
-    fn consume(&mut self, batch: &Batch) -> Result<Flow, StageError> {
-        self.add_batch(batch);
-        if self
-            .dump
-            .as_ref()
-            .is_some_and(|d| d.swap(false, Ordering::SeqCst))
-        {
-            self.write()?;
-            self.snapshots.add(1);
-        }
-        Ok(Flow::Continue)
-    }
-
-    fn finish(&mut self) -> Result<(), StageError> {
-        self.distinct.set_once(self.samples.len() as u64);
-        self.distinct_stacks.set_once(self.stack_list.len() as u64);
-        self.write()?;
-        Ok(())
-    }
-
-    fn counters(&self) -> Vec<(&'static str, Counter)> {
-        vec![
-            ("samples", self.counted.clone()),
-            ("profile_samples", self.distinct.clone()),
-            ("stacks", self.distinct_stacks.clone()),
-            ("snapshots", self.snapshots.clone()),
-        ]
-    }
-}
-
 /// How the command line offers the format.
-pub const SPEC: FormatSpec = FormatSpec {
-    name: "pprof",
-    help: "a pprof profile (gzip'd profile.proto) for go tool pprof, Pyroscope, Parca: mappings with build ids, labels comm/pid/tid/cpu",
-    extensions: &["pb.gz", "pprof"],
-    flags: &[Flag::stage(
+pub const SPEC: FormatSpec = kit::snapshot::format::<Pprof>(
+    "pprof",
+    "a pprof profile (gzip'd profile.proto) for go tool pprof, Pyroscope, Parca: mappings with build ids, labels comm/pid/tid/cpu",
+    &["pb.gz", "pprof"],
+    &[Flag::stage(
         "pprof",
         "write a pprof profile (what -o FILE.pb.gz chooses)",
     )],
-    options: &[],
-    needs: &["symbolize"],
-    sets: perfpipe_core::spec::no_settings,
-    build: build_sink,
-};
-
-fn build_sink(
-    ctx: &BuildCtx,
-    _: &Options,
-    path: &Path,
-) -> Result<Box<dyn Sink>, perfpipe_core::StageError> {
-    Ok(Box::new(Pprof::new(
-        path,
-        Some(ctx.requests.subscribe(perfpipe_core::DUMP)),
-        Some(ctx.workers.pool()?),
-    )))
-}
+);
 
 #[cfg(test)]
 mod tests {
-    use std::io::Read;
-
-    use perfpipe_core::harness::{raw_batches, run_stage};
-
     use super::*;
-    use perfpipe_profile::symbolize::SymbolizeConfig;
-    use perfpipe_stream::decode::DecodeConfig;
+    use crate::test_support::written_gz;
 
     const MULTIPROC: &[u8] = include_bytes!("../../tests/fixtures/multiproc.pipe.data");
 
     #[test]
     fn the_profile_counts_every_sample_and_decodes_as_profile_proto() {
-        let decoded = run_stage(
-            &mut DecodeConfig::default().build(),
-            raw_batches(MULTIPROC, &[MULTIPROC.len()], 0),
-        )
-        .unwrap();
-        let batches = run_stage(&mut SymbolizeConfig::default().build(None), decoded).unwrap();
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("cpu.pb.gz");
-        let mut sink = Pprof::new(&path, None, None);
-        for b in &batches {
-            assert_eq!(sink.consume(b).unwrap(), Flow::Continue);
-        }
-        sink.finish().unwrap();
-        let mut raw = Vec::new();
-        flate2::read::GzDecoder::new(std::fs::File::open(&path).unwrap())
-            .read_to_end(&mut raw)
-            .unwrap();
+        let raw = written_gz(Pprof::default(), MULTIPROC);
         let p = proto::Profile::decode(&raw[..]).unwrap();
         let s = |i: i64| p.string_table[i as usize].as_str();
         assert_eq!(s(0), "");

@@ -15,6 +15,8 @@
 //!   record type, taking the same structs the views return;
 //! - [`header`]: the file-mode header ([`FileHeader`]), its attrs, features and build-id table,
 //!   read and written in one place;
+//! - [`features`]: what is read of a feature section, in a file or a pipe's HEADER_FEATURE record
+//!   (a string feature such as HOSTNAME; [`ClockData`](features::ClockData), which dates samples);
 //! - [`tracing`]: the tracing data of tracepoint recordings, and each tracepoint's fields by name.
 //!
 //! Build a record, then read it back:
@@ -54,6 +56,7 @@ mod attr;
 pub mod build;
 mod constants;
 mod endian;
+pub mod features;
 pub mod header;
 mod record;
 mod table;

@@ -8,12 +8,15 @@
 //!   them to its batch as [`symbolize::Stacks`], the annotation every profile output reads.
 //! - [`unwind`]: the stage that unwinds `--call-graph dwarf` samples (DWARF CFI, with `framehop`)
 //!   into frame-pointer-style callchains.
+//! - [`kit`]: what every profile output is built from: samples joined with their stacks,
+//!   interners, frames named on the pool, one event-naming rule, the snapshot-writing sink.
 //!
 //! The profile outputs themselves (folded stacks, flame graphs, pprof, Firefox, Parquet) are the
-//! `perfpipe-export` crate.
+//! `perfpipe-export` crate, each a schema or message layout over the [`kit`].
 
 #![deny(missing_docs)]
 
+pub mod kit;
 pub mod symbolize;
 
 /// Most bytes of batches a profile stage holds back while it waits for records that belong

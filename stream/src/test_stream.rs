@@ -1,5 +1,6 @@
-//! Synthetic perf pipe-mode streams, for benchmarks and tests: a pipe header, one cpu-clock attr
-//! (`IP|TID|TIME|ID|CPU|PERIOD|CALLCHAIN`, `sample_id_all`), then whatever records the caller adds,
+//! Synthetic perf pipe-mode streams, for benchmarks and tests: a pipe header, one attr
+//! (`IP|TID|TIME|ID|CPU|PERIOD|CALLCHAIN`, `sample_id_all`; cpu-clock unless
+//! [`SynthStream::with_event`] names another event), then whatever records the caller adds,
 //! laid out as `perf record -o -` lays them out (sample-id trailers included), so that `perf script`
 //! reads the result. [`decoded`] frames any stream as `decode` does, for tests of later stages.
 
@@ -39,6 +40,12 @@ impl Default for SynthStream {
 impl SynthStream {
     /// A little-endian stream with its header and attr.
     pub fn new() -> SynthStream {
+        SynthStream::with_event(1, 0)
+    }
+
+    /// The same stream with another event: the attr's `type` and `config` (`new` is cpu-clock,
+    /// software 0).
+    pub fn with_event(type_: u32, config: u64) -> SynthStream {
         let e = Endian::Little;
         let mut s = SynthStream {
             buf: Vec::with_capacity(1 << 20),
@@ -47,9 +54,9 @@ impl SynthStream {
         s.buf.extend_from_slice(&PIPE_MAGIC.to_le_bytes());
         s.buf.extend_from_slice(&16u64.to_le_bytes());
         let mut attr = vec![0u8; 128];
-        attr[0..4].copy_from_slice(&1u32.to_le_bytes()); // PERF_TYPE_SOFTWARE
+        attr[0..4].copy_from_slice(&type_.to_le_bytes());
         attr[4..8].copy_from_slice(&128u32.to_le_bytes()); // size
-        attr[8..16].copy_from_slice(&0u64.to_le_bytes()); // PERF_COUNT_SW_CPU_CLOCK
+        attr[8..16].copy_from_slice(&config.to_le_bytes());
         attr[16..24].copy_from_slice(&20_000u64.to_le_bytes()); // sample_period
         attr[24..32].copy_from_slice(&SAMPLE_TYPE.to_le_bytes());
         // disabled, mmap, comm, task, sample_id_all, mmap2, comm_exec
@@ -205,6 +212,27 @@ pub fn workload(target: usize) -> Vec<u8> {
     s.into_bytes()
 }
 
+/// `stream` decoded into framed batches of about `chunk` input bytes each, as the `read` and
+/// `decode` stages would give them to the next stage.
+///
+/// # Panics
+/// When the stream does not decode.
+pub fn decoded(stream: &[u8], chunk: usize) -> Vec<Batch> {
+    let raw: Vec<Batch> = stream
+        .chunks(chunk)
+        .scan(0u64, |off, c| {
+            let b = Batch {
+                data: c.to_vec(),
+                stream_offset: *off,
+                ..Batch::default()
+            };
+            *off += c.len() as u64;
+            Some(b)
+        })
+        .collect();
+    harness::run_stage(&mut DecodeConfig::default().build(), raw).expect("decodes")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -226,25 +254,4 @@ mod tests {
         assert_eq!(pos, w.len());
         assert!(samples > 1000);
     }
-}
-
-/// `stream` decoded into framed batches of about `chunk` input bytes each, as the `read` and
-/// `decode` stages would give them to the next stage.
-///
-/// # Panics
-/// When the stream does not decode.
-pub fn decoded(stream: &[u8], chunk: usize) -> Vec<Batch> {
-    let raw: Vec<Batch> = stream
-        .chunks(chunk)
-        .scan(0u64, |off, c| {
-            let b = Batch {
-                data: c.to_vec(),
-                stream_offset: *off,
-                ..Batch::default()
-            };
-            *off += c.len() as u64;
-            Some(b)
-        })
-        .collect();
-    harness::run_stage(&mut DecodeConfig::default().build(), raw).expect("decodes")
 }

@@ -11,15 +11,16 @@
 //! million stacks, 10⁻²⁷.
 
 use rustc_hash::FxHashMap as HashMap;
-use std::sync::Arc;
 use twox_hash::XxHash3_128;
 
 use perfpipe_core::{Batch, Counter};
 use rayon::prelude::*;
 
-use super::names::{frame_name, kept, Naming};
-use perfpipe_profile::symbolize::{resolve, Frame, Frames, StackSample, Stacks, Symbols};
-use perfpipe_stream::format::RecordType;
+use perfpipe_profile::kit::join::sample_count;
+use perfpipe_profile::kit::{
+    frame_name, kept, Comms, FirstEvent, FrameSet, Join, NameSources, Naming,
+};
+use perfpipe_profile::symbolize::{StackSample, Stacks};
 
 /// What a stack's weight is.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -62,18 +63,12 @@ pub struct Aggregate {
     stacks: HashMap<u128, Stack>,
     /// The stacks' keys, one after another.
     keys: Vec<u32>,
-    /// The frames the stacks use (by id).
-    used: Vec<bool>,
-    used_count: usize,
-    table: Option<Arc<Frames>>,
-    comm_ids: HashMap<Arc<[u8]>, u32>,
-    last_comm: Option<(Arc<[u8]>, u32)>,
-    comms: Vec<String>,
-    symbols: Option<Arc<Symbols>>,
-    host_kernel: bool,
-    /// The attr whose samples are counted: the first one seen (as the collapsers keep the first
-    /// event of `perf script`'s output).
-    attr: Option<u16>,
+    /// The frames the stacks use.
+    used: FrameSet,
+    sources: NameSources,
+    comms: Comms,
+    /// The event whose samples are counted.
+    event: FirstEvent,
     /// The key being built, as bytes to fingerprint.
     key: Vec<u8>,
     /// A batch's keys with their samples' indices, before the table is probed.
@@ -104,43 +99,21 @@ impl Aggregate {
 
     /// Number of distinct frames in the stacks.
     pub fn frames(&self) -> usize {
-        self.used_count
+        self.used.len()
     }
 
     /// Adds the samples of a batch.
     pub fn add_batch(&mut self, batch: &Batch) {
-        let samples = batch
-            .spans
-            .iter()
-            .filter(|s| RecordType(s.kind) == RecordType::SAMPLE);
-        let Some(stacks) = batch.annotation::<Stacks>() else {
-            self.unannotated.add(samples.count() as u64);
+        let Some(mut join) = Join::of(batch) else {
+            self.unannotated.add(sample_count(batch));
             return;
         };
-        if self.symbols.is_none() {
-            self.symbols = Some(stacks.symbols.clone());
-            self.table = Some(stacks.table.clone());
-        }
-        self.host_kernel = stacks.host_kernel;
+        let stacks = join.stacks();
+        self.sources.observe(stacks);
         let list = stacks.samples();
-        let (mut counted, mut other, mut empty, mut missing) = (0, 0, 0, 0);
-        // Spans and samples are both in record order unless a stage appended records: the next
-        // sample is usually the one.
-        let mut next = 0;
-        for span in samples {
-            let i = match list.get(next) {
-                Some(s) if s.start == span.start => next,
-                _ => match list.binary_search_by_key(&span.start, |s| s.start) {
-                    Ok(i) => i,
-                    Err(_) => {
-                        missing += 1;
-                        continue;
-                    }
-                },
-            };
-            next = i + 1;
-            let s = &list[i];
-            if *self.attr.get_or_insert(s.attr) != s.attr {
+        let (mut counted, mut other, mut empty) = (0, 0, 0);
+        for (i, s) in join.by_ref() {
+            if !self.event.admits(s.attr) {
                 other += 1;
             } else if stacks.frames(s).is_empty() {
                 empty += 1;
@@ -161,14 +134,14 @@ impl Aggregate {
         self.samples.add(counted);
         self.other_event.add(other);
         self.empty.add(empty);
-        self.unannotated.add(missing);
+        self.unannotated.add(join.missing());
     }
 
     /// The key of a sample's stack: its root (comm, and pid and tid when the options show
     /// them) and its fingerprint.
     fn key_of(&mut self, stacks: &Stacks, s: &StackSample) -> ([u32; 3], u128) {
         let frames = stacks.frames(s);
-        let comm = self.comm(s);
+        let comm = self.comms.id(s);
         let pid = if self.options.pid || self.options.tid {
             s.pid
         } else {
@@ -199,15 +172,7 @@ impl Aggregate {
             let at = self.keys.len() as u32;
             self.keys.extend(root);
             self.keys.extend(frames.iter().rev());
-            for &id in frames {
-                let i = id as usize;
-                if self.used.len() <= i {
-                    self.used.resize(i + 1, false);
-                }
-                if !std::mem::replace(&mut self.used[i], true) {
-                    self.used_count += 1;
-                }
-            }
+            self.used.insert_all(frames);
             Stack {
                 at,
                 len: frames.len() as u32 + 3,
@@ -218,46 +183,14 @@ impl Aggregate {
         stack.period += s.period;
     }
 
-    fn comm(&mut self, s: &StackSample) -> u32 {
-        let name: Arc<[u8]> = match &s.comm {
-            Some(c) => {
-                // A thread's samples share its name's allocation.
-                if let Some((last, id)) = &self.last_comm {
-                    if Arc::ptr_eq(last, c) {
-                        return *id;
-                    }
-                }
-                if let Some(&id) = self.comm_ids.get(c) {
-                    self.last_comm = Some((c.clone(), id));
-                    return id;
-                }
-                c.clone()
-            }
-            None => Arc::from(s.comm_name().as_bytes()),
-        };
-        if let Some(&id) = self.comm_ids.get(&name) {
-            return id;
-        }
-        let id = self.comms.len() as u32;
-        // The collapsers' process name: spaces made underscores.
-        self.comms
-            .push(String::from_utf8_lossy(&name).replace(' ', "_"));
-        self.comm_ids.insert(name, id);
-        id
-    }
-
     /// The folded stacks, `(stack, count)` sorted by stack, stacks that name the same functions
     /// merged. Names are resolved once per distinct frame, on `pool` if given.
     pub fn folded(&self, pool: Option<&rayon::ThreadPool>) -> Vec<(String, u64)> {
-        let (Some(symbols), Some(table)) = (&self.symbols, &self.table) else {
+        let Some(namer) = self.sources.namer(pool) else {
             return Vec::new();
         };
-        let frames = table.snapshot();
         let naming = self.options.naming;
-        let host = self.host_kernel;
-        let name = |f: &Frame| -> Vec<String> {
-            let mut resolved = Vec::new();
-            resolve(symbols, host, f, &mut resolved);
+        let names: Vec<Vec<String>> = namer.each_used(&self.used, |f, resolved| {
             // Innermost first; a folded stack goes root first.
             resolved
                 .iter()
@@ -269,19 +202,14 @@ impl Aggregate {
                     s
                 })
                 .collect()
-        };
-        let used = &self.used;
-        let name_used = |(i, f): (usize, &Frame)| -> Vec<String> {
-            if used.get(i).copied().unwrap_or(false) {
-                name(f)
-            } else {
-                Vec::new()
-            }
-        };
-        let names: Vec<Vec<String>> = match pool {
-            Some(p) => p.install(|| frames.par_iter().enumerate().map(name_used).collect()),
-            None => frames.iter().enumerate().map(name_used).collect(),
-        };
+        });
+        // The collapsers' process names: spaces made underscores.
+        let comms: Vec<String> = self
+            .comms
+            .names()
+            .iter()
+            .map(|c| c.replace(' ', "_"))
+            .collect();
         // Stacks that name the same functions (two addresses in one function) are one line:
         // they are grouped by their sequence of name ids, so a line is built once per group, not
         // once per stack, and no string is hashed or compared but in the final sort.
@@ -350,7 +278,7 @@ impl Aggregate {
         let line_of = |&(_, i, count): &(u128, u32, u64)| -> (String, u64) {
             let w = stacks[i as usize];
             let key = &self.keys[w.at as usize..(w.at + w.len) as usize];
-            let comm = &self.comms[key[0] as usize];
+            let comm = &comms[key[0] as usize];
             let named = || key[3..].iter().flat_map(|&f| &names[f as usize]);
             // One allocation a line: its length is known before it is built.
             let len = comm.len() + 24 + named().map(|n| n.len() + 1).sum::<usize>();

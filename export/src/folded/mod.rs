@@ -4,10 +4,9 @@
 //!
 //! The sink reads the frames that the `symbolize` stage (added by itself at the end of the chain
 //! when the command line has none) attaches to each batch, and keeps the distinct stacks
-//! ([`aggregate::Aggregate`]); frames are named once each when the profile is written
-//! ([`names`]). It writes at end of input and, as a snapshot that does not end the run, on
-//! SIGUSR2 ([`perfpipe_core::DUMP`]). A file is replaced atomically (written under a temporary
-//! name, then renamed), so a reader sees the previous profile or the new one, never half of one.
+//! ([`aggregate::Aggregate`]); frames are named once each when the profile is written, by the
+//! collapsers' rules ([`perfpipe_profile::kit::names`]). Like every profile written whole it is a
+//! [`SnapshotSink`]: written at end of input and on SIGUSR2, the file replaced atomically.
 //!
 //! - **Counts**: by default the sum of the samples' periods, as the collapsers count `perf
 //!   script`'s lines; `weight=samples` counts samples.
@@ -17,20 +16,17 @@
 //!   `samples_unannotated`.
 
 pub mod aggregate;
-pub mod names;
 
 use std::io::Write;
-use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::path::Path;
 
-use perfpipe_core::{Batch, Counter, Flow, Sink, StageError};
+use perfpipe_core::{Batch, Counter};
 
 pub use aggregate::{Aggregate, FoldOptions, WeightBy};
-pub use names::Naming;
+pub use perfpipe_profile::kit::Naming;
 
 use perfpipe_core::spec::{BuildCtx, Flag, FlagValue, FormatSpec, Kind, Options, StageOption};
-use perfpipe_stream::write::atomic::write_file;
+use perfpipe_profile::kit::{Profile, SnapshotSink};
 use perfpipe_stream::Error;
 
 /// Turns the folded stacks into the bytes of a file.
@@ -88,38 +84,26 @@ pub fn symbolize_settings(o: &Options) -> &'static [(&'static str, &'static str,
     }
 }
 
-/// The sink of a profile of folded stacks: aggregates, and renders at the end (and on request).
+/// A profile of folded stacks: the aggregate, rendered when written.
 #[derive(Debug)]
-pub struct Fold {
+pub struct Folded {
     aggregate: Aggregate,
     render: Box<dyn Render>,
-    path: PathBuf,
-    dump: Option<Arc<AtomicBool>>,
-    pool: Option<Arc<rayon::ThreadPool>>,
     stacks: Counter,
     frames: Counter,
-    snapshots: Counter,
 }
 
-impl Fold {
-    /// A sink writing `render`'s output of the stacks to `path` (`-`: standard output). Names are
-    /// resolved on `pool`; `dump` is the flag of a snapshot request.
-    pub fn new(
-        options: FoldOptions,
-        render: Box<dyn Render>,
-        path: &Path,
-        dump: Option<Arc<AtomicBool>>,
-        pool: Option<Arc<rayon::ThreadPool>>,
-    ) -> Fold {
-        Fold {
+/// The sink of folded stacks (and, with another [`Render`], of flame graphs).
+pub type Fold = SnapshotSink<Folded>;
+
+impl Folded {
+    /// An empty profile, to be written by `render`.
+    pub fn new(options: FoldOptions, render: Box<dyn Render>) -> Folded {
+        Folded {
             aggregate: Aggregate::new(options),
             render,
-            path: path.to_path_buf(),
-            dump,
-            pool,
             stacks: Counter::new(),
             frames: Counter::new(),
-            snapshots: Counter::new(),
         }
     }
 
@@ -127,32 +111,20 @@ impl Fold {
     pub fn aggregate(&self) -> &Aggregate {
         &self.aggregate
     }
-
-    fn write(&self) -> Result<(), Error> {
-        let lines = self.aggregate.folded(self.pool.as_deref());
-        write_file(&self.path, |w| self.render.render(&lines, w))
-    }
 }
 
-impl Sink for Fold {
-    fn consume(&mut self, batch: &Batch) -> Result<Flow, StageError> {
+impl Profile for Folded {
+    fn add(&mut self, batch: &Batch) {
         self.aggregate.add_batch(batch);
-        if self
-            .dump
-            .as_ref()
-            .is_some_and(|d| d.swap(false, Ordering::SeqCst))
-        {
-            self.write()?;
-            self.snapshots.add(1);
-        }
-        Ok(Flow::Continue)
     }
 
-    fn finish(&mut self) -> Result<(), StageError> {
+    fn write(&self, pool: Option<&rayon::ThreadPool>, out: &mut dyn Write) -> std::io::Result<()> {
+        self.render.render(&self.aggregate.folded(pool), out)
+    }
+
+    fn finish(&mut self) {
         self.stacks.set_once(self.aggregate.stacks() as u64);
         self.frames.set_once(self.aggregate.frames() as u64);
-        self.write()?;
-        Ok(())
     }
 
     fn counters(&self) -> Vec<(&'static str, Counter)> {
@@ -164,7 +136,6 @@ impl Sink for Fold {
             ("samples_other_event", a.other_event.clone()),
             ("samples_empty", a.empty.clone()),
             ("samples_unannotated", a.unannotated.clone()),
-            ("snapshots", self.snapshots.clone()),
         ]
     }
 }
@@ -269,38 +240,23 @@ pub fn build(
     path: &Path,
     render: Box<dyn Render>,
 ) -> Result<Fold, Error> {
-    Ok(Fold::new(
-        fold_options(o),
-        render,
-        path,
-        Some(ctx.requests.subscribe(perfpipe_core::DUMP)),
-        Some(ctx.workers.pool()?),
-    ))
+    SnapshotSink::build(ctx, path, Folded::new(fold_options(o), render))
 }
 
 #[cfg(test)]
 mod tests {
     use std::collections::HashMap;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Arc;
 
-    use perfpipe_core::harness::{raw_batches, run_stage};
+    use perfpipe_core::{Flow, Sink};
 
     use super::*;
+    use crate::test_support::{symbolized, symbolized_with};
     use perfpipe_profile::symbolize::SymbolizeConfig;
-    use perfpipe_stream::decode::DecodeConfig;
     use perfpipe_stream::format::{RecordType, StreamInfo};
 
     const CALLGRAPH: &[u8] = include_bytes!("../../../tests/fixtures/callgraph.pipe.data");
-
-    /// The fixture through decode and symbolize, as batches carrying their stacks.
-    fn symbolized(stream: &[u8], batch: usize) -> Vec<Batch> {
-        let sizes: Vec<usize> = std::iter::repeat_n(batch, stream.len() / batch + 1).collect();
-        let decoded = run_stage(
-            &mut DecodeConfig::default().build(),
-            raw_batches(stream, &sizes, 0),
-        )
-        .unwrap();
-        run_stage(&mut SymbolizeConfig::default().build(None), decoded).unwrap()
-    }
 
     /// The samples' raw stacks counted straight from the records: (tid, callchain) → count.
     fn raw_stacks(batches: &[Batch]) -> HashMap<(u32, Vec<u64>), u64> {
@@ -364,12 +320,7 @@ mod tests {
                 merge_unmapped,
                 ..SymbolizeConfig::default()
             };
-            let decoded = run_stage(
-                &mut DecodeConfig::default().build(),
-                raw_batches(CALLGRAPH, &[1 << 20], 0),
-            )
-            .unwrap();
-            let batches = run_stage(&mut config.build(None), decoded).unwrap();
+            let batches = symbolized_with(&config, CALLGRAPH, 1 << 20);
             let mut agg = Aggregate::new(FoldOptions {
                 naming: Naming {
                     addrs,
@@ -434,8 +385,7 @@ mod tests {
         let path = dir.path().join("out.folded");
         let dump = Arc::new(AtomicBool::new(false));
         let mut sink = Fold::new(
-            FoldOptions::default(),
-            Box::new(Lines),
+            Folded::new(FoldOptions::default(), Box::new(Lines)),
             &path,
             Some(dump.clone()),
             None,

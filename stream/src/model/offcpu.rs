@@ -36,7 +36,7 @@ use std::collections::VecDeque;
 
 use super::IdMap;
 use crate::format::tracing::{EventFormat, FieldFormat, Value};
-use crate::format::{feature, misc, Endian, Record, RecordType, Sample, StreamInfo};
+use crate::format::{feature, features, misc, Endian, Record, RecordType, Sample, StreamInfo};
 
 /// Most switches a thread keeps waiting for time order; past it the oldest is decided.
 pub const MAX_PENDING: usize = 4096;
@@ -234,11 +234,10 @@ impl Switches {
                 Switch { cpu, ..sw }
             }
             RecordType::HEADER_FEATURE => {
-                // `u64 feat_id`, then NRCPUS's `u32 nr_cpus_avail, nr_cpus_online`.
-                let b = rec.sized();
-                match e.u64(b, 8) {
-                    Some(id) if id == u64::from(feature::NRCPUS) => Switch {
-                        cpus_online: e.u32(b, 20),
+                // NRCPUS: `u32 nr_cpus_avail, nr_cpus_online` (`write_nrcpus()`).
+                match features::feature_record(rec.bytes, e) {
+                    Some((feature::NRCPUS, data)) => Switch {
+                        cpus_online: e.u32(data, 4),
                         ..Switch::default()
                     },
                     _ => Switch::default(),

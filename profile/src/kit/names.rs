@@ -1,10 +1,141 @@
-//! How a resolved frame is named in a folded stack: the rules of `stackcollapse-perf.pl` and
-//! `inferno-collapse-perf` applied to what `perf script` would have printed for it, so that our
-//! folded output equals `perf script | inferno-collapse-perf`.
+//! Frames named when a profile is written: where the names come from ([`NameSources`]), naming
+//! each frame once on the worker pool ([`Namer`]), and how a resolved frame is named
+//! ([`frame_name`]): the rules of `stackcollapse-perf.pl` and `inferno-collapse-perf` applied to
+//! what `perf script` would have printed for it, so that folded output equals `perf script |
+//! inferno-collapse-perf`; flame graphs, Firefox and Parquet name functions the same way.
 
 use std::fmt::Write as _;
 
-use perfpipe_profile::symbolize::{FrameKind, Resolved};
+use rayon::prelude::*;
+
+use crate::symbolize::{resolve, DsoInfo, Frame, FrameId, FrameKind, Resolved, Sources, Stacks};
+use perfpipe_stream::model::machine::DsoId;
+
+use super::intern::FrameSet;
+
+/// Where a sink's frames are named, kept from the batches it reads: the symbol tables and frame
+/// table of the first annotated batch (one stream has one of each), and whether kernel frames may
+/// be named from this host's kallsyms as the latest batch says.
+#[derive(Clone, Debug, Default)]
+pub struct NameSources(Option<Sources>);
+
+impl NameSources {
+    /// Takes in a batch's annotation.
+    pub fn observe(&mut self, stacks: &Stacks) {
+        match &mut self.0 {
+            Some(s) => s.host_kernel = stacks.host_kernel,
+            None => self.0 = Some(stacks.sources()),
+        }
+    }
+
+    /// The sources, once a batch was annotated.
+    pub fn get(&self) -> Option<&Sources> {
+        self.0.as_ref()
+    }
+
+    /// A namer of the frames so far, on `pool` if given; `None` before any annotated batch.
+    pub fn namer<'a>(&'a self, pool: Option<&'a rayon::ThreadPool>) -> Option<Namer<'a>> {
+        let sources = self.0.as_ref()?;
+        Some(Namer {
+            frames: sources.table.snapshot(),
+            sources,
+            pool,
+        })
+    }
+}
+
+/// The frames of a stream as they are when a profile is written, each resolved once, on the
+/// worker pool if there is one. Results come in the order asked, whatever the pool's order.
+#[derive(Debug)]
+pub struct Namer<'a> {
+    sources: &'a Sources,
+    frames: Vec<Frame>,
+    pool: Option<&'a rayon::ThreadPool>,
+}
+
+impl Namer<'_> {
+    /// The frames by id.
+    pub fn frames(&self) -> &[Frame] {
+        &self.frames
+    }
+
+    /// Where the names come from.
+    pub fn sources(&self) -> &Sources {
+        self.sources
+    }
+
+    /// `f` of each frame of `used` with its resolved functions (innermost first, as
+    /// [`Stacks::resolve`] gives them), by frame id; `T::default()` for the frames not in `used`.
+    pub fn each_used<T, F>(&self, used: &FrameSet, f: F) -> Vec<T>
+    where
+        T: Send + Default,
+        F: Fn(&Frame, Vec<Resolved>) -> T + Sync,
+    {
+        let name = |(i, frame): (usize, &Frame)| -> T {
+            if used.contains(i as FrameId) {
+                f(frame, self.resolve(frame))
+            } else {
+                T::default()
+            }
+        };
+        match self.pool {
+            Some(p) => p.install(|| self.frames.par_iter().enumerate().map(name).collect()),
+            None => self.frames.iter().enumerate().map(name).collect(),
+        }
+    }
+
+    /// `f` of each frame of `ids` with its resolved functions, in the order of `ids`.
+    ///
+    /// # Panics
+    /// When an id is not in the stream's frame table.
+    pub fn each<T, F>(&self, ids: &[FrameId], f: F) -> Vec<T>
+    where
+        T: Send,
+        F: Fn(FrameId, &Frame, Vec<Resolved>) -> T + Sync,
+    {
+        let name = |&id: &FrameId| -> T {
+            let frame = &self.frames[id as usize];
+            f(id, frame, self.resolve(frame))
+        };
+        match self.pool {
+            Some(p) => p.install(|| ids.par_iter().map(name).collect()),
+            None => ids.iter().map(name).collect(),
+        }
+    }
+
+    fn resolve(&self, frame: &Frame) -> Vec<Resolved> {
+        let mut out = Vec::new();
+        resolve(
+            &self.sources.symbols,
+            self.sources.host_kernel,
+            frame,
+            &mut out,
+        );
+        out
+    }
+
+    /// The build id of a dso as hex: the one the stream gave (`info`, its MMAP2 or BUILD_ID
+    /// record), else the file's own (as perf reads it).
+    pub fn build_id(&self, dso: DsoId, info: Option<&DsoInfo>) -> Option<String> {
+        let id = info.and_then(|d| d.build_id.as_ref().map(|b| b.to_vec()));
+        let id = id.or_else(|| self.sources.symbols.build_id(dso))?;
+        let mut hex = String::with_capacity(2 * id.len());
+        for b in id {
+            let _ = write!(hex, "{b:02x}");
+        }
+        Some(hex)
+    }
+}
+
+/// The address a profile shows for a frame: its file offset (`ip - map.start + map.pgoff`, the
+/// same in every process that maps the file) when a map covers it, else the address sampled.
+pub fn address(frame: &Frame) -> u64 {
+    if frame.query.dso.is_some() {
+        frame.query.rel
+    } else {
+        frame.query.ip
+    }
+}
 
 /// Options of the naming.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]

@@ -1,0 +1,163 @@
+//! Ids for what a profile holds many times: [`StackTable`] for distinct stacks, [`FrameSet`] for
+//! the frames they use, [`Comms`] for thread names. Ids are given in order of first sight, so a
+//! profile built from the same stream is built the same way.
+
+use std::sync::Arc;
+
+use rustc_hash::FxHashMap;
+
+use crate::symbolize::{FrameId, StackSample};
+
+/// Distinct stacks (frame ids, innermost first, as [`Stacks::frames`] gives them) by id.
+///
+/// [`Stacks::frames`]: crate::symbolize::Stacks::frames
+#[derive(Debug, Default)]
+pub struct StackTable {
+    ids: FxHashMap<Arc<[FrameId]>, u32>,
+    list: Vec<Arc<[FrameId]>>,
+}
+
+impl StackTable {
+    /// The id of a stack, a new one the first time it is seen.
+    pub fn id(&mut self, frames: &[FrameId]) -> u32 {
+        if let Some(&id) = self.ids.get(frames) {
+            return id;
+        }
+        let id = self.list.len() as u32;
+        let shared: Arc<[FrameId]> = frames.into();
+        self.list.push(shared.clone());
+        self.ids.insert(shared, id);
+        id
+    }
+
+    /// The frames of stack `id`, innermost first.
+    ///
+    /// # Panics
+    /// When `id` was not given by [`StackTable::id`].
+    pub fn get(&self, id: u32) -> &[FrameId] {
+        &self.list[id as usize]
+    }
+
+    /// The number of distinct stacks.
+    pub fn len(&self) -> usize {
+        self.list.len()
+    }
+
+    /// No stack yet.
+    pub fn is_empty(&self) -> bool {
+        self.list.is_empty()
+    }
+
+    /// The frames the stacks use.
+    pub fn used_frames(&self) -> FrameSet {
+        let mut used = FrameSet::default();
+        for stack in &self.list {
+            used.insert_all(stack);
+        }
+        used
+    }
+}
+
+/// A set of frame ids (one bit a frame of the stream's table): the frames a profile names.
+#[derive(Clone, Debug, Default)]
+pub struct FrameSet {
+    used: Vec<bool>,
+    count: usize,
+}
+
+impl FrameSet {
+    /// Adds the frames of a stack.
+    pub fn insert_all(&mut self, frames: &[FrameId]) {
+        for &id in frames {
+            let i = id as usize;
+            if self.used.len() <= i {
+                self.used.resize(i + 1, false);
+            }
+            if !std::mem::replace(&mut self.used[i], true) {
+                self.count += 1;
+            }
+        }
+    }
+
+    /// Whether frame `id` is in the set.
+    pub fn contains(&self, id: FrameId) -> bool {
+        self.used.get(id as usize).copied().unwrap_or(false)
+    }
+
+    /// The number of frames in the set.
+    pub fn len(&self) -> usize {
+        self.count
+    }
+
+    /// No frame.
+    pub fn is_empty(&self) -> bool {
+        self.count == 0
+    }
+}
+
+/// Thread names by id, each as perf shows it ([`StackSample::comm_name`]): names that show the
+/// same are one id.
+#[derive(Debug, Default)]
+pub struct Comms {
+    ids: FxHashMap<String, u32>,
+    names: Vec<String>,
+    /// The last name looked up: a thread's samples share its name's allocation, so most samples
+    /// are found by a pointer compare.
+    last: Option<(Arc<[u8]>, u32)>,
+}
+
+impl Comms {
+    /// The id of the sample's thread name.
+    pub fn id(&mut self, s: &StackSample) -> u32 {
+        if let (Some(c), Some((last, id))) = (&s.comm, &self.last) {
+            if Arc::ptr_eq(c, last) {
+                return *id;
+            }
+        }
+        let name = s.comm_name();
+        let id = match self.ids.get(name.as_ref()) {
+            Some(&id) => id,
+            None => {
+                let id = self.names.len() as u32;
+                self.names.push(name.to_string());
+                self.ids.insert(name.into_owned(), id);
+                id
+            }
+        };
+        if let Some(c) = &s.comm {
+            self.last = Some((c.clone(), id));
+        }
+        id
+    }
+
+    /// The names by id.
+    pub fn names(&self) -> &[String] {
+        &self.names
+    }
+
+    /// The name of `id`.
+    ///
+    /// # Panics
+    /// When `id` was not given by [`Comms::id`].
+    pub fn name(&self, id: u32) -> &str {
+        &self.names[id as usize]
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stacks_and_frames_are_interned_in_order_of_first_sight() {
+        let mut t = StackTable::default();
+        assert!(t.is_empty());
+        assert_eq!(t.id(&[5, 1]), 0);
+        assert_eq!(t.id(&[1]), 1);
+        assert_eq!(t.id(&[5, 1]), 0);
+        assert_eq!((t.len(), t.get(1)), (2, &[1][..]));
+        let used = t.used_frames();
+        assert_eq!(used.len(), 2);
+        assert!(used.contains(5) && used.contains(1) && !used.contains(2) && !used.contains(99));
+    }
+}
