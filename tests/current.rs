@@ -14,17 +14,6 @@ use crate::unwind;
 use crate::util::*;
 use crate::workloads;
 
-/// `perfpipe ARGS` on `stdin`, asserting success; its standard output.
-fn ours(args: &[&str], stdin: &[u8]) -> Vec<u8> {
-    let out = perfpipe(args, stdin);
-    assert!(
-        out.status.success(),
-        "perfpipe {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    out.stdout
-}
-
 fn s(p: &Path) -> &str {
     p.to_str().expect("a UTF-8 path")
 }
@@ -45,14 +34,14 @@ pipetest!(needs(perf, perf612)
         &["-e", "cpu-clock", "-c", "100000", "-g", "--buildid-mmap"],
         &[&w, "multi", "2"],
     );
-    eqnice!(ids, ours(&[], &ids));
+    eqnice!(ids, perfpipe_ok(&[], &ids));
     for style in ["--buildid", "--buildid-callchain"] {
-        let out = ours(&[style], &ids);
+        let out = perfpipe_ok(&[style], &ids);
         readers::assert_every_reader_reads_like(style, Input::Stream(&ids), Input::Stream(&out));
     }
     // --mmap2-buildid-all gives the maps the kernel wrote without an id (the vdso's) theirs, so
     // their side-band lines differ: the frames must not.
-    let out = ours(&["--mmap2-buildid-all"], &ids);
+    let out = perfpipe_ok(&["--mmap2-buildid-all"], &ids);
     readers::assert_every_reader_reads_like_with(
         "--mmap2-buildid-all",
         &["script", "-F", "comm,tid,ip,sym,dso"],
@@ -65,8 +54,8 @@ pipetest!(needs(perf, perf612)
     assert!(err.contains("mmap2_ids_carried") && !err.contains("mmap2_ids_carried = 0"), "{err}");
 
     let z = p612.record(&["-e", "cpu-clock", "-c", "100000", "-z"], &[&w, "multi", "2"]);
-    eqnice!(z, ours(&[], &z));
-    let plain = ours(&["--decompress"], &z);
+    eqnice!(z, perfpipe_ok(&[], &z));
+    let plain = perfpipe_ok(&["--decompress"], &z);
     for perf in readers() {
         let (input, out) = (Input::Stream(&z), Input::Stream(&plain));
         let got = readers::same_script(&perf, &readers::SCRIPT, input, out);
@@ -74,12 +63,12 @@ pipetest!(needs(perf, perf612)
         assert!(got > 50, "{}: {got} samples", perf.name);
         eqnice!(got as u64, readers::samples(&perf, out).unwrap_or_else(|e| panic!("{e}")));
     }
-    let out = ours(&["--buildid"], &z);
+    let out = perfpipe_ok(&["--buildid"], &z);
     readers::assert_every_reader_reads_like_with(
         "-z --buildid",
         &readers::SCRIPT,
         Input::Stream(&plain),
-        Input::Stream(&ours(&["--decompress"], &out)),
+        Input::Stream(&perfpipe_ok(&["--decompress"], &out)),
     );
 });
 
@@ -90,7 +79,7 @@ pipetest!(needs(perf, perf612, cc)
     let argv = unwind::c_forking(&dir);
     let argv: Vec<&str> = argv.iter().map(String::as_str).collect();
     let rec = perf612().record(&["-e", "cpu-clock", "-F", "4000", "--call-graph", "dwarf"], &argv);
-    let out = ours(&["--unwind"], &rec);
+    let out = perfpipe_ok(&["--unwind"], &rec);
     assert!(out.len() * 10 <= rec.len(), "{} of {} bytes", out.len(), rec.len());
     for perf in readers() {
         let what = format!("perf 6.12's dwarf recording, {}", perf.name);
@@ -105,8 +94,8 @@ pipetest!(needs(perf, perf612, tracefs)
     /// `report --stats` reads tracing data in a pipe).
     perf612_tracepoints, |_dir| {
     let rec = perf612().record(&["-e", "sched:sched_switch"], &[&workload(), "multi", "2"]);
-    eqnice!(rec, ours(&[], &rec));
-    let out = ours(&["--buildid"], &rec);
+    eqnice!(rec, perfpipe_ok(&[], &rec));
+    let out = perfpipe_ok(&["--buildid"], &rec);
     for perf in readers() {
         let script = readers::same_script(&perf, &readers::SCRIPT, Input::Stream(&rec), Input::Stream(&out));
         assert!(count_samples(&script.unwrap_or_else(|e| panic!("{e}"))) > 0, "{}", perf.name);
@@ -137,8 +126,8 @@ pipetest!(needs(perf, perf612)
         let refused = readers::read(&oracle(), &readers::SCRIPT, Input::File(input));
         eprintln!("perf 6.1 on perf 6.12's {what}: {refused:?}");
         let (as_pipe, as_file) = (dir.path("ours.pipe"), dir.path("ours.data"));
-        ours(&["-i", s(input), "-o", s(&as_pipe), "--pipe"], b"");
-        ours(&["-i", s(input), "-o", s(&as_file)], b"");
+        perfpipe_ok(&["-i", s(input), "-o", s(&as_pipe), "--pipe"], b"");
+        perfpipe_ok(&["-i", s(input), "-o", s(&as_file)], b"");
         for ours in [&as_pipe, &as_file] {
             let n = readers::reads_like(&p612, Input::File(input), Input::File(ours));
             n.unwrap_or_else(|e| panic!("{what}: {e}"));
@@ -157,7 +146,7 @@ pipetest!(needs(perf, perf612, cc, inferno)
     let p612 = perf612();
     let w = workloads::frame_pointer_c(&dir);
     let rec = p612.record(&["-e", "cpu-clock", "-F", workloads::FREQ, "-g"], &w.argv());
-    let folded = String::from_utf8(ours(&["--folded"], &rec)).unwrap();
+    let folded = String::from_utf8(perfpipe_ok(&["--folded"], &rec)).unwrap();
     let theirs = collapse(&perf_on(&["script"], &rec), &[]);
     assert_agrees("perf 6.12 pipe recording: folded vs perf 6.1", &folded, &theirs);
 
@@ -165,7 +154,7 @@ pipetest!(needs(perf, perf612, cc, inferno)
     let r = run(p612.command().args(["inject", "-i", "-", "-o", s(&late)]), &rec);
     assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
     let out = dir.path("late.folded");
-    ours(&["-i", s(&late), "-o", s(&out)], b"");
+    perfpipe_ok(&["-i", s(&late), "-o", s(&out)], b"");
     let from_file = std::fs::read_to_string(&out).unwrap();
     eqnice!(parse(&folded), parse(&from_file));
     for f in w.functions {

@@ -134,17 +134,6 @@ fn pipe_test_cases(perf: &Perf, dir: &Dir) -> usize {
     passed
 }
 
-/// `perfpipe ARGS` on `stdin`, asserting success; its standard output.
-fn perfpipe_ok(args: &[&str], stdin: &[u8]) -> Vec<u8> {
-    let out = perfpipe(args, stdin);
-    assert!(
-        out.status.success(),
-        "perfpipe {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    out.stdout
-}
-
 /// Upstream `pipe_test.sh`'s cases with the system perf (6.1) recording and reading.
 #[test]
 #[cfg_attr(

@@ -54,16 +54,6 @@ fn folded_shapes(folded: &str, period: u64) -> BTreeMap<(String, usize), u64> {
     out
 }
 
-fn run_ok(args: &[&str], stdin: &[u8]) -> Vec<u8> {
-    let out = perfpipe(args, stdin);
-    assert!(
-        out.status.success(),
-        "perfpipe {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    out.stdout
-}
-
 pipetest!(needs(perf)
     every_stack_has_the_threads_and_depths_perf_script_prints,
     |dir| {
@@ -72,7 +62,7 @@ pipetest!(needs(perf)
         for name in ["callgraph.pipe.data", "multiproc.pipe.data"] {
             let input = fixture_bytes(name);
             let out = dir.path("out.folded");
-            run_ok(&["-i", fixture(name).to_str().unwrap(), "-o", out.to_str().unwrap()], b"");
+            perfpipe_ok(&["-i", fixture(name).to_str().unwrap(), "-o", out.to_str().unwrap()], b"");
             let ours = folded_shapes(&std::fs::read_to_string(&out).unwrap(), 200_000);
             let theirs = script_shapes(&perf_on(&["script"], &input));
             assert!(theirs.values().sum::<u64>() > 1000, "{name}");
@@ -86,9 +76,9 @@ pipetest!(
     |dir| {
         let input = fixture_bytes("multiproc.pipe.data");
         let out = dir.path("a.folded");
-        run_ok(&["-o", out.to_str().unwrap()], &input);
+        perfpipe_ok(&["-o", out.to_str().unwrap()], &input);
         let from_pipe = std::fs::read(&out).unwrap();
-        let from_file = run_ok(
+        let from_file = perfpipe_ok(
             &[
                 "-i",
                 fixture("multiproc.pipe.data").to_str().unwrap(),
@@ -96,7 +86,7 @@ pipetest!(
             ],
             b"",
         );
-        let from_format = run_ok(&["--format", "folded", "-o", "-"], &input);
+        let from_format = perfpipe_ok(&["--format", "folded", "-o", "-"], &input);
         assert!(!from_pipe.is_empty());
         assert_eq!(from_pipe, from_file);
         assert_eq!(from_pipe, from_format);
@@ -107,7 +97,7 @@ pipetest!(
             "sorted, no line twice"
         );
         // Weighting by samples divides every count by the period.
-        let by_samples = run_ok(&["--folded", "--weight", "samples"], &input);
+        let by_samples = perfpipe_ok(&["--folded", "--weight", "samples"], &input);
         let by_samples = String::from_utf8(by_samples).unwrap();
         assert_eq!(
             folded_shapes(&lines, 200_000),
@@ -123,7 +113,7 @@ pipetest!(needs(perf)
         let input = fixture_bytes("compressed.pipe.data");
         let out = dir.path("z.folded");
         let stats = dir.path("stats.json");
-        run_ok(
+        perfpipe_ok(
             &["-o", out.to_str().unwrap(), "--stats-json", stats.to_str().unwrap()],
             &input,
         );
@@ -138,7 +128,7 @@ pipetest!(needs(perf)
         let ours = folded_shapes(&std::fs::read_to_string(&out).unwrap(), 100_000);
         assert!(ours.keys().all(|(_, depth)| *depth == 1), "{ours:?}");
         // perf 6.1 cannot read a compressed pipe: it reads our decompressed stream.
-        let plain = run_ok(&["--decompress"], &input);
+        let plain = perfpipe_ok(&["--decompress"], &input);
         let theirs = script_shapes(&perf_on(&["script"], &plain));
         assert!(!theirs.is_empty());
         assert_eq!(per_comm(ours), per_comm(theirs));
@@ -151,7 +141,7 @@ pipetest!(
     a_flame_graph_of_the_sample_recording_is_an_svg_with_its_frames,
     |dir| {
         let out = dir.path("flame.svg");
-        run_ok(
+        perfpipe_ok(
             &[
                 "-i",
                 fixture("callgraph.pipe.data").to_str().unwrap(),
@@ -178,7 +168,7 @@ pipetest!(
         );
         // An icicle graph is another drawing of the same frames.
         let icicle = dir.path("icicle.svg");
-        run_ok(
+        perfpipe_ok(
             &[
                 "-i",
                 fixture("callgraph.pipe.data").to_str().unwrap(),
@@ -265,7 +255,7 @@ pipetest!(needs(go)
     go_tool_pprof_reads_the_profile_and_its_total_is_every_sample,
     |dir| {
         let out = dir.path("cpu.pb.gz");
-        run_ok(
+        perfpipe_ok(
             &["-i", fixture("multiproc.pipe.data").to_str().unwrap(), "-o", out.to_str().unwrap()],
             b"",
         );
@@ -298,7 +288,7 @@ pipetest!(
     a_firefox_profile_has_every_sample_on_its_threads_timeline,
     |dir| {
         let out = dir.path("p.json.gz");
-        run_ok(
+        perfpipe_ok(
             &[
                 "-i",
                 fixture("multiproc.pipe.data").to_str().unwrap(),
@@ -349,7 +339,7 @@ pipetest!(needs(perf, duckdb)
             *theirs.entry(comm).or_default() += n;
         }
         let file = dir.path("s.parquet");
-        run_ok(&["-o", file.to_str().unwrap()], &input);
+        perfpipe_ok(&["-o", file.to_str().unwrap()], &input);
         let rows = duckdb(&format!(
             "select comm, count(*), sum(period) from '{}' group by comm order by comm",
             file.display()
@@ -368,7 +358,7 @@ pipetest!(needs(perf, duckdb)
 
         // A dataset: two parts (SIGUSR2 would make more; --rotate 1G makes it a dataset), read as one table.
         let ds = dir.path("ds");
-        run_ok(&["--parquet", "--rotate", "1G", "-o", &format!("{}/", ds.display())], &input);
+        perfpipe_ok(&["--parquet", "--rotate", "1G", "-o", &format!("{}/", ds.display())], &input);
         let count = duckdb(&format!(
             "select count(*), count(distinct host), min(date) from read_parquet('{}/**/*.parquet', hive_partitioning = true)",
             ds.display()
@@ -398,7 +388,7 @@ pipetest!(
                 "{ext}: {err}"
             );
             let whole = dir.path(&format!("whole.{ext}"));
-            run_ok(&["-o", whole.to_str().unwrap()], &kept.stdout);
+            perfpipe_ok(&["-o", whole.to_str().unwrap()], &kept.stdout);
             let leftovers = std::fs::read_dir(dir.path("."))
                 .unwrap()
                 .filter_map(|e| e.ok())

@@ -208,6 +208,20 @@ pub fn perfpipe(args: &[&str], stdin: &[u8]) -> Output {
     run(Command::new(bin()).args(args), stdin)
 }
 
+/// `perfpipe ARGS` on `stdin`, asserting success; its standard output.
+///
+/// # Panics
+/// When perfpipe fails, with its standard error.
+pub fn perfpipe_ok(args: &[&str], stdin: &[u8]) -> Vec<u8> {
+    let out = perfpipe(args, stdin);
+    assert!(
+        out.status.success(),
+        "perfpipe {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out.stdout
+}
+
 /// Runs a command feeding `stdin` from a thread (so a large output cannot deadlock us).
 pub fn run(cmd: &mut Command, stdin: &[u8]) -> Output {
     let mut child = cmd

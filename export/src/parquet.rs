@@ -832,7 +832,7 @@ mod tests {
         let e = perfpipe_stream::format::Endian::Little;
         let times: Vec<u64> = batches()
             .iter()
-            .filter_map(|b| b.annotation::<Stacks>())
+            .filter_map(|b| b.annotation::<perfpipe_profile::symbolize::Stacks>())
             .flat_map(|s| s.samples().iter().map(|x| x.time).collect::<Vec<_>>())
             .collect();
         assert_eq!(times.len(), 1664);
@@ -898,7 +898,7 @@ mod tests {
         let with_rows = bs
             .iter()
             .filter(|b| {
-                b.annotation::<Stacks>()
+                b.annotation::<perfpipe_profile::symbolize::Stacks>()
                     .is_some_and(|s| !s.samples().is_empty())
             })
             .count();
