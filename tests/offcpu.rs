@@ -127,9 +127,14 @@ fn perf_trace_lines(path: &Path) -> Vec<String> {
     v
 }
 
-/// One system-wide recording at a time: each sees every thread of the machine, so two at once
-/// would each see the other's `nap`.
+/// One recording of the workload at a time: a system-wide one sees every thread of the machine,
+/// so it would see another recording's `nap` too.
 static SYSTEM_WIDE: Mutex<()> = Mutex::new(());
+
+fn one_at_a_time<T>(f: impl FnOnce() -> T) -> T {
+    let _one = SYSTEM_WIDE.lock().unwrap_or_else(|e| e.into_inner());
+    f()
+}
 
 /// `perf record -a -g -e sched:sched_switch` of the workload, into a file (`perf sched
 /// timehist` reads only files).
@@ -324,4 +329,153 @@ pipetest!(needs(perf, cc, tracefs)
     assert!(near(total("nap"), 1_000_000_000), "nap {}", total("nap"));
     assert!(near(total("waitpipe"), 300_000_000), "waitpipe {}", total("waitpipe"));
     assert!(near(total("writer"), 300_000_000), "writer {}", total("writer"));
+});
+
+/// The ns a folded profile puts on stacks through `function`.
+fn through(folded: &str, function: &str) -> u64 {
+    folded
+        .lines()
+        .map(|l| l.rsplit_once(' ').unwrap())
+        .filter(|(stack, _)| stack.split(';').skip(1).any(|f| f == function))
+        .map(|(_, n)| n.parse::<u64>().unwrap())
+        .sum()
+}
+
+/// `perfpipe ARGS -i INPUT -o OUT` (with `--stats`): the output file and the statistics.
+fn profile(dir: &Dir, input: &[u8], args: &[&str], out: &str) -> (String, String) {
+    let path = dir.path(out);
+    let mut a = vec!["-o", path.to_str().unwrap(), "--stats"];
+    a.extend_from_slice(args);
+    let o = perfpipe(&a, input);
+    let stats = String::from_utf8_lossy(&o.stderr).into_owned();
+    assert!(o.status.success(), "{stats}");
+    (std::fs::read_to_string(&path).unwrap(), stats)
+}
+
+/// The known waits of offcpu.c on their functions, within 5 %.
+fn assert_known_waits(folded: &str, form: &str) {
+    let off: String = folded
+        .lines()
+        .filter(|l| l.contains(";[off-cpu: "))
+        .flat_map(|l| [l, "\n"])
+        .collect();
+    let folded = off.as_str();
+    for (function, ms) in [("nap", 1000), ("wait_pipe", 300), ("write_later", 300)] {
+        let got = through(folded, function);
+        let want = ms * 1_000_000;
+        assert!(
+            got.abs_diff(want) as f64 <= 0.05 * want as f64,
+            "{form}: {function} has {got} ns off the cpu, not {ms} ms"
+        );
+    }
+    assert!(
+        through(folded, "spin") < 30_000_000,
+        "{form}: spin waits little"
+    );
+}
+
+pipetest!(needs(perf, cc, tracefs)
+    /// `--weight offcpu` folded stacks of the three recording forms put the workload's known
+    /// waits on their functions within 5 %, under `[off-cpu: STATE]` frames.
+    offcpu_folded_stacks_of_every_recording_form, |dir| {
+    let exe = offcpu_c(&dir);
+    let work = ["chrt", "-f", "10", exe.to_str().unwrap()];
+    let system = {
+        let _one = SYSTEM_WIDE.lock().unwrap_or_else(|e| e.into_inner());
+        perf_record(&["-a", "-g", "-e", "sched:sched_switch"], &work)
+    };
+    let forms: [(&str, Vec<u8>); 3] = [
+        ("-a -e sched:sched_switch", system),
+        (
+            "-e context-switches -c 1 --switch-events",
+            one_at_a_time(|| {
+                perf_record(&["-g", "-e", "context-switches", "-c", "1", "--switch-events"], &work)
+            }),
+        ),
+        (
+            "-e sched:sched_switch --switch-events",
+            one_at_a_time(|| {
+                perf_record(&["-g", "-e", "sched:sched_switch", "--switch-events"], &work)
+            }),
+        ),
+    ];
+    for (form, rec) in &forms {
+        let (folded, stats) = profile(&dir, rec, &["--weight", "offcpu"], "off.folded");
+        assert_known_waits(&folded, form);
+        assert!(counter(&stats, "offcpu_intervals") >= 100, "{form}: {stats}");
+        let state = if form.contains("context-switches") { "S|D" } else { "S" };
+        assert!(
+            folded.lines().any(|l| l.starts_with(&format!("nap;[off-cpu: {state}];"))),
+            "{form}: nap's waits are under [off-cpu: {state}]"
+        );
+    }
+    // A flame graph of the same weights.
+    let svg = dir.path("off.svg");
+    let o = perfpipe(&["--weight", "offcpu", "-o", svg.to_str().unwrap()], &forms[0].1);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(std::fs::read_to_string(&svg).unwrap().contains("[off-cpu: S]"));
+});
+
+pipetest!(needs(perf, cc, tracefs)
+    /// `--weight wall` on a cpu-clock + sched_switch recording: its on-CPU lines are the folded
+    /// profile of the cpu-clock samples alone, and each thread's wall time is where it went.
+    wall_clock_profile_is_on_cpu_and_off_cpu_side_by_side, |dir| {
+    let exe = offcpu_c(&dir);
+    let rec = {
+        let _one = SYSTEM_WIDE.lock().unwrap_or_else(|e| e.into_inner());
+        perf_record(
+            &["-a", "-g", "-e", "cpu-clock", "-e", "sched:sched_switch"],
+            &["chrt", "-f", "10", exe.to_str().unwrap()],
+        )
+    };
+    let (wall, _) = profile(&dir, &rec, &["--weight", "wall"], "wall.folded");
+    let (cpu, _) = profile(&dir, &rec, &["--filter", "event == \"cpu-clock\""], "cpu.folded");
+    // The workload's threads: a system-wide recording holds other processes, whose binaries
+    // (other builds of perfpipe, say) may change on disk between the two profiles.
+    let ours = |l: &&str| {
+        let comm = l.split(';').next().unwrap();
+        ["nap", "waitpipe", "writer", "spin", "offcpu"].contains(&comm)
+    };
+    let on_cpu: Vec<&str> = wall
+        .lines()
+        .filter(|l| !l.contains(";[off-cpu: "))
+        .filter(ours)
+        .collect();
+    let cpu: Vec<&str> = cpu.lines().filter(ours).collect();
+    assert!(cpu.len() >= 3, "{cpu:?}");
+    let only_wall: Vec<_> = on_cpu.iter().filter(|l| !cpu.contains(l)).take(3).collect();
+    let only_cpu: Vec<_> = cpu.iter().filter(|l| !on_cpu.contains(l)).take(3).collect();
+    assert!(
+        only_wall.is_empty() && only_cpu.is_empty(),
+        "only in wall: {only_wall:#?}\nonly in cpu-clock: {only_cpu:#?}"
+    );
+    assert_known_waits(&wall, "wall");
+    let spin: u64 = through(&wall, "spin");
+    assert!(spin.abs_diff(300_000_000) <= 30_000_000, "spin on the cpu {spin} ns");
+});
+
+pipetest!(needs(perf, tracefs)
+    /// Bad tracing data: a format that does not parse leaves its tracepoint without a format,
+    /// a blob that is not tracing data leaves every tracepoint without one; both are printed and
+    /// counted, and the profile is still written.
+    bad_tracing_data_is_counted_and_reported, |dir| {
+    let rec = perf_record(&["-a", "-g", "-e", "sched:sched_switch"], &["sleep", "0.1"]);
+    let at = |needle: &[u8]| rec.windows(needle.len()).position(|w| w == needle).unwrap();
+    let mut no_id = rec.clone();
+    let id = at(b"name: sched_switch\nID: ");
+    no_id[id + 23] = b'x';
+    let mut garbage = rec.clone();
+    let magic = at(b"\x17\x08\x44tracing");
+    garbage[magic + 3] = b'X';
+    for (what, input) in [("a format without an ID", no_id), ("no tracing data", garbage)] {
+        let (folded, stats) = profile(&dir, &input, &["--weight", "offcpu"], "bad.folded");
+        assert!(stats.contains("perfpipe: decode: tracing data offset"), "{what}: {stats}");
+        assert_eq!(counter(&stats, "tracing_data_errors"), 1, "{what}");
+        assert!(counter(&stats, "offcpu_unusable") > 0, "{what}: {stats}");
+        assert!(folded.is_empty(), "{what}: {folded}");
+        // The filter: no format, no field; false, never a crash.
+        let o = perfpipe(&["--filter", "tp.prev_state == \"S\"", "--stats"], &input);
+        assert!(o.status.success());
+        assert_eq!(counter(&String::from_utf8_lossy(&o.stderr), "samples_kept"), 0);
+    }
 });
