@@ -479,3 +479,37 @@ pipetest!(needs(perf, tracefs)
         assert_eq!(counter(&String::from_utf8_lossy(&o.stderr), "samples_kept"), 0);
     }
 });
+
+pipetest!(needs(perf, cc, go)
+    /// pprof of a per-process `context-switches --switch-events` recording: an `off_cpu`
+    /// sample type in nanoseconds that `go tool pprof` reads, with the known waits on their
+    /// functions within 5 %.
+    pprof_has_an_off_cpu_sample_type, |dir| {
+    let exe = offcpu_c(&dir);
+    let rec = one_at_a_time(|| {
+        perf_record(
+            &["-g", "-e", "context-switches", "-c", "1", "--switch-events"],
+            &["chrt", "-f", "10", exe.to_str().unwrap()],
+        )
+    });
+    let pb = dir.path("off.pb.gz");
+    let o = perfpipe(&["-o", pb.to_str().unwrap()], &rec);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    for (function, ms) in [("nap", 1000.0), ("wait_pipe", 300.0), ("write_later", 300.0)] {
+        let out = std::process::Command::new("go")
+            .args(["tool", "pprof", "-sample_index=off_cpu", "-unit=ms", "-top"])
+            .arg(format!("-focus=^{function}$"))
+            .arg(&pb)
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout);
+        // "Showing nodes accounting for 1000.45ms, 33.1% of 3020ms total"
+        let got: f64 = text
+            .lines()
+            .find_map(|l| l.strip_prefix("Showing nodes accounting for "))
+            .and_then(|l| l.split("ms").next())
+            .and_then(|v| v.parse().ok())
+            .unwrap_or_else(|| panic!("{function}: {text}{}", String::from_utf8_lossy(&out.stderr)));
+        assert!((got - ms).abs() <= 0.05 * ms, "{function}: {got} ms off the cpu, not {ms}");
+    }
+});

@@ -202,6 +202,15 @@ impl Switches {
         self.has_tracepoint = self.kinds.iter().any(|k| matches!(k, Kind::SchedSwitch(_)));
     }
 
+    /// Whether the stream has a source of switches: a `sched_switch` tracepoint or a
+    /// `context-switches` event (a profile that always runs the model asks this first).
+    pub fn active(&mut self, info: &StreamInfo) -> bool {
+        self.compute(info);
+        self.kinds
+            .iter()
+            .any(|k| matches!(k, Kind::SchedSwitch(_) | Kind::ContextSwitches))
+    }
+
     /// What the record `rec` of attr index `tag` says about switches.
     pub fn read(&mut self, rec: &Record<'_>, tag: u32, info: &StreamInfo) -> Switch {
         self.compute(info);
