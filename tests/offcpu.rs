@@ -513,3 +513,41 @@ pipetest!(needs(perf, cc, go)
         assert!((got - ms).abs() <= 0.05 * ms, "{function}: {got} ms off the cpu, not {ms}");
     }
 });
+
+pipetest!(needs(perf, cc, duckdb)
+    /// Parquet of a per-process switch recording: a row per sample and a row per off-CPU
+    /// interval, whose ns through each known function DuckDB sums within 5 %.
+    parquet_has_a_row_per_off_cpu_interval, |dir| {
+    let exe = offcpu_c(&dir);
+    let rec = one_at_a_time(|| {
+        perf_record(
+            &["-g", "-e", "context-switches", "-c", "1", "--switch-events"],
+            &["chrt", "-f", "10", exe.to_str().unwrap()],
+        )
+    });
+    let pq = dir.path("off.parquet");
+    let o = perfpipe(&["-o", pq.to_str().unwrap(), "--stats"], &rec);
+    let stats = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "{stats}");
+    let intervals = counter(&stats, "off_cpu_rows");
+    assert!(intervals >= 100, "{stats}");
+    let p = pq.to_str().unwrap();
+    let rows = duckdb(&format!(
+        "select count(*) filter (where off_cpu_end is null), count(*) filter (where off_cpu_end is not null) from '{p}'"
+    ));
+    assert_eq!(rows.trim(), format!("{}|{intervals}", counter(&stats, "rows") - intervals));
+    for (function, ms) in [("nap", 1000.0), ("wait_pipe", 300.0), ("write_later", 300.0)] {
+        let got: f64 = duckdb(&format!(
+            "select sum(period) / 1e6 from '{p}' where off_cpu_end is not null \
+             and list_contains(list_transform(stack, lambda f: f.function), '{function}')"
+        ))
+        .trim()
+        .parse()
+        .unwrap();
+        assert!((got - ms).abs() <= 0.05 * ms, "{function}: {got} ms");
+    }
+    let states = duckdb(&format!(
+        "select distinct off_cpu_state from '{p}' where comm = 'nap' and off_cpu_end is not null"
+    ));
+    assert_eq!(states.trim(), "S|D");
+});
