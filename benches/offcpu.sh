@@ -118,11 +118,18 @@ for n in "${names[@]}"; do
 done
 echo "perf+awk / perfpipe wall time: $(awk -v a="${pw[perf+awk]}" -v b="${pw[perfpipe]}" 'BEGIN{printf "%.1f", a/b}')x"
 
-# Agreement: the off-CPU ns per (comm, state), both ways.
+# Agreement: the off-CPU ns per state, both ways, of the intervals closed by a switch-in (the
+# text route drops those the recording ended in; perfpipe shows them apart, "open at end"). Per
+# state, not per comm: the text route names a thread by the tracepoint's prev_comm, perfpipe by
+# its COMM records as perf report does (kworker/0:0 vs kworker/0:0-events).
 for f in ours theirs; do
-    awk '{ n = $NF; $NF = ""; split($0, p, ";"); w[p[1] ";" p[2]] += n } END { for (k in w) print k "\t" w[k] }' \
-        "$workdir/$f.folded" | sort >"$workdir/$f.by-comm"
+    grep -v ', open at end\]' "$workdir/$f.folded" | awk '{ n = $NF; $NF = ""; split($0, p, ";"); sub(/ +$/, "", p[2]); w[p[2]] += n } END { for (k in w) print k "\t" w[k] }' \
+        | sort >"$workdir/$f.by-comm"
 done
-join -t $'\t' "$workdir/ours.by-comm" "$workdir/theirs.by-comm" | awk -F'\t' '
-    { a += $2; b += $3; d += ($2 > $3 ? $2 - $3 : $3 - $2) }
-    END { printf "off-CPU ns by comm and state: ours %.0f, theirs %.0f, |difference| %.2f%% of theirs\n", a, b, 100 * d / b }'
+awk -F'\t' 'FNR == NR { o[$1] = $2; next } { t[$1] = $2 }
+    END {
+        for (k in o) { a += o[k]; d += (o[k] > t[k] ? o[k] - t[k] : t[k] - o[k]) }
+        for (k in t) { b += t[k]; if (!(k in o)) d += t[k] }
+        for (k in o) printf "  %-16s ours %14.0f  theirs %14.0f\n", k, o[k], t[k]
+        printf "off-CPU ns by state (closed intervals): ours %.0f, theirs %.0f, |difference| %.3f%% of theirs\n", a, b, 100 * d / b
+    }' "$workdir/ours.by-comm" "$workdir/theirs.by-comm"

@@ -59,13 +59,22 @@ fn mark_of(state: State) -> u32 {
     1 + i as u32
 }
 
-/// The frame an off-CPU mark shows as: `[off-cpu: S]`.
+/// The mark's bit of an interval still open at the end of the stream.
+const OPEN_AT_END: u32 = 1 << 8;
+
+/// The frame an off-CPU mark shows as: `[off-cpu: S]`, `[off-cpu: S, open at end]` for an
+/// interval the stream ended in (closed at its last event time: a lower bound).
 fn mark_name(mark: u32) -> String {
     let state = STATES
-        .get(mark as usize - 1)
+        .get((mark & !OPEN_AT_END) as usize - 1)
         .copied()
         .unwrap_or(State::Other(b'?'));
-    format!("[off-cpu: {}]", state.name())
+    let open = if mark & OPEN_AT_END != 0 {
+        ", open at end"
+    } else {
+        ""
+    };
+    format!("[off-cpu: {}{open}]", state.name())
 }
 
 /// The stack of a switch-out, until its interval closes: the root the options keep and the
@@ -301,7 +310,8 @@ impl Aggregate {
                 self.offcpu_open_at_end.add(1);
             }
             let frames = off.stacks.get(k.stack);
-            let mut root = [k.root[0], k.root[1], k.root[2], mark_of(iv.state)];
+            let open = if iv.open_at_end { OPEN_AT_END } else { 0 };
+            let mut root = [k.root[0], k.root[1], k.root[2], mark_of(iv.state) | open];
             if !(self.options.pid || self.options.tid) {
                 root[1] = 0;
             }
