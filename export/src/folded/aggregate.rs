@@ -278,7 +278,11 @@ impl Aggregate {
                     stack: off.stacks.id(frames),
                 });
                 off.model.add(&sw, key, &mut off.intervals);
-            } else if self.options.weight == WeightBy::Wall && is_clock(info, s.attr) {
+                continue;
+            }
+            // A switch-in alone (the idle task's switch to the thread) or nothing.
+            off.model.add(&sw, None, &mut off.intervals);
+            if self.options.weight == WeightBy::Wall && is_clock(info, s.attr) {
                 if frames.is_empty() {
                     empty += 1;
                 } else {
