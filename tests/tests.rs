@@ -32,6 +32,8 @@
 //! - `another_machine`: symbols of a recording made elsewhere: `perfpipe archive`, `--symbols`
 //!   (ours, `perf archive`'s, a cache filled with `tar xf`), hostile archives, `--kallsyms`, a
 //!   real debuginfod on loopback against perf script of the unstripped binaries, and faulty servers.
+//! - `offcpu`: tracepoint fields by name against `perf script -F trace`, off-CPU intervals against
+//!   `perf sched timehist` and the known waits of `offcpu.c`, bad tracing data (issue 31).
 //! - `memory`: RSS stays under the stated bound behind a throttled reader; a stalled producer costs no CPU.
 //! - `outputs`: the output decided and checked before the first byte is read, on an input that never
 //!   ends: `-o DIR/` writes the dataset while it is open; an impossible output exits 2 at once.
@@ -60,6 +62,7 @@ mod fold;
 mod inject;
 mod malformed;
 mod memory;
+mod offcpu;
 pub mod oracle;
 mod outputs;
 mod passthrough;

@@ -104,6 +104,11 @@ macro_rules! pipetest {
             [#[cfg_attr(any(skip_perf, skip_cc, skip_duckdb), ignore = "needs perf, cc and duckdb (missing at build time)")]]
             [Perf, Cc, Duckdb] $($rest)*);
     };
+    (needs(perf, cc, tracefs) $($rest:tt)*) => {
+        $crate::pipetest!(@needs
+            [#[cfg_attr(any(skip_perf, skip_cc, skip_tracefs), ignore = "needs perf, cc and tracefs (missing at build time)")]]
+            [Perf, Cc, Tracefs] $($rest)*);
+    };
     (needs(perf, tracefs) $($rest:tt)*) => {
         $crate::pipetest!(@needs
             [#[cfg_attr(any(skip_perf, skip_tracefs), ignore = "needs perf and tracefs (missing at build time)")]]

@@ -149,3 +149,9 @@ pub fn noploop(dir: &Dir) -> Workload {
         functions: &["noploop"],
     }
 }
+
+/// `offcpu.c`: threads that wait in known functions for known times: `nap` (100 × 10 ms asleep),
+/// `wait_pipe` (blocked 300 ms on a pipe), `write_later` (asleep 300 ms), `spin` (300 ms of CPU).
+pub fn offcpu_c(dir: &Dir) -> PathBuf {
+    c_program(dir, "offcpu.c", "offcpu")
+}

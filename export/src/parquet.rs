@@ -13,6 +13,13 @@
 //! | `period` | `UInt64` | the sample's period (the fixed one with `-c`) |
 //! | `stack_id` | `UInt64` | the distinct stack (by frame addresses) in this file |
 //! | `stack` | `List<Struct<function: Utf8, dso: Utf8, build_id: Utf8?, address: UInt64, inlined: Boolean>>` | root first; `function` named as in folded stacks; never null, empty when the callchain holds only context markers |
+//! | `off_cpu_end` | `UInt64` | an off-CPU interval's row: when the thread was switched in again; null for a sample |
+//! | `off_cpu_state` | `Utf8` | an off-CPU interval's row: the state it left the cpu in (`S`, `D`, `R`, `S\|D`…); null for a sample |
+//!
+//! A stream with switches (`sched:sched_switch`, or `context-switches` with `--switch-events`)
+//! also gets one row per off-CPU interval ([`perfpipe_stream::model::offcpu`]): `time` is the
+//! switch-out, `period` the ns off the cpu, `stack` and `event` the switch-out sample's, `cpu`
+//! null; an interval still open at the end is closed at the last event time.
 //!
 //! A directory output is a Hive-partitioned dataset, `DIR/host=HOST/date=YYYY-MM-DD/part-…`, with
 //! a new part every `--rotate` (a duration of wall-clock time from the part's first row, or a size
@@ -48,7 +55,21 @@ use perfpipe_profile::kit::{
 };
 use perfpipe_stream::format::features::{feature_record, feature_string, ClockData};
 use perfpipe_stream::format::{feature, RecordType, StreamInfo};
+use perfpipe_stream::model::offcpu::{Interval, OffCpu, State, Switches};
 use perfpipe_stream::Error;
+
+/// A switch-out's row without its interval: comm, event, stack.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct OffKey([u32; 3]);
+
+/// The switches of a stream and their intervals.
+#[derive(Debug, Default)]
+struct OffCpuPart {
+    switches: Switches,
+    model: OffCpu<OffKey>,
+    intervals: Vec<Interval<OffKey>>,
+    active: Option<bool>,
+}
 
 /// Rows per row group (and per batch handed to the writer).
 pub const ROW_GROUP: usize = 1 << 17;
@@ -101,6 +122,10 @@ struct Row {
     event: u32,
     period: u64,
     stack: u32,
+    /// An off-CPU interval's end (0: a sample's row).
+    end: u64,
+    /// Its state.
+    state: Option<State>,
 }
 
 /// The sink of Parquet output.
@@ -129,6 +154,8 @@ pub struct ParquetSink {
     day: Option<i64>,
     /// When the first row of the part being filled arrived (what `--rotate DURATION` counts from).
     since: Option<Instant>,
+    off: OffCpuPart,
+    off_cpu_rows: Counter,
 }
 
 /// Where the rows go.
@@ -190,6 +217,8 @@ pub fn schema() -> Arc<Schema> {
             DataType::List(Arc::new(Field::new("item", DataType::Struct(frame), false))),
             false,
         ),
+        Field::new("off_cpu_end", DataType::UInt64, true),
+        Field::new("off_cpu_state", DataType::Utf8, true),
     ]))
 }
 
@@ -283,6 +312,8 @@ impl ParquetSink {
             clock: None,
             day: None,
             since: None,
+            off: OffCpuPart::default(),
+            off_cpu_rows: Counter::new(),
         }
     }
 
@@ -320,37 +351,122 @@ impl ParquetSink {
                 }
             }
         }
-        let Some(mut join) = Join::of(batch) else {
+        let Some(join) = Join::of(batch) else {
             return Ok(());
         };
         let (stacks, Some(info)) = (join.stacks(), join.info()) else {
             return Ok(());
         };
         self.sources.observe(stacks);
-        for (_, s) in join.by_ref() {
-            if let (true, Some(clock)) = (dataset, self.clock) {
-                // A part holds one day: a sample of another day ends it.
-                let day = day_of_ns(clock.wall_ns(s.time));
-                if self.day.is_some_and(|d| d != day) {
-                    self.flush_rows()?;
-                    self.close_part()?;
+        let active = *self
+            .off
+            .active
+            .get_or_insert_with(|| self.off.switches.active(info));
+        let list = stacks.samples();
+        let mut join = join.peekable();
+        for span in &batch.spans {
+            let sample = match join.peek() {
+                Some(&(i, s)) if span.kind == RecordType::SAMPLE.0 && s.start == span.start => {
+                    join.next();
+                    Some(i)
                 }
-                self.day = Some(day);
+                _ => None,
+            };
+            if !active {
+                let Some(i) = sample else { continue };
+                self.sample_row(&list[i], info, stacks, dataset)?;
+                continue;
             }
-            self.since.get_or_insert_with(Instant::now);
+            if span.kind == RecordType::FINISHED_ROUND.0 {
+                self.off.model.round(&mut self.off.intervals);
+                self.interval_rows()?;
+                continue;
+            }
+            let sw = self
+                .off
+                .switches
+                .read(&info.record(batch, span), span.tag, info);
+            let Some(i) = sample else {
+                self.off.model.add(&sw, None, &mut self.off.intervals);
+                continue;
+            };
+            let s = &list[i];
+            if s.time != 0 {
+                self.off.model.note_time(s.time);
+            }
+            self.sample_row(s, info, stacks, dataset)?;
+            let key = OffKey([
+                self.comms.id(s),
+                self.events.id(info, s.attr),
+                self.stacks.id(stacks.frames(s)),
+            ]);
+            self.off.model.add(&sw, Some(key), &mut self.off.intervals);
+        }
+        self.interval_rows()
+    }
+
+    /// Rows for the off-CPU intervals closed so far.
+    fn interval_rows(&mut self) -> Result<(), Error> {
+        let intervals = std::mem::take(&mut self.off.intervals);
+        for iv in &intervals {
+            let Some(OffKey([comm, event, stack])) = iv.stack else {
+                continue;
+            };
             self.rows.push(Row {
-                time: s.time,
-                pid: s.pid,
-                tid: s.tid,
-                cpu: s.cpu,
-                comm: self.comms.id(s),
-                event: self.events.id(info, s.attr),
-                period: s.period,
-                stack: self.stacks.id(stacks.frames(s)),
+                time: iv.start,
+                pid: iv.pid,
+                tid: iv.tid,
+                cpu: u32::MAX,
+                comm,
+                event,
+                period: iv.duration(),
+                stack,
+                end: iv.end,
+                state: Some(iv.state),
             });
+            self.off_cpu_rows.add(1);
             if self.rows.len() >= ROW_GROUP {
                 self.flush_rows()?;
             }
+        }
+        self.off.intervals = intervals;
+        self.off.intervals.clear();
+        Ok(())
+    }
+
+    /// The row of one sample.
+    fn sample_row(
+        &mut self,
+        s: &perfpipe_profile::symbolize::StackSample,
+        info: &StreamInfo,
+        stacks: &perfpipe_profile::symbolize::Stacks,
+        dataset: bool,
+    ) -> Result<(), Error> {
+        if let (true, Some(clock)) = (dataset, self.clock) {
+            // A part holds one day: a sample of another day ends it.
+            let day = day_of_ns(clock.wall_ns(s.time));
+            if self.day.is_some_and(|d| d != day) {
+                self.flush_rows()?;
+                self.close_part()?;
+            }
+            self.day = Some(day);
+        }
+        self.since.get_or_insert_with(Instant::now);
+        let row = Row {
+            time: s.time,
+            pid: s.pid,
+            tid: s.tid,
+            cpu: s.cpu,
+            comm: self.comms.id(s),
+            event: self.events.id(info, s.attr),
+            period: s.period,
+            stack: self.stacks.id(stacks.frames(s)),
+            end: 0,
+            state: None,
+        };
+        self.rows.push(row);
+        if self.rows.len() >= ROW_GROUP {
+            self.flush_rows()?;
         }
         Ok(())
     }
@@ -423,8 +539,12 @@ impl ParquetSink {
         );
         let mut address: Vec<u64> = Vec::new();
         let mut inlined: Vec<bool> = Vec::new();
+        let mut off_end = UInt64Builder::with_capacity(n);
+        let mut off_state = StringBuilder::new();
         let opt = |v: u32| (v != u32::MAX).then_some(v);
         for r in &self.rows {
+            off_end.append_option((r.end != 0).then_some(r.end));
+            off_state.append_option(r.state.map(State::name));
             time.append_value(r.time);
             pid.append_option(opt(r.pid));
             tid.append_option(opt(r.tid));
@@ -478,6 +598,8 @@ impl ParquetSink {
             Arc::new(period.finish()),
             Arc::new(stack_id.finish()),
             Arc::new(stack),
+            Arc::new(off_end.finish()),
+            Arc::new(off_state.finish()),
         ];
         RecordBatch::try_new(self.schema.clone(), columns)
     }
@@ -588,6 +710,8 @@ impl Sink for ParquetSink {
     }
 
     fn finish(&mut self) -> Result<(), StageError> {
+        self.off.model.finish(&mut self.off.intervals);
+        self.interval_rows()?;
         self.flush_rows()?;
         if self.open.is_none() && matches!(self.target, Target::File(_)) {
             // No samples: still a valid, empty table.
@@ -601,6 +725,7 @@ impl Sink for ParquetSink {
         vec![
             ("rows", self.written.clone()),
             ("files", self.files.clone()),
+            ("off_cpu_rows", self.off_cpu_rows.clone()),
         ]
     }
 }

@@ -6,6 +6,12 @@
 //!   (`cpu-clock`/`nanoseconds`); the first event is the default.
 //! - **Samples**: one per distinct (event, stack, comm, pid, tid, cpu), labelled `comm`, `pid`,
 //!   `tid`, `cpu`, with the sample count and the period sum.
+//! - **Off-CPU**: when the stream has a `sched:sched_switch` or `context-switches` event, two more
+//!   sample types, `off_cpu_intervals`/`count` and `off_cpu`/`nanoseconds`: each switch-out's
+//!   stack with the time until its thread is next switched in
+//!   ([`perfpipe_stream::model::offcpu`]), labelled `state` (`S`, `D`, `R`…) besides `comm`,
+//!   `pid`, `tid` (`go tool pprof -sample_index=off_cpu`). Intervals still open at the end are
+//!   closed at the last event time.
 //! - **Mappings**: one per dso, with its file name and **build id** (so that a back end can
 //!   symbolize later; the stream's, else read from the file), `memory_start` 0 and
 //!   `file_offset` 0: a location's `address` is the file
@@ -32,6 +38,35 @@ use perfpipe_profile::kit::{
     self, Comms, Events, Join, NameSources, Profile, SnapshotSink, StackTable,
 };
 use perfpipe_profile::symbolize::Resolved;
+use perfpipe_stream::format::{RecordType, StreamInfo};
+use perfpipe_stream::model::offcpu::{Interval, OffCpu, State, Switches};
+
+/// `key[0]` of an off-CPU sample: this plus the state's index in [`STATES`].
+const OFF_CPU: u32 = 1 << 20;
+
+/// The off-CPU states, by index.
+const STATES: [State; 6] = [
+    State::Sleeping,
+    State::Uninterruptible,
+    State::Runnable,
+    State::Blocked,
+    State::Other(b'I'),
+    State::Other(b'?'),
+];
+
+/// A switch-out's sample key without its attr: comm, pid, tid, stack.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct OffKey([u32; 4]);
+
+/// The switches of a stream and their intervals.
+#[derive(Debug, Default)]
+struct OffCpuPart {
+    switches: Switches,
+    model: OffCpu<OffKey>,
+    intervals: Vec<Interval<OffKey>>,
+    /// Whether the stream has a source of switches (decided at its first batch with attrs).
+    active: Option<bool>,
+}
 
 /// The messages of `profile.proto` that perfpipe writes, field numbers as upstream's.
 pub mod proto {
@@ -232,6 +267,9 @@ pub struct Pprof {
     counted: Counter,
     distinct: Counter,
     distinct_stacks: Counter,
+    off: OffCpuPart,
+    /// Off-CPU intervals counted.
+    off_cpu_intervals: Counter,
 }
 
 /// The sink of a pprof profile.
@@ -246,6 +284,14 @@ impl Profile for Pprof {
             return;
         };
         self.sources.observe(stacks);
+        if *self
+            .off
+            .active
+            .get_or_insert_with(|| self.off.switches.active(info))
+        {
+            self.add_switches(batch, info, join);
+            return;
+        }
         let mut counted = 0;
         for (_, s) in join.by_ref() {
             self.events.id(info, s.attr);
@@ -271,6 +317,8 @@ impl Profile for Pprof {
     }
 
     fn finish(&mut self) {
+        self.off.model.finish(&mut self.off.intervals);
+        self.charge();
         self.distinct.set_once(self.samples.len() as u64);
         self.distinct_stacks.set_once(self.stacks.len() as u64);
     }
@@ -280,11 +328,84 @@ impl Profile for Pprof {
             ("samples", self.counted.clone()),
             ("profile_samples", self.distinct.clone()),
             ("stacks", self.distinct_stacks.clone()),
+            ("off_cpu_intervals", self.off_cpu_intervals.clone()),
         ]
     }
 }
 
 impl Pprof {
+    /// A batch of a stream with switches: every record goes through the off-CPU model, and
+    /// every sample is counted as without it.
+    fn add_switches(&mut self, batch: &Batch, info: &StreamInfo, join: Join<'_>) {
+        let stacks = join.stacks();
+        let list = stacks.samples();
+        let mut join = join.peekable();
+        let mut counted = 0;
+        for span in &batch.spans {
+            if span.kind == RecordType::FINISHED_ROUND.0 {
+                self.off.model.round(&mut self.off.intervals);
+                continue;
+            }
+            let rec = info.record(batch, span);
+            let sample = match join.peek() {
+                Some(&(i, s)) if span.kind == RecordType::SAMPLE.0 && s.start == span.start => {
+                    join.next();
+                    Some(i)
+                }
+                _ => None,
+            };
+            let sw = self.off.switches.read(&rec, span.tag, info);
+            let Some(i) = sample else {
+                self.off.model.add(&sw, None, &mut self.off.intervals);
+                continue;
+            };
+            let s = &list[i];
+            self.events.id(info, s.attr);
+            let comm = self.comms.id(s);
+            let stack = self.stacks.id(stacks.frames(s));
+            let v = self
+                .samples
+                .entry([u32::from(s.attr), comm, s.pid, s.tid, s.cpu, stack])
+                .or_default();
+            v.0 += 1;
+            v.1 += s.period;
+            if s.time != 0 {
+                self.first_time.get_or_insert(s.time);
+                self.last_time = self.last_time.max(s.time);
+                self.off.model.note_time(s.time);
+            }
+            counted += 1;
+            let key = OffKey([comm, s.pid, s.tid, stack]);
+            self.off.model.add(&sw, Some(key), &mut self.off.intervals);
+        }
+        self.counted.add(counted);
+        self.charge();
+    }
+
+    /// Counts the intervals closed so far as off-CPU samples.
+    fn charge(&mut self) {
+        for iv in self.off.intervals.drain(..) {
+            let Some(OffKey([comm, pid, tid, stack])) = iv.stack else {
+                continue;
+            };
+            let state = STATES
+                .iter()
+                .position(|s| *s == iv.state)
+                .unwrap_or(STATES.len() - 1);
+            let v = self
+                .samples
+                .entry([OFF_CPU + state as u32, comm, pid, tid, u32::MAX, stack])
+                .or_default();
+            v.0 += 1;
+            v.1 += iv.duration();
+            self.off_cpu_intervals.add(1);
+        }
+    }
+
+    /// Whether the profile has off-CPU samples types.
+    fn has_off_cpu(&self) -> bool {
+        self.off.active == Some(true)
+    }
     /// The profile so far without its samples, and the strings of their labels.
     fn profile_head(&self, pool: Option<&rayon::ThreadPool>) -> (proto::Profile, Labels) {
         let mut strings = Strings::new();
@@ -306,6 +427,18 @@ impl Pprof {
             });
             p.default_sample_type = p.sample_type[1].r#type;
         }
+        if self.has_off_cpu() {
+            p.sample_type.push(proto::ValueType {
+                r#type: strings.get("off_cpu_intervals"),
+                unit: strings.get("count"),
+            });
+            p.sample_type.push(proto::ValueType {
+                r#type: strings.get("off_cpu"),
+                unit: strings.get("nanoseconds"),
+            });
+        }
+        let state_key = strings.get("state");
+        let states: Vec<i64> = STATES.iter().map(|s| strings.get(s.name())).collect();
         p.time_nanos = self.first_time.unwrap_or(0) as i64;
         p.duration_nanos = self.last_time.saturating_sub(self.first_time.unwrap_or(0)) as i64;
         let Some(namer) = self.sources.namer(pool) else {
@@ -316,6 +449,8 @@ impl Pprof {
                 Labels {
                     keys,
                     comms: Vec::new(),
+                    state_key,
+                    states,
                 },
             );
         };
@@ -383,16 +518,29 @@ impl Pprof {
         let keys = ["comm", "pid", "tid", "cpu"].map(|k| strings.get(k));
         let comms = self.comms.names().iter().map(|c| strings.get(c)).collect();
         p.string_table = strings.table;
-        (p, Labels { keys, comms })
+        (
+            p,
+            Labels {
+                keys,
+                comms,
+                state_key,
+                states,
+            },
+        )
     }
 
     /// One sample of the profile.
     fn sample(&self, key: &[u32; 6], count: u64, period: u64, labels: &Labels) -> proto::Sample {
-        let ev = u16::try_from(key[0])
-            .ok()
-            .and_then(|attr| self.events.of_attr(attr))
-            .unwrap_or(0) as usize;
-        let mut value = vec![0i64; 2 * self.events.list().len().max(1)];
+        let events = self.events.list().len().max(1);
+        let off = key[0].checked_sub(OFF_CPU);
+        let ev = match off {
+            Some(_) => events,
+            None => u16::try_from(key[0])
+                .ok()
+                .and_then(|attr| self.events.of_attr(attr))
+                .unwrap_or(0) as usize,
+        };
+        let mut value = vec![0i64; 2 * events + if self.has_off_cpu() { 2 } else { 0 }];
         value[2 * ev] = count as i64;
         value[2 * ev + 1] = period as i64;
         let mut label = vec![proto::Label {
@@ -400,6 +548,13 @@ impl Pprof {
             str: labels.comms[key[1] as usize],
             ..Default::default()
         }];
+        if let Some(state) = off {
+            label.push(proto::Label {
+                key: labels.state_key,
+                str: labels.states[state as usize],
+                ..Default::default()
+            });
+        }
         for (k, &v) in labels.keys[1..].iter().zip(&key[2..5]) {
             if v != u32::MAX {
                 label.push(proto::Label {
@@ -449,6 +604,9 @@ impl Pprof {
 struct Labels {
     keys: [i64; 4],
     comms: Vec<i64>,
+    /// `state`, and each off-CPU state's name.
+    state_key: i64,
+    states: Vec<i64>,
 }
 
 /// How the command line offers the format.

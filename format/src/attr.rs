@@ -30,6 +30,10 @@ pub struct Attr {
     pub layout: SampleLayout,
 }
 
+/// `PERF_TYPE_TRACEPOINT`: `attr.type` of a tracepoint event, whose `config` is the tracepoint's id
+/// (the `ID:` of its format file).
+pub const PERF_TYPE_TRACEPOINT: u32 = 2;
+
 /// Size of `perf_event_attr` version 0, the smallest a stream may carry.
 pub const ATTR_SIZE_VER0: u32 = 64;
 

@@ -261,6 +261,12 @@ pub mod misc {
     pub const GUEST_USER: u16 = 5;
     /// `PERF_RECORD_MISC_COMM_EXEC` (COMM), same bit as `MMAP_DATA`, `FORK_EXEC`, `SWITCH_OUT`.
     pub const COMM_EXEC: u16 = 1 << 13;
+    /// `PERF_RECORD_MISC_SWITCH_OUT` (SWITCH, SWITCH_CPU_WIDE): a switch out, else in (same bit
+    /// as [`COMM_EXEC`]).
+    pub const SWITCH_OUT: u16 = 1 << 13;
+    /// `PERF_RECORD_MISC_SWITCH_OUT_PREEMPT`: the task was preempted (still runnable), same bit
+    /// as [`MMAP_BUILD_ID`].
+    pub const SWITCH_OUT_PREEMPT: u16 = 1 << 14;
     /// `PERF_RECORD_MISC_MMAP_BUILD_ID` (MMAP2 only): the record carries a build id.
     pub const MMAP_BUILD_ID: u16 = 1 << 14;
     /// `PERF_RECORD_MISC_BUILD_ID_SIZE` (HEADER_BUILD_ID only): the size byte is valid.

@@ -16,7 +16,8 @@
 //! - [`header`]: the file-mode header ([`FileHeader`]), its attrs, features and build-id table,
 //!   read and written in one place;
 //! - [`features`]: what is read of a feature section, in a file or a pipe's HEADER_FEATURE record
-//!   (a string feature such as HOSTNAME; [`ClockData`](features::ClockData), which dates samples).
+//!   (a string feature such as HOSTNAME; [`ClockData`](features::ClockData), which dates samples);
+//! - [`tracing`]: the tracing data of tracepoint recordings, and each tracepoint's fields by name.
 //!
 //! Build a record, then read it back:
 //!
@@ -59,8 +60,9 @@ pub mod features;
 pub mod header;
 mod record;
 mod table;
+pub mod tracing;
 
-pub use attr::{Attr, AttrError, SampleLayout, TrailerLayout};
+pub use attr::{Attr, AttrError, SampleLayout, TrailerLayout, PERF_TYPE_TRACEPOINT};
 pub use constants::{
     context, feature, flag, misc, read_format, sample, RecordType, EVENT_HEADER_SIZE,
     FILE_HEADER_SIZE, OTHER_KIND, PIPE_HEADER_KIND, PIPE_HEADER_SIZE, PIPE_MAGIC,

@@ -197,6 +197,16 @@ pub struct Sample<'a> {
 }
 
 impl<'a> Sample<'a> {
+    /// A view of the SAMPLE record `bytes` laid out as `layout` says (for readers that keep a
+    /// layout rather than the attr).
+    pub fn new(bytes: &'a [u8], endian: Endian, layout: &'a SampleLayout) -> Sample<'a> {
+        Sample {
+            bytes,
+            endian,
+            layout,
+        }
+    }
+
     #[inline]
     fn u64_at(&self, off: Option<u16>) -> Option<u64> {
         self.endian.u64(self.bytes, usize::from(off?))
@@ -258,6 +268,25 @@ impl<'a> Sample<'a> {
             ips: self.bytes.get(start..end)?,
             endian: self.endian,
         })
+    }
+}
+
+impl<'a> Sample<'a> {
+    /// `PERF_SAMPLE_RAW`: the raw payload (a tracepoint's fields, see [`crate::tracing`]), or
+    /// `None` if the layout has none or its `size` runs past the record.
+    pub fn raw(&self) -> Option<&'a [u8]> {
+        let t = self.layout.sample_type;
+        if t & sample::RAW == 0 {
+            return None;
+        }
+        let mut at = usize::from(self.layout.fixed_end);
+        at += self.layout.read_size(self.bytes, at, self.endian)?;
+        if t & sample::CALLCHAIN != 0 {
+            let nr = usize::try_from(self.endian.u64(self.bytes, at)?).ok()?;
+            at = at.checked_add(8)?.checked_add(nr.checked_mul(8)?)?;
+        }
+        let size = self.endian.u32(self.bytes, at)? as usize;
+        self.bytes.get(at + 4..at.checked_add(4 + size)?)
     }
 }
 

@@ -11,7 +11,9 @@
 //!   accumulated in a side buffer.
 //! - Records whose payload lies outside `header.size` (HEADER_TRACING_DATA, AUXTRACE) are framed
 //!   together with that payload as one span, so no later stage can desynchronise on them.
-//! - Keeps the HEADER_ATTR state and attaches it to each batch as a shared [`StreamInfo`].
+//! - Keeps the HEADER_ATTR state and attaches it to each batch as a shared [`StreamInfo`], with the
+//!   tracepoints' formats from HEADER_TRACING_DATA ([`crate::format::tracing`]); faults in the
+//!   tracing data are printed and counted (`tracing_data_errors`), never fatal.
 //!
 //! **Order**: input order. **Buffering**: at most one partial record. **EOF**: a partial record left
 //! over is an error ([`Error::Truncated`]); every complete record before it has been emitted.
@@ -25,6 +27,7 @@ use crate::format::{
     FILE_HEADER_SIZE, MAX_ATTRS, OTHER_KIND, PIPE_HEADER_KIND, PIPE_HEADER_SIZE, PIPE_MAGIC,
 };
 
+use crate::format::tracing::TracingData;
 use crate::Error;
 
 /// Largest payload accepted after a HEADER_TRACING_DATA or AUXTRACE record.
@@ -43,6 +46,7 @@ impl DecodeConfig {
             carry_offset: 0,
             need: 0,
             unknown_types: Counter::new(),
+            tracing_errors: Counter::new(),
             first_time: Counter::new(),
             last_time: Counter::new(),
         }
@@ -61,6 +65,8 @@ pub struct Decode {
     /// Total size of the unit that starts the carry, when known (0 if not yet known).
     need: usize,
     unknown_types: Counter,
+    /// Faults met in the tracing data (each also printed).
+    tracing_errors: Counter,
     /// Time of the first sample, for event-time progress.
     first_time: Counter,
     /// Latest sample time seen (samples from different CPUs interleave out of order).
@@ -242,6 +248,16 @@ impl Decode {
                     }
                 }
             }
+            if rt == RecordType::HEADER_TRACING_DATA {
+                let t = TracingData::parse(&data[pos + size..pos + unit]);
+                for err in &t.errors {
+                    eprintln!(
+                        "perfpipe: decode: {err} (the fields of its tracepoints are unknown)"
+                    );
+                }
+                self.tracing_errors.add(t.errors.len() as u64);
+                Arc::make_mut(info).tracing = Some(Arc::new(t));
+            }
             if !known {
                 self.unknown_types.add(1);
             }
@@ -356,6 +372,7 @@ impl Stage for Decode {
     fn counters(&self) -> Vec<(&'static str, Counter)> {
         vec![
             ("unknown_record_types", self.unknown_types.clone()),
+            ("tracing_data_errors", self.tracing_errors.clone()),
             ("sample_time_first_ns", self.first_time.clone()),
             ("sample_time_last_ns", self.last_time.clone()),
         ]

@@ -11,7 +11,8 @@ use std::sync::{Arc, OnceLock};
 
 use perfpipe_core::{Batch, Span};
 
-use crate::format::{AttrTable, Endian, Record};
+use crate::format::tracing::{EventFormat, TracingData};
+use crate::format::{AttrTable, Endian, Record, PERF_TYPE_TRACEPOINT};
 
 /// Byte order and attrs of a stream, and what stages share about it.
 #[derive(Clone, Debug, Default)]
@@ -21,6 +22,8 @@ pub struct StreamInfo {
     /// times relative to it) and shared by every copy of this info, so that a later stage still
     /// knows it after an earlier one dropped that sample.
     pub first_sample_time: Arc<OnceLock<u64>>,
+    /// The tracing data (the tracepoints' formats), once `decode` has read a HEADER_TRACING_DATA.
+    pub tracing: Option<Arc<TracingData>>,
 }
 
 impl StreamInfo {
@@ -29,6 +32,7 @@ impl StreamInfo {
         StreamInfo {
             table: AttrTable::new(endian),
             first_sample_time: Arc::default(),
+            tracing: None,
         }
     }
 
@@ -40,6 +44,16 @@ impl StreamInfo {
     /// The stream info attached to a batch as a shared handle, if any.
     pub fn shared(batch: &Batch) -> Option<Arc<StreamInfo>> {
         batch.context.clone()?.downcast::<StreamInfo>().ok()
+    }
+
+    /// The format of the tracepoint that attr `index` records, if it is a tracepoint and the
+    /// tracing data has its format.
+    pub fn tracepoint(&self, index: usize) -> Option<&EventFormat> {
+        let attr = self.attrs.get(index)?;
+        if attr.type_ != PERF_TYPE_TRACEPOINT {
+            return None;
+        }
+        self.tracing.as_ref()?.event(attr.config)
     }
 
     /// A typed view of the record `span` of `batch` (its `tag` is the attr index).

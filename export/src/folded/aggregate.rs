@@ -18,9 +18,82 @@ use rayon::prelude::*;
 
 use perfpipe_profile::kit::join::sample_count;
 use perfpipe_profile::kit::{
-    frame_name, kept, Comms, FirstEvent, FrameSet, Join, NameSources, Naming,
+    frame_name, kept, Comms, FirstEvent, FrameSet, Join, NameSources, Naming, StackTable,
 };
 use perfpipe_profile::symbolize::{StackSample, Stacks};
+use perfpipe_stream::format::{RecordType, StreamInfo};
+use perfpipe_stream::model::offcpu::{Interval, OffCpu, State, Switches};
+
+/// Entries of a stack's key before its frames: comm, pid, tid, and the off-CPU mark (0 on the
+/// cpu, else 1 + the state's code, see [`mark_of`]).
+const ROOT: usize = 4;
+
+/// `PERF_TYPE_SOFTWARE` `cpu-clock` (0) and `task-clock` (1): the on-CPU samples of a wall-clock
+/// profile, whose periods are nanoseconds.
+fn is_clock(info: &StreamInfo, attr: u16) -> bool {
+    info.attrs
+        .get(usize::from(attr))
+        .is_some_and(|a| a.type_ == 1 && a.config <= 1)
+}
+
+/// The off-CPU states as marks, in the order of their frames.
+const STATES: [State; 11] = [
+    State::Sleeping,
+    State::Uninterruptible,
+    State::Runnable,
+    State::Blocked,
+    State::Other(b'I'),
+    State::Other(b'T'),
+    State::Other(b't'),
+    State::Other(b'X'),
+    State::Other(b'Z'),
+    State::Other(b'P'),
+    State::Other(b'?'),
+];
+
+fn mark_of(state: State) -> u32 {
+    let i = STATES
+        .iter()
+        .position(|s| *s == state)
+        .unwrap_or(STATES.len() - 1);
+    1 + i as u32
+}
+
+/// The mark's bit of an interval still open at the end of the stream.
+const OPEN_AT_END: u32 = 1 << 8;
+
+/// The frame an off-CPU mark shows as: `[off-cpu: S]`, `[off-cpu: S, open at end]` for an
+/// interval the stream ended in (closed at its last event time: a lower bound).
+fn mark_name(mark: u32) -> String {
+    let state = STATES
+        .get((mark & !OPEN_AT_END) as usize - 1)
+        .copied()
+        .unwrap_or(State::Other(b'?'));
+    let open = if mark & OPEN_AT_END != 0 {
+        ", open at end"
+    } else {
+        ""
+    };
+    format!("[off-cpu: {}{open}]", state.name())
+}
+
+/// The stack of a switch-out, until its interval closes: the root the options keep and the
+/// id of its frames in [`OffCpuState::stacks`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct OffKey {
+    root: [u32; 3],
+    stack: u32,
+}
+
+/// What an off-CPU or wall-clock profile keeps besides the stacks.
+#[derive(Debug, Default)]
+struct OffCpuState {
+    switches: Switches,
+    model: OffCpu<OffKey>,
+    /// The frames of switch-out stacks, interned.
+    stacks: StackTable,
+    intervals: Vec<Interval<OffKey>>,
+}
 
 /// What a stack's weight is.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -31,6 +104,12 @@ pub enum WeightBy {
     Period,
     /// One per sample.
     Samples,
+    /// Off-CPU time in ns: each switch-out's stack weighs the time until its thread is next
+    /// switched in ([`perfpipe_stream::model::offcpu`]), under an `[off-cpu: STATE]` frame.
+    OffCpu,
+    /// Wall-clock time in ns: the on-CPU stacks of `cpu-clock`/`task-clock` samples weighted by
+    /// their periods, and the off-CPU stacks as [`WeightBy::OffCpu`] weighs them.
+    Wall,
 }
 
 /// How stacks are told apart and named.
@@ -72,7 +151,7 @@ pub struct Aggregate {
     /// The key being built, as bytes to fingerprint.
     key: Vec<u8>,
     /// A batch's keys with their samples' indices, before the table is probed.
-    found: Vec<(([u32; 3], u128), u32)>,
+    found: Vec<(([u32; ROOT], u128), u32)>,
     /// Samples counted.
     pub samples: Counter,
     /// Samples of other events than the first.
@@ -81,13 +160,25 @@ pub struct Aggregate {
     pub empty: Counter,
     /// Samples no `symbolize` stage annotated (rewritten by a later stage).
     pub unannotated: Counter,
+    /// Off-CPU (and wall-clock) profiles: the switches and their intervals.
+    off: Option<Box<OffCpuState>>,
+    /// Off-CPU intervals counted, and those of them still open at the end (closed at the last
+    /// event time).
+    pub offcpu_intervals: Counter,
+    /// Off-CPU intervals still open at the end of the stream, closed at the last event time.
+    pub offcpu_open_at_end: Counter,
+    /// Switches the model could not use: switch-outs whose switch-in was lost, `sched_switch`
+    /// samples shorter than their format, tracepoints without a format.
+    pub offcpu_unusable: Counter,
 }
 
 impl Aggregate {
     /// An empty aggregate.
     pub fn new(options: FoldOptions) -> Aggregate {
+        let off = matches!(options.weight, WeightBy::OffCpu | WeightBy::Wall);
         Aggregate {
             options,
+            off: off.then(Box::default),
             ..Aggregate::default()
         }
     }
@@ -104,6 +195,10 @@ impl Aggregate {
 
     /// Adds the samples of a batch.
     pub fn add_batch(&mut self, batch: &Batch) {
+        if self.off.is_some() {
+            self.add_switches(batch);
+            return;
+        }
         let Some(mut join) = Join::of(batch) else {
             self.unannotated.add(sample_count(batch));
             return;
@@ -137,9 +232,149 @@ impl Aggregate {
         self.unannotated.add(join.missing());
     }
 
+    /// Off-CPU and wall-clock profiles: every record goes through the off-CPU model, in order;
+    /// a switch-out's stack waits in it until its interval closes. Wall-clock profiles count the
+    /// clock samples' stacks too.
+    fn add_switches(&mut self, batch: &Batch) {
+        let Some(info) = StreamInfo::of(batch) else {
+            return;
+        };
+        let Some(join) = Join::of(batch) else {
+            self.unannotated.add(sample_count(batch));
+            return;
+        };
+        let stacks = join.stacks();
+        self.sources.observe(stacks);
+        let list = stacks.samples();
+        let mut join = join.peekable();
+        let mut off = self.off.take().expect("an off-CPU profile");
+        let (mut counted, mut empty) = (0, 0);
+        for span in &batch.spans {
+            let rec = info.record(batch, span);
+            if span.kind == RecordType::FINISHED_ROUND.0 {
+                off.model.round(&mut off.intervals);
+                continue;
+            }
+            let sample = match join.peek() {
+                Some(&(i, s)) if span.kind == RecordType::SAMPLE.0 && s.start == span.start => {
+                    join.next();
+                    Some(i)
+                }
+                _ => None,
+            };
+            let sw = off.switches.read(&rec, span.tag, info);
+            let Some(i) = sample else {
+                off.model.add(&sw, None, &mut off.intervals);
+                continue;
+            };
+            let s = &list[i];
+            if let Some(t) = (s.time != 0).then_some(s.time) {
+                off.model.note_time(t);
+            }
+            let frames = stacks.frames(&list[i]);
+            if sw.stack || sw.stack_of.is_some() {
+                let key = (!frames.is_empty()).then(|| OffKey {
+                    root: self.root_of(&list[i]),
+                    stack: off.stacks.id(frames),
+                });
+                off.model.add(&sw, key, &mut off.intervals);
+                continue;
+            }
+            // A switch-in alone (the idle task's switch to the thread) or nothing.
+            off.model.add(&sw, None, &mut off.intervals);
+            if self.options.weight == WeightBy::Wall && is_clock(info, s.attr) {
+                if frames.is_empty() {
+                    empty += 1;
+                } else {
+                    let key = self.key_of(stacks, &list[i]);
+                    self.add(key, stacks, &list[i]);
+                    counted += 1;
+                }
+            }
+        }
+        self.samples.add(counted);
+        self.empty.add(empty);
+        self.off = Some(off);
+        self.charge();
+    }
+
+    /// Charges the intervals closed so far to their stacks, under their state's mark.
+    fn charge(&mut self) {
+        let Some(mut off) = self.off.take() else {
+            return;
+        };
+        for iv in off.intervals.drain(..) {
+            let Some(k) = iv.stack else {
+                // A switch-out without a stack (a SWITCH record with no sample before it).
+                self.empty.add(1);
+                continue;
+            };
+            self.offcpu_intervals.add(1);
+            if iv.open_at_end {
+                self.offcpu_open_at_end.add(1);
+            }
+            let frames = off.stacks.get(k.stack);
+            let open = if iv.open_at_end { OPEN_AT_END } else { 0 };
+            let mut root = [k.root[0], k.root[1], k.root[2], mark_of(iv.state) | open];
+            if !(self.options.pid || self.options.tid) {
+                root[1] = 0;
+            }
+            if !self.options.tid {
+                root[2] = 0;
+            }
+            let fp = self.fingerprint_of(&root, frames);
+            let stack = self.stacks.entry(fp).or_insert_with(|| {
+                let at = self.keys.len() as u32;
+                self.keys.extend(root);
+                self.keys.extend(frames.iter().rev());
+                self.used.insert_all(frames);
+                Stack {
+                    at,
+                    len: frames.len() as u32 + ROOT as u32,
+                    ..Stack::default()
+                }
+            });
+            stack.samples += 1;
+            stack.period += iv.duration();
+        }
+        self.off = Some(off);
+    }
+
+    /// Ends an off-CPU profile: switches still waiting are decided, and threads still off the
+    /// cpu are charged up to the last event time.
+    pub fn finish(&mut self) {
+        if let Some(off) = &mut self.off {
+            off.model.finish(&mut off.intervals);
+            let c = off.model.counts;
+            self.offcpu_unusable
+                .add(c.unmatched + off.switches.short_payloads + off.switches.no_format);
+        }
+        self.charge();
+    }
+
+    /// The root of a sample's stack: comm, pid, tid.
+    fn root_of(&mut self, s: &StackSample) -> [u32; 3] {
+        [self.comms.id(s), s.pid, s.tid]
+    }
+
+    /// The fingerprint of a key `root, frames root first` (frames given innermost first).
+    fn fingerprint_of(&mut self, root: &[u32; ROOT], frames: &[u32]) -> u128 {
+        let key = &mut self.key;
+        key.clear();
+        key.resize(4 * (ROOT + frames.len()), 0);
+        let (head, tail) = key.split_at_mut(4 * ROOT);
+        for (to, id) in head.chunks_exact_mut(4).zip(root) {
+            to.copy_from_slice(&id.to_le_bytes());
+        }
+        for (to, id) in tail.chunks_exact_mut(4).zip(frames.iter().rev()) {
+            to.copy_from_slice(&id.to_le_bytes());
+        }
+        XxHash3_128::oneshot(key)
+    }
+
     /// The key of a sample's stack: its root (comm, and pid and tid when the options show
     /// them) and its fingerprint.
-    fn key_of(&mut self, stacks: &Stacks, s: &StackSample) -> ([u32; 3], u128) {
+    fn key_of(&mut self, stacks: &Stacks, s: &StackSample) -> ([u32; ROOT], u128) {
         let frames = stacks.frames(s);
         let comm = self.comms.id(s);
         let pid = if self.options.pid || self.options.tid {
@@ -148,7 +383,7 @@ impl Aggregate {
             0
         };
         let tid = if self.options.tid { s.tid } else { 0 };
-        let root = [comm, pid, tid];
+        let root = [comm, pid, tid, 0];
         // The bytes of `root, frames root first`, written in place: what `fingerprint` makes of
         // the same ids, without an iterator chain and a capacity check an id (a tenth of the
         // sink's instructions).
@@ -166,7 +401,7 @@ impl Aggregate {
     }
 
     /// Counts a sample with frames in the stack of `key`.
-    fn add(&mut self, (root, fingerprint): ([u32; 3], u128), stacks: &Stacks, s: &StackSample) {
+    fn add(&mut self, (root, fingerprint): ([u32; ROOT], u128), stacks: &Stacks, s: &StackSample) {
         let frames = stacks.frames(s);
         let stack = self.stacks.entry(fingerprint).or_insert_with(|| {
             let at = self.keys.len() as u32;
@@ -175,7 +410,7 @@ impl Aggregate {
             self.used.insert_all(frames);
             Stack {
                 at,
-                len: frames.len() as u32 + 3,
+                len: frames.len() as u32 + ROOT as u32,
                 ..Stack::default()
             }
         });
@@ -230,8 +465,9 @@ impl Aggregate {
         // frame, computed on the pool; sorted by fingerprint, a run of equal ones is a group.
         let keyed = |seq: &mut Vec<u8>, (i, w): (usize, &&Stack)| -> Option<(u128, u32, u64)> {
             let key = &self.keys[w.at as usize..(w.at + w.len) as usize];
-            // The root is [comm, pid, tid] as the options kept them (zeros when not shown).
-            let (root, frames) = key.split_at(3);
+            // The root is [comm, pid, tid] as the options kept them (zeros when not shown), and
+            // the off-CPU mark.
+            let (root, frames) = key.split_at(ROOT);
             if frames.iter().all(|&f| names[f as usize].is_empty()) {
                 return None; // every frame dropped: the collapsers count no stack
             }
@@ -240,9 +476,12 @@ impl Aggregate {
                 &arena[a as usize..b as usize]
             });
             let count = match weight {
-                WeightBy::Period => w.period,
                 WeightBy::Samples => w.samples,
+                _ => w.period,
             };
+            if count == 0 {
+                return None; // an off-CPU stack whose interval a snapshot does not hold yet
+            }
             let ids = root.iter().chain(named).copied();
             Some((fingerprint(seq, ids), i as u32, count))
         };
@@ -279,7 +518,7 @@ impl Aggregate {
             let w = stacks[i as usize];
             let key = &self.keys[w.at as usize..(w.at + w.len) as usize];
             let comm = &comms[key[0] as usize];
-            let named = || key[3..].iter().flat_map(|&f| &names[f as usize]);
+            let named = || key[ROOT..].iter().flat_map(|&f| &names[f as usize]);
             // One allocation a line: its length is known before it is built.
             let len = comm.len() + 24 + named().map(|n| n.len() + 1).sum::<usize>();
             let mut line = String::with_capacity(len);
@@ -288,6 +527,10 @@ impl Aggregate {
                 line.push_str(&format!("-{}/{}", key[1], key[2]));
             } else if self.options.pid {
                 line.push_str(&format!("-{}", key[1]));
+            }
+            if key[3] != 0 {
+                line.push(';');
+                line.push_str(&mark_name(key[3]));
             }
             for n in named() {
                 line.push(';');

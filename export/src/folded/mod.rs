@@ -9,11 +9,18 @@
 //! [`SnapshotSink`]: written at end of input and on SIGUSR2, the file replaced atomically.
 //!
 //! - **Counts**: by default the sum of the samples' periods, as the collapsers count `perf
-//!   script`'s lines; `weight=samples` counts samples.
+//!   script`'s lines; `weight=samples` counts samples; `weight=offcpu` the ns each thread spent off
+//!   the cpu from a switch-out to its next switch-in, charged to the switch-out's stack under an
+//!   `[off-cpu: S]` (`D`, `R`, …; `[off-cpu: S, open at end]` for the intervals the stream
+//!   ended in, closed at its last event time) frame after the comm ([`perfpipe_stream::model::offcpu`]: a
+//!   `perf record -g -a -e sched:sched_switch` or `-e context-switches -c 1 --switch-events`
+//!   recording); `weight=wall` that and the `cpu-clock`/`task-clock` samples' periods (ns), on-
+//!   and off-CPU side by side.
 //! - **Events**: the first event whose samples arrive, as the collapsers keep the first event of
 //!   `perf script`'s output; samples of other events are counted (`samples_other_event`).
 //! - **Counters**: `samples`, `stacks`, `frames`, `samples_other_event`, `samples_empty`,
-//!   `samples_unannotated`.
+//!   `samples_unannotated`, and for off-CPU weights `offcpu_intervals`, `offcpu_open_at_end`
+//!   (intervals still open at the end, closed at the last event time) and `offcpu_unusable`.
 
 pub mod aggregate;
 
@@ -66,6 +73,8 @@ pub fn fold_options(o: &Options) -> FoldOptions {
         },
         weight: match o.text("weight") {
             Some("samples") => WeightBy::Samples,
+            Some("offcpu") => WeightBy::OffCpu,
+            Some("wall") => WeightBy::Wall,
             _ => WeightBy::Period,
         },
     }
@@ -123,6 +132,7 @@ impl Profile for Folded {
     }
 
     fn finish(&mut self) {
+        self.aggregate.finish();
         self.stacks.set_once(self.aggregate.stacks() as u64);
         self.frames.set_once(self.aggregate.frames() as u64);
     }
@@ -136,6 +146,9 @@ impl Profile for Folded {
             ("samples_other_event", a.other_event.clone()),
             ("samples_empty", a.empty.clone()),
             ("samples_unannotated", a.unannotated.clone()),
+            ("offcpu_intervals", a.offcpu_intervals.clone()),
+            ("offcpu_open_at_end", a.offcpu_open_at_end.clone()),
+            ("offcpu_unusable", a.offcpu_unusable.clone()),
         ]
     }
 }
@@ -144,8 +157,8 @@ impl Profile for Folded {
 pub const FOLD_OPTIONS: [StageOption; 5] = [
     StageOption {
         key: "weight",
-        kind: Kind::Choice(&["period", "samples"]),
-        help: "count the samples' periods (as inferno-collapse-perf counts perf script's lines) or the samples",
+        kind: Kind::Choice(&["period", "samples", "offcpu", "wall"]),
+        help: "count the samples' periods (as inferno-collapse-perf counts perf script's lines), the samples, off-CPU ns (sched_switch or context-switches recordings) or wall-clock ns (cpu-clock plus sched_switch)",
     },
     StageOption {
         key: "pid",
@@ -174,7 +187,7 @@ pub const FOLD_FLAGS: [Flag; 5] = [
     Flag::option(
         "weight",
         "weight",
-        "what folded stacks and flame graphs count: period (default) or samples",
+        "what folded stacks and flame graphs count: period (default), samples, offcpu (ns off the cpu from each switch-out to the next switch-in, under [off-cpu: STATE]) or wall (on-CPU periods and off-CPU ns)",
     ),
     Flag {
         name: "stack-pid",
@@ -414,6 +427,11 @@ mod tests {
         };
         assert!(0 < total(&snapshot) && total(&snapshot) < total(&end));
         assert_eq!(total(&end), 1777 * 200_000);
-        assert_eq!(sink.counters()[6].1.get(), 1, "one snapshot");
+        let snapshots = sink
+            .counters()
+            .into_iter()
+            .find(|c| c.0 == "snapshots")
+            .unwrap();
+        assert_eq!(snapshots.1.get(), 1, "one snapshot");
     }
 }

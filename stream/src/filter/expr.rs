@@ -12,7 +12,7 @@
 
 pub use crate::error::ExprError;
 
-/// A sample field an expression can test.
+/// A sample field an expression can test (a tracepoint's fields are [`Expr::Tp`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Field {
     /// `pid` of `PERF_SAMPLE_TID`.
@@ -124,6 +124,11 @@ pub enum Expr {
     Cmp(Field, CmpOp, Value),
     /// `field in [values]`
     In(Field, Vec<Value>),
+    /// `tp.NAME op value`: the field `NAME` of a tracepoint's raw payload, by its format file. A
+    /// number compares with the field's value (signed as the format says); a string is a glob on a
+    /// string field (`char` arrays, `__data_loc` strings) or on the text the print format gives a
+    /// flags or symbolic field (`tp.prev_state == "D"`). `tp.NAME in [..]` is an `||` of these.
+    Tp(String, CmpOp, Value),
 }
 
 impl Expr {
@@ -133,6 +138,17 @@ impl Expr {
             Expr::Or(a, b) | Expr::And(a, b) => a.uses(field) || b.uses(field),
             Expr::Not(a) => a.uses(field),
             Expr::Cmp(f, _, _) | Expr::In(f, _) => *f == field,
+            Expr::Tp(..) => false,
+        }
+    }
+
+    /// Whether any predicate tests a tracepoint field.
+    pub fn uses_tp(&self) -> bool {
+        match self {
+            Expr::Or(a, b) | Expr::And(a, b) => a.uses_tp() || b.uses_tp(),
+            Expr::Not(a) => a.uses_tp(),
+            Expr::Cmp(..) | Expr::In(..) => false,
+            Expr::Tp(..) => true,
         }
     }
 
@@ -143,6 +159,7 @@ impl Expr {
             Expr::Not(a) => a.uses_reltime(),
             Expr::Cmp(_, _, v) => matches!(v, Value::RelTime(_)),
             Expr::In(_, vs) => vs.iter().any(|v| matches!(v, Value::RelTime(_))),
+            Expr::Tp(..) => false,
         }
     }
 }
@@ -327,6 +344,16 @@ fn lex(src: &str) -> Result<Vec<(Tok, usize)>, ExprError> {
             {
                 i += 1;
             }
+            // `tp.NAME`: a tracepoint field.
+            if i - start == 2 && chars[start..i] == ['t', 'p'] && chars.get(i) == Some(&'.') {
+                i += 1;
+                while chars
+                    .get(i)
+                    .is_some_and(|c| c.is_ascii_alphanumeric() || *c == '_')
+                {
+                    i += 1;
+                }
+            }
             let word: String = chars[start..i].iter().collect();
             match word.as_str() {
                 "and" => Tok::And,
@@ -443,6 +470,9 @@ impl Parser<'_> {
     }
 
     fn predicate(&mut self, name: &str) -> Result<Expr, ExprError> {
+        if let Some(tp) = name.strip_prefix("tp.") {
+            return self.tp_predicate(name, tp);
+        }
         let Some(field) = Field::parse(name) else {
             return Err(self.err(&format!("unknown field `{name}`"), Some(FIELDS_HINT)));
         };
@@ -479,6 +509,87 @@ impl Parser<'_> {
                     }
                 }
                 Ok(Expr::In(field, vs))
+            }
+            t => {
+                self.pos -= 1;
+                Err(self.err(
+                    &format!(
+                        "expected an operator after `{name}`, found {}",
+                        t.describe()
+                    ),
+                    Some("operators: == != < <= > >= and `in [..]`"),
+                ))
+            }
+        }
+    }
+
+    /// `tp.NAME op value` or `tp.NAME in [values]`.
+    fn tp_predicate(&mut self, name: &str, tp: &str) -> Result<Expr, ExprError> {
+        if tp.is_empty() {
+            return Err(self.err(
+                "`tp.` needs a field name",
+                Some("e.g. tp.prev_state == \"D\" (the fields of a tracepoint's format file)"),
+            ));
+        }
+        self.next();
+        let one = |p: &mut Self, op: CmpOp| -> Result<Expr, ExprError> {
+            let col = p.toks[p.pos].1;
+            let v =
+                match p.next() {
+                    Tok::Str(s) => Value::Str(s),
+                    Tok::Num(s) => match number(&s) {
+                        Some(n) => Value::Num(n),
+                        None => {
+                            return Err(p.err_at(
+                                col,
+                                &format!("`{s}` is not a number"),
+                                Some("integers are decimal or 0x hex"),
+                            ))
+                        }
+                    },
+                    t => return Err(p.err_at(
+                        col,
+                        &format!(
+                            "expected a number or a quoted string, found {}",
+                            t.describe()
+                        ),
+                        Some("tp.prev_pid == 42, tp.prev_comm == \"gz*\", tp.prev_state == \"D\""),
+                    )),
+                };
+            if matches!(v, Value::Str(_)) && !matches!(op, CmpOp::Eq | CmpOp::Ne) {
+                return Err(p.err_at(
+                    col,
+                    "a string compares with == and != only",
+                    Some("== and != match a glob: tp.prev_comm == \"gz*\""),
+                ));
+            }
+            Ok(Expr::Tp(tp.to_string(), op, v))
+        };
+        match self.next() {
+            Tok::Cmp(op) => one(self, op),
+            Tok::Ident(w) if w == "in" => {
+                if *self.peek() != Tok::LBracket {
+                    return Err(self.err(
+                        "expected `[` after `in`",
+                        Some("tp.prev_state in [\"D\", \"S\"]"),
+                    ));
+                }
+                self.next();
+                let mut vs = vec![one(self, CmpOp::Eq)?];
+                loop {
+                    match self.next() {
+                        Tok::Comma => vs.push(one(self, CmpOp::Eq)?),
+                        Tok::RBracket => break,
+                        t => {
+                            self.pos -= 1;
+                            return Err(self.err(
+                                &format!("expected `,` or `]`, found {}", t.describe()),
+                                Some("tp.prev_state in [\"D\", \"S\"]"),
+                            ));
+                        }
+                    }
+                }
+                Ok(balanced(vs, |a, b| Expr::Or(Box::new(a), Box::new(b))).expect("one value"))
             }
             t => {
                 self.pos -= 1;
@@ -544,7 +655,8 @@ impl Parser<'_> {
 }
 
 const FIELDS_HINT: &str =
-    "fields: pid tid comm cpu time event ip cpumode period dso; e.g. comm == \"bash\" && cpu == 0";
+    "fields: pid tid comm cpu time event ip cpumode period dso, and tp.NAME for a tracepoint's \
+     fields; e.g. comm == \"bash\" && cpu == 0";
 const CPUMODE_HINT: &str =
     "cpumode is one of unknown kernel user hypervisor guest_kernel guest_user";
 
@@ -688,6 +800,37 @@ mod tests {
             src in r#"(pid|comm|time|cpu|event|dso|!|\(|\)|==|<=|&&|\|\||in|\[|\]|,|"g\*"|1\.5s|\+2ms|0x1f| ){0,12}"#
         ) {
             let _ = parse(&src);
+        }
+    }
+
+    #[test]
+    fn tracepoint_fields() {
+        let tp = |n: &str, op, v| Expr::Tp(n.into(), op, v);
+        assert_eq!(
+            parse("tp.prev_state == \"D\" && tp.prev_pid >= 0x10").unwrap(),
+            Expr::And(
+                Box::new(tp("prev_state", CmpOp::Eq, Value::Str("D".into()))),
+                Box::new(tp("prev_pid", CmpOp::Ge, Value::Num(16))),
+            )
+        );
+        assert_eq!(
+            parse("tp.prev_state in [\"S\", \"D\"]").unwrap(),
+            Expr::Or(
+                Box::new(tp("prev_state", CmpOp::Eq, Value::Str("S".into()))),
+                Box::new(tp("prev_state", CmpOp::Eq, Value::Str("D".into()))),
+            )
+        );
+        assert!(parse("tp.prev_state == \"D\"").unwrap().uses_tp());
+        for (src, col, msg) in [
+            ("tp. == 1", 1, "needs a field name"),
+            ("tp.x < \"a\"", 8, "== and != only"),
+            ("tp.x == user", 9, "expected a number or a quoted string"),
+            ("tp.x in [1 2]", 12, "expected `,` or `]`"),
+            ("tpx == 1", 1, "unknown field"),
+        ] {
+            let e = parse(src).expect_err(src);
+            assert_eq!(e.column, col, "{src}: {e}");
+            assert!(e.message.contains(msg), "{src}: {e}");
         }
     }
 

@@ -16,7 +16,15 @@
 //!   `state::Threads`); `event` the attr's name from EVENT_UPDATE records or the EVENT_DESC
 //!   feature; `dso` the file mapped at the sample's ip, from the [`crate::model::machine`] model (`[unknown]`
 //!   when none, `[kernel.kallsyms]` for the kernel).
-//! - A predicate on a field the sample does not carry (`cpu` without `PERF_SAMPLE_CPU`) is false.
+//! - `tp.NAME` is the field `NAME` of a tracepoint sample's raw payload, read at the offset, size
+//!   and signedness its format file gives (from the recording's tracing data, see
+//!   [`crate::format::tracing`]): `tp.prev_state == "D" && tp.prev_comm == "kworker*"`. Numbers
+//!   compare with numbers; a string is a glob on a string field, or on the text the print format
+//!   gives a flags or symbolic field (`prev_state`: `S`, `D`, `R`, `R+` for preempted, `I`…), as
+//!   `perf script -F trace` prints it. A payload shorter than the field makes the predicate false
+//!   and is counted (`tracepoint_fields_short`).
+//! - A predicate on a field the sample does not carry (`cpu` without `PERF_SAMPLE_CPU`, `tp.x` on
+//!   a sample that is not a tracepoint's or whose tracepoint has no field `x`) is false.
 //!
 //! The expression is parsed once when the stage is built and compiled once per attr (fields become
 //! byte offsets of that attr's sample layout, `event` a constant), again only when an attr or an
@@ -34,6 +42,8 @@
 pub mod expr;
 mod program;
 mod shorthand;
+
+use std::sync::Arc;
 
 use perfpipe_core::{Batch, Counter, Flow, Out, Span, Stage, StageError};
 use rayon::prelude::*;
@@ -101,9 +111,10 @@ impl FilterConfig {
             held_bytes: 0,
             rounds: 0,
             progs: Vec::new(),
-            compiled_for: (usize::MAX, 0),
+            compiled_for: (usize::MAX, 0, 0),
             kept: Counter::new(),
             dropped: Counter::new(),
+            short: Counter::new(),
             pool: None,
         }
     }
@@ -254,10 +265,12 @@ pub struct Filter {
     rounds: u64,
     /// The program for each attr index; the last entry is for samples of an unknown attr.
     progs: Vec<Prog>,
-    /// (number of attrs, event-name generation) the programs were compiled for.
-    compiled_for: (usize, u64),
+    /// (number of attrs, event-name generation, tracing data) the programs were compiled for.
+    compiled_for: (usize, u64, usize),
     kept: Counter,
     dropped: Counter,
+    /// Tracepoint fields read past the end of a sample's raw payload (the predicate is false).
+    short: Counter,
     /// Where batches of at least `parallel_min` samples are evaluated (rayon's global pool if
     /// none).
     pool: Option<std::sync::Arc<rayon::ThreadPool>>,
@@ -275,7 +288,11 @@ impl Filter {
 
 impl Filter {
     fn compile(&mut self, info: &StreamInfo) {
-        let key = (info.attrs.len(), self.events.generation);
+        let key = (
+            info.attrs.len(),
+            self.events.generation,
+            info.tracing.as_ref().map_or(0, |t| Arc::as_ptr(t) as usize),
+        );
         if key == self.compiled_for {
             return;
         }
@@ -283,9 +300,16 @@ impl Filter {
             .attrs
             .iter()
             .enumerate()
-            .map(|(i, a)| Prog::compile(&self.expr, Some(&a.layout), self.events.name(i)))
+            .map(|(i, a)| {
+                Prog::compile(
+                    &self.expr,
+                    Some(&a.layout),
+                    self.events.name(i),
+                    info.tracepoint(i),
+                )
+            })
             .collect();
-        self.progs.push(Prog::compile(&self.expr, None, None));
+        self.progs.push(Prog::compile(&self.expr, None, None, None));
         self.compiled_for = key;
     }
 
@@ -325,6 +349,7 @@ impl Filter {
             first_time: self.first_time.unwrap_or(0),
             endian: info.endian,
             machine: self.machine.as_ref(),
+            short: &self.short,
         }
     }
 
@@ -473,6 +498,7 @@ impl Stage for Filter {
         vec![
             ("samples_kept", self.kept.clone()),
             ("samples_dropped", self.dropped.clone()),
+            ("tracepoint_fields_short", self.short.clone()),
         ]
     }
 }

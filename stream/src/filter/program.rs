@@ -1,8 +1,13 @@
 //! An expression compiled for one attr: fields resolved to byte offsets in that attr's samples,
 //! `event` folded to a constant, so evaluating a sample is a few loads and compares.
 
+use std::sync::Arc;
+
+use perfpipe_core::Counter;
+
 use super::expr::{balanced, CmpOp, Expr, Field, Value};
-use crate::format::{Endian, SampleLayout};
+use crate::format::tracing::{self, EventFormat, FieldFormat, Render};
+use crate::format::{Endian, Sample, SampleLayout};
 use crate::model::machine::Machine;
 use crate::model::threads::Threads;
 
@@ -14,6 +19,8 @@ pub(super) struct Cx<'a> {
     pub endian: Endian,
     /// The address-space model, when the expression tests `dso`.
     pub machine: Option<&'a Machine>,
+    /// Tracepoint fields read past a short payload.
+    pub short: &'a Counter,
 }
 
 /// A compiled expression. A predicate on a field that the attr's samples lack is `false` (so its
@@ -55,22 +62,75 @@ pub(super) enum Prog {
         glob: Glob,
         eq: bool,
     },
+    /// A field of the tracepoint's raw payload.
+    Tp(Box<TpPred>),
+}
+
+/// A compiled `tp.NAME op value`.
+#[derive(Clone, Debug)]
+pub(super) struct TpPred {
+    layout: SampleLayout,
+    field: FieldFormat,
+    op: CmpOp,
+    test: TpTest,
+}
+
+#[derive(Clone, Debug)]
+enum TpTest {
+    /// The number against `v`.
+    Num(i128),
+    /// A glob on a string field.
+    Str(Glob),
+    /// A glob on the text the print format gives the number.
+    Text(Arc<Render>, Glob),
+}
+
+impl TpPred {
+    fn eval(&self, rec: &[u8], cx: &Cx<'_>) -> bool {
+        let e = cx.endian;
+        let raw = Sample::new(rec, e, &self.layout).raw();
+        let Some(v) = raw.and_then(|raw| self.field.read(raw, e)) else {
+            cx.short.add(1);
+            return false;
+        };
+        let num = |v: tracing::Value<'_>| match v {
+            tracing::Value::Int(i) => Some(i128::from(i)),
+            tracing::Value::UInt(u) => Some(i128::from(u)),
+            _ => None,
+        };
+        match &self.test {
+            TpTest::Num(n) => num(v).is_some_and(|x| self.op.test(x, *n)),
+            TpTest::Str(g) => match v {
+                tracing::Value::Str(s) => g.matches(s) == (self.op == CmpOp::Eq),
+                _ => false,
+            },
+            TpTest::Text(r, g) => num(v)
+                .and_then(|x| r.text(&self.field.name, x as u64))
+                .is_some_and(|t| g.matches(t.as_bytes()) == (self.op == CmpOp::Eq)),
+        }
+    }
 }
 
 impl Prog {
-    /// Compiles `e` for samples of an attr with `layout` (none when the attr is unknown) and event
-    /// name `event`.
-    pub fn compile(e: &Expr, layout: Option<&SampleLayout>, event: Option<&str>) -> Prog {
+    /// Compiles `e` for samples of an attr with `layout` (none when the attr is unknown), event
+    /// name `event` and, for a tracepoint, its format `tp`.
+    pub fn compile(
+        e: &Expr,
+        layout: Option<&SampleLayout>,
+        event: Option<&str>,
+        tp: Option<&EventFormat>,
+    ) -> Prog {
         match e {
             Expr::Or(a, b) => Prog::or(
-                Prog::compile(a, layout, event),
-                Prog::compile(b, layout, event),
+                Prog::compile(a, layout, event, tp),
+                Prog::compile(b, layout, event, tp),
             ),
             Expr::And(a, b) => Prog::and(
-                Prog::compile(a, layout, event),
-                Prog::compile(b, layout, event),
+                Prog::compile(a, layout, event, tp),
+                Prog::compile(b, layout, event, tp),
             ),
-            Expr::Not(a) => match Prog::compile(a, layout, event) {
+            Expr::Tp(name, op, v) => Prog::tp(name, *op, v, layout, tp),
+            Expr::Not(a) => match Prog::compile(a, layout, event, tp) {
                 Prog::Const(c) => Prog::Const(!c),
                 p => Prog::Not(Box::new(p)),
             },
@@ -84,6 +144,39 @@ impl Prog {
             )
             .unwrap_or(Prog::Const(false)),
         }
+    }
+
+    /// `tp.NAME op v`: false when the attr is not a tracepoint, its format is unknown or has no
+    /// such field, or the value's kind does not fit the field's.
+    fn tp(
+        name: &str,
+        op: CmpOp,
+        v: &Value,
+        layout: Option<&SampleLayout>,
+        tp: Option<&EventFormat>,
+    ) -> Prog {
+        let (Some(layout), Some(ev)) = (layout, tp) else {
+            return Prog::Const(false);
+        };
+        let Some(field) = ev.field(name) else {
+            return Prog::Const(false);
+        };
+        let test = match v {
+            Value::Num(n) if field.kind == tracing::FieldKind::Scalar => {
+                TpTest::Num(i128::from(*n))
+            }
+            Value::Str(s) if field.is_string() => TpTest::Str(Glob::new(s)),
+            Value::Str(s) if ev.render.shows(name) => {
+                TpTest::Text(Arc::new(ev.render.clone()), Glob::new(s))
+            }
+            _ => return Prog::Const(false),
+        };
+        Prog::Tp(Box::new(TpPred {
+            layout: *layout,
+            field: field.clone(),
+            op,
+            test,
+        }))
     }
 
     fn or(a: Prog, b: Prog) -> Prog {
@@ -214,6 +307,7 @@ impl Prog {
                 };
                 glob.matches(name) == *eq
             }
+            Prog::Tp(t) => t.eval(rec, cx),
         }
     }
 }

@@ -1,0 +1,609 @@
+//! The off-CPU model: for each time a thread is switched out, how long until it is next switched
+//! in, with the stack it blocked in and the state it left in.
+//!
+//! Two recording forms feed it, both read by [`Switches`]:
+//!
+//! - **system-wide**, `perf record -a -g -e sched:sched_switch`: each `sched_switch` sample is a
+//!   switch-out of `prev_pid` (its callchain is where that thread blocked, its `prev_state` the
+//!   state) and a switch-in of `next_pid`, at the sample's time, on any cpu. The fields are read
+//!   by name through the recording's tracing data ([`crate::format::tracing`]).
+//! - **per process**, `perf record -g -e context-switches -c 1 --switch-events -- CMD`: the
+//!   `context-switches` sample carries the stack; the thread's PERF_RECORD_SWITCH OUT record (just
+//!   after it, same cpu) the switch-out, preempted when `SWITCH_OUT_PREEMPT` is set (state `R`),
+//!   else blocked (`S` or `D`: the record cannot tell, [`State::Blocked`]); its next SWITCH IN the
+//!   switch-in. A `sched:sched_switch -g --switch-events` recording works the same, with the
+//!   tracepoint's state.
+//!
+//! The stream is in time order per cpu, not across cpus: `perf record` copies each cpu's ring in
+//! turn, so a round (between FINISHED_ROUNDs) holds one cpu's records and then the next's, and a
+//! thread switched out on one cpu and in on another may arrive in either order, hundreds of ms
+//! apart when the rings fill slowly. So each thread's switches wait until every switch before
+//! them has arrived: when every cpu has written a later one (records of one cpu arrive in time
+//! order; samples say their cpu with `PERF_SAMPLE_CPU`, which `-a` sets; the NRCPUS feature says
+//! how many cpus to wait for), or by perf's rule for
+//! FINISHED_ROUND (every record of round N+2 is later than every record of round N). Intervals
+//! are then closed in time order per thread, exactly as if the stream were sorted. Memory: one
+//! entry per thread, plus the switches not yet settled, at most [`MAX_PENDING`] per thread (past
+//! it the oldest is decided with what has arrived): the switches of about one round, as perf's
+//! own ordered queue holds, never the recording's.
+//!
+//! At the end, switches still waiting are decided, and a thread still off the cpu gets an
+//! interval closed at the last event time of the stream, flagged [`Interval::open_at_end`].
+//!
+//! The stack is the caller's: `S` is whatever it keys a sample's stack by (an interned stack id).
+
+use std::collections::VecDeque;
+
+use super::IdMap;
+use crate::format::tracing::{EventFormat, FieldFormat, Value};
+use crate::format::{feature, features, misc, Endian, Record, RecordType, Sample, StreamInfo};
+
+/// Most switches a thread keeps waiting for time order; past it the oldest is decided.
+pub const MAX_PENDING: usize = 4096;
+
+/// Cpus whose order is followed (records of higher cpus wait for FINISHED_ROUNDs).
+const MAX_CPUS: usize = 4096;
+
+/// `PERF_TYPE_SOFTWARE`
+const PERF_TYPE_SOFTWARE: u32 = 1;
+/// `PERF_COUNT_SW_CONTEXT_SWITCHES`
+const SW_CONTEXT_SWITCHES: u64 = 3;
+
+/// The state a thread left the cpu in.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum State {
+    /// `S`: sleeping, interruptible (waiting for an event: a timer, a pipe, a futex).
+    Sleeping,
+    /// `D`: uninterruptible (waiting for I/O, or a kernel lock).
+    Uninterruptible,
+    /// `R`: still runnable: preempted, or yielded; the time is spent on the run queue.
+    Runnable,
+    /// Switched out not runnable, `S` or `D` unknown (a SWITCH record has only the preempt flag).
+    Blocked,
+    /// Another state letter of `prev_state` (`I` idle kernel thread, `T` stopped, `t` traced,
+    /// `X` dead, `Z` zombie, `P` parked).
+    Other(u8),
+}
+
+impl State {
+    /// From the text the print format gives `prev_state` (`S`, `D`, `R`, `R+`, `I`, `S|D`…): its
+    /// first letter.
+    pub fn from_text(t: &str) -> State {
+        match t.as_bytes().first() {
+            Some(b'S') => State::Sleeping,
+            Some(b'D') => State::Uninterruptible,
+            Some(b'R') | None => State::Runnable,
+            Some(&c) => State::Other(c),
+        }
+    }
+
+    /// Its name in profiles: `S`, `D`, `R`, `S|D` for [`State::Blocked`], or the letter.
+    pub fn name(self) -> &'static str {
+        match self {
+            State::Sleeping => "S",
+            State::Uninterruptible => "D",
+            State::Runnable => "R",
+            State::Blocked => "S|D",
+            State::Other(c) => match c {
+                b'I' => "I",
+                b'T' => "T",
+                b't' => "t",
+                b'X' => "X",
+                b'Z' => "Z",
+                b'P' => "P",
+                b'W' => "W",
+                b'K' => "K",
+                _ => "?",
+            },
+        }
+    }
+}
+
+/// What one record says about switches.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Switch {
+    /// A thread switched out: `(pid, tid, time, state)`. `pid` is `u32::MAX` when unknown.
+    pub out: Option<(u32, u32, u64, State)>,
+    /// A thread switched in: `(tid, time)`.
+    pub switch_in: Option<(u32, u64)>,
+    /// The record is a sample whose stack is the switch-out's (the `sched_switch` sample itself).
+    pub stack: bool,
+    /// The record is a `context-switches` sample of this thread: its stack is the one of the
+    /// thread's SWITCH OUT record that follows.
+    pub stack_of: Option<u32>,
+    /// The cpu the record was written on, when it says (`PERF_SAMPLE_CPU`): records of one cpu
+    /// arrive in time order, which lets the model decide before the round ends.
+    pub cpu: Option<u32>,
+    /// The recording's online cpus (the NRCPUS feature): the model follows the cpus' order only
+    /// once it has seen that many, so that a cpu whose records come later is waited for.
+    pub cpus_online: Option<u32>,
+}
+
+/// How a `sched_switch` payload is read: its fields by name, once per format.
+#[derive(Clone, Debug)]
+struct SchedSwitch {
+    prev_pid: FieldFormat,
+    prev_state: FieldFormat,
+    next_pid: FieldFormat,
+    min_size: usize,
+    format: EventFormat,
+    /// `prev_state` values seen, and their state (the text is rendered once per value).
+    states: Vec<(u64, State)>,
+}
+
+/// What each attr's samples are, for switches.
+#[derive(Clone, Debug)]
+enum Kind {
+    Other,
+    SchedSwitch(Box<SchedSwitch>),
+    ContextSwitches,
+    /// A tracepoint whose format the tracing data lacks.
+    NoFormat,
+}
+
+/// Reads switches out of records: [`Switch`] per record, through each attr's kind.
+#[derive(Debug, Default)]
+pub struct Switches {
+    kinds: Vec<Kind>,
+    /// (attrs, tracing data) the kinds were computed for.
+    computed_for: (usize, usize),
+    /// Whether any attr is `sched_switch`: then SWITCH OUT records are not switch-outs (the
+    /// tracepoint's samples are, with their state).
+    has_tracepoint: bool,
+    /// `sched_switch` samples whose payload is shorter than the format (skipped).
+    pub short_payloads: u64,
+    /// Tracepoint samples whose format the tracing data lacks (skipped).
+    pub no_format: u64,
+}
+
+impl Switches {
+    fn compute(&mut self, info: &StreamInfo) {
+        let key = (
+            info.attrs.len(),
+            info.tracing
+                .as_ref()
+                .map_or(0, |t| std::sync::Arc::as_ptr(t) as usize),
+        );
+        if key == self.computed_for {
+            return;
+        }
+        self.computed_for = key;
+        self.kinds = (0..info.attrs.len())
+            .map(|i| {
+                let a = &info.attrs[i];
+                if a.type_ == PERF_TYPE_SOFTWARE && a.config == SW_CONTEXT_SWITCHES {
+                    return Kind::ContextSwitches;
+                }
+                if a.type_ != crate::format::PERF_TYPE_TRACEPOINT {
+                    return Kind::Other;
+                }
+                let Some(ev) = info.tracepoint(i) else {
+                    return Kind::NoFormat;
+                };
+                if ev.name != "sched_switch" {
+                    return Kind::Other;
+                }
+                let f = |n: &str| ev.field(n).cloned();
+                match (f("prev_pid"), f("prev_state"), f("next_pid")) {
+                    (Some(prev_pid), Some(prev_state), Some(next_pid)) => {
+                        Kind::SchedSwitch(Box::new(SchedSwitch {
+                            prev_pid,
+                            prev_state,
+                            next_pid,
+                            min_size: ev.min_size(),
+                            format: ev.clone(),
+                            states: Vec::new(),
+                        }))
+                    }
+                    _ => Kind::NoFormat,
+                }
+            })
+            .collect();
+        self.has_tracepoint = self.kinds.iter().any(|k| matches!(k, Kind::SchedSwitch(_)));
+    }
+
+    /// Whether the stream has a source of switches: a `sched_switch` tracepoint or a
+    /// `context-switches` event (a profile that always runs the model asks this first).
+    pub fn active(&mut self, info: &StreamInfo) -> bool {
+        self.compute(info);
+        self.kinds
+            .iter()
+            .any(|k| matches!(k, Kind::SchedSwitch(_) | Kind::ContextSwitches))
+    }
+
+    /// What the record `rec` of attr index `tag` says about switches.
+    pub fn read(&mut self, rec: &Record<'_>, tag: u32, info: &StreamInfo) -> Switch {
+        self.compute(info);
+        let e = info.endian;
+        match rec.record_type() {
+            RecordType::SAMPLE => {
+                let Some(s) = rec.sample() else {
+                    return Switch::default();
+                };
+                let time = s.time().unwrap_or(0);
+                let cpu = s.cpu();
+                let sw = match self.kinds.get_mut(tag as usize) {
+                    Some(Kind::SchedSwitch(sw)) => match sched_switch(sw, &s, e, time) {
+                        Some(sw) => sw,
+                        None => {
+                            self.short_payloads += 1;
+                            Switch::default()
+                        }
+                    },
+                    Some(Kind::ContextSwitches) => Switch {
+                        stack_of: s.tid(),
+                        ..Switch::default()
+                    },
+                    Some(Kind::NoFormat) => {
+                        self.no_format += 1;
+                        Switch::default()
+                    }
+                    _ => Switch::default(),
+                };
+                Switch { cpu, ..sw }
+            }
+            RecordType::HEADER_FEATURE => {
+                // NRCPUS: `u32 nr_cpus_avail, nr_cpus_online` (`write_nrcpus()`).
+                match features::feature_record(rec.bytes, e) {
+                    Some((feature::NRCPUS, data)) => Switch {
+                        cpus_online: e.u32(data, 4),
+                        ..Switch::default()
+                    },
+                    _ => Switch::default(),
+                }
+            }
+            RecordType::SWITCH | RecordType::SWITCH_CPU_WIDE => {
+                let Some(id) = rec.sample_id() else {
+                    return Switch::default();
+                };
+                let (Some(tid), Some(time)) = (id.tid, id.time) else {
+                    return Switch::default();
+                };
+                if tid == 0 {
+                    return Switch::default();
+                }
+                let m = rec.header().misc;
+                let cpu = id.cpu;
+                if m & misc::SWITCH_OUT == 0 {
+                    Switch {
+                        switch_in: Some((tid, time)),
+                        cpu,
+                        ..Switch::default()
+                    }
+                } else if self.has_tracepoint {
+                    Switch::default()
+                } else {
+                    let state = if m & misc::SWITCH_OUT_PREEMPT != 0 {
+                        State::Runnable
+                    } else {
+                        State::Blocked
+                    };
+                    Switch {
+                        out: Some((id.pid.unwrap_or(u32::MAX), tid, time, state)),
+                        cpu,
+                        ..Switch::default()
+                    }
+                }
+            }
+            _ => Switch::default(),
+        }
+    }
+}
+
+/// A `sched_switch` sample: `None` when its payload is shorter than its format.
+fn sched_switch(sw: &mut SchedSwitch, s: &Sample<'_>, e: Endian, time: u64) -> Option<Switch> {
+    let raw = s.raw()?;
+    if raw.len() < sw.min_size {
+        return None;
+    }
+    let int = |f: &FieldFormat| match f.read(raw, e)? {
+        Value::Int(v) => Some(v as u64),
+        Value::UInt(v) => Some(v),
+        _ => None,
+    };
+    let prev = int(&sw.prev_pid)? as u32;
+    let next = int(&sw.next_pid)? as u32;
+    let v = int(&sw.prev_state)?;
+    let state = match sw.states.iter().find(|(k, _)| *k == v) {
+        Some((_, st)) => *st,
+        None => {
+            let text = sw
+                .format
+                .render
+                .text(&sw.prev_state.name, v)
+                .unwrap_or_default();
+            let st = State::from_text(&text);
+            if sw.states.len() < 64 {
+                sw.states.push((v, st));
+            }
+            st
+        }
+    };
+    // The sample is taken in the context of the task switched out: its pid is prev's process.
+    let pid = if s.tid() == Some(prev) {
+        s.pid().unwrap_or(u32::MAX)
+    } else {
+        u32::MAX
+    };
+    Some(Switch {
+        out: (prev != 0).then_some((pid, prev, time, state)),
+        switch_in: (next != 0).then_some((next, time)),
+        stack: prev != 0,
+        stack_of: None,
+        cpu: None,
+        cpus_online: None,
+    })
+}
+
+/// An off-CPU interval: a thread off the cpu from `start` to `end`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Interval<S> {
+    /// Its process (`u32::MAX` when unknown).
+    pub pid: u32,
+    /// The thread.
+    pub tid: u32,
+    /// When it was switched out.
+    pub start: u64,
+    /// When it was switched in again (or the last event time, if it never was).
+    pub end: u64,
+    /// The state it left the cpu in.
+    pub state: State,
+    /// Where it blocked: the switch-out sample's stack, if one was given.
+    pub stack: Option<S>,
+    /// Still off the cpu at the end of the stream: closed at the last event time.
+    pub open_at_end: bool,
+}
+
+impl<S> Interval<S> {
+    /// Its length in ns.
+    pub fn duration(&self) -> u64 {
+        self.end.saturating_sub(self.start)
+    }
+}
+
+#[derive(Clone, Copy, Debug)]
+enum Ev<S> {
+    Out {
+        pid: u32,
+        state: State,
+        stack: Option<S>,
+    },
+    In,
+}
+
+#[derive(Debug)]
+struct Thread<S> {
+    /// The switch-out waiting for its switch-in: (time, pid, state, stack).
+    open: Option<(u64, u32, State, Option<S>)>,
+    /// Switches not yet decided, in time order.
+    pending: VecDeque<(u64, Ev<S>)>,
+    /// The stack of its last `context-switches` sample, for its next SWITCH OUT record.
+    stack: Option<S>,
+}
+
+/// Counts of what the model saw.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct OffCpuCounts {
+    /// Intervals closed by a switch-in.
+    pub closed: u64,
+    /// Intervals still open at the end (closed at the last event time).
+    pub open_at_end: u64,
+    /// Switch-outs followed by another switch-out of the same thread (a switch-in lost): the
+    /// first is dropped.
+    pub unmatched: u64,
+    /// Switch-ins of threads not known to be off the cpu (the first of each thread).
+    pub stray_ins: u64,
+}
+
+/// The off-CPU model: switches in, intervals out.
+#[derive(Debug)]
+pub struct OffCpu<S> {
+    threads: IdMap<u32, Thread<S>>,
+    /// Threads with pending switches.
+    dirty: Vec<u32>,
+    /// Every switch at or before this time has arrived.
+    settled: u64,
+    /// Latest time seen before the last FINISHED_ROUND.
+    round_max: u64,
+    /// Latest event time seen.
+    last: u64,
+    /// Latest switch time seen per cpu (records of one cpu arrive in order).
+    cpu_last: Vec<u64>,
+    /// Distinct cpus seen, and how many the recording has online (0: unknown).
+    cpus_seen: usize,
+    cpus_online: usize,
+    /// What it counted.
+    pub counts: OffCpuCounts,
+}
+
+impl<S> Default for OffCpu<S> {
+    fn default() -> Self {
+        OffCpu {
+            threads: IdMap::default(),
+            dirty: Vec::new(),
+            settled: 0,
+            round_max: 0,
+            last: 0,
+            cpu_last: Vec::new(),
+            cpus_seen: 0,
+            cpus_online: 0,
+            counts: OffCpuCounts::default(),
+        }
+    }
+}
+
+impl<S: Copy> OffCpu<S> {
+    /// Takes in what a record said ([`Switches::read`]), with the record's stack if it is a
+    /// sample that has one; intervals it closes go to `out`.
+    pub fn add(&mut self, sw: &Switch, stack: Option<S>, out: &mut Vec<Interval<S>>) {
+        if let Some(n) = sw.cpus_online {
+            self.cpus_online = n as usize;
+        }
+        let time = sw.out.map(|o| o.2).or(sw.switch_in.map(|i| i.1));
+        if let (Some(cpu), Some(time)) = (sw.cpu, time) {
+            self.cpu_time(cpu, time);
+        }
+        if let Some(tid) = sw.stack_of {
+            // A context-switches sample: its stack is for the SWITCH OUT that follows.
+            self.thread(tid).stack = stack;
+        }
+        if let Some((pid, tid, time, state)) = sw.out {
+            let stack = if sw.stack {
+                stack
+            } else {
+                // A SWITCH OUT record: the stack of the context-switches sample before it.
+                self.threads.get_mut(&tid).and_then(|t| t.stack.take())
+            };
+            self.push(tid, time, Ev::Out { pid, state, stack }, out);
+        }
+        if let Some((tid, time)) = sw.switch_in {
+            self.push(tid, time, Ev::In, out);
+        }
+    }
+
+    /// A FINISHED_ROUND: switches up to the latest time of the round before have all arrived.
+    pub fn round(&mut self, out: &mut Vec<Interval<S>>) {
+        self.settled = self.settled.max(self.round_max);
+        self.round_max = self.last;
+        let dirty = std::mem::take(&mut self.dirty);
+        for tid in dirty {
+            if let Some(t) = self.threads.get_mut(&tid) {
+                decide(t, tid, self.settled, false, &mut self.counts, out);
+                if !t.pending.is_empty() {
+                    self.dirty.push(tid);
+                }
+            }
+        }
+    }
+
+    /// The end of the stream: every switch is decided, and threads still off the cpu get an
+    /// interval closed at the last event time.
+    pub fn finish(&mut self, out: &mut Vec<Interval<S>>) {
+        self.dirty.clear();
+        let last = self.last;
+        let mut tids: Vec<u32> = self.threads.keys().copied().collect();
+        tids.sort_unstable();
+        for tid in tids {
+            let t = self.threads.get_mut(&tid).expect("listed");
+            decide(t, tid, u64::MAX, false, &mut self.counts, out);
+            if let Some((start, pid, state, stack)) = t.open.take() {
+                self.counts.open_at_end += 1;
+                out.push(Interval {
+                    pid,
+                    tid,
+                    start,
+                    end: last.max(start),
+                    state,
+                    stack,
+                    open_at_end: true,
+                });
+            }
+        }
+    }
+
+    /// Notes the time of any record, so that intervals open at the end close at the stream's
+    /// last event time.
+    pub fn note_time(&mut self, time: u64) {
+        self.last = self.last.max(time);
+    }
+
+    /// Every cpu has written a switch at or after the earliest of their latest times: switches
+    /// before it have all arrived.
+    fn cpu_time(&mut self, cpu: u32, time: u64) {
+        let Ok(i) = usize::try_from(cpu) else { return };
+        if i >= MAX_CPUS {
+            return;
+        }
+        if self.cpu_last.len() <= i {
+            self.cpu_last.resize(i + 1, 0);
+        }
+        let was = self.cpu_last[i];
+        if was == 0 {
+            self.cpus_seen += 1;
+        }
+        self.cpu_last[i] = was.max(time);
+        // Until every online cpu has written a switch, one not seen yet may hold earlier ones.
+        if was <= self.settled && self.cpus_online > 0 && self.cpus_seen >= self.cpus_online {
+            let min = self.cpu_last.iter().filter(|&&t| t != 0).min().copied();
+            if let Some(m) = min {
+                self.settled = self.settled.max(m);
+            }
+        }
+    }
+
+    /// Threads it holds state for.
+    pub fn threads(&self) -> usize {
+        self.threads.len()
+    }
+
+    fn thread(&mut self, tid: u32) -> &mut Thread<S> {
+        self.threads.entry(tid).or_insert_with(|| Thread {
+            open: None,
+            pending: VecDeque::new(),
+            stack: None,
+        })
+    }
+
+    fn push(&mut self, tid: u32, time: u64, ev: Ev<S>, out: &mut Vec<Interval<S>>) {
+        self.last = self.last.max(time);
+        let settled = self.settled;
+        let t = self.thread(tid);
+        // Insert in time order (arrivals are nearly ordered: scan from the back).
+        let at = t
+            .pending
+            .iter()
+            .rposition(|(x, _)| *x <= time)
+            .map_or(0, |i| i + 1);
+        t.pending.insert(at, (time, ev));
+        let was_empty = t.pending.len() == 1;
+        let t = self.threads.get_mut(&tid).expect("inserted");
+        decide(t, tid, settled, true, &mut self.counts, out);
+        if was_empty && !t.pending.is_empty() {
+            self.dirty.push(tid);
+        }
+    }
+}
+
+/// Decides the thread's pending switches up to `settled` (and, with `cap`, the oldest beyond
+/// [`MAX_PENDING`]), in time order.
+fn decide<S: Copy>(
+    t: &mut Thread<S>,
+    tid: u32,
+    settled: u64,
+    cap: bool,
+    counts: &mut OffCpuCounts,
+    out: &mut Vec<Interval<S>>,
+) {
+    while let Some(&(time, ev)) = t.pending.front() {
+        if time > settled && !(cap && t.pending.len() > MAX_PENDING) {
+            break;
+        }
+        t.pending.pop_front();
+        match ev {
+            Ev::Out { pid, state, stack } => {
+                if t.open.is_some() {
+                    counts.unmatched += 1;
+                }
+                t.open = Some((time, pid, state, stack));
+            }
+            Ev::In => match t.open.take() {
+                Some((start, pid, state, stack)) => {
+                    counts.closed += 1;
+                    out.push(Interval {
+                        pid,
+                        tid,
+                        start,
+                        end: time,
+                        state,
+                        stack,
+                        open_at_end: false,
+                    });
+                }
+                None => counts.stray_ins += 1,
+            },
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,263 @@
+//! The off-CPU model on switches given by hand: order, reordering across cpus, the end, the
+//! per-process form, and memory bounded by threads.
+
+use super::*;
+
+fn out(tid: u32, time: u64, state: State) -> Switch {
+    Switch {
+        out: Some((100, tid, time, state)),
+        stack: true,
+        ..Switch::default()
+    }
+}
+
+fn sin(tid: u32, time: u64) -> Switch {
+    Switch {
+        switch_in: Some((tid, time)),
+        ..Switch::default()
+    }
+}
+
+/// A `sched_switch` sample: `prev` out, `next` in, at `time` (0 is the idle task: no switch).
+fn switch(prev: u32, state: State, next: u32, time: u64) -> Switch {
+    Switch {
+        out: Some((100, prev, time, state)),
+        switch_in: (next != 0).then_some((next, time)),
+        stack: true,
+        stack_of: None,
+        cpu: None,
+        cpus_online: None,
+    }
+}
+
+fn run(
+    events: &[(Switch, Option<u32>)],
+    rounds_after: &[usize],
+) -> (Vec<Interval<u32>>, OffCpuCounts) {
+    let mut m = OffCpu::<u32>::default();
+    let mut v = Vec::new();
+    for (i, (sw, stack)) in events.iter().enumerate() {
+        m.add(sw, *stack, &mut v);
+        if rounds_after.contains(&i) {
+            m.round(&mut v);
+        }
+    }
+    m.finish(&mut v);
+    (v, m.counts)
+}
+
+#[test]
+fn an_interval_per_switch_out_closed_by_the_next_switch_in() {
+    let (v, c) = run(
+        &[
+            (switch(1, State::Sleeping, 2, 10), Some(7)),
+            (switch(2, State::Runnable, 1, 30), Some(8)),
+            (switch(1, State::Uninterruptible, 0, 35), Some(9)),
+        ],
+        &[],
+    );
+    // 2 was never seen out before it came in at 10: a stray switch-in.
+    assert_eq!(c.stray_ins, 1);
+    assert_eq!(v.len(), 3);
+    assert_eq!(
+        (v[0].tid, v[0].start, v[0].end, v[0].state, v[0].stack),
+        (1, 10, 30, State::Sleeping, Some(7))
+    );
+    assert!(!v[0].open_at_end);
+    // 1 out at 35, 2 out at 30: open at the end, closed at the last time (35).
+    let open: Vec<_> = v
+        .iter()
+        .filter(|i| i.open_at_end)
+        .map(|i| (i.tid, i.duration()))
+        .collect();
+    assert_eq!(open, vec![(1, 0), (2, 5)]);
+    assert_eq!((c.closed, c.open_at_end), (1, 2));
+}
+
+#[test]
+fn a_switch_in_that_arrives_before_its_switch_out_still_closes_it() {
+    // Thread 5 switched out on cpu 0 at 100, in on cpu 1 at 150; cpu 1's records come first.
+    let (v, c) = run(
+        &[
+            (sin(5, 150), None),
+            (out(9, 120, State::Sleeping), Some(1)),
+            (out(5, 100, State::Uninterruptible), Some(2)),
+            (sin(9, 400), None),
+        ],
+        &[1, 3],
+    );
+    let closed: Vec<_> = v
+        .iter()
+        .filter(|i| !i.open_at_end)
+        .map(|i| (i.tid, i.start, i.end, i.state))
+        .collect();
+    assert!(
+        closed.contains(&(5, 100, 150, State::Uninterruptible)),
+        "{v:?}"
+    );
+    assert!(closed.contains(&(9, 120, 400, State::Sleeping)), "{v:?}");
+    assert_eq!(c.stray_ins, 0);
+    assert_eq!(c.unmatched, 0);
+}
+
+#[test]
+fn per_process_form_context_switch_samples_give_the_stack_switch_records_the_rest() {
+    let cs = |tid| Switch {
+        stack_of: Some(tid),
+        ..Switch::default()
+    };
+    let rec_out = |tid, time, state| Switch {
+        out: Some((100, tid, time, state)),
+        ..Switch::default()
+    };
+    let (v, _) = run(
+        &[
+            (cs(3), Some(42)),
+            (rec_out(3, 10, State::Blocked), None),
+            (sin(3, 60), None),
+            (cs(3), Some(43)),
+            (rec_out(3, 70, State::Runnable), None),
+            (sin(3, 75), None),
+        ],
+        &[],
+    );
+    let got: Vec<_> = v
+        .iter()
+        .map(|i| (i.start, i.end, i.state, i.stack))
+        .collect();
+    assert_eq!(
+        got,
+        vec![
+            (10, 60, State::Blocked, Some(42)),
+            (70, 75, State::Runnable, Some(43))
+        ]
+    );
+}
+
+#[test]
+fn a_lost_switch_in_is_counted_not_charged() {
+    let (v, c) = run(
+        &[
+            (out(4, 10, State::Sleeping), Some(1)),
+            (out(4, 20, State::Sleeping), Some(2)),
+            (sin(4, 25), None),
+        ],
+        &[],
+    );
+    assert_eq!(c.unmatched, 1);
+    assert_eq!(
+        v.iter().map(|i| (i.start, i.end)).collect::<Vec<_>>(),
+        vec![(20, 25)]
+    );
+}
+
+#[test]
+fn memory_is_bounded_by_threads_not_switches() {
+    let mut m = OffCpu::<u32>::default();
+    let mut v = Vec::new();
+    let mut total = 0u64;
+    for i in 0..200_000u64 {
+        let tid = 1 + (i % 10) as u32;
+        let t = i * 10;
+        m.add(
+            &switch(tid, State::Sleeping, tid % 10 + 1, t),
+            Some(0),
+            &mut v,
+        );
+        if i % 100 == 99 {
+            m.round(&mut v);
+        }
+        total += v.drain(..).map(|i| i.duration()).sum::<u64>();
+    }
+    assert_eq!(m.threads(), 10);
+    let pending: usize = m.threads.values().map(|t| t.pending.len()).sum();
+    assert!(pending <= 10 * 30, "{pending} switches pending");
+    // Without rounds, the cap bounds it too.
+    let mut n = OffCpu::<u32>::default();
+    for i in 0..100_000u64 {
+        n.add(&switch(1, State::Sleeping, 2, i), None, &mut v);
+        n.add(&switch(2, State::Sleeping, 1, i), None, &mut v);
+    }
+    let pending: usize = n.threads.values().map(|t| t.pending.len()).sum();
+    assert!(pending <= 2 * (MAX_PENDING + 1), "{pending}");
+    m.finish(&mut v);
+    total += v.drain(..).map(|i| i.duration()).sum::<u64>();
+    assert!(total > 0);
+}
+
+#[test]
+fn states_from_the_print_format_text() {
+    assert_eq!(State::from_text("S"), State::Sleeping);
+    assert_eq!(State::from_text("D"), State::Uninterruptible);
+    assert_eq!(State::from_text("R+"), State::Runnable);
+    assert_eq!(State::from_text("R"), State::Runnable);
+    assert_eq!(State::from_text("I").name(), "I");
+    assert_eq!(State::Blocked.name(), "S|D");
+}
+
+#[test]
+fn a_round_of_one_cpu_then_the_other_gives_the_intervals_of_time_order() {
+    // Threads 1..=4 run in turns on two cpus, each switch a sched_switch sample; perf writes
+    // cpu 0's records of a round, then cpu 1's, with a FINISHED_ROUND every 400 switches.
+    let mut by_cpu: [Vec<Switch>; 2] = [Vec::new(), Vec::new()];
+    let mut running = [1u32, 2];
+    let mut waiting: VecDeque<u32> = [3, 4, 5].into();
+    for step in 0..4000u64 {
+        let cpu = (step * 7 % 5 % 2) as usize;
+        let prev = running[cpu];
+        let next = waiting.pop_front().unwrap();
+        let state = if step % 3 == 0 {
+            State::Runnable
+        } else {
+            State::Sleeping
+        };
+        let mut sw = switch(prev, state, next, 1000 + step * 10);
+        sw.cpu = Some(cpu as u32);
+        by_cpu[cpu].push(sw);
+        running[cpu] = next;
+        waiting.push_back(prev);
+    }
+    let mut sorted: Vec<Switch> = by_cpu.concat();
+    sorted.sort_by_key(|s| s.out.unwrap().2);
+    let mut ideal = Vec::new();
+    let mut m = OffCpu::<u32>::default();
+    for s in &sorted {
+        m.add(s, Some(0), &mut ideal);
+    }
+    m.finish(&mut ideal);
+
+    let mut got = Vec::new();
+    let mut m = OffCpu::<u32>::default();
+    let cpus = Switch {
+        cpus_online: Some(2),
+        ..Switch::default()
+    };
+    m.add(&cpus, None, &mut got);
+    let round = |cpu: usize, r: usize| {
+        by_cpu[cpu]
+            .iter()
+            .filter(move |s| (s.out.unwrap().2 - 1000) / 4000 == r as u64)
+            .copied()
+    };
+    for r in 0..10 {
+        for s in round(0, r).chain(round(1, r)) {
+            m.add(&s, Some(0), &mut got);
+        }
+        m.round(&mut got);
+    }
+    m.finish(&mut got);
+    let key = |i: &Interval<u32>| (i.tid, i.start);
+    ideal.sort_by_key(key);
+    got.sort_by_key(key);
+    assert!(ideal.len() > 3000);
+    let missing: Vec<_> = ideal.iter().filter(|i| !got.contains(i)).collect();
+    let extra: Vec<_> = got.iter().filter(|i| !ideal.contains(i)).collect();
+    assert!(
+        missing.is_empty() && extra.is_empty(),
+        "missing {missing:?}, extra {extra:?}, {:?}",
+        m.counts
+    );
+    let diff = got.iter().zip(&ideal).find(|(a, b)| a != b);
+    assert!(diff.is_none(), "{diff:?}");
+    assert_eq!(m.counts.unmatched, 0);
+}

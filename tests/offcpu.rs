@@ -1,0 +1,553 @@
+//! Off-CPU profiles and tracepoint fields (issue 31), on live recordings of `offcpu.c`:
+//!
+//! - every `sched_switch` field, read by name through the recording's tracing data, equals what
+//!   `perf script -F trace` prints, for every sample; and `--filter 'tp.prev_state == X'` keeps
+//!   as many samples as perf prints with that state;
+//! - per thread, the intervals the off-CPU model closes equal the sum of `perf sched timehist`'s
+//!   wait times within 1 %;
+//! - bad tracing data (cut, garbage, a tracepoint without a format, short payloads) is counted
+//!   and reported, never a crash.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+
+use perfpipe_core::{Batch, Flow, Pipeline, Settings, Sink, StageError};
+use perfpipe_stream::decode::DecodeConfig;
+use perfpipe_stream::format::tracing::Value;
+use perfpipe_stream::format::{Record, RecordType, StreamInfo};
+use perfpipe_stream::model::offcpu::{Interval, OffCpu, Switch, Switches};
+use perfpipe_stream::read::file::Input;
+use perfpipe_stream::read::ReadConfig;
+
+use crate::util::*;
+use crate::workloads::offcpu_c;
+
+/// A sink that hands every record to a closure, with the stream info.
+struct Each<F>(Arc<Mutex<F>>);
+
+impl<F> Clone for Each<F> {
+    fn clone(&self) -> Self {
+        Each(self.0.clone())
+    }
+}
+
+impl<F: FnMut(&StreamInfo, Record<'_>, u32) + Send> Sink for Each<F> {
+    fn consume(&mut self, batch: &Batch) -> Result<Flow, StageError> {
+        let info = StreamInfo::of(batch).expect("decode attaches stream info");
+        let mut f = self.0.lock().unwrap();
+        for span in &batch.spans {
+            f(info, info.record(batch, span), span.tag);
+        }
+        Ok(Flow::Continue)
+    }
+}
+
+/// Decodes the stream in `path` and calls `f` on every record.
+fn each_record<F: FnMut(&StreamInfo, Record<'_>, u32) + Send + 'static>(path: &Path, f: F) -> F {
+    let sink = Each(Arc::new(Mutex::new(f)));
+    let report = Pipeline::new(Settings::default())
+        .source(
+            "read",
+            Input::open(&ReadConfig {
+                path: Some(path.to_path_buf()),
+                pipe_buffer: 0,
+            })
+            .unwrap(),
+        )
+        .stage("decode", DecodeConfig::default().build())
+        .sink("each", sink.clone())
+        .run();
+    assert!(report.is_ok(), "{:?}", report.errors);
+    let Each(f) = sink;
+    Arc::try_unwrap(f)
+        .ok()
+        .expect("one owner")
+        .into_inner()
+        .unwrap()
+}
+
+/// Our reading of every sched_switch sample, in `perf script -F trace`'s words.
+fn switch_lines(path: &Path) -> Vec<String> {
+    let out = Arc::new(Mutex::new(Vec::new()));
+    let o = out.clone();
+    let _ = each_record(path, move |info: &StreamInfo, rec: Record<'_>, tag: u32| {
+        let Some(ev) = info.tracepoint(tag as usize) else {
+            return;
+        };
+        let Some(raw) = rec.sample().and_then(|s| s.raw()) else {
+            return;
+        };
+        assert_eq!(ev.name, "sched_switch");
+        let e = info.endian;
+        let f = |n: &str| match ev.field(n).unwrap().read(raw, e).unwrap() {
+            Value::Int(v) => v.to_string(),
+            Value::UInt(v) => v.to_string(),
+            Value::Str(s) => String::from_utf8_lossy(s).into_owned(),
+            Value::Bytes(b) => format!("{b:?}"),
+        };
+        let state = ev
+            .text("prev_state", raw, e)
+            .expect("prev_state has a text");
+        o.lock().unwrap().push(format!(
+            "prev_comm={} prev_pid={} prev_prio={} prev_state={} ==> next_comm={} next_pid={} next_prio={}",
+            f("prev_comm"),
+            f("prev_pid"),
+            f("prev_prio"),
+            state,
+            f("next_comm"),
+            f("next_pid"),
+            f("next_prio")
+        ));
+    });
+    let mut v = Arc::try_unwrap(out).unwrap().into_inner().unwrap();
+    v.sort();
+    v
+}
+
+/// `perf script -F trace` lines of a recording, sorted.
+fn perf_trace_lines(path: &Path) -> Vec<String> {
+    let out = oracle()
+        .command()
+        .args(["script", "-F", "trace", "-G", "-i"])
+        .arg(path)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let mut v: Vec<String> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| l.trim().to_string())
+        .filter(|l| l.starts_with("prev_comm="))
+        .collect();
+    v.sort();
+    v
+}
+
+/// One recording of the workload at a time: a system-wide one sees every thread of the machine,
+/// so it would see another recording's `nap` too.
+static SYSTEM_WIDE: Mutex<()> = Mutex::new(());
+
+fn one_at_a_time<T>(f: impl FnOnce() -> T) -> T {
+    let _one = SYSTEM_WIDE.lock().unwrap_or_else(|e| e.into_inner());
+    f()
+}
+
+/// `perf record -a -g -e sched:sched_switch` of the workload, into a file (`perf sched
+/// timehist` reads only files).
+fn system_wide(dir: &Dir) -> std::path::PathBuf {
+    let exe = offcpu_c(dir);
+    let _one = SYSTEM_WIDE.lock().unwrap_or_else(|e| e.into_inner());
+    let file = dir.path("sys.data");
+    // Real-time priority: woken threads run at once, so their off-CPU time is the wait the
+    // workload asked for, not that plus run-queue time behind the other tests' processes.
+    oracle().record_file(
+        &file,
+        &["-a", "-g", "-e", "sched:sched_switch"],
+        &["chrt", "-f", "10", exe.to_str().unwrap()],
+    );
+    file
+}
+
+pipetest!(needs(perf, cc, tracefs)
+    /// Every sched_switch of a system-wide recording: each field we read by name equals perf
+    /// script's, and the filter's `tp.prev_state` keeps as many samples per state as perf prints.
+    tracepoint_fields_equal_perf_script, |dir| {
+    let file = system_wide(&dir);
+    let ours = switch_lines(&file);
+    let perf = perf_trace_lines(&file);
+    assert!(perf.len() > 500, "{} sched_switch samples", perf.len());
+    assert_eq!(ours.len(), perf.len());
+    let diff: Vec<_> = ours.iter().zip(&perf).filter(|(a, b)| a != b).take(5).collect();
+    assert!(diff.is_empty(), "first differences (ours, perf): {diff:#?}");
+
+    let mut states: BTreeMap<String, usize> = BTreeMap::new();
+    for l in &perf {
+        let s = l.split("prev_state=").nth(1).unwrap().split(' ').next().unwrap();
+        *states.entry(s.to_string()).or_default() += 1;
+    }
+    assert!(states.contains_key("S") && states.len() >= 3, "{states:?}");
+    for (state, n) in &states {
+        let expr = format!("tp.prev_state == \"{state}\"");
+        let out = perfpipe(&["-i", file.to_str().unwrap(), "--filter", &expr, "--stats"], b"");
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        let stats = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(counter(&stats, "samples_kept"), *n as u64, "{expr}");
+        assert_eq!(counter(&stats, "tracepoint_fields_short"), 0, "{expr}");
+    }
+    // A string field, by glob.
+    let naps = perf.iter().filter(|l| l.starts_with("prev_comm=nap ")).count();
+    assert!(naps >= 100, "{naps}");
+    let out = perfpipe(
+        &["-i", file.to_str().unwrap(), "--filter", "tp.prev_comm == \"na?\"", "--stats"],
+        b"",
+    );
+    assert_eq!(counter(&String::from_utf8_lossy(&out.stderr), "samples_kept"), naps as u64);
+});
+
+/// The off-CPU model over a recording: its intervals fed in stream order, the same switches fed
+/// in time order (the ideal the stream order must reach), and the threads' names.
+type Iv = Interval<()>;
+
+fn model_intervals(path: &Path) -> (Vec<Iv>, Vec<Iv>, BTreeMap<u32, String>) {
+    #[derive(Default)]
+    struct St {
+        sw: Switches,
+        m: OffCpu<()>,
+        iv: Vec<Iv>,
+        all: Vec<(u64, usize, Switch)>,
+        names: BTreeMap<u32, String>,
+    }
+    let st = Arc::new(Mutex::new(St::default()));
+    let s2 = st.clone();
+    let _ = each_record(path, move |info: &StreamInfo, rec: Record<'_>, tag: u32| {
+        let mut s = s2.lock().unwrap();
+        let s = &mut *s;
+        match rec.record_type() {
+            RecordType::FINISHED_ROUND => s.m.round(&mut s.iv),
+            RecordType::COMM => {
+                if let Some(c) = rec.comm() {
+                    s.names
+                        .insert(c.tid, String::from_utf8_lossy(c.comm).into_owned());
+                }
+            }
+            _ => {
+                let sw = s.sw.read(&rec, tag, info);
+                s.m.add(&sw, Some(()), &mut s.iv);
+                let time = sw.out.map(|o| o.2).or(sw.switch_in.map(|i| i.1));
+                if let Some(t) = time {
+                    let n = s.all.len();
+                    s.all.push((t, n, sw));
+                }
+            }
+        }
+    });
+    let mut s = st.lock().unwrap();
+    let s = &mut *s;
+    s.m.finish(&mut s.iv);
+    assert_eq!((s.sw.short_payloads, s.sw.no_format), (0, 0));
+    let mut ideal = OffCpu::<()>::default();
+    let mut iv = Vec::new();
+    s.all.sort_by_key(|(t, n, _)| (*t, *n));
+    for (_, _, sw) in &s.all {
+        ideal.add(sw, Some(()), &mut iv);
+    }
+    ideal.finish(&mut iv);
+    let key = |i: &Iv| (i.tid, i.start, i.end, i.open_at_end);
+    let mut ours = std::mem::take(&mut s.iv);
+    ours.sort_by_key(key);
+    iv.sort_by_key(key);
+    (ours, iv, std::mem::take(&mut s.names))
+}
+
+/// `perf sched timehist`'s rows, each the end of an interval it closes: `(tid, switch-in time
+/// (row time minus run time), wait time plus scheduling delay)`, in ns (printed in µs).
+fn timehist_rows(path: &Path) -> Vec<(u32, u64, u64)> {
+    let out = oracle()
+        .command()
+        .args(["sched", "timehist", "-i"])
+        .arg(path)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let mut rows = Vec::new();
+    let ns = |x: f64| (x * 1e6).round() as u64;
+    for l in String::from_utf8_lossy(&out.stdout).lines().skip(3) {
+        // `time [cpu]  name[tid/pid]  wait delay run  stack`; a name may hold spaces, so the
+        // task is the first word ending in `[tid]` or `[tid/pid]` that three numbers follow.
+        let w: Vec<&str> = l.split_whitespace().collect();
+        let Some(time) = w.first().and_then(|t| t.parse::<f64>().ok()) else {
+            continue;
+        };
+        for i in 2..w.len().saturating_sub(3) {
+            let Some(open) = w[i].rfind('[').filter(|_| w[i].ends_with(']')) else {
+                continue;
+            };
+            let nums: Vec<f64> = w[i + 1..i + 4]
+                .iter()
+                .filter_map(|x| x.parse().ok())
+                .collect();
+            let tid = w[i][open + 1..w[i].len() - 1]
+                .split('/')
+                .next()
+                .unwrap()
+                .parse::<u32>();
+            if let (Ok(tid), [wait, delay, run]) = (tid, &nums[..]) {
+                if wait + delay > 0.0 {
+                    rows.push((tid, ns(time * 1e3) - ns(*run), ns(wait + delay)));
+                }
+                break;
+            }
+        }
+    }
+    rows
+}
+
+pipetest!(needs(perf, cc, tracefs)
+    /// System-wide form: the intervals closed in stream order are those of the switches in time
+    /// order; per thread of the workload, those that `perf sched timehist` closes sum to its
+    /// wait times within 1 %; the known waits are there within 5 %.
+    offcpu_intervals_match_perf_sched_timehist, |dir| {
+    let file = system_wide(&dir);
+    let (ours, ideal, names) = model_intervals(&file);
+    assert_eq!(ours.len(), ideal.len());
+    let diff: Vec<_> = ours.iter().zip(&ideal).filter(|(a, b)| a != b).take(5).collect();
+    assert!(diff.is_empty(), "stream order vs time order: {diff:#?}");
+
+    let rows = timehist_rows(&file);
+    let workload = ["nap", "waitpipe", "writer", "spin", "offcpu"];
+    let mut checked = 0;
+    for (tid, name) in names.iter().filter(|(_, n)| workload.contains(&n.as_str())) {
+        let (mut theirs, mut matched) = (0u64, 0u64);
+        for &(_, end, wait) in rows.iter().filter(|r| r.0 == *tid) {
+            theirs += wait;
+            let hit = ours
+                .iter()
+                .find(|i| i.tid == *tid && !i.open_at_end && i.end.abs_diff(end) <= 3_000);
+            let hit = hit.unwrap_or_else(|| panic!("{name}[{tid}]: no interval ends at {end}"));
+            matched += hit.duration();
+        }
+        assert!(
+            matched.abs_diff(theirs) as f64 <= 0.01 * theirs as f64 + 5_000.0,
+            "{name}[{tid}]: ours {matched} ns, timehist {theirs} ns"
+        );
+        checked += 1;
+    }
+    assert!(checked >= 5, "{names:?}");
+    let total = |n: &str| -> u64 {
+        let tids: Vec<u32> = names.iter().filter(|(_, x)| *x == n).map(|(t, _)| *t).collect();
+        ours.iter().filter(|i| tids.contains(&i.tid) && !i.open_at_end).map(|i| i.duration()).sum()
+    };
+    let near = |got: u64, want: u64| (got as f64 - want as f64).abs() <= 0.05 * want as f64;
+    assert!(near(total("nap"), 1_000_000_000), "nap {}", total("nap"));
+    assert!(near(total("waitpipe"), 300_000_000), "waitpipe {}", total("waitpipe"));
+    assert!(near(total("writer"), 300_000_000), "writer {}", total("writer"));
+});
+
+/// The ns a folded profile puts on stacks through `function`.
+fn through(folded: &str, function: &str) -> u64 {
+    folded
+        .lines()
+        .map(|l| l.rsplit_once(' ').unwrap())
+        .filter(|(stack, _)| stack.split(';').skip(1).any(|f| f == function))
+        .map(|(_, n)| n.parse::<u64>().unwrap())
+        .sum()
+}
+
+/// `perfpipe ARGS -i INPUT -o OUT` (with `--stats`): the output file and the statistics.
+fn profile(dir: &Dir, input: &[u8], args: &[&str], out: &str) -> (String, String) {
+    let path = dir.path(out);
+    let mut a = vec!["-o", path.to_str().unwrap(), "--stats"];
+    a.extend_from_slice(args);
+    let o = perfpipe(&a, input);
+    let stats = String::from_utf8_lossy(&o.stderr).into_owned();
+    assert!(o.status.success(), "{stats}");
+    (std::fs::read_to_string(&path).unwrap(), stats)
+}
+
+/// The known waits of offcpu.c on their functions, within 5 %.
+fn assert_known_waits(folded: &str, form: &str) {
+    let off: String = folded
+        .lines()
+        .filter(|l| l.contains(";[off-cpu: "))
+        .flat_map(|l| [l, "\n"])
+        .collect();
+    let folded = off.as_str();
+    for (function, ms) in [("nap", 1000), ("wait_pipe", 300), ("write_later", 300)] {
+        let got = through(folded, function);
+        let want = ms * 1_000_000;
+        assert!(
+            got.abs_diff(want) as f64 <= 0.05 * want as f64,
+            "{form}: {function} has {got} ns off the cpu, not {ms} ms"
+        );
+    }
+    assert!(
+        through(folded, "spin") < 30_000_000,
+        "{form}: spin waits little"
+    );
+}
+
+pipetest!(needs(perf, cc, tracefs)
+    /// `--weight offcpu` folded stacks of the three recording forms put the workload's known
+    /// waits on their functions within 5 %, under `[off-cpu: STATE]` frames.
+    offcpu_folded_stacks_of_every_recording_form, |dir| {
+    let exe = offcpu_c(&dir);
+    let work = ["chrt", "-f", "10", exe.to_str().unwrap()];
+    let system = {
+        let _one = SYSTEM_WIDE.lock().unwrap_or_else(|e| e.into_inner());
+        perf_record(&["-a", "-g", "-e", "sched:sched_switch"], &work)
+    };
+    let forms: [(&str, Vec<u8>); 3] = [
+        ("-a -e sched:sched_switch", system),
+        (
+            "-e context-switches -c 1 --switch-events",
+            one_at_a_time(|| {
+                perf_record(&["-g", "-e", "context-switches", "-c", "1", "--switch-events"], &work)
+            }),
+        ),
+        (
+            "-e sched:sched_switch --switch-events",
+            one_at_a_time(|| {
+                perf_record(&["-g", "-e", "sched:sched_switch", "--switch-events"], &work)
+            }),
+        ),
+    ];
+    for (form, rec) in &forms {
+        let (folded, stats) = profile(&dir, rec, &["--weight", "offcpu"], "off.folded");
+        assert_known_waits(&folded, form);
+        assert!(counter(&stats, "offcpu_intervals") >= 100, "{form}: {stats}");
+        let state = if form.contains("context-switches") { "S|D" } else { "S" };
+        assert!(
+            folded.lines().any(|l| l.starts_with(&format!("nap;[off-cpu: {state}];"))),
+            "{form}: nap's waits are under [off-cpu: {state}]"
+        );
+    }
+    // A flame graph of the same weights.
+    let svg = dir.path("off.svg");
+    let o = perfpipe(&["--weight", "offcpu", "-o", svg.to_str().unwrap()], &forms[0].1);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(std::fs::read_to_string(&svg).unwrap().contains("[off-cpu: S]"));
+});
+
+pipetest!(needs(perf, cc, tracefs)
+    /// `--weight wall` on a cpu-clock + sched_switch recording: its on-CPU lines are the folded
+    /// profile of the cpu-clock samples alone, and each thread's wall time is where it went.
+    wall_clock_profile_is_on_cpu_and_off_cpu_side_by_side, |dir| {
+    let exe = offcpu_c(&dir);
+    let rec = {
+        let _one = SYSTEM_WIDE.lock().unwrap_or_else(|e| e.into_inner());
+        perf_record(
+            &["-a", "-g", "-e", "cpu-clock", "-e", "sched:sched_switch"],
+            &["chrt", "-f", "10", exe.to_str().unwrap()],
+        )
+    };
+    let (wall, _) = profile(&dir, &rec, &["--weight", "wall"], "wall.folded");
+    let (cpu, _) = profile(&dir, &rec, &["--filter", "event == \"cpu-clock\""], "cpu.folded");
+    // The workload's threads: a system-wide recording holds other processes, whose binaries
+    // (other builds of perfpipe, say) may change on disk between the two profiles.
+    let ours = |l: &&str| {
+        let comm = l.split(';').next().unwrap();
+        ["nap", "waitpipe", "writer", "spin", "offcpu"].contains(&comm)
+    };
+    let on_cpu: Vec<&str> = wall
+        .lines()
+        .filter(|l| !l.contains(";[off-cpu: "))
+        .filter(ours)
+        .collect();
+    let cpu: Vec<&str> = cpu.lines().filter(ours).collect();
+    assert!(cpu.len() >= 3, "{cpu:?}");
+    let only_wall: Vec<_> = on_cpu.iter().filter(|l| !cpu.contains(l)).take(3).collect();
+    let only_cpu: Vec<_> = cpu.iter().filter(|l| !on_cpu.contains(l)).take(3).collect();
+    assert!(
+        only_wall.is_empty() && only_cpu.is_empty(),
+        "only in wall: {only_wall:#?}\nonly in cpu-clock: {only_cpu:#?}"
+    );
+    assert_known_waits(&wall, "wall");
+    let spin: u64 = through(&wall, "spin");
+    assert!(spin.abs_diff(300_000_000) <= 30_000_000, "spin on the cpu {spin} ns");
+});
+
+pipetest!(needs(perf, tracefs)
+    /// Bad tracing data: a format that does not parse leaves its tracepoint without a format,
+    /// a blob that is not tracing data leaves every tracepoint without one; both are printed and
+    /// counted, and the profile is still written.
+    bad_tracing_data_is_counted_and_reported, |dir| {
+    let rec = perf_record(&["-a", "-g", "-e", "sched:sched_switch"], &["sleep", "0.1"]);
+    let at = |needle: &[u8]| rec.windows(needle.len()).position(|w| w == needle).unwrap();
+    let mut no_id = rec.clone();
+    let id = at(b"name: sched_switch\nID: ");
+    no_id[id + 23] = b'x';
+    let mut garbage = rec.clone();
+    let magic = at(b"\x17\x08\x44tracing");
+    garbage[magic + 3] = b'X';
+    for (what, input) in [("a format without an ID", no_id), ("no tracing data", garbage)] {
+        let (folded, stats) = profile(&dir, &input, &["--weight", "offcpu"], "bad.folded");
+        assert!(stats.contains("perfpipe: decode: tracing data offset"), "{what}: {stats}");
+        assert_eq!(counter(&stats, "tracing_data_errors"), 1, "{what}");
+        assert!(counter(&stats, "offcpu_unusable") > 0, "{what}: {stats}");
+        assert!(folded.is_empty(), "{what}: {folded}");
+        // The filter: no format, no field; false, never a crash.
+        let o = perfpipe(&["--filter", "tp.prev_state == \"S\"", "--stats"], &input);
+        assert!(o.status.success());
+        assert_eq!(counter(&String::from_utf8_lossy(&o.stderr), "samples_kept"), 0);
+    }
+});
+
+pipetest!(needs(perf, cc, go)
+    /// pprof of a per-process `context-switches --switch-events` recording: an `off_cpu`
+    /// sample type in nanoseconds that `go tool pprof` reads, with the known waits on their
+    /// functions within 5 %.
+    pprof_has_an_off_cpu_sample_type, |dir| {
+    let exe = offcpu_c(&dir);
+    let rec = one_at_a_time(|| {
+        perf_record(
+            &["-g", "-e", "context-switches", "-c", "1", "--switch-events"],
+            &["chrt", "-f", "10", exe.to_str().unwrap()],
+        )
+    });
+    let pb = dir.path("off.pb.gz");
+    let o = perfpipe(&["-o", pb.to_str().unwrap()], &rec);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    for (function, ms) in [("nap", 1000.0), ("wait_pipe", 300.0), ("write_later", 300.0)] {
+        let out = std::process::Command::new("go")
+            .args(["tool", "pprof", "-sample_index=off_cpu", "-unit=ms", "-top"])
+            .arg(format!("-focus=^{function}$"))
+            .arg(&pb)
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout);
+        // "Showing nodes accounting for 1000.45ms, 33.1% of 3020ms total"
+        let got: f64 = text
+            .lines()
+            .find_map(|l| l.strip_prefix("Showing nodes accounting for "))
+            .and_then(|l| l.split("ms").next())
+            .and_then(|v| v.parse().ok())
+            .unwrap_or_else(|| panic!("{function}: {text}{}", String::from_utf8_lossy(&out.stderr)));
+        assert!((got - ms).abs() <= 0.05 * ms, "{function}: {got} ms off the cpu, not {ms}");
+    }
+});
+
+pipetest!(needs(perf, cc, duckdb)
+    /// Parquet of a per-process switch recording: a row per sample and a row per off-CPU
+    /// interval, whose ns through each known function DuckDB sums within 5 %.
+    parquet_has_a_row_per_off_cpu_interval, |dir| {
+    let exe = offcpu_c(&dir);
+    let rec = one_at_a_time(|| {
+        perf_record(
+            &["-g", "-e", "context-switches", "-c", "1", "--switch-events"],
+            &["chrt", "-f", "10", exe.to_str().unwrap()],
+        )
+    });
+    let pq = dir.path("off.parquet");
+    let o = perfpipe(&["-o", pq.to_str().unwrap(), "--stats"], &rec);
+    let stats = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "{stats}");
+    let intervals = counter(&stats, "off_cpu_rows");
+    assert!(intervals >= 100, "{stats}");
+    let p = pq.to_str().unwrap();
+    let rows = duckdb(&format!(
+        "select count(*) filter (where off_cpu_end is null), count(*) filter (where off_cpu_end is not null) from '{p}'"
+    ));
+    assert_eq!(rows.trim(), format!("{}|{intervals}", counter(&stats, "rows") - intervals));
+    for (function, ms) in [("nap", 1000.0), ("wait_pipe", 300.0), ("write_later", 300.0)] {
+        let got: f64 = duckdb(&format!(
+            "select sum(period) / 1e6 from '{p}' where off_cpu_end is not null \
+             and list_contains(list_transform(stack, lambda f: f.function), '{function}')"
+        ))
+        .trim()
+        .parse()
+        .unwrap();
+        assert!((got - ms).abs() <= 0.05 * ms, "{function}: {got} ms");
+    }
+    let states = duckdb(&format!(
+        "select distinct off_cpu_state from '{p}' where comm = 'nap' and off_cpu_end is not null"
+    ));
+    assert_eq!(states.trim(), "S|D");
+});
