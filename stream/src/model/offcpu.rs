@@ -373,6 +373,9 @@ enum Ev<S> {
     In,
 }
 
+/// A thread's switches written on one cpu: `(time, switch)`, in time order.
+type Queue<S> = VecDeque<(u64, Ev<S>)>;
+
 #[derive(Debug)]
 struct Thread<S> {
     /// The switch-out waiting for its switch-in: (time, pid, state, stack).
@@ -380,7 +383,7 @@ struct Thread<S> {
     /// Switches not yet decided: one queue per cpu they were written on (`u32::MAX`: unknown),
     /// each in time order, merged by time when decided. Records of one cpu arrive in order, so
     /// a switch is appended to its queue; only those without a cpu are inserted in place.
-    pending: Vec<(u32, VecDeque<(u64, Ev<S>)>)>,
+    pending: Vec<(u32, Queue<S>)>,
     /// Switches in `pending`.
     waiting: usize,
     /// The stack of its last `context-switches` sample, for its next SWITCH OUT record.
@@ -597,18 +600,16 @@ fn decide<S: Copy>(
     counts: &mut OffCpuCounts,
     out: &mut Vec<Interval<S>>,
 ) {
-    loop {
-        // The earliest switch of all the thread's queues.
-        let Some(q) = t
-            .pending
+    // The earliest switch of all the thread's queues.
+    let earliest = |t: &Thread<S>| {
+        t.pending
             .iter()
             .enumerate()
             .filter_map(|(i, (_, q))| Some((q.front()?.0, i)))
             .min()
             .map(|(_, i)| i)
-        else {
-            break;
-        };
+    };
+    while let Some(q) = earliest(t) {
         let (time, ev) = *t.pending[q].1.front().expect("non-empty");
         if time > settled && !(cap && t.waiting > MAX_PENDING) {
             break;
