@@ -38,8 +38,10 @@ use super::IdMap;
 use crate::format::tracing::{EventFormat, FieldFormat, Value};
 use crate::format::{feature, features, misc, Endian, Record, RecordType, Sample, StreamInfo};
 
-/// Most switches a thread keeps waiting for time order; past it the oldest is decided.
-pub const MAX_PENDING: usize = 4096;
+/// Most switches a thread keeps waiting for time order; past it the oldest is decided. A round
+/// of `perf record` can hold hundreds of ms of one cpu before the next cpu's records: a thread
+/// that switches every few µs (`perf bench sched pipe`) has tens of thousands in one.
+pub const MAX_PENDING: usize = 1 << 17;
 
 /// Cpus whose order is followed (records of higher cpus wait for FINISHED_ROUNDs).
 const MAX_CPUS: usize = 4096;
@@ -371,12 +373,19 @@ enum Ev<S> {
     In,
 }
 
+/// A thread's switches written on one cpu: `(time, switch)`, in time order.
+type Queue<S> = VecDeque<(u64, Ev<S>)>;
+
 #[derive(Debug)]
 struct Thread<S> {
     /// The switch-out waiting for its switch-in: (time, pid, state, stack).
     open: Option<(u64, u32, State, Option<S>)>,
-    /// Switches not yet decided, in time order.
-    pending: VecDeque<(u64, Ev<S>)>,
+    /// Switches not yet decided: one queue per cpu they were written on (`u32::MAX`: unknown),
+    /// each in time order, merged by time when decided. Records of one cpu arrive in order, so
+    /// a switch is appended to its queue; only those without a cpu are inserted in place.
+    pending: Vec<(u32, Queue<S>)>,
+    /// Switches in `pending`.
+    waiting: usize,
     /// The stack of its last `context-switches` sample, for its next SWITCH OUT record.
     stack: Option<S>,
 }
@@ -454,10 +463,10 @@ impl<S: Copy> OffCpu<S> {
                 // A SWITCH OUT record: the stack of the context-switches sample before it.
                 self.threads.get_mut(&tid).and_then(|t| t.stack.take())
             };
-            self.push(tid, time, Ev::Out { pid, state, stack }, out);
+            self.push(tid, sw.cpu, time, Ev::Out { pid, state, stack }, out);
         }
         if let Some((tid, time)) = sw.switch_in {
-            self.push(tid, time, Ev::In, out);
+            self.push(tid, sw.cpu, time, Ev::In, out);
         }
     }
 
@@ -469,7 +478,7 @@ impl<S: Copy> OffCpu<S> {
         for tid in dirty {
             if let Some(t) = self.threads.get_mut(&tid) {
                 decide(t, tid, self.settled, false, &mut self.counts, out);
-                if !t.pending.is_empty() {
+                if t.waiting > 0 {
                     self.dirty.push(tid);
                 }
             }
@@ -539,26 +548,43 @@ impl<S: Copy> OffCpu<S> {
     fn thread(&mut self, tid: u32) -> &mut Thread<S> {
         self.threads.entry(tid).or_insert_with(|| Thread {
             open: None,
-            pending: VecDeque::new(),
+            pending: Vec::new(),
+            waiting: 0,
             stack: None,
         })
     }
 
-    fn push(&mut self, tid: u32, time: u64, ev: Ev<S>, out: &mut Vec<Interval<S>>) {
+    fn push(
+        &mut self,
+        tid: u32,
+        cpu: Option<u32>,
+        time: u64,
+        ev: Ev<S>,
+        out: &mut Vec<Interval<S>>,
+    ) {
         self.last = self.last.max(time);
         let settled = self.settled;
         let t = self.thread(tid);
-        // Insert in time order (arrivals are nearly ordered: scan from the back).
-        let at = t
-            .pending
-            .iter()
-            .rposition(|(x, _)| *x <= time)
-            .map_or(0, |i| i + 1);
-        t.pending.insert(at, (time, ev));
-        let was_empty = t.pending.len() == 1;
+        let cpu = cpu.unwrap_or(u32::MAX);
+        let q = match t.pending.iter().position(|(c, _)| *c == cpu) {
+            Some(i) => &mut t.pending[i].1,
+            None => {
+                t.pending.push((cpu, VecDeque::new()));
+                &mut t.pending.last_mut().expect("pushed").1
+            }
+        };
+        if q.back().is_none_or(|(x, _)| *x <= time) {
+            q.push_back((time, ev));
+        } else {
+            // Out of order within its queue (no cpu, or a cpu's clock stepping back): in place.
+            let at = q.iter().rposition(|(x, _)| *x <= time).map_or(0, |i| i + 1);
+            q.insert(at, (time, ev));
+        }
+        t.waiting += 1;
+        let was_empty = t.waiting == 1;
         let t = self.threads.get_mut(&tid).expect("inserted");
         decide(t, tid, settled, true, &mut self.counts, out);
-        if was_empty && !t.pending.is_empty() {
+        if was_empty && t.waiting > 0 {
             self.dirty.push(tid);
         }
     }
@@ -574,11 +600,22 @@ fn decide<S: Copy>(
     counts: &mut OffCpuCounts,
     out: &mut Vec<Interval<S>>,
 ) {
-    while let Some(&(time, ev)) = t.pending.front() {
-        if time > settled && !(cap && t.pending.len() > MAX_PENDING) {
+    // The earliest switch of all the thread's queues.
+    let earliest = |t: &Thread<S>| {
+        t.pending
+            .iter()
+            .enumerate()
+            .filter_map(|(i, (_, q))| Some((q.front()?.0, i)))
+            .min()
+            .map(|(_, i)| i)
+    };
+    while let Some(q) = earliest(t) {
+        let (time, ev) = *t.pending[q].1.front().expect("non-empty");
+        if time > settled && !(cap && t.waiting > MAX_PENDING) {
             break;
         }
-        t.pending.pop_front();
+        t.pending[q].1.pop_front();
+        t.waiting -= 1;
         match ev {
             Ev::Out { pid, state, stack } => {
                 if t.open.is_some() {

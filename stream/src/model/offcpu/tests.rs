@@ -170,15 +170,15 @@ fn memory_is_bounded_by_threads_not_switches() {
         total += v.drain(..).map(|i| i.duration()).sum::<u64>();
     }
     assert_eq!(m.threads(), 10);
-    let pending: usize = m.threads.values().map(|t| t.pending.len()).sum();
+    let pending: usize = m.threads.values().map(|t| t.waiting).sum();
     assert!(pending <= 10 * 30, "{pending} switches pending");
     // Without rounds, the cap bounds it too.
     let mut n = OffCpu::<u32>::default();
-    for i in 0..100_000u64 {
+    for i in 0..(MAX_PENDING as u64 + 1000) {
         n.add(&switch(1, State::Sleeping, 2, i), None, &mut v);
         n.add(&switch(2, State::Sleeping, 1, i), None, &mut v);
     }
-    let pending: usize = n.threads.values().map(|t| t.pending.len()).sum();
+    let pending: usize = n.threads.values().map(|t| t.waiting).sum();
     assert!(pending <= 2 * (MAX_PENDING + 1), "{pending}");
     m.finish(&mut v);
     total += v.drain(..).map(|i| i.duration()).sum::<u64>();
