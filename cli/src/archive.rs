@@ -7,9 +7,8 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::Args;
-use perfpipe_chain::{Chain, Plan, SinkSpec, SourceSpec, Word};
+use perfpipe_chain::{Plan, Word};
 use perfpipe_core::spec::Registry;
-use perfpipe_core::{Requests, Settings};
 use perfpipe_stream::write::file::OutputMode;
 
 use crate::args::ReportArgs;
@@ -39,27 +38,11 @@ pub(crate) fn main(args: &ArchiveArgs, registry: &Registry) -> ExitCode {
             return ExitCode::from(EXIT_USAGE);
         }
     };
-    let chain = Chain {
-        settings: Settings::default(),
-        source: SourceSpec::Input {
-            path: args.input.clone(),
-            pipe_buffer: 1 << 20,
-        },
+    crate::run_file_to_file(
         plan,
-        taps: &[],
-        sink: SinkSpec::Output {
-            path: args.output.clone(),
-            mode: OutputMode::Auto,
-            pipe_buffer: 0,
-        },
-        requests: Requests::default(),
-        before_source: Some(&crate::run::watch_requests),
-    };
-    crate::build_and_run(
-        chain,
+        (&args.input, &args.output, OutputMode::Auto),
         &registry,
         &args.report,
-        Some(&args.input),
         "perfpipe archive",
     )
 }

@@ -14,12 +14,11 @@ use std::process::ExitCode;
 
 use clap::Args;
 use perfpipe_core::spec::{Options, Registry, Spec};
-use perfpipe_core::{Requests, Settings};
 use perfpipe_stream::write::file::OutputMode;
 
 use crate::args::ReportArgs;
 use crate::EXIT_FAILURE;
-use perfpipe_chain::{Chain, Plan, SinkSpec, SourceSpec};
+use perfpipe_chain::Plan;
 
 /// Options of `perfpipe inject`, named as `perf inject` names them.
 #[derive(Debug, Args)]
@@ -286,32 +285,16 @@ pub(crate) fn main(args: &InjectArgs, registry: &Registry) -> ExitCode {
     } else {
         OutputMode::Auto
     };
-    let chain = Chain {
-        settings: Settings::default(),
-        source: SourceSpec::Input {
-            path: args.input.clone(),
-            pipe_buffer: 1 << 20,
-        },
-        plan,
-        taps: &[],
-        sink: SinkSpec::Output {
-            path: args.output.clone(),
-            mode,
-            pipe_buffer: 1 << 20,
-        },
-        requests: Requests::default(),
-        before_source: Some(&crate::run::watch_requests),
-    };
     let report = ReportArgs {
         stats: args.verbose,
         no_progress: true,
         ..ReportArgs::default()
     };
-    crate::build_and_run(
-        chain,
+    crate::run_file_to_file(
+        plan,
+        (&args.input, &args.output, mode),
         registry,
         &report,
-        Some(&args.input),
         "perfpipe inject",
     )
 }

@@ -14,6 +14,7 @@ use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand};
 use perfpipe_chain::{Chain, Plan, SinkSpec, SourceSpec, FIXED};
 use perfpipe_core::spec::{FlagValue, Kind, Registry, Spec};
 use perfpipe_core::Requests;
+use perfpipe_stream::write::file::OutputMode;
 
 mod archive;
 pub mod args;
@@ -194,6 +195,34 @@ fn plan(matches: &clap::ArgMatches, registry: &Registry, who: &str) -> Result<Pl
             ExitCode::from(EXIT_FAILURE)
         }
     })
+}
+
+/// Runs `plan` from `input` (a file or `-`) to `output` with the default settings and 1 MiB
+/// pipe buffers, SIGUSR2 wired: the file-to-file commands (`inject`, `archive`).
+fn run_file_to_file(
+    plan: Plan,
+    (input, output, mode): (&std::path::Path, &std::path::Path, OutputMode),
+    registry: &Registry,
+    report: &ReportArgs,
+    who: &str,
+) -> ExitCode {
+    let chain = Chain {
+        settings: perfpipe_core::Settings::default(),
+        source: SourceSpec::Input {
+            path: input.to_path_buf(),
+            pipe_buffer: 1 << 20,
+        },
+        plan,
+        taps: &[],
+        sink: SinkSpec::Output {
+            path: output.to_path_buf(),
+            mode,
+            pipe_buffer: 1 << 20,
+        },
+        requests: Requests::default(),
+        before_source: Some(&run::watch_requests),
+    };
+    build_and_run(chain, registry, report, Some(input), who)
 }
 
 /// Builds the chain and runs it; `input` is the input file, for the progress bar.
