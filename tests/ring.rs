@@ -436,7 +436,9 @@ pipetest!(needs(perf, perf612)
 /// The samples of a stream as `perf script` prints them, one "tid time: ip" line each, sorted, with
 /// their times in seconds.
 fn script_samples(stream: &[u8]) -> Vec<(f64, String)> {
-    let text = perf_on(&["script", "-F", "tid,time,ip", "-G"], stream);
+    // Nanoseconds, as the ring cuts its window: at perf script's default microseconds, two
+    // samples of one printed microsecond on either side of the cut made one look missing.
+    let text = perf_on(&["script", "-F", "tid,time,ip", "-G", "--ns"], stream);
     let mut v: Vec<(f64, String)> = text
         .lines()
         .filter_map(|l| {
