@@ -137,6 +137,38 @@ pipetest!(
     }
 );
 
+pipetest!(
+    /// A value the command line gets wrong is a usage error (exit 2, as clap's own), wherever it
+    /// is found: parsing a flag's value, a format's option, or building the stage from them. A
+    /// file that cannot be opened (here: a `--tap` into a directory that does not exist) is a
+    /// failure (exit 1).
+    bad_values_are_usage_errors,
+    |dir| {
+        let input = std::fs::read(fixture("callgraph.pipe.data")).unwrap();
+        let svg = dir.path("x.svg");
+        let svg = svg.to_str().unwrap();
+        let parquet = dir.path("x.parquet");
+        let parquet = parquet.to_str().unwrap();
+        let cases: &[(&[&str], i32, &str)] = &[
+            (&["--ring", "xyz"], 2, "`xyz` is not a size"),
+            (&["--filter", "bad(("], 2, "unknown field `bad`"),
+            (&["--format", "folded:weight=zz"], 2, "expected period, samples"),
+            (&["--format", "pprof:foo=1"], 2, "unknown option `foo` (it takes none)"),
+            (&["-o", svg, "--colors", "nosuch"], 2, "nosuch"),
+            (&["-o", parquet, "--rotate", "1M"], 2, "a dataset is a directory"),
+            (&["--stage", "buildid:host=maybe"], 2, "host"),
+            (&["--known-build-ids", "zz"], 2, "`zz` is not PATH=BUILDID"),
+            (&["--tap", "read=/no/such/t"], 1, "/no/such/t: No such file"),
+        ];
+        for (args, code, says) in cases {
+            let out = perfpipe(args, &input);
+            let err = String::from_utf8_lossy(&out.stderr);
+            assert_eq!(out.status.code(), Some(*code), "{args:?}: {err}");
+            assert!(err.contains(says), "{args:?}: {err}");
+        }
+    }
+);
+
 pipetest!(needs(mount) a_read_only_place_is_refused_before_the_input_ends, |dir| {
     let input = fixture("callgraph.pipe.data");
     let ro = dir.path("ro");

@@ -105,6 +105,31 @@ impl Error {
     fn value(context: String, e: impl std::error::Error + Send + Sync + 'static) -> Error {
         Error::Value(context, Box::new(e))
     }
+
+    /// Whether the command line is at fault (a usage error, exit status 2 as clap, grep and
+    /// ripgrep use), rather than the input, the output or a stage's work (exit status 1): every
+    /// error but [`Error::Stream`], and an [`Error::Value`] when its value is what is wrong (an
+    /// option that does not parse, a filter expression, an option the output cannot take), not
+    /// when a stage failed to start (a file it cannot open).
+    pub fn is_usage(&self) -> bool {
+        match self {
+            Error::Usage(_) | Error::Rule(_) | Error::Output(_) => true,
+            Error::Value(_, e) => {
+                e.downcast_ref::<perfpipe_core::spec::OptionError>()
+                    .is_some()
+                    || e.downcast_ref::<perfpipe_stream::filter::ExprError>()
+                        .is_some()
+                    || matches!(
+                        e.downcast_ref::<perfpipe_stream::Error>(),
+                        Some(
+                            perfpipe_stream::Error::BadOption { .. }
+                                | perfpipe_stream::Error::BadExpression(_)
+                        )
+                    )
+            }
+            Error::Stream(_) => false,
+        }
+    }
 }
 
 #[cfg(test)]

@@ -185,16 +185,18 @@ fn stage_args(mut cmd: clap::Command, registry: &Registry) -> clap::Command {
 
 /// The plan of a command line's stage flags, or the exit status for a bad one.
 fn plan(matches: &clap::ArgMatches, registry: &Registry, who: &str) -> Result<Plan, ExitCode> {
-    chain::plan(matches, registry).map_err(|e| match e {
-        perfpipe_chain::Error::Usage(e) => {
-            eprintln!("{who}: {e}");
-            ExitCode::from(EXIT_USAGE)
-        }
-        e => {
-            eprintln!("{who}: {:#}", anyhow::Error::new(e));
-            ExitCode::from(EXIT_FAILURE)
-        }
-    })
+    chain::plan(matches, registry).map_err(|e| chain_error(e, who))
+}
+
+/// Prints a chain's error and gives its exit status: 2 when the command line is at fault, else 1.
+fn chain_error(e: perfpipe_chain::Error, who: &str) -> ExitCode {
+    let status = if e.is_usage() {
+        EXIT_USAGE
+    } else {
+        EXIT_FAILURE
+    };
+    eprintln!("{who}: {:#}", anyhow::Error::new(e));
+    ExitCode::from(status)
 }
 
 /// Runs `plan` from `input` (a file or `-`) to `output` with the default settings and 1 MiB
@@ -235,14 +237,7 @@ fn build_and_run(
 ) -> ExitCode {
     let pipeline = match chain.build(registry) {
         Ok(p) => p,
-        Err(perfpipe_chain::Error::Output(e)) => {
-            eprintln!("{who}: {e}");
-            return ExitCode::from(EXIT_USAGE);
-        }
-        Err(e) => {
-            eprintln!("{who}: {:#}", anyhow::Error::new(e));
-            return ExitCode::from(EXIT_FAILURE);
-        }
+        Err(e) => return chain_error(e, who),
     };
     run::run(pipeline, report, input)
 }

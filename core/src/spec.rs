@@ -488,9 +488,14 @@ pub trait Spec {
     ) -> Result<(), OptionError> {
         let Some(opt) = self.option(key) else {
             let keys: Vec<&str> = self.options().iter().map(|o| o.key).collect();
+            let known = if keys.is_empty() {
+                "it takes none".to_string()
+            } else {
+                format!("keys: {}", keys.join(", "))
+            };
             return Err(OptionError {
                 option: self.name(),
-                message: format!("unknown option `{key}` (keys: {})", keys.join(", ")),
+                message: format!("unknown option `{key}` ({known})"),
             });
         };
         let value = opt.kind.parse(text).map_err(|message| OptionError {
