@@ -159,6 +159,7 @@ pipetest!(
             (&["--stage", "buildid:host=maybe"], 2, "host"),
             (&["--known-build-ids", "zz"], 2, "`zz` is not PATH=BUILDID"),
             (&["--tap", "read=/no/such/t"], 1, "/no/such/t: No such file"),
+            (&["-o", svg, "--kallsyms", "/no/such"], 1, "--kallsyms /no/such: No such file"),
         ];
         for (args, code, says) in cases {
             let out = perfpipe(args, &input);

@@ -275,11 +275,15 @@ impl Sources {
         Sources::default()
     }
 
-    /// Opens the sources `c` names: each `--symbols` must be a directory or a readable archive.
+    /// Opens the sources `c` names: each `--symbols` must be a directory or a readable archive,
+    /// a `--kallsyms` a file that can be read.
     ///
     /// # Errors
-    /// A message naming a `--symbols` that is neither.
+    /// A message naming a `--symbols` that is neither, or a `--kallsyms` that cannot be opened.
     pub fn open(c: &SourcesConfig) -> Result<Sources, String> {
+        if let Some(k) = &c.kallsyms {
+            std::fs::File::open(k).map_err(|e| format!("--kallsyms {}: {e}", k.display()))?;
+        }
         let mut s = Sources {
             symfs: c.symfs.clone().filter(|d| d != Path::new("/")),
             kallsyms: c.kallsyms.clone(),
