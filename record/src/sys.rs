@@ -17,12 +17,18 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 /// `PERF_TYPE_SOFTWARE`
 pub const TYPE_SOFTWARE: u32 = 1;
+/// `PERF_TYPE_TRACEPOINT`: `config` is the tracepoint's id in tracefs.
+pub const TYPE_TRACEPOINT: u32 = 2;
 /// `PERF_COUNT_SW_CPU_CLOCK`
 pub const SW_CPU_CLOCK: u64 = 0;
 /// `PERF_COUNT_SW_TASK_CLOCK`
 pub const SW_TASK_CLOCK: u64 = 1;
 /// `PERF_COUNT_SW_PAGE_FAULTS`
 pub const SW_PAGE_FAULTS: u64 = 2;
+/// `PERF_COUNT_SW_CONTEXT_SWITCHES`
+pub const SW_CONTEXT_SWITCHES: u64 = 3;
+/// `PERF_COUNT_SW_CPU_MIGRATIONS`
+pub const SW_CPU_MIGRATIONS: u64 = 4;
 /// `PERF_COUNT_SW_DUMMY`: an event that never counts, used to carry side-band records.
 pub const SW_DUMMY: u64 = 9;
 
