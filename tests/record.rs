@@ -9,7 +9,8 @@ use std::time::{Duration, Instant};
 
 use crate::readers::{assert_every_reader_accepts, perf_file, Input};
 use crate::util::{
-    bin, counter, perf_on, perf_record, perf_record_err, require, signal, workload, Dir, Need,
+    bin, counter, perf_on, perf_record, perf_record_err, perfpipe_record as record, require,
+    signal, workload, Dir, Need,
 };
 
 /// A C workload with symbols of its own: `spin_a` does twice the work of `spin_b`. At the end it
@@ -59,21 +60,6 @@ fn compile(dir: &Dir, name: &str, source: &str) -> PathBuf {
         .is_ok_and(|s| s.success());
     assert!(ok, "cc could not compile the {name} workload");
     exe
-}
-
-/// `perfpipe record ARGS -- WORKLOAD…`: the stream on stdout and stderr, asserting success.
-fn record(args: &[&str], work: &[&str]) -> (Vec<u8>, String) {
-    let out = Command::new(bin())
-        .arg("record")
-        .args(args)
-        .arg("--")
-        .args(work)
-        .stdin(Stdio::null())
-        .output()
-        .expect("perfpipe record");
-    let err = String::from_utf8_lossy(&out.stderr).into_owned();
-    assert!(out.status.success(), "perfpipe record {args:?}: {err}");
-    (out.stdout, err)
 }
 
 /// Record counts by name from `perf report --stats` (the aggregated section).

@@ -350,8 +350,10 @@ impl RecordConfig {
         let mut rings = Vec::new();
         for &cpu in &cpus {
             // The fd that owns this cpu's forward ring, and its backward one: every other event
-            // of the cpu writes into the ring of its direction.
+            // of the cpu writes into the ring of its direction, redirected once that ring is
+            // mapped (the kernel refuses SET_OUTPUT to an event without a ring: EINVAL).
             let (mut fwd_owner, mut bwd_owner): (Option<usize>, Option<usize>) = (None, None);
+            let mut redirect: Vec<(usize, usize)> = Vec::new();
             for &tid in &tids {
                 for (idx, (attr, n, backward)) in specs.iter().enumerate() {
                     let ev = Event::open(attr, tid, cpu)
@@ -370,9 +372,7 @@ impl RecordConfig {
                         &mut fwd_owner
                     };
                     match *owner {
-                        Some(o) => ev
-                            .set_output(&events[o])
-                            .map_err(|e| perf_err("ioctl SET_OUTPUT", n.clone(), e))?,
+                        Some(o) => redirect.push((events.len(), o)),
                         None => *owner = Some(events.len()),
                     }
                     events.push(ev);
@@ -402,6 +402,11 @@ impl RecordConfig {
                 forward_fd: events[fwd_owner].raw_fd(),
                 backward,
             });
+            for (from, to) in redirect {
+                events[from].set_output(&events[to]).map_err(|e| {
+                    perf_err("ioctl SET_OUTPUT", format!("event {from} on cpu {cpu}"), e)
+                })?;
+            }
         }
 
         let e = synthetic_events::endian();
