@@ -249,6 +249,10 @@ mod tests {
         assert_eq!(names, [("sched", "sched_switch")]);
         assert_eq!(parsed.event(372).unwrap().name, "sched_switch");
         assert!(blob.windows(10).any(|w| w == b"0x1 : \"p\"\n"));
+        // A tracefs without its header files: an error that names the file, no blob.
+        fs::remove_file(ev.join("header_page")).unwrap();
+        let err = t.tracing_data(&want).unwrap_err().to_string();
+        assert!(err.contains("events/header_page"), "{err}");
         fs::remove_dir_all(&root).unwrap();
     }
 }
