@@ -534,6 +534,46 @@ pipetest!(needs(perf, cc) record_a_running_process_until_it_exits, |dir| {
     );
 });
 
+/// Three threads that spin for 4 s while the main thread waits for them.
+const THREADS_C: &str = r#"
+#include <pthread.h>
+#include <time.h>
+volatile unsigned long sink;
+static double now(void) { struct timespec t; clock_gettime(CLOCK_MONOTONIC, &t); return t.tv_sec + t.tv_nsec / 1e9; }
+static void *spin(void *a) { double t = now(); while (now() - t < 4) sink++; return a; }
+int main(void) {
+    pthread_t t[3];
+    for (int i = 0; i < 3; i++) pthread_create(&t[i], 0, spin, 0);
+    for (int i = 0; i < 3; i++) pthread_join(t[i], 0);
+    return 0;
+}
+"#;
+
+pipetest!(needs(perf, cc)
+    /// `-p` of a process with several threads: one event per thread and cpu, the others of a cpu
+    /// redirected into its first event's ring once it is mapped (before, the kernel refused the
+    /// redirection with EINVAL and the recording failed): every spinning thread has samples.
+    record_a_running_process_with_threads, |dir| {
+    let exe = compile(&dir, "threads", THREADS_C);
+    let mut target = Command::new(&exe).spawn().expect("spawn threads");
+    std::thread::sleep(Duration::from_millis(200));
+    let pid = target.id().to_string();
+    let out = Command::new(bin())
+        .args(["record", "-e", "cpu-clock", "-c", "1000000", "-p", &pid])
+        .stdin(Stdio::null())
+        .output()
+        .expect("perfpipe record -p");
+    target.wait().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let script = perf_on(&["script", "-F", "tid"], &out.stdout);
+    let mut per_tid: HashMap<&str, u64> = HashMap::new();
+    for tid in script.lines().map(str::trim) {
+        *per_tid.entry(tid).or_default() += 1;
+    }
+    let spinning = per_tid.values().filter(|&&n| n >= 20).count();
+    assert!(spinning >= 3, "samples per thread: {per_tid:?}");
+});
+
 pipetest!(needs(perf, cc) record_overwrite_dumps_when_the_trigger_matches, |dir| {
     let exe = spin(&dir);
     // A shell that sleeps, then becomes `spin` for about 2 s of CPU: the trigger is the first
