@@ -17,8 +17,6 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 /// `PERF_TYPE_SOFTWARE`
 pub const TYPE_SOFTWARE: u32 = 1;
-/// `PERF_TYPE_TRACEPOINT`: `config` is the tracepoint's id in tracefs.
-pub const TYPE_TRACEPOINT: u32 = 2;
 /// `PERF_COUNT_SW_CPU_CLOCK`
 pub const SW_CPU_CLOCK: u64 = 0;
 /// `PERF_COUNT_SW_TASK_CLOCK`
@@ -33,6 +31,8 @@ pub const SW_CPU_MIGRATIONS: u64 = 4;
 pub const SW_DUMMY: u64 = 9;
 
 pub use perfpipe_stream::format::flag;
+/// `PERF_TYPE_TRACEPOINT`: `config` is the tracepoint's id in tracefs.
+pub use perfpipe_stream::format::PERF_TYPE_TRACEPOINT as TYPE_TRACEPOINT;
 
 /// `struct perf_event_attr`, `PERF_ATTR_SIZE_VER7` (128 bytes, up to `sig_data`): the size perf 6.1
 /// writes, so its readers take our HEADER_ATTR as their own. Unions are named after their first
