@@ -1,7 +1,8 @@
 //! `perfpipe record` of tracepoints and context switches (issue 31): `-e sched:sched_switch -a
 //! -g` and `-g -e context-switches -c 1 --switch-events -- CMD` read by every reader (perf 6.1
 //! and 6.12), the tracing data byte for byte the blob `perf record` writes, `perf script -F
-//! trace` printing the fields that tracing data describes with the values perfpipe reads, and the
+//! trace` printing the fields that tracing data describes with the values perfpipe reads (in a
+//! pipe and in a perf.data file), and the
 //! off-CPU and wall-clock profiles of `offcpu.c` recorded by perfpipe with its known waits on
 //! their functions.
 
@@ -110,6 +111,12 @@ pipetest!(needs(perf, perf612, tracefs)
         let diff: Vec<_> = ours.iter().zip(&lines).filter(|(a, b)| a != b).take(5).collect();
         assert!(diff.is_empty(), "{}: first differences (ours, perf): {diff:#?}", perf.name);
     }
+    // As a perf.data file (the tracing data in its feature section), where `perf report
+    // --stats` reads tracepoints too: every reader counts every sample.
+    let data = dir.path("sw.data");
+    perfpipe_ok(&["-i", file.to_str().unwrap(), "-o", data.to_str().unwrap()], b"");
+    let n = assert_every_reader_accepts("sched_switch as a file", Input::File(&data));
+    assert_eq!(n, ours.len() as u64);
 });
 
 pipetest!(needs(perf, perf612, tracefs)
