@@ -1,10 +1,10 @@
 //! `perfpipe record` of tracepoints and context switches (issue 31): `-e sched:sched_switch -a
 //! -g` and `-g -e context-switches -c 1 --switch-events -- CMD` read by every reader (perf 6.1
-//! and 6.12), the tracing data byte for byte the blob `perf record` writes, `perf script -F
-//! trace` printing the fields that tracing data describes with the values perfpipe reads (in a
-//! pipe and in a perf.data file), and the
-//! off-CPU and wall-clock profiles of `offcpu.c` recorded by perfpipe with its known waits on
-//! their functions.
+//! and 6.12); the tracing data byte for byte the blob `perf record` writes; `perf script -F
+//! trace` printing the fields that tracing data describes, with the values perfpipe reads; the
+//! same recording as a perf.data file, every sample counted by both; and the off-CPU and
+//! wall-clock profiles of `offcpu.c` recorded by perfpipe, with its known waits on their
+//! functions.
 
 use crate::offcpu::{
     assert_known_waits, one_at_a_time, perf_trace_lines, profile, record_workload_with,
