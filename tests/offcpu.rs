@@ -20,6 +20,7 @@ use perfpipe_stream::model::offcpu::{Interval, OffCpu, Switch, Switches};
 use perfpipe_stream::read::file::Input;
 use perfpipe_stream::read::ReadConfig;
 
+use crate::readers::{self, perf_file, Input as ReadInput};
 use crate::util::*;
 use crate::workloads::offcpu_c;
 
@@ -68,7 +69,7 @@ fn each_record<F: FnMut(&StreamInfo, Record<'_>, u32) + Send + 'static>(path: &P
 }
 
 /// Our reading of every sched_switch sample, in `perf script -F trace`'s words.
-fn switch_lines(path: &Path) -> Vec<String> {
+pub(crate) fn switch_lines(path: &Path) -> Vec<String> {
     let out = Arc::new(Mutex::new(Vec::new()));
     let o = out.clone();
     let _ = each_record(path, move |info: &StreamInfo, rec: Record<'_>, tag: u32| {
@@ -105,20 +106,12 @@ fn switch_lines(path: &Path) -> Vec<String> {
     v
 }
 
-/// `perf script -F trace` lines of a recording, sorted.
-fn perf_trace_lines(path: &Path) -> Vec<String> {
-    let out = oracle()
-        .command()
-        .args(["script", "-F", "trace", "-G", "-i"])
-        .arg(path)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let mut v: Vec<String> = String::from_utf8_lossy(&out.stdout)
+/// `perf script -F trace` lines of a recording by `perf`, sorted; it must read the recording
+/// without a complaint ([`readers::read`]).
+pub(crate) fn perf_trace_lines(perf: &Perf, input: ReadInput<'_>) -> Vec<String> {
+    let out = readers::read(perf, &["script", "-F", "trace", "-G"], input)
+        .unwrap_or_else(|e| panic!("{e}"));
+    let mut v: Vec<String> = out
         .lines()
         .map(|l| l.trim().to_string())
         .filter(|l| l.starts_with("prev_comm="))
@@ -131,16 +124,16 @@ fn perf_trace_lines(path: &Path) -> Vec<String> {
 /// so it would see another recording's `nap` too.
 static SYSTEM_WIDE: Mutex<()> = Mutex::new(());
 
-fn one_at_a_time<T>(f: impl FnOnce() -> T) -> T {
+pub(crate) fn one_at_a_time<T>(f: impl FnOnce() -> T) -> T {
     let _one = SYSTEM_WIDE.lock().unwrap_or_else(|e| e.into_inner());
     f()
 }
 
 /// What the workload measured of its waits, in ns, from its last line on stderr
 /// (`offcpu: nap=NS wait_pipe=NS write_later=NS`).
-type Waits = Vec<(String, u64)>;
+pub(crate) type Waits = Vec<(String, u64)>;
 
-fn waits(stderr: &str) -> Waits {
+pub(crate) fn waits(stderr: &str) -> Waits {
     let line = stderr
         .lines()
         .rev()
@@ -154,12 +147,24 @@ fn waits(stderr: &str) -> Waits {
         .collect()
 }
 
+/// A recorder: `(ARGS, WORKLOAD)` → the stream and its standard error ([`perf_record_err`],
+/// [`perfpipe_record`]).
+pub(crate) type Recorder = fn(&[&str], &[&str]) -> (Vec<u8>, String);
+
 /// The workload under `perf record ARGS -o - --`, at real-time priority (woken threads run at
 /// once, so their waits are close to what they asked for; the test compares with what they
 /// measured anyway): the stream and the measured waits.
 fn record_workload(exe: &Path, args: &[&str]) -> (Vec<u8>, Waits) {
-    let (rec, err) =
-        one_at_a_time(|| perf_record_err(args, &["chrt", "-f", "10", exe.to_str().unwrap()]));
+    record_workload_with(perf_record_err, exe, args)
+}
+
+/// [`record_workload`] by `recorder`.
+pub(crate) fn record_workload_with(
+    recorder: Recorder,
+    exe: &Path,
+    args: &[&str],
+) -> (Vec<u8>, Waits) {
+    let (rec, err) = one_at_a_time(|| recorder(args, &["chrt", "-f", "10", exe.to_str().unwrap()]));
     (rec, waits(&err))
 }
 
@@ -188,7 +193,7 @@ pipetest!(needs(perf, cc, tracefs)
     tracepoint_fields_equal_perf_script, |dir| {
     let (file, _) = system_wide(&dir);
     let ours = switch_lines(&file);
-    let perf = perf_trace_lines(&file);
+    let perf = perf_trace_lines(&oracle(), ReadInput::File(&file));
     assert!(perf.len() > 500, "{} sched_switch samples", perf.len());
     assert_eq!(ours.len(), perf.len());
     let diff: Vec<_> = ours.iter().zip(&perf).filter(|(a, b)| a != b).take(5).collect();
@@ -276,20 +281,10 @@ fn model_intervals(path: &Path) -> (Vec<Iv>, Vec<Iv>, BTreeMap<u32, String>) {
 /// `perf sched timehist`'s rows, each the end of an interval it closes: `(tid, switch-in time
 /// (row time minus run time), wait time plus scheduling delay)`, in ns (printed in µs).
 fn timehist_rows(path: &Path) -> Vec<(u32, u64, u64)> {
-    let out = oracle()
-        .command()
-        .args(["sched", "timehist", "-i"])
-        .arg(path)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let out = perf_file(&["sched", "timehist"], path);
     let mut rows = Vec::new();
     let ns = |x: f64| (x * 1e6).round() as u64;
-    for l in String::from_utf8_lossy(&out.stdout).lines().skip(3) {
+    for l in out.lines().skip(3) {
         // `time [cpu]  name[tid/pid]  wait delay run  stack`; a name may hold spaces, so the
         // task is the first word ending in `[tid]` or `[tid/pid]` that three numbers follow.
         let w: Vec<&str> = l.split_whitespace().collect();
@@ -362,7 +357,7 @@ pipetest!(needs(perf, cc, tracefs)
 });
 
 /// The ns a folded profile puts on stacks through `function`.
-fn through(folded: &str, function: &str) -> u64 {
+pub(crate) fn through(folded: &str, function: &str) -> u64 {
     folded
         .lines()
         .map(|l| l.rsplit_once(' ').unwrap())
@@ -372,7 +367,7 @@ fn through(folded: &str, function: &str) -> u64 {
 }
 
 /// `perfpipe ARGS -i INPUT -o OUT` (with `--stats`): the output file and the statistics.
-fn profile(dir: &Dir, input: &[u8], args: &[&str], out: &str) -> (String, String) {
+pub(crate) fn profile(dir: &Dir, input: &[u8], args: &[&str], out: &str) -> (String, String) {
     let path = dir.path(out);
     let mut a = vec!["-o", path.to_str().unwrap(), "--stats"];
     a.extend_from_slice(args);
@@ -384,7 +379,7 @@ fn profile(dir: &Dir, input: &[u8], args: &[&str], out: &str) -> (String, String
 
 /// The waits of offcpu.c on their functions, within 5 % of what it measured (at least 1.0 s,
 /// 0.3 s and 0.3 s).
-fn assert_known_waits(folded: &str, form: &str, measured: &Waits) {
+pub(crate) fn assert_known_waits(folded: &str, form: &str, measured: &Waits) {
     let off: String = folded
         .lines()
         .filter(|l| l.contains(";[off-cpu: "))

@@ -9,7 +9,8 @@ use std::time::{Duration, Instant};
 
 use crate::readers::{assert_every_reader_accepts, perf_file, Input};
 use crate::util::{
-    bin, counter, perf_on, perf_record, perf_record_err, require, signal, workload, Dir, Need,
+    await_handler, bin, counter, perf_on, perf_record, perf_record_err, perfpipe_record as record,
+    require, signal, workload, Dir, Need, Watch,
 };
 
 /// A C workload with symbols of its own: `spin_a` does twice the work of `spin_b`. At the end it
@@ -59,21 +60,6 @@ fn compile(dir: &Dir, name: &str, source: &str) -> PathBuf {
         .is_ok_and(|s| s.success());
     assert!(ok, "cc could not compile the {name} workload");
     exe
-}
-
-/// `perfpipe record ARGS -- WORKLOAD…`: the stream on stdout and stderr, asserting success.
-fn record(args: &[&str], work: &[&str]) -> (Vec<u8>, String) {
-    let out = Command::new(bin())
-        .arg("record")
-        .args(args)
-        .arg("--")
-        .args(work)
-        .stdin(Stdio::null())
-        .output()
-        .expect("perfpipe record");
-    let err = String::from_utf8_lossy(&out.stderr).into_owned();
-    assert!(out.status.success(), "perfpipe record {args:?}: {err}");
-    (out.stdout, err)
 }
 
 /// Record counts by name from `perf report --stats` (the aggregated section).
@@ -521,31 +507,91 @@ pipetest!(needs(perf) record_system_wide_until_sigint, |dir| {
     );
 });
 
-pipetest!(needs(perf, cc) record_a_running_process_until_it_exits, |dir| {
-    let exe = spin(&dir);
-    let mut target = Command::new(&exe)
-        .arg("600000000")
-        .spawn()
-        .expect("spawn spin");
+/// `perfpipe record -e cpu-clock -c PERIOD -p PID` of `command`, started 200 ms before, until it
+/// exits: the stream, asserting success. With `go`, that signal is sent to the target once the
+/// recording has written its preamble (and so enabled its events): a target that waits for it
+/// does its work while recorded, however long the recorder took to start.
+fn record_running(command: &mut Command, period: &str, go: Option<libc::c_int>) -> Vec<u8> {
+    let mut target = command.spawn().expect("spawn the target");
     std::thread::sleep(Duration::from_millis(200));
+    if let Some(sig) = go {
+        await_handler(target.id(), sig);
+    }
     let pid = target.id().to_string();
-    let out = Command::new(bin())
-        .args(["record", "-e", "cpu-clock", "-c", "100000", "-p", &pid])
+    let mut rec = Command::new(bin())
+        .args(["record", "-e", "cpu-clock", "-c", period, "-p", &pid])
         .stdin(Stdio::null())
-        .output()
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
         .expect("perfpipe record -p");
+    let out = Watch::new(rec.stdout.take().unwrap());
+    let err = Watch::new(rec.stderr.take().unwrap());
+    if let Some(sig) = go {
+        out.wait_for("PERFILE2");
+        signal(&target, sig);
+    }
     target.wait().unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let status = rec.wait().unwrap();
+    assert!(status.success(), "{}", err.finish_text());
+    out.finish()
+}
+
+pipetest!(needs(perf, cc) record_a_running_process_until_it_exits, |dir| {
+    let rec = record_running(Command::new(spin(&dir)).arg("600000000"), "100000", None);
     // The process's maps came from /proc: its samples resolve to its own functions.
-    let syms = symbols(&out.stdout);
+    let syms = symbols(&rec);
     assert!(
         syms.contains_key("spin_a") || syms.contains_key("spin_b"),
         "{syms:?}"
     );
+});
+
+/// Three threads that wait for SIGUSR1 (each reads a byte of a pipe its handler writes), then spin
+/// for 1.5 s, while the main thread waits for them. The handler is installed once they exist.
+const THREADS_C: &str = r#"
+#include <pthread.h>
+#include <signal.h>
+#include <time.h>
+#include <unistd.h>
+volatile unsigned long sink;
+static int p[2];
+static void go(int s) { (void)s; if (write(p[1], "xyz", 3) != 3) _exit(1); }
+static double now(void) { struct timespec t; clock_gettime(CLOCK_MONOTONIC, &t); return t.tv_sec + t.tv_nsec / 1e9; }
+static void *spin(void *a) {
+    char c;
+    while (read(p[0], &c, 1) != 1) {}
+    double t = now();
+    while (now() - t < 1.5) sink++;
+    return a;
+}
+int main(void) {
+    if (pipe(p)) return 1;
+    pthread_t t[3];
+    for (int i = 0; i < 3; i++) pthread_create(&t[i], 0, spin, 0);
+    struct sigaction sa = {0};
+    sa.sa_handler = go;
+    sa.sa_flags = SA_RESTART;
+    sigaction(SIGUSR1, &sa, 0);
+    for (int i = 0; i < 3; i++) pthread_join(t[i], 0);
+    return 0;
+}
+"#;
+
+pipetest!(needs(perf, cc)
+    /// `-p` of a process with several threads: one event per thread and cpu, the others of a cpu
+    /// redirected into its first event's ring once it is mapped (before, the kernel refused the
+    /// redirection with EINVAL and the recording failed): every spinning thread has samples.
+    record_a_running_process_with_threads, |dir| {
+    let exe = compile(&dir, "threads", THREADS_C);
+    let rec = record_running(&mut Command::new(exe), "1000000", Some(libc::SIGUSR1));
+    let script = perf_on(&["script", "-F", "tid"], &rec);
+    let mut per_tid: HashMap<&str, u64> = HashMap::new();
+    for tid in script.lines().map(str::trim) {
+        *per_tid.entry(tid).or_default() += 1;
+    }
+    let spinning = per_tid.values().filter(|&&n| n >= 20).count();
+    assert!(spinning >= 3, "samples per thread: {per_tid:?}");
 });
 
 pipetest!(needs(perf, cc) record_overwrite_dumps_when_the_trigger_matches, |dir| {

@@ -22,6 +22,9 @@
 //! - `ends`: every kind of end (signals, closed downstream, killed upstream, full disk) loses no complete record.
 //! - `regression`: fuzz crashes turned into tests (`r7_*`).
 //! - `record`: `perfpipe record` (native capture) against `perf record`: counts, symbols, forks, tiny rings, lost events, overwrite dumps.
+//! - `record_tracepoints`: `perfpipe record -e sched:sched_switch` and `--switch-events` read by
+//!   every reader, the tracing data as perf writes it, and the off-CPU profiles of `offcpu.c` it
+//!   records (issue 31).
 //! - `ring`: the flight recorder: newest window, side-band, SIGUSR2 dumps, bounded memory over 1 GiB.
 //! - `profile`: folded stacks and flame graphs: stack shapes against `perf script`, pipe = file, `-z`, SIGUSR2 snapshots.
 //! - `fold`: folded stacks and flame graphs of live C, C++, Rust, kernel-heavy, `-a` and `-z`
@@ -70,6 +73,7 @@ mod profile;
 pub mod readers;
 mod readme;
 mod record;
+mod record_tracepoints;
 mod regression;
 mod ring;
 mod skipping;

@@ -222,6 +222,25 @@ pub fn perfpipe_ok(args: &[&str], stdin: &[u8]) -> Vec<u8> {
     out.stdout
 }
 
+/// `perfpipe record ARGS -- WORKLOAD…`: the stream it writes to standard output and its standard
+/// error (where the workload's own goes too), asserting success.
+///
+/// # Panics
+/// When perfpipe record fails, with its standard error.
+pub fn perfpipe_record(args: &[&str], workload: &[&str]) -> (Vec<u8>, String) {
+    let out = Command::new(bin())
+        .arg("record")
+        .args(args)
+        .arg("--")
+        .args(workload)
+        .stdin(Stdio::null())
+        .output()
+        .expect("perfpipe record");
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(out.status.success(), "perfpipe record {args:?}: {err}");
+    (out.stdout, err)
+}
+
 /// Runs a command feeding `stdin` from a thread (so a large output cannot deadlock us).
 pub fn run(cmd: &mut Command, stdin: &[u8]) -> Output {
     let mut child = cmd

@@ -70,7 +70,8 @@ enum Command {
     /// --known-build-ids, -v; perf inject's other options are refused by name.
     #[command(after_help = inject::after_help())]
     Inject(inject::InjectArgs),
-    /// Record with perf_event_open itself: -e, -c/-F, -g, -a/-p/-- CMD, --overwrite, stage flags.
+    /// Record with perf_event_open itself: -e (software events, tracepoints), -c/-F, -g,
+    /// --switch-events, -a/-p/-- CMD, --overwrite, stage flags.
     Record(record::RecordArgs),
     /// On the recording host: a tar of the files that name a recording's frames (perf's
     /// build-id-cache layout), for `--symbols ARCHIVE` or `tar xf ARCHIVE -C ~/.debug` elsewhere.

@@ -1,8 +1,8 @@
 //! `perfpipe record`: the native capture source in front of the usual stages, instead of
 //! `perf record -o - | perfpipe`.
 //!
-//! `perfpipe record [-e EVENT] [-c N | -F HZ] [-g] [-a | -p PID | -- CMD…] [--overwrite]
-//! [stage flags…] [-o FILE]` runs record → decode → the named stages → write. With `--overwrite`
+//! `perfpipe record [-e EVENT]… [-c N | -F HZ] [-g] [--switch-events] [-a | -p PID | -- CMD…]
+//! [--overwrite] [stage flags…] [-o FILE]` runs record → decode → the named stages → write. With `--overwrite`
 //! the source emits framed dumps itself (each a complete stream), so `decode` is left out.
 //!
 //! Signals: SIGINT/SIGTERM end the recording (the rings are drained or dumped, the stream
@@ -25,19 +25,24 @@ use perfpipe_chain::{Chain, Plan, SinkSpec, SourceSpec};
 /// Options of `perfpipe record`, named as `perf record` names them.
 #[derive(Debug, Args)]
 pub(crate) struct RecordArgs {
-    /// Event: cpu-clock, task-clock or page-faults.
-    #[arg(short, long, value_name = "EVENT", default_value = "cpu-clock")]
-    event: String,
+    /// Event, repeatable or comma-separated: cpu-clock (default), task-clock, page-faults,
+    /// context-switches, cpu-migrations, or a tracepoint SYSTEM:NAME (sched:sched_switch).
+    #[arg(short, long, value_name = "EVENT")]
+    event: Vec<String>,
     /// Sample every N events (nanoseconds for the clocks).
     #[arg(short = 'c', long = "count", value_name = "N", conflicts_with = "freq")]
     count: Option<u64>,
-    /// Sample about HZ times a second (default 4000).
+    /// Sample about HZ times a second (default: 4000 for software events, every hit of a
+    /// tracepoint).
     #[arg(short = 'F', long = "freq", value_name = "HZ")]
     freq: Option<u64>,
     /// Record callchains.
     #[arg(short = 'g')]
     callchain: bool,
-    /// Record every cpu, every process.
+    /// Record context switches: PERF_RECORD_SWITCH records (SWITCH_CPU_WIDE with -a).
+    #[arg(long = "switch-events")]
+    switch_events: bool,
+    /// Record every cpu, every process (until SIGINT, or while `-- CMD` runs).
     #[arg(short = 'a', long = "all-cpus", conflicts_with = "target_pid")]
     all: bool,
     /// Record a running process (all its threads, and the children it forks). Only `-p`: the
@@ -82,20 +87,26 @@ impl RecordArgs {
             (true, None, true) => Ok(Target::System),
             (false, Some(p), true) => Ok(Target::Pid(p)),
             (false, None, false) => Ok(Target::Command(self.command.clone())),
+            (true, None, false) => Ok(Target::SystemWhile(self.command.clone())),
             (false, None, true) => Err("nothing to record: give -a, -p PID or -- CMD".into()),
-            _ => Err("-a, -p and -- CMD exclude each other".into()),
+            _ => Err("-p excludes -a and -- CMD".into()),
         }
     }
 
     fn config(&self, target: Target) -> RecordConfig {
         RecordConfig {
-            event: self.event.clone(),
+            events: if self.event.is_empty() {
+                vec!["cpu-clock".into()]
+            } else {
+                self.event.clone()
+            },
             period: match (self.count, self.freq) {
-                (Some(c), _) => Period::Count(c),
-                (None, Some(f)) => Period::Freq(f),
-                (None, None) => Period::Freq(4000),
+                (Some(c), _) => Some(Period::Count(c)),
+                (None, Some(f)) => Some(Period::Freq(f)),
+                (None, None) => None,
             },
             callchain: self.callchain,
+            switch_events: self.switch_events,
             target,
             overwrite: self.overwrite,
             mmap_pages: self.mmap_pages,
@@ -124,6 +135,13 @@ pub(crate) fn main(args: &RecordArgs, mut plan: Plan, registry: &Registry) -> Ex
             return ExitCode::from(EXIT_USAGE);
         }
     };
+    // A name that is no event is a usage error; a tracepoint that is not there is found (and
+    // reported, exit 1) when the recording is built.
+    let config = args.config(target);
+    if let Err(e) = perfpipe_record::parse_events(&config.events) {
+        eprintln!("perfpipe record: {e}");
+        return ExitCode::from(EXIT_USAGE);
+    }
     let requests = Requests::default();
     let sink = SinkSpec::Output {
         path: args.output.output.clone(),
@@ -154,7 +172,7 @@ pub(crate) fn main(args: &RecordArgs, mut plan: Plan, registry: &Registry) -> Ex
         once: sink.single_output(),
         trigger: trigger.0,
         after: trigger.1,
-        ..args.config(target)
+        ..config
     };
     let chain = Chain {
         settings: args.batch.settings(!args.io.no_measure),
@@ -194,23 +212,53 @@ mod tests {
             "-l",
         ])
         .unwrap();
-        assert_eq!(a.event, "task-clock");
+        assert_eq!(a.event, ["task-clock"]);
         assert_eq!(a.count, Some(10000));
         assert!(a.callchain);
+        assert!(!a.switch_events);
         assert_eq!(
             a.target().unwrap(),
             Target::Command(vec!["ls".into(), "-l".into()])
         );
-        assert_eq!(a.config(a.target().unwrap()).period, Period::Count(10000));
+        assert_eq!(
+            a.config(a.target().unwrap()).period,
+            Some(Period::Count(10000))
+        );
+        // perf's defaults per event when neither -c nor -F is given; cpu-clock without -e.
+        let a = parse(&["perfpipe", "record", "-a"]).unwrap();
+        let c = a.config(Target::System);
+        assert_eq!((c.period, c.events), (None, vec!["cpu-clock".to_string()]));
         let a = parse(&["perfpipe", "record", "-a", "--overwrite", "-m", "4"]).unwrap();
         assert_eq!(a.target().unwrap(), Target::System);
         assert!(a.overwrite);
         assert_eq!(a.mmap_pages, 4);
         let a = parse(&["perfpipe", "record", "-p", "1", "-F", "99"]).unwrap();
-        assert_eq!(a.config(Target::Pid(1)).period, Period::Freq(99));
+        assert_eq!(a.config(Target::Pid(1)).period, Some(Period::Freq(99)));
+        // -e repeats; --switch-events.
+        let a = parse(&[
+            "perfpipe",
+            "record",
+            "-e",
+            "cpu-clock",
+            "-e",
+            "sched:sched_switch",
+            "--switch-events",
+            "-a",
+        ])
+        .unwrap();
+        let c = a.config(Target::System);
+        assert_eq!(c.events, ["cpu-clock", "sched:sched_switch"]);
+        assert!(c.switch_events);
         assert!(parse(&["perfpipe", "record", "-c", "1", "-F", "2", "-a"]).is_err());
         assert!(parse(&["perfpipe", "record"]).unwrap().target().is_err());
-        assert!(parse(&["perfpipe", "record", "-a", "--", "ls"])
+        assert_eq!(
+            parse(&["perfpipe", "record", "-a", "--", "ls"])
+                .unwrap()
+                .target()
+                .unwrap(),
+            Target::SystemWhile(vec!["ls".into()])
+        );
+        assert!(parse(&["perfpipe", "record", "-p", "1", "--", "ls"])
             .unwrap()
             .target()
             .is_err());

@@ -139,6 +139,8 @@ pub mod flag {
     pub const MMAP2: u64 = 1 << 23;
     /// `comm_exec`
     pub const COMM_EXEC: u64 = 1 << 24;
+    /// `context_switch`: PERF_RECORD_SWITCH (per task) or SWITCH_CPU_WIDE (per cpu) records.
+    pub const CONTEXT_SWITCH: u64 = 1 << 26;
     /// `write_backward`
     pub const WRITE_BACKWARD: u64 = 1 << 27;
     /// `build_id`: MMAP2 records carry build ids instead of device and inode.

@@ -7,13 +7,15 @@ use std::time::Duration;
 
 use perfpipe_core::Counter;
 
+use super::event::{parse_events, EventName};
 use super::synthetic_events::{self, EventDesc, IdEntry};
 use super::sys::{self, flag, perf_event_attr, Event, Mmap};
+use super::tracefs::Tracefs;
 use super::workload::Workload;
 use super::{perf_err, Backward, CpuRings, Record};
 use perfpipe_stream::filter::{Expr, FilterConfig};
 use perfpipe_stream::format::{
-    feature, sample, Attr, EventHeader, RecordType, StreamInfo, PIPE_HEADER_KIND,
+    feature, sample, tracing, Attr, EventHeader, RecordType, StreamInfo, PIPE_HEADER_KIND,
 };
 use perfpipe_stream::ring::Recorder;
 use perfpipe_stream::Error;
@@ -27,6 +29,9 @@ pub enum Target {
     Pid(i32),
     /// A command started for the recording (`-- CMD…`), followed into its children.
     Command(Vec<String>),
+    /// Every cpu, every process, while a command started for the recording runs (`-a -- CMD…`,
+    /// as perf takes it).
+    SystemWhile(Vec<String>),
 }
 
 /// Sampling period.
@@ -41,12 +46,17 @@ pub enum Period {
 /// Configuration of the `record` source. Plain data; `build` does the I/O.
 #[derive(Clone, Debug)]
 pub struct RecordConfig {
-    /// Event name: `cpu-clock`, `task-clock` or `page-faults`.
-    pub event: String,
-    /// Sampling period.
-    pub period: Period,
+    /// Event names ([`parse_events`]): software events and tracepoints `SYSTEM:NAME`; each a
+    /// name or a comma-separated list. The first carries the side-band (and the SWITCH records).
+    pub events: Vec<String>,
+    /// Sampling period of every event; `None` for perf's defaults: `-F 4000` for the software
+    /// events, every event (`-c 1`) for tracepoints.
+    pub period: Option<Period>,
     /// Record callchains (`-g`).
     pub callchain: bool,
+    /// `--switch-events`: `context_switch` on the first event, so the kernel writes
+    /// PERF_RECORD_SWITCH (per task) or SWITCH_CPU_WIDE (`-a`) records.
+    pub switch_events: bool,
     /// What to record.
     pub target: Target,
     /// Overwrite mode: keep the newest samples in backward rings, dump on request and at the end.
@@ -74,9 +84,10 @@ pub struct RecordConfig {
 impl Default for RecordConfig {
     fn default() -> RecordConfig {
         RecordConfig {
-            event: "cpu-clock".into(),
-            period: Period::Freq(4000),
+            events: vec!["cpu-clock".into()],
+            period: None,
             callchain: false,
+            switch_events: false,
             target: Target::System,
             overwrite: false,
             mmap_pages: 128,
@@ -91,20 +102,71 @@ impl Default for RecordConfig {
     }
 }
 
-/// `(config, name)` of a supported software event.
-///
-/// # Errors
-/// [`Error::BadOption`] for any other name.
-pub fn parse_event(name: &str) -> Result<(u64, &'static str), Error> {
-    match name {
-        "cpu-clock" => Ok((sys::SW_CPU_CLOCK, "cpu-clock")),
-        "task-clock" => Ok((sys::SW_TASK_CLOCK, "task-clock")),
-        "page-faults" | "faults" => Ok((sys::SW_PAGE_FAULTS, "page-faults")),
-        _ => Err(Error::BadOption {
-            option: "-e",
-            message: format!("`{name}`: supported events are cpu-clock, task-clock, page-faults"),
-        }),
+/// An event resolved for `perf_event_open`: its attr's type and config, and its name.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct Resolved {
+    type_: u32,
+    config: u64,
+    name: String,
+}
+
+impl Resolved {
+    fn dummy() -> Resolved {
+        Resolved {
+            type_: sys::TYPE_SOFTWARE,
+            config: sys::SW_DUMMY,
+            name: "dummy:HG".into(),
+        }
     }
+
+    fn is_dummy(&self) -> bool {
+        self.type_ == sys::TYPE_SOFTWARE && self.config == sys::SW_DUMMY
+    }
+
+    fn is_tracepoint(&self) -> bool {
+        self.type_ == sys::TYPE_TRACEPOINT
+    }
+}
+
+/// The events of `names` resolved (tracepoint ids from tracefs, found or mounted), and the
+/// tracing data of the tracepoints among them (`None` without any).
+fn resolve(names: &[EventName]) -> Result<(Vec<Resolved>, Option<Vec<u8>>), Error> {
+    let mut tracefs = None;
+    let mut tps = Vec::new();
+    let mut out = Vec::new();
+    for n in names {
+        let r = match n {
+            EventName::Software(config, _) => Resolved {
+                type_: sys::TYPE_SOFTWARE,
+                config: *config,
+                name: n.display(),
+            },
+            EventName::Tracepoint { system, name } => {
+                let t = match &tracefs {
+                    Some(t) => t,
+                    None => tracefs.insert(Tracefs::find_or_mount()?),
+                };
+                tps.push((system.clone(), name.clone()));
+                Resolved {
+                    type_: sys::TYPE_TRACEPOINT,
+                    config: t.id(system, name)?,
+                    name: n.display(),
+                }
+            }
+        };
+        if out.contains(&r) {
+            return Err(Error::BadOption {
+                option: "-e",
+                message: format!("`{}` is named twice", r.name),
+            });
+        }
+        out.push(r);
+    }
+    let data = match &tracefs {
+        Some(t) => Some(t.tracing_data(&tps)?),
+        None => None,
+    };
+    Ok((out, data))
 }
 
 /// Parses a cpu list like `0-3,5`.
@@ -130,14 +192,26 @@ fn sys_cpus(which: &str) -> Vec<i32> {
 }
 
 impl RecordConfig {
-    fn attr(&self, config: u64, tracking: bool, backward: bool, pages: usize) -> perf_event_attr {
+    /// The attr of `ev`: `tracking` puts the side-band (and `--switch-events`' records) on it,
+    /// `backward` makes it write backward (overwrite mode).
+    fn attr(&self, ev: &Resolved, tracking: bool, backward: bool, pages: usize) -> perf_event_attr {
         let mut sample_type =
             sample::IDENTIFIER | sample::IP | sample::TID | sample::TIME | sample::CPU;
-        // Only with a frequency, as perf does: a software event that samples PERIOD with a fixed
-        // period writes a sample for *every* event (`perf_swevent_event()` in
-        // kernel/events/core.c), whatever `sample_period` says.
-        if matches!(self.period, Period::Freq(_)) {
+        let period = match self.period {
+            Some(p) => p,
+            None if ev.is_tracepoint() => Period::Count(1),
+            None => Period::Freq(4000),
+        };
+        // A software event samples PERIOD only with a frequency, as perf does: with PERIOD and a
+        // fixed period it writes a sample for *every* event (`perf_swevent_event()` in
+        // kernel/events/core.c), whatever `sample_period` says. perf samples PERIOD for
+        // tracepoints always (the same kernel path: `-c N` on a tracepoint samples every hit,
+        // with perf as with us); their payload is RAW.
+        if matches!(period, Period::Freq(_)) || ev.is_tracepoint() {
             sample_type |= sample::PERIOD;
+        }
+        if ev.is_tracepoint() {
+            sample_type |= sample::RAW;
         }
         if self.callchain {
             sample_type |= sample::CALLCHAIN;
@@ -159,23 +233,22 @@ impl RecordConfig {
         if matches!(self.target, Target::Command(_)) {
             flags |= flag::ENABLE_ON_EXEC;
         }
-        let (type_, config, period) = if config == sys::SW_DUMMY {
-            (sys::TYPE_SOFTWARE, sys::SW_DUMMY, 1)
+        let sample_period = if ev.is_dummy() {
+            1
         } else {
-            let p = match self.period {
+            match period {
                 Period::Count(c) => c,
                 Period::Freq(f) => {
                     flags |= flag::FREQ;
                     f
                 }
-            };
-            (sys::TYPE_SOFTWARE, config, p)
+            }
         };
         perf_event_attr {
-            type_,
+            type_: ev.type_,
             size: sys::ATTR_SIZE,
-            config,
-            sample_period: period,
+            config: ev.config,
+            sample_period,
             sample_type,
             flags,
             wakeup_events: if backward {
@@ -194,7 +267,7 @@ impl RecordConfig {
     /// [`Error::BadOption`] for an unknown event or a ring size that is not a power of two;
     /// [`Error::Perf`] when an event cannot be opened or mapped (permissions, limits).
     pub fn build(&self) -> Result<Record, Error> {
-        let (config, name) = parse_event(&self.event)?;
+        let names = parse_events(&self.events)?;
         if (self.trigger.is_some() || self.after.is_some()) && !self.overwrite {
             return Err(Error::BadOption {
                 option: "--ring-trigger",
@@ -213,11 +286,19 @@ impl RecordConfig {
                 message: format!("{} pages: must be a power of two", self.mmap_pages),
             });
         }
+        // Before the workload is forked: a missing tracepoint or tracefs ends it here.
+        let (resolved, tracing_data) = resolve(&names)?;
         let cpus = sys_cpus("online");
         let possible = sys_cpus("possible").len().max(cpus.len());
         let mut workload = None;
         let tids: Vec<i32> = match &self.target {
             Target::System => vec![-1],
+            Target::SystemWhile(argv) => {
+                let w = Workload::prepare(argv, self.workload_stdout_to_stderr)
+                    .map_err(|e| perf_err("fork", argv.join(" "), e))?;
+                workload = Some(w);
+                vec![-1]
+            }
             Target::Pid(pid) => {
                 let mut t: Vec<i32> = std::fs::read_dir(format!("/proc/{pid}/task"))
                     .map_err(|e| perf_err("open", format!("/proc/{pid}/task"), e))?
@@ -234,22 +315,32 @@ impl RecordConfig {
                 vec![pid]
             }
         };
-        let cpu_wide = matches!(self.target, Target::System);
-        // attr 0 samples; in overwrite mode attr 1 (dummy) carries the side-band forward.
-        let mut specs = vec![(
-            self.attr(config, !self.overwrite, self.overwrite, self.mmap_pages),
-            name.to_string(),
-        )];
+        let cpu_wide = matches!(self.target, Target::System | Target::SystemWhile(_));
+        // One attr per event, the first one tracking (the side-band, and `--switch-events`' SWITCH
+        // records, which so travel with its samples); in overwrite mode the events write backward
+        // and a last attr (dummy) carries the side-band forward.
+        let mut specs: Vec<(perf_event_attr, String, bool)> = Vec::new();
+        for (i, ev) in resolved.iter().enumerate() {
+            let mut attr = self.attr(
+                ev,
+                i == 0 && !self.overwrite,
+                self.overwrite,
+                self.mmap_pages,
+            );
+            if i == 0 && self.switch_events {
+                attr.flags |= flag::CONTEXT_SWITCH;
+            }
+            specs.push((attr, ev.name.clone(), self.overwrite));
+        }
         if self.overwrite {
-            specs.push((
-                self.attr(sys::SW_DUMMY, true, false, self.mmap_pages),
-                "dummy:HG".to_string(),
-            ));
+            let dummy = Resolved::dummy();
+            let attr = self.attr(&dummy, true, false, self.mmap_pages);
+            specs.push((attr, dummy.name, false));
         }
         let mut events: Vec<Event> = Vec::new();
         let mut descs: Vec<EventDesc> = specs
             .iter()
-            .map(|(a, n)| EventDesc {
+            .map(|(a, n, _)| EventDesc {
                 attr: a.to_bytes(),
                 name: n.clone(),
                 ids: Vec::new(),
@@ -258,10 +349,13 @@ impl RecordConfig {
         let mut index = Vec::new();
         let mut rings = Vec::new();
         for &cpu in &cpus {
-            // Per attr, the fd that owns this cpu's ring of that direction.
-            let mut owners: Vec<Option<usize>> = vec![None; specs.len()];
+            // The fd that owns this cpu's forward ring, and its backward one: every other event
+            // of the cpu writes into the ring of its direction, redirected once that ring is
+            // mapped (the kernel refuses SET_OUTPUT to an event without a ring: EINVAL).
+            let (mut fwd_owner, mut bwd_owner): (Option<usize>, Option<usize>) = (None, None);
+            let mut redirect: Vec<(usize, usize)> = Vec::new();
             for &tid in &tids {
-                for (idx, (attr, n)) in specs.iter().enumerate() {
+                for (idx, (attr, n, backward)) in specs.iter().enumerate() {
                     let ev = Event::open(attr, tid, cpu)
                         .map_err(|e| perf_err("perf_event_open", format!("{n} on cpu {cpu}"), e))?;
                     let id = ev.id().map_err(|e| perf_err("ioctl ID", n.clone(), e))?;
@@ -272,11 +366,14 @@ impl RecordConfig {
                         cpu: cpu as u64,
                         tid: if cpu_wide { u64::MAX } else { tid as u64 },
                     });
-                    match owners[idx] {
-                        Some(o) => ev
-                            .set_output(&events[o])
-                            .map_err(|e| perf_err("ioctl SET_OUTPUT", n.clone(), e))?,
-                        None => owners[idx] = Some(events.len()),
+                    let owner = if *backward {
+                        &mut bwd_owner
+                    } else {
+                        &mut fwd_owner
+                    };
+                    match *owner {
+                        Some(o) => redirect.push((events.len(), o)),
+                        None => *owner = Some(events.len()),
                     }
                     events.push(ev);
                 }
@@ -290,24 +387,26 @@ impl RecordConfig {
                     )
                 })
             };
-            let fwd_idx = usize::from(self.overwrite);
-            let fwd_owner = owners[fwd_idx].expect("one fd per cpu");
-            let backward = if self.overwrite {
-                let o = owners[0].expect("one fd per cpu");
-                Some(Backward {
+            let fwd_owner = fwd_owner.expect("one forward fd per cpu");
+            let backward = match bwd_owner {
+                Some(o) => Some(Backward {
                     map: map(o, false)?,
                     owner: o,
                     dumped: 0,
                     peeked: 0,
-                })
-            } else {
-                None
+                }),
+                None => None,
             };
             rings.push(CpuRings {
                 forward: map(fwd_owner, true)?,
                 forward_fd: events[fwd_owner].raw_fd(),
                 backward,
             });
+            for (from, to) in redirect {
+                events[from].set_output(&events[to]).map_err(|e| {
+                    perf_err("ioctl SET_OUTPUT", format!("event {from} on cpu {cpu}"), e)
+                })?;
+            }
         }
 
         let e = synthetic_events::endian();
@@ -338,12 +437,16 @@ impl RecordConfig {
         pre.extend_from_slice(&synthetic_events::cmdline(&self.cmdline));
         pre.extend_from_slice(&synthetic_events::event_desc(&descs));
         pre.extend_from_slice(&synthetic_events::last_feature());
+        if let Some(blob) = &tracing_data {
+            // After the features and before ID_INDEX, where perf 6.1 writes it.
+            tracing::pipe_record(&mut pre, e, blob);
+        }
         pre.extend_from_slice(&synthetic_events::id_index(&index));
         if let Some(k) = synthetic_events::kernel_mmap() {
             pre.extend_from_slice(&k);
         }
         match &self.target {
-            Target::System => {
+            Target::System | Target::SystemWhile(_) => {
                 for pid in synthetic_events::all_pids() {
                     synthetic_events::process(pid, &mut pre);
                 }
@@ -363,6 +466,9 @@ impl RecordConfig {
 
         let recorder = if self.overwrite {
             let mut info = StreamInfo::new(e);
+            info.tracing = tracing_data
+                .as_deref()
+                .map(|b| Arc::new(tracing::TracingData::parse(b)));
             for d in &descs {
                 let rec = synthetic_events::header_attr(d);
                 let attr = Attr::parse(&rec[8..], e).map_err(|err| Error::BadOption {
@@ -391,6 +497,7 @@ impl RecordConfig {
                 _ => None,
             },
             preamble: Some(pre),
+            enable_on_exec: matches!(self.target, Target::Command(_)),
             started: false,
             stop: self.stop.clone(),
             dumps: self.dumps.clone(),
@@ -434,7 +541,11 @@ fn for_each_record(stream: &[u8], mut f: impl FnMut(&[u8], u32)) {
     f(&stream[..16], PIPE_HEADER_KIND);
     let mut pos = 16;
     while let Some(h) = stream.get(pos..).and_then(|b| EventHeader::parse(b, e)) {
-        let size = usize::from(h.size);
+        let mut size = usize::from(h.size);
+        if h.type_ == RecordType::HEADER_TRACING_DATA.0 {
+            // Its blob follows the record, its size in the record's `u32 size`.
+            size += e.u32(stream, pos + 8).map_or(0, |n| n as usize);
+        }
         if size < 8 || pos + size > stream.len() {
             break;
         }
@@ -454,22 +565,23 @@ mod tests {
         assert!(cpu_list("").is_empty());
     }
 
-    #[test]
-    fn events_are_the_software_ones() {
-        assert_eq!(parse_event("cpu-clock").unwrap().0, sys::SW_CPU_CLOCK);
-        assert_eq!(parse_event("page-faults").unwrap().1, "page-faults");
-        assert!(parse_event("cycles").is_err());
+    fn software(config: u64) -> Resolved {
+        Resolved {
+            type_: sys::TYPE_SOFTWARE,
+            config,
+            name: "x".into(),
+        }
     }
 
     #[test]
     fn attrs_follow_the_mode() {
         let mut c = RecordConfig {
             target: Target::Command(vec!["true".into()]),
-            period: Period::Count(10_000),
+            period: Some(Period::Count(10_000)),
             callchain: true,
             ..RecordConfig::default()
         };
-        let a = c.attr(sys::SW_CPU_CLOCK, true, false, 8);
+        let a = c.attr(&software(sys::SW_CPU_CLOCK), true, false, 8);
         assert_ne!(a.flags & flag::ENABLE_ON_EXEC, 0);
         assert_ne!(a.flags & flag::INHERIT, 0);
         assert_ne!(a.sample_type & sample::CALLCHAIN, 0);
@@ -478,12 +590,44 @@ mod tests {
         assert_eq!(a.sample_type & sample::PERIOD, 0);
         assert_eq!(a.sample_period, 10_000);
         c.target = Target::System;
-        let b = c.attr(sys::SW_CPU_CLOCK, false, true, 8);
+        let b = c.attr(&software(sys::SW_CPU_CLOCK), false, true, 8);
         assert_ne!(b.flags & flag::WRITE_BACKWARD, 0);
         assert_eq!(b.flags & (flag::MMAP | flag::INHERIT), 0);
         // The bytes parse back as the attr perfpipe's decoder sees.
         let parsed = Attr::parse(&b.to_bytes(), synthetic_events::endian()).unwrap();
         assert_eq!(parsed.sample_type, b.sample_type);
         assert!(parsed.sample_id_all());
+    }
+
+    #[test]
+    fn tracepoints_sample_every_hit_with_their_raw_payload_as_perf_does() {
+        let tp = Resolved {
+            type_: sys::TYPE_TRACEPOINT,
+            config: 372,
+            name: "sched:sched_switch".into(),
+        };
+        let c = RecordConfig {
+            callchain: true,
+            ..RecordConfig::default()
+        };
+        // perf record -a -g -e sched:sched_switch: period 1, IP|TID|TIME|CALLCHAIN|CPU|PERIOD|RAW.
+        let a = c.attr(&tp, true, false, 8);
+        assert_eq!((a.type_, a.config, a.sample_period), (2, 372, 1));
+        let want = sample::IDENTIFIER
+            | sample::IP
+            | sample::TID
+            | sample::TIME
+            | sample::CPU
+            | sample::PERIOD
+            | sample::RAW
+            | sample::CALLCHAIN;
+        assert_eq!(a.sample_type, want);
+        assert_eq!(a.flags & flag::FREQ, 0);
+        // The software events keep perf's default frequency, without RAW.
+        let s = c.attr(&software(sys::SW_CONTEXT_SWITCHES), false, false, 8);
+        assert_eq!((s.sample_period, s.flags & flag::FREQ), (4000, flag::FREQ));
+        assert_eq!(s.sample_type & sample::RAW, 0);
+        // The dummy samples nothing of its own.
+        assert_eq!(c.attr(&Resolved::dummy(), true, false, 8).sample_period, 1);
     }
 }

@@ -1,16 +1,18 @@
-//! `perfpipe-record`: the native recorder, the source of `perfpipe record`. Opens software events with `perf_event_open(2)`, one
-//! mmap ring per cpu, and produces the pipe-mode stream `perf record -o -` would, so `decode` and
-//! every other stage take it unchanged.
+//! `perfpipe-record`: the native recorder, the source of `perfpipe record`. Opens software events
+//! and tracepoints with `perf_event_open(2)`, one mmap ring per cpu, and produces the pipe-mode
+//! stream `perf record -o -` would, so `decode` and every other stage take it unchanged.
 //!
 //! The stream: pipe header; one HEADER_ATTR per event (with its ids); HEADER_FEATURE records
 //! (HOSTNAME, OSRELEASE, VERSION, ARCH, NRCPUS, CMDLINE, EVENT_DESC, then the LAST_FEATURE end
-//! mark); ID_INDEX; the kernel MMAP; COMM/MMAP2 of the processes that already run (`-a`: all,
+//! mark); with tracepoints, HEADER_TRACING_DATA and the tracing data read from tracefs (mounted if
+//! it is not); ID_INDEX; the kernel MMAP; COMM/MMAP2 of the processes that already run (`-a`: all,
 //! `-p`: that one; for `-- CMD` the kernel writes them itself, `comm_exec`/`mmap2`); FINISHED_INIT;
 //! then the kernel's records, every ring drained once per pass and a FINISHED_ROUND after each
 //! pass, which is the ordering perf's readers sort by.
 //!
-//! Samples carry `IDENTIFIER|IP|TID|TIME|CPU` (`PERIOD` with `-F`, `CALLCHAIN` with `-g`) and every record a
-//! `sample_id` trailer; the identifier lets several attrs share the stream (overwrite mode).
+//! Samples carry `IDENTIFIER|IP|TID|TIME|CPU` (`PERIOD` with `-F` and for tracepoints, `RAW` for
+//! tracepoints, `CALLCHAIN` with `-g`) and every record a `sample_id` trailer; the identifier lets
+//! several attrs share the stream (several events, and the dummy of overwrite mode).
 //!
 //! - **Forward mode** (default): see [`read_forward`]. LOST records pass through and are
 //!   counted (`lost_events`).
@@ -40,9 +42,11 @@
 #![deny(missing_docs)]
 
 mod config;
+mod event;
 mod mmap_ring;
 mod synthetic_events;
 mod sys;
+mod tracefs;
 mod workload;
 
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -51,7 +55,8 @@ use std::time::{Duration, Instant};
 
 use perfpipe_core::{Batch, Counter, Flow, Out, Source, StageError};
 
-pub use config::{parse_event, Period, RecordConfig, Target};
+pub use config::{Period, RecordConfig, Target};
+pub use event::{parse_event, parse_events, EventName};
 pub use mmap_ring::{read_backward, read_forward, ReadStats};
 pub use sys::{perf_event_attr, Event, Mmap};
 pub use workload::Workload;
@@ -130,6 +135,8 @@ pub struct Record {
     workload: Option<Workload>,
     pid: Option<i32>,
     preamble: Option<Vec<u8>>,
+    /// The events are enabled by the workload's exec (`-- CMD`), not by `start`.
+    enable_on_exec: bool,
     started: bool,
     stop: Option<Arc<AtomicBool>>,
     dumps: Option<Arc<AtomicBool>>,
@@ -153,12 +160,15 @@ pub struct Record {
 impl Record {
     fn start(&mut self) -> Result<(), Error> {
         self.started = true;
-        if let Some(w) = &mut self.workload {
-            return w.start().map_err(|e| perf_err("start", "the workload", e));
+        if !self.enable_on_exec {
+            for ev in &self.events {
+                ev.enable()
+                    .map_err(|e| perf_err("ioctl ENABLE", "an event", e))?;
+            }
         }
-        for ev in &self.events {
-            ev.enable()
-                .map_err(|e| perf_err("ioctl ENABLE", "an event", e))?;
+        if let Some(w) = &mut self.workload {
+            w.start()
+                .map_err(|e| perf_err("start", "the workload", e))?;
         }
         Ok(())
     }

@@ -23,10 +23,16 @@ pub const SW_CPU_CLOCK: u64 = 0;
 pub const SW_TASK_CLOCK: u64 = 1;
 /// `PERF_COUNT_SW_PAGE_FAULTS`
 pub const SW_PAGE_FAULTS: u64 = 2;
+/// `PERF_COUNT_SW_CONTEXT_SWITCHES`
+pub const SW_CONTEXT_SWITCHES: u64 = 3;
+/// `PERF_COUNT_SW_CPU_MIGRATIONS`
+pub const SW_CPU_MIGRATIONS: u64 = 4;
 /// `PERF_COUNT_SW_DUMMY`: an event that never counts, used to carry side-band records.
 pub const SW_DUMMY: u64 = 9;
 
 pub use perfpipe_stream::format::flag;
+/// `PERF_TYPE_TRACEPOINT`: `config` is the tracepoint's id in tracefs.
+pub use perfpipe_stream::format::PERF_TYPE_TRACEPOINT as TYPE_TRACEPOINT;
 
 /// `struct perf_event_attr`, `PERF_ATTR_SIZE_VER7` (128 bytes, up to `sig_data`): the size perf 6.1
 /// writes, so its readers take our HEADER_ATTR as their own. Unions are named after their first

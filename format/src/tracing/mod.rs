@@ -2,7 +2,8 @@
 //! TRACING_DATA feature in a file), and the events' `format` files in it: a typed view of each
 //! tracepoint's raw payload (`PERF_SAMPLE_RAW`), field by name.
 //!
-//! Writer: `tools/perf/util/trace-event-info.c` `tracing_data_get()`; reader:
+//! Writer: `tools/perf/util/trace-event-info.c` `tracing_data_get()` (ours: [`Contents`], from the
+//! files the caller read, and [`pipe_record`]); reader:
 //! `tools/perf/util/trace-event-read.c` `trace_report()`; format files: the kernel's
 //! `kernel/trace/trace_events.c` `f_show()`. Offsets, sizes and signedness always come from the
 //! format file, never from a table: they differ across kernels (`prev_state` is a `long`, so 4 or
@@ -31,11 +32,13 @@
 //! ```
 
 mod print_fmt;
+mod write;
 
 use std::fmt;
 
 use crate::Endian;
 pub use print_fmt::Render;
+pub use write::{pipe_record, Contents, VERSION};
 
 /// The magic that opens the blob: `\x17\x08\x44` and `tracing` (`tracing_data_header()`).
 pub const MAGIC: &[u8; 10] = b"\x17\x08\x44tracing";
