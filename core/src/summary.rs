@@ -221,6 +221,28 @@ fn json_flow(f: &crate::metrics::FlowSnapshot, kind_name: KindName<'_>) -> Strin
     )
 }
 
+/// A note as a JSON object (non-finite numbers as `null`).
+fn json_note(n: &crate::metrics::Note) -> String {
+    use crate::metrics::NoteValue;
+    let fields: Vec<String> = n
+        .iter()
+        .map(|(k, v)| {
+            let v = match v {
+                NoteValue::Text(t) => json_str(t),
+                NoteValue::Int(i) => i.to_string(),
+                NoteValue::Num(x) if x.is_finite() => format!("{x}"),
+                NoteValue::Num(_) | NoteValue::Null => "null".to_string(),
+                NoteValue::List(l) => {
+                    let items: Vec<String> = l.iter().map(|t| json_str(t)).collect();
+                    format!("[{}]", items.join(", "))
+                }
+            };
+            format!("{}: {v}", json_str(k))
+        })
+        .collect();
+    format!("{{{}}}", fields.join(", "))
+}
+
 fn end_name(e: End) -> &'static str {
     match e {
         End::Eof => "eof",
@@ -264,11 +286,17 @@ pub fn render_json(report: &Report, kind_name: KindName<'_>) -> String {
             .map(|(n, v)| format!("{}: {v}", json_str(n)))
             .collect();
         let end = report.ends.get(i).copied().map_or("unknown", end_name);
+        let notes = if st.notes.is_empty() {
+            String::new()
+        } else {
+            let n: Vec<String> = st.notes.iter().map(|n| json_note(n)).collect();
+            format!(",\n     \"notes\": [{}]", n.join(",\n       "))
+        };
         let _ = write!(
             s,
             "    {{\"name\": {}, \"end\": {}, \"input\": {}, \"output\": {},\n     \
              \"working_seconds\": {:.6}, \"starved_seconds\": {:.6}, \"blocked_seconds\": {:.6},\n     \
-             \"queue\": {{\"capacity\": {}, \"fill_avg\": {:.3}, \"fill_max\": {}}}, \"counters\": {{{}}}}}",
+             \"queue\": {{\"capacity\": {}, \"fill_avg\": {:.3}, \"fill_max\": {}}}, \"counters\": {{{}}}{notes}}}",
             json_str(&st.name),
             json_str(end),
             json_flow(&st.input, kind_name),
