@@ -924,6 +924,7 @@ impl Stage for Symbolize {
                 ("debuginfod_misses", d.misses.clone()),
                 ("debuginfod_rejected", d.rejected.clone()),
                 ("debuginfod_errors", d.errors.clone()),
+                ("debuginfod_tls_errors", d.tls_errors.clone()),
                 ("debuginfod_urls_unsupported", d.urls_unsupported.clone()),
             ]);
         }
@@ -1014,6 +1015,9 @@ impl Symbolize {
         }
         if !unnamed.is_empty() {
             eprintln!("perfpipe: symbolize: to name their frames, {UNNAMED_HINT}");
+        }
+        for line in src.debuginfod().map(|d| d.failures()).unwrap_or_default() {
+            eprintln!("perfpipe: symbolize: {line}");
         }
         self.notes.set(notes);
     }
