@@ -289,7 +289,7 @@ pub fn render_json(report: &Report, kind_name: KindName<'_>) -> String {
         let notes = if st.notes.is_empty() {
             String::new()
         } else {
-            let n: Vec<String> = st.notes.iter().map(|n| json_note(n)).collect();
+            let n: Vec<String> = st.notes.iter().map(json_note).collect();
             format!(",\n     \"notes\": [{}]", n.join(",\n       "))
         };
         let _ = write!(
@@ -317,4 +317,27 @@ pub fn render_json(report: &Report, kind_name: KindName<'_>) -> String {
     }
     s.push_str("  ]\n}\n");
     s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::metrics::NoteValue;
+
+    #[test]
+    fn notes_are_json_objects() {
+        let note = vec![
+            ("kind", NoteValue::Text("dso_unnamed".into())),
+            ("dso", NoteValue::Text("/a \"b\"".into())),
+            ("build_id", NoteValue::Null),
+            ("samples", NoteValue::Int(3)),
+            ("share", NoteValue::Num(0.25)),
+            ("bad", NoteValue::Num(f64::NAN)),
+            ("tried", NoteValue::List(vec!["x".into(), "y".into()])),
+        ];
+        assert_eq!(
+            json_note(&note),
+            r#"{"kind": "dso_unnamed", "dso": "/a \"b\"", "build_id": null, "samples": 3, "share": 0.25, "bad": null, "tried": ["x", "y"]}"#
+        );
+    }
 }
