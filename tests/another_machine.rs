@@ -439,8 +439,9 @@ pipetest!(needs(perf, cc) debuginfod_closing_mid_body_is_an_error_not_a_file, |d
     nothing_cached(&cache, &id);
 });
 
-/// perf report's samples per dso (`--sort dso -n`, self only), by the dso's short name.
-fn perf_samples_by_dso(rec: &[u8]) -> Vec<(String, u64)> {
+/// perf report's overhead (percent, by period) and samples per dso (`--sort dso -n`, self only),
+/// by the dso's short name.
+fn perf_samples_by_dso(rec: &[u8]) -> Vec<(String, f64, u64)> {
     let report = perf_on(
         &[
             "report",
@@ -459,8 +460,9 @@ fn perf_samples_by_dso(rec: &[u8]) -> Vec<(String, u64)> {
         .lines()
         .filter_map(|l| {
             let mut f = l.split_whitespace();
-            let (_pct, n, dso) = (f.next()?, f.next()?.parse().ok()?, f.next()?);
-            Some((dso.to_string(), n))
+            let pct = f.next()?.strip_suffix('%')?.parse().ok()?;
+            let (n, dso) = (f.next()?.parse().ok()?, f.next()?);
+            Some((dso.to_string(), pct, n))
         })
         .collect()
 }
@@ -474,8 +476,11 @@ pipetest!(needs(perf, cc) unnamed_dsos_are_listed_with_their_share_of_samples, |
     let bytes = record(&exe);
     let rec = dir.write("rec.data", &bytes);
     let perf = perf_samples_by_dso(&bytes);
-    let total: u64 = perf.iter().map(|(_, n)| n).sum();
-    let theirs = perf.iter().find(|(d, _)| d == "fp").map_or(0, |(_, n)| *n);
+    let total: u64 = perf.iter().map(|(_, _, n)| n).sum();
+    let (overhead, theirs) = perf
+        .iter()
+        .find(|(d, ..)| d == "fp")
+        .map_or((0.0, 0), |(_, pct, n)| (*pct, *n));
     assert!(theirs * 10 > total, "the workload has few samples of its own: {perf:?}");
     let none = empty_dir(&dir, "no-cache");
     let empty = empty_dir(&dir, "empty");
@@ -489,6 +494,9 @@ pipetest!(needs(perf, cc) unnamed_dsos_are_listed_with_their_share_of_samples, |
     let pct = 100.0 * theirs as f64 / total as f64;
     let want = format!("{pct:.2}% of samples ({theirs} of {total})");
     assert!(line.contains(&want), "want {want:?} in {line:?} (perf report: {perf:?})");
+    // perf's own percentage weighs samples by period (cpu-clock's vary a little while the
+    // frequency settles): within half a point of the share of samples.
+    assert!((overhead - pct).abs() < 0.5, "perf report says {overhead}%, we {pct:.2}%");
     assert!(line.contains(&format!("tried --symbols {}", empty.display())), "{line}");
     assert_eq!(err.matches("perfpipe archive -i REC").count(), 1, "one hint line:\n{err}");
     // The same in --stats-json, which follows its schema.
