@@ -468,38 +468,30 @@ fn perf_samples_by_dso(rec: &[u8]) -> Vec<(String, f64, u64)> {
 }
 
 pipetest!(needs(perf, cc) unnamed_dsos_are_listed_with_their_share_of_samples, |dir| {
-    // The workload is stripped, and an empty --symbols directory is all there is to look in:
-    // its frames stay unnamed, and the end lines and --stats-json say how many samples that
-    // costs, as perf report --sort dso counts them.
+    // The workload is stripped, and a copy of it (another path: another dso) runs beside it
+    // for a third of the time; an empty --symbols directory is all there is to look in. Both
+    // stay unnamed, and the end lines and --stats-json say, largest first, how many samples
+    // each costs, as perf report --sort dso counts them.
     let exe = workload(&dir);
     let (_, id) = stripped(&dir, &exe);
-    let bytes = record(&exe);
+    let copy = dir.path("w/fp-copy");
+    std::fs::copy(&exe, &copy).unwrap();
+    let script = format!("{} 100 & {} 300; wait", copy.display(), exe.display());
+    let bytes = perf_record(&["-e", "cpu-clock", "-F", FREQ, "-g"], &["sh", "-c", &script]);
     let rec = dir.write("rec.data", &bytes);
     let perf = perf_samples_by_dso(&bytes);
     let total: u64 = perf.iter().map(|(_, _, n)| n).sum();
-    let (overhead, theirs) = perf
-        .iter()
-        .find(|(d, ..)| d == "fp")
-        .map_or((0.0, 0), |(_, pct, n)| (*pct, *n));
-    assert!(theirs * 10 > total, "the workload has few samples of its own: {perf:?}");
+    let of = |name: &str| {
+        perf.iter()
+            .find(|(d, ..)| d == name)
+            .map_or((0.0, 0), |(_, pct, n)| (*pct, *n))
+    };
     let none = empty_dir(&dir, "no-cache");
     let empty = empty_dir(&dir, "empty");
     let json = dir.path("stats.json");
     let args = ["--symbols", empty.to_str().unwrap(), "--stats-json", json.to_str().unwrap()];
     let (err, _) = profile(&dir, &none, &[], &rec, &args);
-    let line = err
-        .lines()
-        .find(|l| l.contains("no symbols for") && l.contains("/w/fp "))
-        .unwrap_or_else(|| panic!("no line for the workload in:\n{err}"));
-    let pct = 100.0 * theirs as f64 / total as f64;
-    let want = format!("{pct:.2}% of samples ({theirs} of {total})");
-    assert!(line.contains(&want), "want {want:?} in {line:?} (perf report: {perf:?})");
-    // perf's own percentage weighs samples by period (cpu-clock's vary a little while the
-    // frequency settles): within half a point of the share of samples.
-    assert!((overhead - pct).abs() < 0.5, "perf report says {overhead}%, we {pct:.2}%");
-    assert!(line.contains(&format!("tried --symbols {}", empty.display())), "{line}");
-    assert_eq!(err.matches("perfpipe archive -i REC").count(), 1, "one hint line:\n{err}");
-    // The same in --stats-json, which follows its schema.
+    let lines: Vec<&str> = err.lines().filter(|l| l.contains("no symbols for")).collect();
     let doc: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
     let schema = crate::stats::schema();
@@ -511,17 +503,39 @@ pipetest!(needs(perf, cc) unnamed_dsos_are_listed_with_their_share_of_samples, |
         .filter_map(|s| s.get("notes")?.as_array())
         .flatten()
         .collect();
-    let fp = notes
-        .iter()
-        .find(|n| n["dso"].as_str().is_some_and(|d| d.ends_with("/w/fp")))
-        .unwrap_or_else(|| panic!("no note for the workload: {notes:?}"));
-    assert_eq!(fp["kind"], "dso_unnamed");
-    assert_eq!(fp["samples"].as_u64(), Some(theirs), "{fp}");
-    let share = fp["share"].as_f64().unwrap();
-    assert!((share * 100.0 - pct).abs() < 1e-9, "{share} vs perf's {pct}");
-    assert_eq!(fp["build_id"].as_str(), Some(id.as_str()), "{fp}");
-    assert!(line.contains(&id), "{line}");
-    assert!(fp["hint"].as_str().unwrap().contains("DEBUGINFOD_URLS"), "{fp}");
+    for (short, path) in [("fp", &exe), ("fp-copy", &copy)] {
+        let (overhead, theirs) = of(short);
+        assert!(theirs * 10 > total, "{short} has few samples: {perf:?}");
+        let at = format!("{} ", path.display());
+        let line = lines
+            .iter()
+            .find(|l| l.contains(&at))
+            .unwrap_or_else(|| panic!("no line for {short} in:\n{err}"));
+        let pct = 100.0 * theirs as f64 / total as f64;
+        let want = format!("{pct:.2}% of samples ({theirs} of {total})");
+        assert!(line.contains(&want), "want {want:?} in {line:?} (perf report: {perf:?})");
+        // perf's own percentage weighs samples by period (cpu-clock's vary a little while the
+        // frequency settles): within half a point of the share of samples.
+        assert!((overhead - pct).abs() < 0.5, "{short}: perf report {overhead}%, we {pct:.2}%");
+        assert!(line.contains(&format!("tried --symbols {}", empty.display())), "{line}");
+        assert!(line.contains(&id), "{line}");
+        // The same in --stats-json, which follows its schema.
+        let note = notes
+            .iter()
+            .find(|n| n["dso"].as_str() == path.to_str())
+            .unwrap_or_else(|| panic!("no note for {short}: {notes:?}"));
+        assert_eq!(note["kind"], "dso_unnamed");
+        assert_eq!(note["samples"].as_u64(), Some(theirs), "{note}");
+        let share = note["share"].as_f64().unwrap();
+        assert!((share * 100.0 - pct).abs() < 1e-9, "{share} vs perf's {pct}");
+        assert_eq!(note["build_id"].as_str(), Some(id.as_str()), "{note}");
+        assert!(note["hint"].as_str().unwrap().contains("DEBUGINFOD_URLS"), "{note}");
+    }
+    // Largest first, and one hint line for all.
+    let first = format!("{} ", exe.display());
+    assert!(lines.first().is_some_and(|l| l.contains(&first)), "{lines:?}");
+    assert_eq!(notes.first().and_then(|n| n["dso"].as_str()), exe.to_str());
+    assert_eq!(err.matches("perfpipe archive -i REC").count(), 1, "one hint line:\n{err}");
 });
 
 /// The samples of folded stacks (the sum of their counts).
