@@ -62,14 +62,29 @@ fn perfpipe_env(cache: &Path, envs: &[(&str, &str)], args: &[&str]) -> Output {
     out
 }
 
-/// Folded stacks of `rec` with `args` (sorted lines, so two runs compare as text).
-fn fold(dir: &Dir, cache: &Path, envs: &[(&str, &str)], rec: &Path, args: &[&str]) -> String {
+/// `perfpipe -i REC -o DIR/out.folded ARGS` (as [`perfpipe_env`]): its standard error and the
+/// folded stacks.
+fn profile(
+    dir: &Dir,
+    cache: &Path,
+    envs: &[(&str, &str)],
+    rec: &Path,
+    args: &[&str],
+) -> (String, String) {
     let out = dir.path("out.folded");
     let mut all = vec!["-i", rec.to_str().unwrap(), "-o", out.to_str().unwrap()];
     all.extend_from_slice(args);
-    perfpipe_env(cache, envs, &all);
-    let mut lines: Vec<String> = std::fs::read_to_string(&out)
-        .unwrap()
+    let r = perfpipe_env(cache, envs, &all);
+    (
+        String::from_utf8_lossy(&r.stderr).into_owned(),
+        std::fs::read_to_string(&out).unwrap(),
+    )
+}
+
+/// Folded stacks of `rec` with `args` (sorted lines, so two runs compare as text).
+fn fold(dir: &Dir, cache: &Path, envs: &[(&str, &str)], rec: &Path, args: &[&str]) -> String {
+    let mut lines: Vec<String> = profile(dir, cache, envs, rec, args)
+        .1
         .lines()
         .map(str::to_string)
         .collect();
@@ -186,25 +201,12 @@ fn archive_members_that_leave_it_are_skipped_and_counted() {
     let dir = Dir::new("hostile");
     let tar = hostile_tar(&dir);
     let none = empty_dir(&dir, "no-cache");
-    let out = dir.path("out.folded");
-    let r = perfpipe_env(
-        &none,
-        &[],
-        &[
-            "-i",
-            fixture("callgraph.pipe.data").to_str().unwrap(),
-            "-o",
-            out.to_str().unwrap(),
-            "--symbols",
-            tar.to_str().unwrap(),
-            "--stats",
-        ],
-    );
-    let stats = String::from_utf8_lossy(&r.stderr);
+    let rec = fixture("callgraph.pipe.data");
+    let args = ["--symbols", tar.to_str().unwrap(), "--stats"];
+    let (stats, folded) = profile(&dir, &none, &[], &rec, &args);
     // `../escape`, `/absolute`, the hard link out, the link out of `.build-id` and the absolute
     // link the kernel's kallsyms was looked up through.
     assert!(counter(&stats, "archive_entries_rejected") >= 4, "{stats}");
-    let folded = std::fs::read_to_string(&out).unwrap();
     assert!(folded.contains("[[kernel.kallsyms]]"), "{folded}");
     assert!(!dir.path("escape").exists() && !Path::new("/absolute").exists());
 }
@@ -266,6 +268,16 @@ fn stripped(dir: &Dir, exe: &Path) -> (PathBuf, String) {
         .find_map(|l| l.trim().strip_prefix("Build ID: ").map(str::to_string))
         .expect("a build id");
     (unstripped, id)
+}
+
+/// The environment of a run that asks `urls` (`DEBUGINFOD_URLS`) with the client cache `cache`
+/// and `DEBUGINFOD_TIMEOUT` `timeout`.
+fn debuginfod_env<'a>(urls: &'a str, cache: &'a Path, timeout: &'a str) -> [(&'a str, &'a str); 3] {
+    [
+        ("DEBUGINFOD_URLS", urls),
+        ("DEBUGINFOD_CACHE_PATH", cache.to_str().unwrap()),
+        ("DEBUGINFOD_TIMEOUT", timeout),
+    ]
 }
 
 /// A free loopback port (bound, then released for the server to take).
@@ -330,33 +342,18 @@ pipetest!(needs(perf, cc, inferno, debuginfod) debuginfod_names_the_frames_of_st
     let server = debuginfod(&dir.path("debug"), port, &id);
     let url = format!("http://127.0.0.1:{port}");
     let cache = dir.path("client-cache");
-    let env = [
-        ("DEBUGINFOD_URLS", url.as_str()),
-        ("DEBUGINFOD_CACHE_PATH", cache.to_str().unwrap()),
-        ("DEBUGINFOD_TIMEOUT", "10"),
-    ];
-    let out = dir.path("out.folded");
-    let args = [
-        "-i",
-        rec.to_str().unwrap(),
-        "-o",
-        out.to_str().unwrap(),
-        "--stats",
-    ];
-    let r = perfpipe_env(&none, &env, &args);
-    let stats = String::from_utf8_lossy(&r.stderr).into_owned();
-    let ours = std::fs::read_to_string(&out).unwrap();
+    let env = debuginfod_env(&url, &cache, "10");
+    let (stats, ours) = profile(&dir, &none, &env, &rec, &["--stats"]);
     assert_agrees("debuginfod: perfpipe vs perf script (unstripped)", &ours, &theirs);
     assert!(ours.contains("fp_leaf_add"), "{ours}");
     assert_eq!(counter(&stats, "debuginfod_downloaded"), 1, "{stats}");
     // Cached in the elfutils client's layout, and used from there with the server gone.
     assert!(cache.join(&id).join("debuginfo").is_file());
     drop(server);
-    let r = perfpipe_env(&none, &env, &args);
-    let stats = String::from_utf8_lossy(&r.stderr).into_owned();
+    let (stats, again) = profile(&dir, &none, &env, &rec, &["--stats"]);
     assert_eq!(counter(&stats, "debuginfod_requests"), 0, "{stats}");
     assert!(counter(&stats, "debuginfod_cache_hits") >= 1, "{stats}");
-    eqnice!(ours, std::fs::read_to_string(&out).unwrap());
+    eqnice!(ours, again);
 });
 
 /// A server that answers each of up to `n` connections with `answer` (then closes).
@@ -376,39 +373,23 @@ fn fake_server(answer: Vec<u8>, n: usize) -> u16 {
 }
 
 /// A stripped workload's recording, and a run of perfpipe on it asking `url`: (stats, folded,
-/// seconds, the client cache).
+/// seconds, the client cache, the build id).
 fn ask(dir: &Dir, url: &str) -> (String, String, f64, PathBuf, String) {
+    ask_with(dir, url, &[])
+}
+
+/// [`ask`] with more environment.
+fn ask_with(dir: &Dir, url: &str, more: &[(&str, &str)]) -> (String, String, f64, PathBuf, String) {
     let exe = workload(dir);
     let (_, id) = stripped(dir, &exe);
     let rec = dir.write("rec.data", &record(&exe));
     let none = empty_dir(dir, "no-cache");
     let cache = dir.path("client-cache");
-    let env = [
-        ("DEBUGINFOD_URLS", url),
-        ("DEBUGINFOD_CACHE_PATH", cache.to_str().unwrap()),
-        ("DEBUGINFOD_TIMEOUT", "1"),
-    ];
-    let out = dir.path("out.folded");
+    let mut env = debuginfod_env(url, &cache, "1").to_vec();
+    env.extend_from_slice(more);
     let t = Instant::now();
-    let r = perfpipe_env(
-        &none,
-        &env,
-        &[
-            "-i",
-            rec.to_str().unwrap(),
-            "-o",
-            out.to_str().unwrap(),
-            "--stats",
-        ],
-    );
-    let secs = t.elapsed().as_secs_f64();
-    (
-        String::from_utf8_lossy(&r.stderr).into_owned(),
-        std::fs::read_to_string(&out).unwrap(),
-        secs,
-        cache,
-        id,
-    )
+    let (stats, folded) = profile(dir, &none, &env, &rec, &["--stats"]);
+    (stats, folded, t.elapsed().as_secs_f64(), cache, id)
 }
 
 fn nothing_cached(cache: &Path, id: &str) {
@@ -455,5 +436,285 @@ pipetest!(needs(perf, cc) debuginfod_closing_mid_body_is_an_error_not_a_file, |d
     let (stats, folded, _, cache, id) = ask(&dir, &url);
     assert!(counter(&stats, "debuginfod_errors") >= 1, "{stats}");
     assert!(!folded.contains("fp_leaf_add"), "{folded}");
+    nothing_cached(&cache, &id);
+});
+
+/// perf report's overhead (percent, by period) and samples per dso (`--sort dso -n`, self only),
+/// by the dso's short name.
+fn perf_samples_by_dso(rec: &[u8]) -> Vec<(String, f64, u64)> {
+    let report = perf_on(
+        &[
+            "report",
+            "--stdio",
+            "-q",
+            "-n",
+            "--no-children",
+            "-g",
+            "none",
+            "--sort",
+            "dso",
+        ],
+        rec,
+    );
+    report
+        .lines()
+        .filter_map(|l| {
+            let mut f = l.split_whitespace();
+            let pct = f.next()?.strip_suffix('%')?.parse().ok()?;
+            let (n, dso) = (f.next()?.parse().ok()?, f.next()?);
+            Some((dso.to_string(), pct, n))
+        })
+        .collect()
+}
+
+pipetest!(needs(perf, cc) unnamed_dsos_are_listed_with_their_share_of_samples, |dir| {
+    // The workload is stripped, and a copy of it (another path: another dso) runs beside it
+    // for a third of the time; an empty --symbols directory is all there is to look in. Both
+    // stay unnamed, and the end lines and --stats-json say, largest first, how many samples
+    // each costs, as perf report --sort dso counts them.
+    let exe = workload(&dir);
+    let (_, id) = stripped(&dir, &exe);
+    let copy = dir.path("w/fp-copy");
+    std::fs::copy(&exe, &copy).unwrap();
+    let script = format!("{} 100 & {} 300; wait", copy.display(), exe.display());
+    let bytes = perf_record(&["-e", "cpu-clock", "-F", FREQ, "-g"], &["sh", "-c", &script]);
+    let rec = dir.write("rec.data", &bytes);
+    let perf = perf_samples_by_dso(&bytes);
+    let total: u64 = perf.iter().map(|(_, _, n)| n).sum();
+    let of = |name: &str| {
+        perf.iter()
+            .find(|(d, ..)| d == name)
+            .map_or((0.0, 0), |(_, pct, n)| (*pct, *n))
+    };
+    let none = empty_dir(&dir, "no-cache");
+    let empty = empty_dir(&dir, "empty");
+    let json = dir.path("stats.json");
+    let args = ["--symbols", empty.to_str().unwrap(), "--stats-json", json.to_str().unwrap()];
+    let (err, _) = profile(&dir, &none, &[], &rec, &args);
+    let lines: Vec<&str> = err.lines().filter(|l| l.contains("no symbols for")).collect();
+    let doc: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    let schema = crate::stats::schema();
+    crate::stats::validate(&schema, &schema, &doc, "$").unwrap();
+    let notes: Vec<&serde_json::Value> = doc["stages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|s| s.get("notes")?.as_array())
+        .flatten()
+        .collect();
+    for (short, path) in [("fp", &exe), ("fp-copy", &copy)] {
+        let (overhead, theirs) = of(short);
+        assert!(theirs * 10 > total, "{short} has few samples: {perf:?}");
+        let at = format!("{} ", path.display());
+        let line = lines
+            .iter()
+            .find(|l| l.contains(&at))
+            .unwrap_or_else(|| panic!("no line for {short} in:\n{err}"));
+        let pct = 100.0 * theirs as f64 / total as f64;
+        let want = format!("{pct:.2}% of samples ({theirs} of {total})");
+        assert!(line.contains(&want), "want {want:?} in {line:?} (perf report: {perf:?})");
+        // perf's own percentage weighs samples by period (cpu-clock's vary a little while the
+        // frequency settles): within half a point of the share of samples.
+        assert!((overhead - pct).abs() < 0.5, "{short}: perf report {overhead}%, we {pct:.2}%");
+        assert!(line.contains(&format!("tried --symbols {}", empty.display())), "{line}");
+        assert!(line.contains(&id), "{line}");
+        // The same in --stats-json, which follows its schema.
+        let note = notes
+            .iter()
+            .find(|n| n["dso"].as_str() == path.to_str())
+            .unwrap_or_else(|| panic!("no note for {short}: {notes:?}"));
+        assert_eq!(note["kind"], "dso_unnamed");
+        assert_eq!(note["samples"].as_u64(), Some(theirs), "{note}");
+        let share = note["share"].as_f64().unwrap();
+        assert!((share * 100.0 - pct).abs() < 1e-9, "{share} vs perf's {pct}");
+        assert_eq!(note["build_id"].as_str(), Some(id.as_str()), "{note}");
+        assert!(note["hint"].as_str().unwrap().contains("DEBUGINFOD_URLS"), "{note}");
+    }
+    // Largest first, and one hint line for all.
+    let first = format!("{} ", exe.display());
+    assert!(lines.first().is_some_and(|l| l.contains(&first)), "{lines:?}");
+    assert_eq!(notes.first().and_then(|n| n["dso"].as_str()), exe.to_str());
+    assert_eq!(err.matches("perfpipe archive -i REC").count(), 1, "one hint line:\n{err}");
+});
+
+/// The samples of folded stacks (the sum of their counts).
+fn weight(folded: &str) -> u64 {
+    folded
+        .lines()
+        .filter_map(|l| l.rsplit_once(' ')?.1.parse::<u64>().ok())
+        .sum()
+}
+
+/// A CA and a certificate for 127.0.0.1 it signed, made by `openssl` in `dir/name/`:
+/// (`ca.pem`, `server.pem` with the certificate and its key, as socat takes it).
+fn test_ca(dir: &Dir, name: &str) -> (PathBuf, PathBuf) {
+    let at = empty_dir(dir, name);
+    let openssl = |args: &[&str]| {
+        let out = Command::new("openssl")
+            .args(args)
+            .current_dir(&at)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "openssl {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    let rsa = ["-newkey", "rsa:2048", "-nodes"];
+    let subject = format!("/CN=perfpipe test CA {name}");
+    let ca = [
+        "-keyout", "ca.key", "-out", "ca.pem", "-days", "1", "-subj", &subject,
+    ];
+    openssl(&[&["req", "-x509"], &rsa[..], &ca[..]].concat());
+    openssl(
+        &[
+            &["req"],
+            &rsa[..],
+            &[
+                "-keyout",
+                "server.key",
+                "-out",
+                "server.csr",
+                "-subj",
+                "/CN=127.0.0.1",
+            ],
+        ]
+        .concat(),
+    );
+    std::fs::write(
+        at.join("san.ext"),
+        "subjectAltName=IP:127.0.0.1,DNS:localhost\n",
+    )
+    .unwrap();
+    openssl(&[
+        "x509",
+        "-req",
+        "-in",
+        "server.csr",
+        "-CA",
+        "ca.pem",
+        "-CAkey",
+        "ca.key",
+        "-CAcreateserial",
+        "-days",
+        "1",
+        "-extfile",
+        "san.ext",
+        "-out",
+        "server.crt",
+    ]);
+    let mut pem = std::fs::read(at.join("server.crt")).unwrap();
+    pem.extend(std::fs::read(at.join("server.key")).unwrap());
+    std::fs::write(at.join("server.pem"), pem).unwrap();
+    (at.join("ca.pem"), at.join("server.pem"))
+}
+
+/// socat's TLS (`cert`) on a free loopback port in front of 127.0.0.1:`to`, killed at drop;
+/// returned once it accepts connections.
+fn tls_front(cert: &Path, to: u16) -> (Server, u16) {
+    require(Need::Tls);
+    let port = free_port();
+    let child = Command::new("socat")
+        .arg(format!(
+            "OPENSSL-LISTEN:{port},bind=127.0.0.1,reuseaddr,fork,cert={},verify=0",
+            cert.display()
+        ))
+        .arg(format!("TCP:127.0.0.1:{to}"))
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("socat");
+    let server = Server(child);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(
+            Instant::now() < deadline,
+            "socat on port {port} never listened"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    (server, port)
+}
+
+pipetest!(needs(perf, cc, debuginfod, tls) debuginfod_over_https_trusts_the_ca_store, |dir| {
+    // A real debuginfod behind a real TLS terminator, with a certificate of a CA made here:
+    // trusted through SSL_CERT_FILE, the https server names the frames as the http one does;
+    // with another CA's file, its certificate is refused, counted and said, and the profile is
+    // still written.
+    let exe = workload(&dir);
+    let (_, id) = stripped(&dir, &exe);
+    let rec = dir.write("rec.data", &record(&exe));
+    let none = empty_dir(&dir, "no-cache");
+    let port = free_port();
+    let _server = debuginfod(&dir.path("debug"), port, &id);
+    let (ca, cert) = test_ca(&dir, "trusted");
+    let (other_ca, _) = test_ca(&dir, "other");
+    let (_tls, tls_port) = tls_front(&cert, port);
+    let no_dir = empty_dir(&dir, "no-cert-dir");
+    let run = |url: &str, ca: &Path, cache: &str| {
+        let cache = dir.path(cache);
+        let mut env = debuginfod_env(url, &cache, "10").to_vec();
+        env.extend([("SSL_CERT_FILE", ca.to_str().unwrap()), ("SSL_CERT_DIR", no_dir.to_str().unwrap())]);
+        let (stats, folded) = profile(&dir, &none, &env, &rec, &["--stats"]);
+        (stats, folded, cache)
+    };
+    let (_, plain, _) = run(&format!("http://127.0.0.1:{port}"), &ca, "cache-http");
+    assert!(plain.contains("fp_leaf_add"), "{plain}");
+    let https = format!("https://127.0.0.1:{tls_port}");
+    let (stats, tls, cache) = run(&https, &ca, "cache-https");
+    eqnice!(plain, tls);
+    assert_eq!(counter(&stats, "debuginfod_downloaded"), 1, "{stats}");
+    assert_eq!(counter(&stats, "debuginfod_tls_errors"), 0, "{stats}");
+    assert!(cache.join(&id).join("debuginfo").is_file());
+    // A CA store that does not hold the server's CA.
+    let (stats, refused, cache) = run(&https, &other_ca, "cache-untrusted");
+    assert!(!refused.contains("fp_leaf_add"), "{refused}");
+    assert_eq!(weight(&refused), weight(&plain), "the profile has every sample: {refused}");
+    assert!(counter(&stats, "debuginfod_tls_errors") >= 1, "{stats}");
+    assert_eq!(counter(&stats, "debuginfod_downloaded"), 0, "{stats}");
+    let said = stats
+        .lines()
+        .find(|l| l.contains(&format!("debuginfod {https}: ")))
+        .unwrap_or_else(|| panic!("no line on the refused server in:\n{stats}"));
+    assert!(said.contains("certificate"), "{said}");
+    nothing_cached(&cache, &id);
+});
+
+pipetest!(needs(perf, cc) debuginfod_redirect_loops_and_answers_over_the_cap_are_errors, |dir| {
+    // One server redirects to itself for ever, the other sends a chunked body (no length to
+    // refuse up front) past DEBUGINFOD_MAXSIZE: both are errors, bounded, and nothing is cached.
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = l.local_addr().unwrap().port();
+    let hops = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let seen = hops.clone();
+    std::thread::spawn(move || {
+        for s in l.incoming().take(64) {
+            let Ok(mut s) = s else { continue };
+            seen.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            let _ = s.set_read_timeout(Some(Duration::from_secs(5)));
+            let _ = s.read(&mut [0u8; 4096]);
+            let _ = write!(
+                s,
+                "HTTP/1.1 302 Found\r\nLocation: http://127.0.0.1:{port}/again\r\n\
+                 Content-Length: 0\r\nConnection: close\r\n\r\n"
+            );
+        }
+    });
+    let mut big = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n".to_vec();
+    big.extend_from_slice(b"1000\r\n\x7fELF");
+    big.extend_from_slice(&[0u8; 0x1000 - 4]);
+    big.extend_from_slice(b"\r\n0\r\n\r\n");
+    let capped = fake_server(big, 8);
+    let urls = format!("http://127.0.0.1:{port} http://127.0.0.1:{capped}");
+    let (stats, folded, _, cache, id) = ask_with(&dir, &urls, &[("DEBUGINFOD_MAXSIZE", "1000")]);
+    assert!(counter(&stats, "debuginfod_errors") >= 2, "{stats}");
+    assert!(!folded.contains("fp_leaf_add"), "{folded}");
+    let hops = hops.load(std::sync::atomic::Ordering::SeqCst);
+    // Two files (debuginfo, executable), each followed at most MAX_REDIRECTS (8) times.
+    assert!((2..=2 * 9).contains(&hops), "{hops} connections to the redirecting server");
+    assert!(stats.contains("size cap"), "{stats}");
+    assert!(stats.contains("redirect"), "{stats}");
     nothing_cached(&cache, &id);
 });

@@ -1,5 +1,5 @@
 //! What some tests need from the machine (perf, perf 6.12, a C compiler, mounting, tracefs, a
-//! pseudo-terminal, debuginfod, a UTS namespace, Spark…),
+//! pseudo-terminal, debuginfod, a TLS terminator, a UTS namespace, Spark…),
 //! and how a missing need shows: as a skip that libtest prints and counts, or, under `CI`, as a
 //! failure. A test never returns early.
 //!
@@ -50,6 +50,9 @@ pub enum Need {
     /// elfutils' `debuginfod` server (Debian `debuginfod`), which the symbol-source tests start
     /// on loopback.
     Debuginfod,
+    /// A TLS terminator and a CA to make its certificates (Debian `socat` and `openssl`), which
+    /// the https debuginfod test puts in front of `debuginfod`.
+    Tls,
     /// A UTS namespace of its own with another hostname (`unshare --uts`; root), to record as
     /// another host.
     Uts,
@@ -59,7 +62,7 @@ pub enum Need {
 
 impl Need {
     /// Every need, for the cfgs a build script declares.
-    pub const ALL: [Need; 13] = [
+    pub const ALL: [Need; 14] = [
         Need::Perf,
         Need::Perf612,
         Need::Cc,
@@ -71,6 +74,7 @@ impl Need {
         Need::Inferno,
         Need::Chromium,
         Need::Debuginfod,
+        Need::Tls,
         Need::Uts,
         Need::Spark,
     ];
@@ -89,6 +93,7 @@ impl Need {
             Need::Inferno => "skip_inferno",
             Need::Chromium => "skip_chromium",
             Need::Debuginfod => "skip_debuginfod",
+            Need::Tls => "skip_tls",
             Need::Uts => "skip_uts",
             Need::Spark => "skip_spark",
         }
@@ -115,6 +120,7 @@ impl Need {
             Need::Debuginfod => {
                 "elfutils' debuginfod server (`debuginfod --version`; Debian debuginfod)"
             }
+            Need::Tls => "socat and openssl (`socat -V`, `openssl version`; Debian socat, openssl)",
             Need::Uts => "a UTS namespace (`unshare --uts hostname NAME`; root)",
             Need::Spark => {
                 "Spark (`python3 -c 'import pyspark'`, PyPI pyspark; `java -version`, Debian \
@@ -137,6 +143,7 @@ impl Need {
             Need::Inferno => &["inferno-collapse-perf", "inferno-flamegraph"],
             Need::Chromium => &["chromium"],
             Need::Debuginfod => &["debuginfod"],
+            Need::Tls => &["socat", "openssl"],
             Need::Uts => &["unshare", "hostname"],
             Need::Spark => &["python3", "java"],
         }
@@ -166,6 +173,7 @@ impl Need {
                 .and_then(|()| runs("inferno-flamegraph", &["--help"])),
             Need::Chromium => runs("chromium", &["--version"]),
             Need::Debuginfod => runs("debuginfod", &["--version"]),
+            Need::Tls => runs("socat", &["-V"]).and_then(|()| runs("openssl", &["version"])),
             Need::Uts => runs("unshare", &["--uts", "hostname", "perfpipe-probe"]),
             Need::Spark => runs("java", &["-version"])
                 .and_then(|()| runs("python3", &["-c", "import pyspark"])),

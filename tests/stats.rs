@@ -74,7 +74,7 @@ fn slow_producer_names_the_input() {
 
 /// A minimal JSON Schema check (type, enum, required, properties, items, additionalProperties,
 /// local `$ref`): enough for docs/stats.schema.json, and strict about what it checks.
-fn validate(schema: &Value, root: &Value, v: &Value, path: &str) -> Result<(), String> {
+pub(crate) fn validate(schema: &Value, root: &Value, v: &Value, path: &str) -> Result<(), String> {
     if let Some(r) = schema.get("$ref").and_then(Value::as_str) {
         let name = r
             .strip_prefix("#/$defs/")
@@ -133,7 +133,7 @@ fn validate(schema: &Value, root: &Value, v: &Value, path: &str) -> Result<(), S
     Ok(())
 }
 
-fn schema() -> Value {
+pub(crate) fn schema() -> Value {
     let p = Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/stats.schema.json");
     serde_json::from_str(&std::fs::read_to_string(p).unwrap()).unwrap()
 }

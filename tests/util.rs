@@ -64,6 +64,11 @@ macro_rules! pipetest {
             [#[cfg_attr(any(skip_perf, skip_cc, skip_inferno, skip_debuginfod), ignore = "needs perf, cc, inferno and debuginfod (missing at build time)")]]
             [Perf, Cc, Inferno, Debuginfod] $($rest)*);
     };
+    (needs(perf, cc, debuginfod, tls) $($rest:tt)*) => {
+        $crate::pipetest!(@needs
+            [#[cfg_attr(any(skip_perf, skip_cc, skip_debuginfod, skip_tls), ignore = "needs perf, cc, debuginfod and a TLS terminator (missing at build time)")]]
+            [Perf, Cc, Debuginfod, Tls] $($rest)*);
+    };
     (needs(perf, cc) $($rest:tt)*) => {
         $crate::pipetest!(@needs
             [#[cfg_attr(any(skip_perf, skip_cc), ignore = "needs perf and cc (missing at build time)")]]

@@ -244,6 +244,7 @@ mod tests {
             queue_fill_avg: 0.0,
             queue_fill_max: 0,
             counters: Vec::new(),
+            notes: Vec::new(),
             lifetime: Duration::ZERO,
         }
     }

@@ -89,7 +89,9 @@ mod tap;
 
 pub use batch::{Batch, BatchContext, BufferPool, Runs, Span};
 pub use edit::Editor;
-pub use metrics::{Counter, FlowSnapshot, StageMetrics, StageSnapshot, KIND_SLOTS};
+pub use metrics::{
+    Counter, FlowSnapshot, Note, NoteValue, Notes, StageMetrics, StageSnapshot, KIND_SLOTS,
+};
 pub use pipeline::{End, Error, Pipeline, Report, Running, Settings};
 pub use requests::{Requests, DUMP};
 pub use stage::{Flow, Out, Sink, Source, Stage, StageError};

@@ -9,6 +9,46 @@ use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
 use std::time::Duration;
 
+/// One finding a stage reports at its end beyond its counters (e.g. one dso whose frames stayed
+/// unnamed): named fields, written as one object into `--stats-json`'s stage `notes`.
+pub type Note = Vec<(&'static str, NoteValue)>;
+
+/// A field's value in a [`Note`].
+#[derive(Clone, Debug, PartialEq)]
+pub enum NoteValue {
+    /// A string.
+    Text(String),
+    /// A count.
+    Int(u64),
+    /// A fraction, a share or a time.
+    Num(f64),
+    /// A list of strings.
+    List(Vec<String>),
+    /// Nothing (JSON `null`).
+    Null,
+}
+
+/// A stage's findings, shared between the stage and the runner like a [`Counter`]: the stage
+/// registers one in [`crate::Stage::notes`] and [`Notes::set`]s them (typically in `flush`); the
+/// runner copies them into [`StageSnapshot::notes`].
+#[derive(Clone, Debug, Default)]
+pub struct Notes(Arc<std::sync::Mutex<Vec<Note>>>);
+
+impl Notes {
+    /// No notes yet.
+    pub fn new() -> Notes {
+        Notes::default()
+    }
+    /// Replaces the notes with `notes`.
+    pub fn set(&self, notes: Vec<Note>) {
+        *self.0.lock().unwrap_or_else(|e| e.into_inner()) = notes;
+    }
+    /// The notes now.
+    pub fn get(&self) -> Vec<Note> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+}
+
 /// Number of distinct record kinds counted individually; larger kinds are counted in the last slot.
 pub const KIND_SLOTS: usize = 256;
 
@@ -143,6 +183,7 @@ struct Inner {
     queue_fill_max: AtomicU64,
     queue_capacity: u64,
     counters: Vec<(&'static str, Counter)>,
+    notes: Option<Notes>,
     lifetime_ns: AtomicU64,
 }
 
@@ -151,6 +192,7 @@ impl StageMetrics {
         name: String,
         queue_capacity: usize,
         counters: Vec<(&'static str, Counter)>,
+        notes: Option<Notes>,
         upstream: Option<&StageMetrics>,
     ) -> StageMetrics {
         StageMetrics {
@@ -167,6 +209,7 @@ impl StageMetrics {
                 queue_fill_max: AtomicU64::new(0),
                 queue_capacity: queue_capacity as u64,
                 counters,
+                notes,
                 lifetime_ns: AtomicU64::new(0),
             }),
         }
@@ -225,6 +268,7 @@ impl StageMetrics {
             },
             queue_fill_max: i.queue_fill_max.load(Relaxed),
             counters: i.counters.iter().map(|(n, c)| (*n, c.get())).collect(),
+            notes: i.notes.as_ref().map(Notes::get).unwrap_or_default(),
             lifetime: Duration::from_nanos(i.lifetime_ns.load(Relaxed)),
         }
     }
@@ -267,6 +311,8 @@ pub struct StageSnapshot {
     pub queue_fill_max: u64,
     /// The stage's own counters.
     pub counters: Vec<(&'static str, u64)>,
+    /// The stage's findings ([`Notes`]), empty for most stages.
+    pub notes: Vec<Note>,
     /// How long the stage's thread ran, start to end; zero while it runs. The time split
     /// (working + starved + blocked) covers it but for the thread's first and last instants.
     pub lifetime: Duration,

@@ -373,9 +373,13 @@ impl Pipeline {
                 Node::Parallel { .. } => unreachable!("started above"),
                 Node::Sink(s) => s.counters(),
             };
+            let notes = match &node {
+                Node::Stage(s) => s.notes(),
+                _ => None,
+            };
             let is_sink = matches!(node, Node::Sink(_));
             let capacity = if is_sink { 0 } else { settings.queue_capacity };
-            let m = StageMetrics::new(name.clone(), capacity, counters, metrics.last());
+            let m = StageMetrics::new(name.clone(), capacity, counters, notes, metrics.last());
             let (tx, rx) = if is_sink {
                 (None, None)
             } else {

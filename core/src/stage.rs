@@ -4,7 +4,7 @@
 //! counts; a stage only transforms.
 
 use crate::batch::{Batch, BufferPool};
-use crate::metrics::Counter;
+use crate::metrics::{Counter, Notes};
 
 /// The error type stages return. The runner wraps it with the stage's name.
 pub type StageError = Box<dyn std::error::Error + Send + Sync + 'static>;
@@ -111,6 +111,12 @@ pub trait Stage: Send {
         Vec::new()
     }
 
+    /// Findings beyond counters (`--stats-json`'s stage `notes`), registered once when the
+    /// pipeline is built; the default has none.
+    fn notes(&self) -> Option<Notes> {
+        None
+    }
+
     /// How long the stage may wait for input before [`Stage::tick`] is called: for a stage that
     /// must act while its input is quiet (e.g. on a signal). `None`, the default, never ticks.
     fn tick_interval(&self) -> Option<std::time::Duration> {
@@ -166,6 +172,9 @@ impl<S: Stage + ?Sized> Stage for Box<S> {
     }
     fn counters(&self) -> Vec<(&'static str, Counter)> {
         (**self).counters()
+    }
+    fn notes(&self) -> Option<Notes> {
+        (**self).notes()
     }
     fn tick_interval(&self) -> Option<std::time::Duration> {
         (**self).tick_interval()

@@ -221,6 +221,28 @@ fn json_flow(f: &crate::metrics::FlowSnapshot, kind_name: KindName<'_>) -> Strin
     )
 }
 
+/// A note as a JSON object (non-finite numbers as `null`).
+fn json_note(n: &crate::metrics::Note) -> String {
+    use crate::metrics::NoteValue;
+    let fields: Vec<String> = n
+        .iter()
+        .map(|(k, v)| {
+            let v = match v {
+                NoteValue::Text(t) => json_str(t),
+                NoteValue::Int(i) => i.to_string(),
+                NoteValue::Num(x) if x.is_finite() => format!("{x}"),
+                NoteValue::Num(_) | NoteValue::Null => "null".to_string(),
+                NoteValue::List(l) => {
+                    let items: Vec<String> = l.iter().map(|t| json_str(t)).collect();
+                    format!("[{}]", items.join(", "))
+                }
+            };
+            format!("{}: {v}", json_str(k))
+        })
+        .collect();
+    format!("{{{}}}", fields.join(", "))
+}
+
 fn end_name(e: End) -> &'static str {
     match e {
         End::Eof => "eof",
@@ -264,11 +286,17 @@ pub fn render_json(report: &Report, kind_name: KindName<'_>) -> String {
             .map(|(n, v)| format!("{}: {v}", json_str(n)))
             .collect();
         let end = report.ends.get(i).copied().map_or("unknown", end_name);
+        let notes = if st.notes.is_empty() {
+            String::new()
+        } else {
+            let n: Vec<String> = st.notes.iter().map(json_note).collect();
+            format!(",\n     \"notes\": [{}]", n.join(",\n       "))
+        };
         let _ = write!(
             s,
             "    {{\"name\": {}, \"end\": {}, \"input\": {}, \"output\": {},\n     \
              \"working_seconds\": {:.6}, \"starved_seconds\": {:.6}, \"blocked_seconds\": {:.6},\n     \
-             \"queue\": {{\"capacity\": {}, \"fill_avg\": {:.3}, \"fill_max\": {}}}, \"counters\": {{{}}}}}",
+             \"queue\": {{\"capacity\": {}, \"fill_avg\": {:.3}, \"fill_max\": {}}}, \"counters\": {{{}}}{notes}}}",
             json_str(&st.name),
             json_str(end),
             json_flow(&st.input, kind_name),
@@ -289,4 +317,27 @@ pub fn render_json(report: &Report, kind_name: KindName<'_>) -> String {
     }
     s.push_str("  ]\n}\n");
     s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::metrics::NoteValue;
+
+    #[test]
+    fn notes_are_json_objects() {
+        let note = vec![
+            ("kind", NoteValue::Text("dso_unnamed".into())),
+            ("dso", NoteValue::Text("/a \"b\"".into())),
+            ("build_id", NoteValue::Null),
+            ("samples", NoteValue::Int(3)),
+            ("share", NoteValue::Num(0.25)),
+            ("bad", NoteValue::Num(f64::NAN)),
+            ("tried", NoteValue::List(vec!["x".into(), "y".into()])),
+        ];
+        assert_eq!(
+            json_note(&note),
+            r#"{"kind": "dso_unnamed", "dso": "/a \"b\"", "build_id": null, "samples": 3, "share": 0.25, "bad": null, "tried": ["x", "y"]}"#
+        );
+    }
 }

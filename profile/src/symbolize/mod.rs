@@ -27,10 +27,10 @@
 #[cfg(test)]
 mod stage_tests;
 
-use std::collections::VecDeque;
+use std::collections::{BTreeMap, VecDeque};
 use std::sync::Arc;
 
-use perfpipe_core::{Batch, Counter, Flow, Out, Stage, StageError};
+use perfpipe_core::{Batch, Counter, Flow, NoteValue, Notes, Out, Stage, StageError};
 
 pub use crate::symbols::{DsoDesc, FrameKind, Query, Resolved, Symbols, SymbolsConfig};
 use perfpipe_core::spec::{BuildCtx, Flag, FlagValue, Kind, Options, StageOption, StageSpec};
@@ -144,6 +144,8 @@ impl SymbolizeConfig {
             corrupt: Counter::new(),
             unmapped_frames: Counter::new(),
             unnamed: Counter::new(),
+            leaf_samples: Vec::new(),
+            notes: Notes::new(),
             dump: None,
         }
     }
@@ -515,6 +517,10 @@ pub struct Symbolize {
     unmapped_frames: Counter,
     /// Hit file dsos whose frames stayed unnamed (counted at the end).
     unnamed: Counter,
+    /// Samples by their own (first) frame, by [`FrameId`]: each unnamed dso's share of samples.
+    leaf_samples: Vec<u64>,
+    /// The unnamed dsos, for `--stats-json`.
+    notes: Notes,
     /// A snapshot request (SIGUSR2), so that the sink after it hears of it while the input is
     /// quiet: the stage then sends it an empty batch.
     dump: Option<Arc<std::sync::atomic::AtomicBool>>,
@@ -641,6 +647,13 @@ impl Symbolize {
                     (id, map.is_some())
                 }
             };
+        }
+        if let Some(first) = chain.first() {
+            let i = first.id as usize;
+            if self.leaf_samples.len() <= i {
+                self.leaf_samples.resize(i + 1, 0);
+            }
+            self.leaf_samples[i] += 1;
         }
         let mut unmapped = 0;
         for step in &chain {
@@ -911,12 +924,20 @@ impl Stage for Symbolize {
                 ("debuginfod_misses", d.misses.clone()),
                 ("debuginfod_rejected", d.rejected.clone()),
                 ("debuginfod_errors", d.errors.clone()),
+                ("debuginfod_tls_errors", d.tls_errors.clone()),
                 ("debuginfod_urls_unsupported", d.urls_unsupported.clone()),
             ]);
         }
         v
     }
+
+    fn notes(&self) -> Option<Notes> {
+        Some(self.notes.clone())
+    }
 }
+
+/// What the end lines and `--stats-json` say to do about unnamed dsos.
+pub const UNNAMED_HINT: &str = "run `perfpipe archive -i REC -o ARCHIVE.tar` on the recording host and pass --symbols ARCHIVE.tar, or set DEBUGINFOD_URLS to a debuginfod server that has their build ids (docs/another-machine.md)";
 
 impl Symbolize {
     /// With sources to look in (`--symbols`, `--symfs`, `--kallsyms`, debuginfod): one line per
@@ -932,22 +953,73 @@ impl Symbolize {
             return;
         }
         let frames = self.frames_by_key.table.snapshot();
-        let mut ids: Vec<DsoId> = frames
-            .iter()
-            .filter(|f| !f.query.kernel)
-            .filter_map(|f| f.query.dso)
-            .collect();
-        ids.sort_by_key(|d| d.0);
-        ids.dedup();
-        let unnamed = self.symbols.unnamed(&ids);
-        self.unnamed.add(unnamed.len() as u64);
-        let tried = src.tried().join(", ");
-        for (name, id) in &unnamed {
-            let id = if id.is_empty() { "none" } else { id };
-            eprintln!(
-                "perfpipe: symbolize: no symbols for {name} (build id {id}); tried {tried} and the file; run `perfpipe archive -i REC -o ARCHIVE.tar` on the recording host and pass --symbols ARCHIVE.tar, or set DEBUGINFOD_URLS"
-            );
+        // Each hit file dso and the samples whose own frame is in it (perf report --sort dso).
+        let mut hit: BTreeMap<u32, u64> = BTreeMap::new();
+        for (i, f) in frames.iter().enumerate() {
+            if let (Some(d), false) = (f.query.dso, f.query.kernel) {
+                *hit.entry(d.0).or_default() += self.leaf_samples.get(i).copied().unwrap_or(0);
+            }
         }
+        let total = self.samples.get();
+        // By (name, build id): one dso mapped under several ids is one line.
+        let mut unnamed: Vec<(String, String, u64)> = Vec::new();
+        for (&d, &n) in &hit {
+            for (name, id) in self.symbols.unnamed(&[DsoId(d)]) {
+                match unnamed.iter_mut().find(|u| u.0 == name && u.1 == id) {
+                    Some(u) => u.2 += n,
+                    None => unnamed.push((name, id, n)),
+                }
+            }
+        }
+        unnamed.sort_by(|a, b| b.2.cmp(&a.2).then_with(|| a.0.cmp(&b.0)));
+        self.unnamed.add(unnamed.len() as u64);
+        let tried = src.tried();
+        let tried_text = tried.join(", ");
+        let mut notes = Vec::with_capacity(unnamed.len());
+        for (name, id, n) in &unnamed {
+            let share = if total == 0 {
+                0.0
+            } else {
+                *n as f64 / total as f64
+            };
+            eprintln!(
+                "perfpipe: symbolize: no symbols for {name} (build id {}): {:.2}% of samples ({n} of {total}); tried {tried_text} and the file",
+                if id.is_empty() { "none" } else { id },
+                share * 100.0
+            );
+            notes.push(vec![
+                ("kind", NoteValue::Text("dso_unnamed".into())),
+                ("dso", NoteValue::Text(name.clone())),
+                (
+                    "build_id",
+                    if id.is_empty() {
+                        NoteValue::Null
+                    } else {
+                        NoteValue::Text(id.clone())
+                    },
+                ),
+                ("samples", NoteValue::Int(*n)),
+                ("share", NoteValue::Num(share)),
+                (
+                    "tried",
+                    NoteValue::List(
+                        tried
+                            .iter()
+                            .cloned()
+                            .chain(["the file".to_string()])
+                            .collect(),
+                    ),
+                ),
+                ("hint", NoteValue::Text(UNNAMED_HINT.into())),
+            ]);
+        }
+        if !unnamed.is_empty() {
+            eprintln!("perfpipe: symbolize: to name their frames, {UNNAMED_HINT}");
+        }
+        for line in src.debuginfod().map(|d| d.failures()).unwrap_or_default() {
+            eprintln!("perfpipe: symbolize: {line}");
+        }
+        self.notes.set(notes);
     }
 
     /// Stacks with room for `samples` samples and `frames` frames.
