@@ -454,7 +454,10 @@ const MODULES_MAX: usize = 4096;
 /// Modules by map (dso, start, end, file offset), with the model's round when an unwinder last
 /// took them.
 #[derive(Default)]
-struct Modules(HashMap<(u32, u64, u64, u64), (Module<Bytes>, u64)>);
+struct Modules(HashMap<MapKey, (Module<Bytes>, u64)>);
+
+/// A map as modules are kept by: (dso, start, end, file offset).
+type MapKey = (u32, u64, u64, u64);
 
 impl std::fmt::Debug for Modules {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {

@@ -1002,7 +1002,11 @@ mod tests {
         map_at(&mut m, 1, 0x1000, 0x1000, "/bin/a", 10);
         let at20 = user(&m, 1, 20);
         map_at(&mut m, 1, 0x2000, 0x1000, "/lib/b", 30);
-        assert_eq!(user(&m, 1, 20), at20, "a map made at 30 changes nothing at 20");
+        assert_eq!(
+            user(&m, 1, 20),
+            at20,
+            "a map made at 30 changes nothing at 20"
+        );
         let at40 = user(&m, 1, 40);
         assert_ne!(at40, at20);
         // A map older than the newest change: every stamp of the process changes.
@@ -1166,7 +1170,8 @@ mod tests {
         }
         for order in orders(records.len()) {
             let mut m = Machine::new();
-            let mut seen: HashMap<(u32, u64), Vec<(u64, u64, DsoId)>> = HashMap::new();
+            // (pid, stamp) → the maps first seen with it.
+            let mut seen: HashMap<(u32, u64), Vec<Map>> = HashMap::new();
             for &k in &order {
                 let (kind, pid, x, name, time) = records[k];
                 if kind == b'm' {
@@ -1177,10 +1182,12 @@ mod tests {
                 for pid in [10, 11, 12] {
                     for t in [5, 10, 60, 100, 110, 125, 150, 160, 200, 250, 300, 400] {
                         let stamp = m.space(pid, t).stamp(misc::USER);
-                        let list: Vec<_> =
-                            m.maps(pid, t).iter().map(|x| (x.start, x.end, x.dso)).collect();
+                        let list = m.maps(pid, t);
                         let first = seen.entry((pid, stamp)).or_insert_with(|| list.clone());
-                        assert_eq!(*first, list, "{order:?}: pid {pid} at {t}, stamp {stamp:#x}");
+                        assert_eq!(
+                            *first, list,
+                            "{order:?}: pid {pid} at {t}, stamp {stamp:#x}"
+                        );
                     }
                 }
             }
