@@ -78,39 +78,34 @@ impl UnwindInfo {
 
     /// A framehop module for a map `[start, end)` of this file at load bias `base`.
     pub fn module(&self, name: &str, range: Range<u64>, base: u64) -> Module<Bytes> {
-        Module::new(
-            name.to_string(),
-            range,
-            base,
-            Sections(self.clone(), self.clone()),
-        )
+        Module::new(name.to_string(), range, base, Sections(self))
     }
 }
 
-/// [`UnwindInfo`] as framehop asks for it: it takes each section's data once, and asks for the
-/// ranges after that.
-struct Sections(UnwindInfo, UnwindInfo);
+/// [`UnwindInfo`] as framehop asks for it: each section's data once (shared bytes), and its
+/// ranges.
+struct Sections<'a>(&'a UnwindInfo);
 
-impl ModuleSectionInfo<Bytes> for Sections {
+impl ModuleSectionInfo<Bytes> for Sections<'_> {
     fn base_svma(&self) -> u64 {
         0
     }
 
     fn section_svma_range(&mut self, name: &[u8]) -> Option<Range<u64>> {
         match name {
-            b".eh_frame" => self.1.eh_frame.as_ref().map(|s| s.0.clone()),
-            b".eh_frame_hdr" => self.1.eh_frame_hdr.as_ref().map(|s| s.0.clone()),
-            b".text" => self.1.text.clone(),
-            b".got" => self.1.got.clone(),
+            b".eh_frame" => self.0.eh_frame.as_ref().map(|s| s.0.clone()),
+            b".eh_frame_hdr" => self.0.eh_frame_hdr.as_ref().map(|s| s.0.clone()),
+            b".text" => self.0.text.clone(),
+            b".got" => self.0.got.clone(),
             _ => None,
         }
     }
 
     fn section_data(&mut self, name: &[u8]) -> Option<Bytes> {
         match name {
-            b".eh_frame" => self.0.eh_frame.take().map(|s| s.1),
-            b".eh_frame_hdr" => self.0.eh_frame_hdr.take().map(|s| s.1),
-            b".debug_frame" => self.0.debug_frame.take(),
+            b".eh_frame" => self.0.eh_frame.as_ref().map(|s| s.1.clone()),
+            b".eh_frame_hdr" => self.0.eh_frame_hdr.as_ref().map(|s| s.1.clone()),
+            b".debug_frame" => self.0.debug_frame.clone(),
             _ => None,
         }
     }

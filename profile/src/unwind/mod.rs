@@ -15,8 +15,11 @@
 //! - **Address spaces** are the [`Machine`] model (MMAP, MMAP2, FORK, EXIT, kept by time): a
 //!   sample is unwound with its process's maps at the sample's time, as perf finds them after
 //!   sorting the records by time. A process's framehop unwinder is built for the maps a sample
-//!   sees, lazily, and kept while the next sample of the process sees the same. A dso's unwind
-//!   sections are read once (see [`dso`]).
+//!   sees, lazily, and kept while the next samples of the process see the same (the model's
+//!   stamp says so, else the list of maps is compared); it is made of framehop modules kept by
+//!   map, so a change of the maps costs a module of each new map only, and a dso's unwind data
+//!   is parsed once per place it is mapped at. Unwinders and modules no sample asked for in
+//!   four rounds (`KEEP_ROUNDS`) are dropped. A dso's unwind sections are read once (see [`dso`]).
 //! - **Bounded**: at most `max-frames` frames per sample (default 1024), stack reads only inside
 //!   the copy (`dyn_size` bytes of it, clamped to its size), and unwinding stops at a frame in code
 //!   without unwind information. Garbage registers, truncated copies and looping unwind info end
@@ -29,8 +32,10 @@
 //! **Buffering**: a batch is held until two more FINISHED_ROUNDs have arrived (or
 //! [`HOLD_MAX_BYTES`] are held), and its samples are unwound then: records are ordered by time
 //! only across rounds, so the maps and FORKs older than a sample may come up to two rounds after
-//! it in the stream. Side-band records are applied to the model as they arrive. **EOF**: the held
-//! batches.
+//! it in the stream. Side-band records are applied to the model as they arrive. An unwound
+//! sample is written over its own bytes, and a batch whose records then fill less than a quarter
+//! of its buffer is copied to one of their size, the big buffer going back to the pool, so the
+//! batches downstream hold what they carry. **EOF**: the held batches.
 //! Counters: `samples_unwound` (the walk reached the outermost frame), `samples_partial` (it
 //! stopped early; per reason `partial_stack_end`, `partial_no_unwind_info`, `partial_bad_frame`,
 //! `partial_frame_cap`), `samples_no_unwind_info` (the sample's ip is in no dso with unwind
@@ -44,12 +49,12 @@ pub mod sample;
 mod tests;
 
 use std::cell::RefCell;
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use framehop::x86_64::{CacheX86_64, UnwindRegsX86_64, UnwinderX86_64};
-use framehop::{Error as WalkError, FrameAddress, Unwinder as _};
+use framehop::{Error as WalkError, FrameAddress, Module, Unwinder as _};
 use perfpipe_core::{Batch, Counter, Flow, Out, Stage, StageError};
 use rayon::prelude::*;
 
@@ -58,7 +63,7 @@ use perfpipe_core::spec::{BuildCtx, Flag, Kind, Options, StageOption, StageSpec}
 use perfpipe_stream::format::{
     misc, Attr, Endian, RecordType, SampleLayout, StreamInfo, EVENT_HEADER_SIZE,
 };
-use perfpipe_stream::model::machine::Machine;
+use perfpipe_stream::model::machine::{Machine, Map};
 use perfpipe_stream::model::IdMap;
 use perfpipe_stream::Error;
 use sample::AttrExtra;
@@ -166,6 +171,7 @@ impl UnwindConfig {
             machine: Machine::new(),
             dsos: Vec::new(),
             processes: IdMap::default(),
+            modules: Modules::default(),
             extras: Vec::new(),
             info_in: None,
             info_out: None,
@@ -173,6 +179,7 @@ impl UnwindConfig {
             held: VecDeque::new(),
             held_bytes: 0,
             rounds: 0,
+            swept: 0,
             c: Counters::default(),
         }
     }
@@ -236,8 +243,16 @@ impl Process {
             return;
         }
         let base = info.base_avma(start, pgoff);
-        self.unwinder
-            .add_module(info.module(name, start..end, base));
+        self.add_module(info.module(name, start..end, base));
+    }
+
+    /// Adds a module (made by [`UnwindInfo::module`]; a clone shares its parsed unwind data).
+    pub fn add_module(&mut self, module: Module<Bytes>) {
+        let (start, end) = (module.avma_range().start, module.avma_range().end);
+        if end <= start {
+            return;
+        }
+        self.unwinder.add_module(module);
         let i = self.covered.partition_point(|r| r.0 < start);
         self.covered.insert(i, (start, end));
         if MODULES_ADDED.fetch_add(1, Ordering::Relaxed) % CACHE_EPOCH_ADDS == CACHE_EPOCH_ADDS - 1
@@ -395,9 +410,13 @@ pub struct Unwind {
     machine: Machine,
     /// By [`perfpipe_stream::model::machine::DsoId`]: the dso's unwind information, once looked for.
     dsos: Vec<Option<Result<UnwindInfo, Missing>>>,
-    /// pid → its unwinder, and the stamp of the maps it was built for
-    /// ([`perfpipe_stream::model::machine::Space::stamp`]).
-    processes: IdMap<u32, (u64, Arc<Process>)>,
+    /// pid → its unwinder as last built.
+    processes: IdMap<u32, Built>,
+    /// Modules by map (dso, start, end, file offset): a process's unwinder is made again of the
+    /// modules of its maps that it had (and a fork's child of its parent's), so a dso's unwind
+    /// data is parsed (a `.debug_frame` indexed) once per place it is mapped at, not once per
+    /// change of the maps. At most [`MODULES_MAX`], then made again as needed.
+    modules: Modules,
     /// By attr index: the attr's extra fields, for attrs whose samples are unwound.
     extras: Vec<Option<AttrExtra>>,
     info_in: Option<Arc<StreamInfo>>,
@@ -409,7 +428,41 @@ pub struct Unwind {
     held_bytes: usize,
     /// FINISHED_ROUNDs so far.
     rounds: usize,
+    /// The model's round when `processes` was last swept of unwinders not asked for.
+    swept: u64,
     c: Counters,
+}
+
+/// A process's unwinder, the maps it was built of, and the stamp
+/// ([`perfpipe_stream::model::machine::Space::stamp`]) a lookup last found them at.
+#[derive(Debug)]
+struct Built {
+    stamp: u64,
+    maps: Vec<Map>,
+    process: Arc<Process>,
+    /// The model's round ([`Machine::round`]) when a sample last asked for it.
+    used: u64,
+}
+
+/// Rounds after which an unwinder no sample asked for is dropped (exited processes, idle ones:
+/// made again if one is sampled again), and a module no unwinder was made of.
+const KEEP_ROUNDS: u64 = 4;
+
+/// Most modules kept for making unwinders again ([`Unwind`]'s `modules`).
+const MODULES_MAX: usize = 4096;
+
+/// Modules by map (dso, start, end, file offset), with the model's round when an unwinder last
+/// took them.
+#[derive(Default)]
+struct Modules(HashMap<MapKey, (Module<Bytes>, u64)>);
+
+/// A map as modules are kept by: (dso, start, end, file offset).
+type MapKey = (u32, u64, u64, u64);
+
+impl std::fmt::Debug for Modules {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} modules", self.0.len())
+    }
 }
 
 /// One sample to unwind: its span's index in the batch, its attr and its process's unwinder.
@@ -468,15 +521,8 @@ impl Unwind {
                 | RecordType::EXIT
                 | RecordType::COMM
                 | RecordType::FINISHED_ROUND => {
-                    let rec = info.record(batch, span);
-                    self.machine.apply(&rec);
+                    self.machine.apply(&info.record(batch, span));
                     self.rounds += usize::from(rt == RecordType::FINISHED_ROUND);
-                    if let Some(t) = rec.task().filter(|t| t.pid == t.tid) {
-                        // A held sample of it builds its unwinder again; a pid is not kept forever.
-                        if rt == RecordType::EXIT {
-                            self.processes.remove(&t.pid);
-                        }
-                    }
                 }
                 _ => {}
             }
@@ -574,24 +620,24 @@ impl Unwind {
         for w in &walked {
             self.count(w);
         }
-        let mut jobs = jobs.iter().zip(walked).peekable();
-        let mut attrs = attrs.into_iter().peekable();
-        let mut ed = batch.edit();
-        let mut i = 0;
-        while ed.next_record().is_some() {
-            if attrs.peek().is_some_and(|(at, _)| *at == i) {
-                let (_, rec) = attrs.next().expect("peeked");
-                ed.replace(&rec);
-            } else if jobs.peek().is_some_and(|(job, _)| job.span == i) {
-                let (_, w) = jobs.next().expect("peeked");
-                match w.record {
-                    Some(rec) => ed.replace(&rec),
-                    None => ed.remove(),
+        let mut removed = false;
+        for (i, rec) in attrs {
+            rewrite(&mut batch, i, &rec);
+        }
+        for (job, w) in jobs.iter().zip(walked) {
+            match w.record {
+                Some(rec) => rewrite(&mut batch, job.span, &rec),
+                None => {
+                    batch.spans[job.span].len = 0;
+                    removed = true;
                 }
             }
-            i += 1;
         }
-        ed.finish();
+        if removed {
+            // Only a malformed sample is removed: a record is never empty (its header is 8 bytes).
+            batch.spans.retain(|s| s.len != 0);
+        }
+        compact(&mut batch, out);
         batch.context = Some(info_out);
         if batch.spans.is_empty() {
             out.recycle(batch);
@@ -616,18 +662,39 @@ impl Unwind {
         // The model keeps the history the held samples may look up.
         self.machine
             .hold(self.held.front().map(|&(_, _, round)| round));
+        let round = self.machine.round();
+        if round != self.swept {
+            self.swept = round;
+            let keep = |used: u64| used.saturating_add(KEEP_ROUNDS) >= round;
+            self.processes.retain(|_, b| keep(b.used));
+            self.modules.0.retain(|_, (_, used)| keep(*used));
+        }
     }
 
-    /// The unwinder of process `pid` with its maps at `time`.
+    /// The unwinder of process `pid` with its maps at `time`: the one last built for it while
+    /// the maps are the same (the stamp says so without listing them), else one made of the
+    /// modules of the maps.
     fn process(&mut self, pid: u32, time: u64) -> Arc<Process> {
         let stamp = self.machine.space(pid, time).stamp(misc::USER);
-        if let Some((s, p)) = self.processes.get(&pid) {
-            if *s == stamp {
-                return p.clone();
+        let round = self.machine.round();
+        if let Some(b) = self.processes.get_mut(&pid) {
+            if b.stamp == stamp {
+                b.used = round;
+                return b.process.clone();
             }
         }
+        let maps = self.machine.maps(pid, time);
+        if let Some(b) = self.processes.get_mut(&pid) {
+            if b.maps == maps {
+                (b.stamp, b.used) = (stamp, round);
+                return b.process.clone();
+            }
+        }
+        if self.modules.0.len() >= MODULES_MAX {
+            self.modules.0.clear();
+        }
         let mut p = Process::new();
-        for map in self.machine.maps(pid, time) {
+        for map in &maps {
             let i = map.dso.0 as usize;
             if self.dsos.len() <= i {
                 self.dsos.resize_with(i + 1, || None);
@@ -646,11 +713,28 @@ impl Unwind {
             let Some(Ok(info)) = &self.dsos[i] else {
                 continue;
             };
-            let name = String::from_utf8_lossy(&self.machine.dso(map.dso).name);
-            p.add(info, &name, map.start, map.end, map.pgoff);
+            let (module, used) = self
+                .modules
+                .0
+                .entry((map.dso.0, map.start, map.end, map.pgoff))
+                .or_insert_with(|| {
+                    // framehop keeps the name only for debugging.
+                    let base = info.base_avma(map.start, map.pgoff);
+                    (info.module("", map.start..map.end, base), round)
+                });
+            *used = round;
+            p.add_module(module.clone());
         }
         let p = Arc::new(p);
-        self.processes.insert(pid, (stamp, p.clone()));
+        self.processes.insert(
+            pid,
+            Built {
+                stamp,
+                maps,
+                process: p.clone(),
+                used: round,
+            },
+        );
         p
     }
 
@@ -698,6 +782,43 @@ impl Unwind {
         }
         c.frames.add(w.frames as u64);
     }
+}
+
+/// Rewrites record `i` of `batch` as `rec`: over its own bytes when it fits (an unwound sample is
+/// its stack copy smaller), so the buffer does not grow, else appended. A batch with annotations
+/// (about records by their start) gets the new record appended, as [`Batch::replace`] does.
+fn rewrite(batch: &mut Batch, i: usize, rec: &[u8]) {
+    let span = batch.spans[i];
+    if rec.len() <= span.len as usize && batch.annotations.is_empty() {
+        let start = span.start as usize;
+        batch.data[start..start + rec.len()].copy_from_slice(rec);
+        batch.spans[i].len = rec.len() as u32;
+    } else {
+        batch.replace(i, rec);
+    }
+}
+
+/// Moves the records of an unwound batch to a buffer of their size when they fill less than a
+/// quarter of it (the stack copies were most of it), and gives the big buffer back to the pool
+/// for the reader: the batches queued downstream hold only what they carry. Not for a batch with
+/// annotations (about records by their start).
+fn compact(batch: &mut Batch, out: &Out<'_>) {
+    let live: usize = batch.spans.iter().map(|s| s.len as usize).sum();
+    if !batch.annotations.is_empty() || live.saturating_mul(4) >= batch.data.capacity() {
+        return;
+    }
+    let mut data = Vec::with_capacity(live);
+    for span in &mut batch.spans {
+        let from = span.range();
+        span.start = data.len() as u32;
+        data.extend_from_slice(&batch.data[from]);
+    }
+    let big = std::mem::replace(&mut batch.data, data);
+    batch.start = 0;
+    out.recycle(Batch {
+        data: big,
+        ..Batch::default()
+    });
 }
 
 /// An attr as it is after its samples are unwound.

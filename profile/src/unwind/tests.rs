@@ -671,3 +671,33 @@ fn samples_held_past_their_processs_exit_are_unwound_with_its_maps() {
     }
     assert_all_unwound_after_a_hold(&s, 6);
 }
+
+#[test]
+fn unwinders_of_processes_no_sample_asks_for_are_dropped() {
+    // 60 short children of the mapped process, one after the other, a round each: every sample
+    // is unwound with the maps its child inherited, the children share their parent's modules,
+    // and the unwinders of the children gone for KEEP_ROUNDS rounds are dropped (each EXIT is
+    // held with its samples, whose unwinder would otherwise stay).
+    let parent = pieces(PID);
+    let mut s = parent.head.clone();
+    s.extend_from_slice(&parent.mmap);
+    s.extend_from_slice(&parent.round);
+    for child in 1000..1060 {
+        let p = pieces(child);
+        s.extend_from_slice(&task(RecordType::FORK, child, PID, 3));
+        s.extend_from_slice(&p.good);
+        s.extend_from_slice(&p.good);
+        s.extend_from_slice(&task(RecordType::EXIT, child, child, 9));
+        s.extend_from_slice(&p.round);
+    }
+    assert_all_unwound_after_a_hold(&s, 120);
+    // In batches of a record or two, so that they are let go round by round.
+    let mut stage = UnwindConfig::default().build(None);
+    harness::run_stage(&mut stage, decoded(&s, 200)).unwrap();
+    assert!(
+        stage.processes.len() <= KEEP_ROUNDS as usize + 3,
+        "{} unwinders kept",
+        stage.processes.len()
+    );
+    assert_eq!(stage.modules.0.len(), 1, "one module: the parent's map");
+}

@@ -40,7 +40,11 @@
 //! The model keeps no build ids or hit marks itself: users index their own tables by [`DsoId`].
 //!
 //! What a lookup of (pid, time, address) finds stays true while [`Space::stamp`] is the same, a
-//! number never given to other maps, so a caller may cache it by stamp.
+//! number never given to other maps, so a caller may cache it by stamp. A stamp changes only
+//! where the answers do: a map made after a lookup's time (in time order, the usual case) leaves
+//! the stamp of that lookup as it was, so the caches of samples held for the two rounds stay good
+//! while the maps of later times come in; a record older than the process's newest change, or a
+//! parent's before a fork, changes all of its (the child's) stamps.
 //!
 //! ```
 //! use perfpipe_stream::model::machine::{Machine, MapEvent};
@@ -338,6 +342,8 @@ struct Proc {
     /// How many such times were forgotten: a lookup's version counts them too, so versions stay
     /// what they were when times are forgotten.
     times_forgotten: u64,
+    /// The newest of its change times, forgotten ones included.
+    newest: u64,
 }
 
 impl Proc {
@@ -546,16 +552,26 @@ impl Machine {
         self.now = self.now.max(time);
     }
 
-    /// A change of process `pid` at `time`: a new stamp for it and for the processes whose
-    /// view of it at their fork includes that time.
+    /// A change of process `pid` at `time` (already in its `times`): answers at `time` and later
+    /// change. A lookup's version (how many change times are at or before it) tells those apart
+    /// from the older ones while the changes come in time order, so the stamp stays and a cached
+    /// answer of an older time stays good; a change older than the process's newest one, its
+    /// first, and a change of a parent before a fork (for the child, at all its times) take a new
+    /// stamp.
     fn changed(&mut self, pid: u32, time: u64) {
         let mut work = vec![(pid, time, 0)];
         while let Some((pid, time, depth)) = work.pop() {
-            let stamp = self.next_stamp();
             let Some(p) = self.procs.get_mut(&pid) else {
                 continue;
             };
-            p.maps.stamp = stamp;
+            let late = p.newest > time;
+            if depth == 0 {
+                p.newest = p.newest.max(time);
+            }
+            if depth > 0 || late || p.maps.stamp == 0 {
+                self.stamps += 1;
+                p.maps.stamp = self.stamps;
+            }
             if depth < MAX_DEPTH {
                 work.extend(
                     p.kids
@@ -980,6 +996,34 @@ mod tests {
     }
 
     #[test]
+    fn a_stamp_stays_for_the_answers_a_newer_change_leaves_alone() {
+        let mut m = Machine::new();
+        let user = |m: &Machine, pid, t| m.space(pid, t).stamp(misc::USER);
+        map_at(&mut m, 1, 0x1000, 0x1000, "/bin/a", 10);
+        let at20 = user(&m, 1, 20);
+        map_at(&mut m, 1, 0x2000, 0x1000, "/lib/b", 30);
+        assert_eq!(
+            user(&m, 1, 20),
+            at20,
+            "a map made at 30 changes nothing at 20"
+        );
+        let at40 = user(&m, 1, 40);
+        assert_ne!(at40, at20);
+        // A map older than the newest change: every stamp of the process changes.
+        map_at(&mut m, 1, 0x3000, 0x1000, "/lib/c", 25);
+        let (late20, late40) = (user(&m, 1, 20), user(&m, 1, 40));
+        assert!(![at20, at40].contains(&late20) && ![at20, at40].contains(&late40));
+        assert_ne!(late20, late40);
+        // Also once the times before it are forgotten.
+        m.forget_before(50);
+        let at60 = user(&m, 1, 60);
+        assert_eq!(at60, late40, "forgetting changes no answer");
+        map_at(&mut m, 1, 0x4000, 0x1000, "/lib/d", 45);
+        assert!(![at20, at40, late20, late40].contains(&user(&m, 1, 60)));
+        assert_eq!(dso_then(&m, 1, 0x4000, 60).as_deref(), Some("/lib/d"));
+    }
+
+    #[test]
     fn fork_copies_and_the_copies_diverge() {
         let mut m = Machine::new();
         map_at(&mut m, 1, 0x1000, 0x1000, "/bin/parent", 10);
@@ -1092,6 +1136,59 @@ mod tests {
                         found.map(|x| x.dso),
                         "{pid} {addr:#x} {t}"
                     );
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn equal_stamps_give_equal_maps_in_every_order() {
+        // The promise a cache by stamp rests on, after every record of every order of the
+        // records above: one stamp of a pid is one list of maps, whenever it was given.
+        let records: [(u8, u32, u64, &str, u64); 7] = [
+            (b'm', 10, 0x1000, "/usr/bin/env", 10),
+            (b'm', 10, 0x5000, "/usr/bin/bash", 50),
+            (b'f', 11, 10, "", 100),
+            (b'm', 10, 0x7000, "/usr/lib/libc.so.6", 120),
+            (b'f', 12, 11, "", 150),
+            (b'm', 11, 0x5000, "/usr/bin/gzip", 200),
+            (b'm', 10, 0x5000, "/usr/bin/perl", 300),
+        ];
+        fn orders(n: usize) -> Vec<Vec<usize>> {
+            if n == 0 {
+                return vec![Vec::new()];
+            }
+            let mut out = Vec::new();
+            for o in orders(n - 1) {
+                for at in 0..=o.len() {
+                    let mut o = o.clone();
+                    o.insert(at, n - 1);
+                    out.push(o);
+                }
+            }
+            out
+        }
+        for order in orders(records.len()) {
+            let mut m = Machine::new();
+            // (pid, stamp) → the maps first seen with it.
+            let mut seen: HashMap<(u32, u64), Vec<Map>> = HashMap::new();
+            for &k in &order {
+                let (kind, pid, x, name, time) = records[k];
+                if kind == b'm' {
+                    map_at(&mut m, pid, x, 0x1000, name, time);
+                } else {
+                    m.fork(pid, x as u32, pid, time);
+                }
+                for pid in [10, 11, 12] {
+                    for t in [5, 10, 60, 100, 110, 125, 150, 160, 200, 250, 300, 400] {
+                        let stamp = m.space(pid, t).stamp(misc::USER);
+                        let list = m.maps(pid, t);
+                        let first = seen.entry((pid, stamp)).or_insert_with(|| list.clone());
+                        assert_eq!(
+                            *first, list,
+                            "{order:?}: pid {pid} at {t}, stamp {stamp:#x}"
+                        );
+                    }
                 }
             }
         }
