@@ -30,6 +30,7 @@ use table::Table;
 pub mod archive;
 mod demangle;
 mod elf;
+pub mod slim;
 pub mod sources;
 pub mod table;
 #[cfg(test)]
