@@ -83,33 +83,51 @@ fn empty_dir(dir: &Dir, name: &str) -> PathBuf {
     p
 }
 
+/// `perfpipe archive -i rec -o dir/NAME EXTRA…` (with an empty build-id cache): the archive.
+fn archive(dir: &Dir, rec: &Path, name: &str, extra: &[&str]) -> PathBuf {
+    let at = dir.path(name);
+    let none = empty_dir(dir, "no-cache");
+    let mut args = vec![
+        "archive",
+        "-i",
+        rec.to_str().unwrap(),
+        "-o",
+        at.to_str().unwrap(),
+    ];
+    args.extend_from_slice(extra);
+    perfpipe_env(&none, &[], &args);
+    at
+}
+
+/// `tar xf archive -C dir/NAME` (perf's users' way to fill a build-id cache): the directory.
+fn untar(dir: &Dir, archive: &Path, name: &str) -> PathBuf {
+    let into = empty_dir(dir, name);
+    let ok = Command::new("tar")
+        .arg("xf")
+        .arg(archive)
+        .arg("-C")
+        .arg(&into)
+        .status()
+        .unwrap()
+        .success();
+    assert!(ok, "tar xf {}", archive.display());
+    into
+}
+
 pipetest!(needs(perf, cc) archive_names_the_frames_of_a_workload_that_is_gone, |dir| {
     let exe = workload(&dir);
     let rec = dir.write("rec.data", &record(&exe));
     let none = empty_dir(&dir, "no-cache");
     let before = fold(&dir, &none, &[], &rec, &[]);
     assert!(before.contains("fp_leaf_add"), "{before}");
-    let archive = dir.path("rec.tar");
-    perfpipe_env(
-        &none,
-        &[],
-        &["archive", "-i", rec.to_str().unwrap(), "-o", archive.to_str().unwrap()],
-    );
+    let archive = archive(&dir, &rec, "rec.tar", &[]);
     std::fs::remove_dir_all(dir.path("w")).unwrap();
     let gone = fold(&dir, &none, &[], &rec, &[]);
     assert!(!gone.contains("fp_leaf_add"), "the workload is gone, yet: {gone}");
     let after = fold(&dir, &none, &[], &rec, &["--symbols", archive.to_str().unwrap()]);
     eqnice!(before, after);
     // The same archive unpacked into a build-id cache, as perf's users do.
-    let cache = empty_dir(&dir, "cache");
-    let tar = Command::new("tar")
-        .arg("xf")
-        .arg(&archive)
-        .arg("-C")
-        .arg(&cache)
-        .status()
-        .unwrap();
-    assert!(tar.success());
+    let cache = untar(&dir, &archive, "cache");
     let from_cache = fold(&dir, &cache, &[], &rec, &[]);
     eqnice!(before, from_cache);
 });
@@ -144,6 +162,58 @@ pipetest!(needs(perf, cc) perf_archive_tarballs_are_read_in_place, |dir| {
     std::fs::remove_dir_all(dir.path("w")).unwrap();
     let after = fold(&dir, &none, &[], &data, &["--symbols", tarball.to_str().unwrap()]);
     eqnice!(before, after);
+});
+
+pipetest!(needs(perf, cc) slim_archives_name_frames_as_the_whole_files, |dir| {
+    // The recording with build ids (the kernel's too), as perf needs them to look in a cache.
+    let exe = workload(&dir);
+    let piped = perfpipe_ok(&["inject", "-b"], &record(&exe));
+    let rec = dir.write("rec.data", &piped);
+    let slim = archive(&dir, &rec, "slim.tar", &[]);
+    let whole = archive(&dir, &rec, "whole.tar", &["--whole"]);
+    let packed = archive(&dir, &rec, "slim.tar.bz2", &[]);
+    let size = |p: &Path| std::fs::metadata(p).unwrap().len();
+    let (s, w, z) = (size(&slim), size(&whole), size(&packed));
+    eprintln!("archive sizes: whole {w}, slim {s}, slim .tar.bz2 {z} bytes");
+    assert!(s * 4 < w, "slim {s} bytes, whole {w}");
+    assert!(z < s, "bzip2'd {z} bytes, tar {s}");
+    std::fs::remove_dir_all(dir.path("w")).unwrap();
+    // perfpipe: the same folded stacks from each.
+    let none = empty_dir(&dir, "no-cache");
+    let by = |a: &Path| fold(&dir, &none, &[], &rec, &["--symbols", a.to_str().unwrap()]);
+    let from_whole = by(&whole);
+    assert!(from_whole.contains("fp_leaf_add"), "{from_whole}");
+    eqnice!(from_whole, by(&slim));
+    eqnice!(from_whole, by(&packed));
+    // perf: the same names with either unpacked into a build-id cache (under --symfs, so no file
+    // of this host answers first) and its kallsyms.
+    let script = |a: &Path, name: &str| {
+        let cache = untar(&dir, a, &format!("{name}/.debug"));
+        let root = dir.path(name);
+        let kallsyms = std::fs::read_dir(cache.join("[kernel.kallsyms]"))
+            .unwrap()
+            .next()
+            .unwrap()
+            .unwrap()
+            .path()
+            .join("kallsyms");
+        let out = Command::new("perf")
+            .env("PERF_BUILDID_DIR", "/.debug")
+            .arg("script")
+            .arg("--symfs")
+            .arg(&root)
+            .arg("--kallsyms")
+            .arg(&kallsyms)
+            .args(["-F", "comm,tid,ip,sym,dso", "-i"])
+            .arg(&rec)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8(out.stdout).unwrap()
+    };
+    let (w, s) = (script(&whole, "perf-whole"), script(&slim, "perf-slim"));
+    assert!(w.contains("fp_leaf_add") && w.contains("entry_SYSCALL"), "{w}");
+    eqnice!(w, s);
 });
 
 /// A tar whose members leave it: `../`, an absolute name, links out, a hard link out.
@@ -230,12 +300,7 @@ pipetest!(needs(perf, cc) kallsyms_of_the_recording_host_names_kernel_frames, |d
         &[&other[..], &["--kallsyms", kallsyms.to_str().unwrap()]].concat(),
     );
     eqnice!(host, named);
-    let archive = dir.path("rec.tar");
-    perfpipe_env(
-        &none,
-        &[],
-        &["archive", "-i", rec.to_str().unwrap(), "-o", archive.to_str().unwrap()],
-    );
+    let archive = archive(&dir, &rec, "rec.tar", &[]);
     let from_archive = fold(
         &dir,
         &none,
