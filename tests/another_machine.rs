@@ -279,35 +279,53 @@ fn archive_members_that_leave_it_are_skipped_and_counted() {
     assert!(!dir.path("escape").exists() && !Path::new("/absolute").exists());
 }
 
-pipetest!(needs(perf, cc) kallsyms_of_the_recording_host_names_kernel_frames, |dir| {
-    // A recording of "another host" (`kernel=no`: this host's /proc/kallsyms is not used) gets
-    // [unknown] kernel frames, and perf's names with --kallsyms of the recording host, or with
-    // the archive `perfpipe archive` made there.
+/// `record` as another host: in a UTS namespace of its own named `perfpipe-otherhost`, so the
+/// stream's HEADER_HOSTNAME is not this machine's.
+fn record_as_other_host(exe: &Path) -> Vec<u8> {
+    let out = Command::new("unshare")
+        .args([
+            "--uts",
+            "sh",
+            "-c",
+            "hostname perfpipe-otherhost && exec perf record \"$@\"",
+            "sh",
+        ])
+        .args(["-e", "cpu-clock", "-F", FREQ, "-g", "-o", "-", "--"])
+        .arg(exe)
+        .arg("300")
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        out.stdout.windows(18).any(|w| w == b"perfpipe-otherhost"),
+        "the stream names its host"
+    );
+    out.stdout
+}
+
+pipetest!(needs(perf, cc, uts) kallsyms_of_the_recording_host_names_kernel_frames, |dir| {
+    // A recording whose stream names another host gets [unknown] kernel frames (this host's
+    // /proc/kallsyms is not that kernel's), and this host's names (perf's: it is the recording
+    // host) with --kallsyms of a copy of its /proc/kallsyms, or with the archive made here.
     let exe = workload(&dir);
-    let rec = dir.write("rec.data", &record(&exe));
+    let rec = dir.write("rec.data", &record_as_other_host(&exe));
     let none = empty_dir(&dir, "no-cache");
-    let host = fold(&dir, &none, &[], &rec, &[]);
-    let kallsyms = dir.write("kallsyms", &std::fs::read("/proc/kallsyms").unwrap());
-    let other = ["--symbolize", "kernel=no"];
-    let unknown = fold(&dir, &none, &[], &rec, &other);
+    let host = fold(&dir, &none, &[], &rec, &["--symbolize", "kernel=yes"]);
+    assert!(host.contains("entry_SYSCALL_64"), "{host}");
+    let unknown = fold(&dir, &none, &[], &rec, &[]);
     assert!(unknown.contains("[[kernel.kallsyms]]"), "{unknown}");
     assert!(!unknown.contains("entry_SYSCALL_64"), "{unknown}");
-    let named = fold(
-        &dir,
-        &none,
-        &[],
-        &rec,
-        &[&other[..], &["--kallsyms", kallsyms.to_str().unwrap()]].concat(),
-    );
+    assert!(unknown.contains("fp_leaf_add"), "{unknown}");
+    let kallsyms = dir.write("kallsyms", &std::fs::read("/proc/kallsyms").unwrap());
+    let named = fold(&dir, &none, &[], &rec, &["--kallsyms", kallsyms.to_str().unwrap()]);
     eqnice!(host, named);
     let archive = archive(&dir, &rec, "rec.tar", &[]);
-    let from_archive = fold(
-        &dir,
-        &none,
-        &[],
-        &rec,
-        &[&other[..], &["--symbols", archive.to_str().unwrap()]].concat(),
-    );
+    let from_archive = fold(&dir, &none, &[], &rec, &["--symbols", archive.to_str().unwrap()]);
     eqnice!(host, from_archive);
 });
 
