@@ -216,6 +216,96 @@ pipetest!(needs(perf, cc) slim_archives_name_frames_as_the_whole_files, |dir| {
     eqnice!(w, s);
 });
 
+/// A loop on clock_gettime and gettimeofday (the vdso's), built into `dir/`.
+fn vdso_workload(dir: &Dir) -> PathBuf {
+    require(Need::Cc);
+    let src = dir.write(
+        "vd.c",
+        b"#include <stdio.h>\n#include <sys/time.h>\n#include <time.h>\n\
+int main(void) { struct timespec ts; struct timeval tv; long s = 0;\n\
+for (long i = 0; i < 3000000; i++) { clock_gettime(CLOCK_MONOTONIC, &ts);\n\
+gettimeofday(&tv, 0); s += ts.tv_nsec + tv.tv_usec; }\n\
+printf(\"%ld\\n\", s); return 0; }\n",
+    );
+    let exe = dir.path("vd");
+    let out = Command::new("cc")
+        .args(["-O1", "-fno-omit-frame-pointer", "-o"])
+        .arg(&exe)
+        .arg(&src)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    exe
+}
+
+/// `archive` with its `[vdso]/ID/vdso` member's `from` renamed `to` (same length, so the image
+/// and its build id stay valid): an image only the archive has.
+fn rename_in_vdso(dir: &Dir, archive: &Path, from: &str, to: &str) -> PathBuf {
+    let at = dir.path("patched.tar");
+    let script = r#"
+import io, sys, tarfile
+src, dst, a, b = sys.argv[1:5]
+t = tarfile.open(src); out = tarfile.open(dst, "w", format=tarfile.GNU_FORMAT)
+for m in t.getmembers():
+    if m.isfile():
+        data = t.extractfile(m).read()
+        if m.name.endswith("/vdso"):
+            assert a.encode() in data
+            data = data.replace(a.encode(), b.encode())
+        m.size = len(data); out.addfile(m, io.BytesIO(data))
+    else:
+        out.addfile(m)
+out.close()
+"#;
+    let out = Command::new("python3")
+        .args(["-c", script])
+        .arg(archive)
+        .arg(&at)
+        .args([from, to])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    at
+}
+
+pipetest!(needs(perf, cc) vdso_frames_are_named_from_the_archive, |dir| {
+    let exe = vdso_workload(&dir);
+    let rec = perf_record(&["-e", "cpu-clock", "-F", FREQ, "-g"], &[exe.to_str().unwrap()]);
+    let rec = dir.write("rec.data", &perfpipe_ok(&["inject", "-b"], &rec));
+    let archive = archive(&dir, &rec, "rec.tar", &[]);
+    let members = Command::new("tar").arg("tf").arg(&archive).output().unwrap();
+    let members = String::from_utf8_lossy(&members.stdout).into_owned();
+    assert!(members.lines().any(|m| m.starts_with("[vdso]/") && m.ends_with("/vdso")), "{members}");
+    let none = empty_dir(&dir, "no-cache");
+    let named = fold(&dir, &none, &[], &rec, &["--symbols", archive.to_str().unwrap()]);
+    // perf's names for the vdso frames.
+    let script = perf_on(&["script", "-F", "ip,sym,dso"], &std::fs::read(&rec).unwrap());
+    let theirs: std::collections::BTreeSet<&str> = script
+        .lines()
+        .filter(|l| l.ends_with("([vdso])"))
+        .filter_map(|l| l.split_whitespace().nth(1))
+        .map(|s| s.split('+').next().unwrap())
+        .collect();
+    assert!(theirs.contains("__vdso_gettimeofday"), "{script}");
+    for name in &theirs {
+        assert!(named.contains(name), "perf names a vdso frame {name}: {named}");
+    }
+    // An image only the archive has names them: the names come from it.
+    let patched = rename_in_vdso(&dir, &archive, "__vdso_gettimeofday", "__vdso_gettimeofdaX");
+    let from_patched = fold(&dir, &none, &[], &rec, &["--symbols", patched.to_str().unwrap()]);
+    assert!(from_patched.contains("__vdso_gettimeofdaX"), "{from_patched}");
+    assert!(!from_patched.contains("__vdso_gettimeofday"), "{from_patched}");
+    eqnice!(named, from_patched.replace("__vdso_gettimeofdaX", "__vdso_gettimeofday"));
+});
+
 /// A tar whose members leave it: `../`, an absolute name, links out, a hard link out.
 fn hostile_tar(dir: &Dir) -> PathBuf {
     let at = dir.path("hostile.tar");
