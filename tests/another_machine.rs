@@ -98,33 +98,51 @@ fn empty_dir(dir: &Dir, name: &str) -> PathBuf {
     p
 }
 
+/// `perfpipe archive -i rec -o dir/NAME EXTRA…` (with an empty build-id cache): the archive.
+fn archive(dir: &Dir, rec: &Path, name: &str, extra: &[&str]) -> PathBuf {
+    let at = dir.path(name);
+    let none = empty_dir(dir, "no-cache");
+    let mut args = vec![
+        "archive",
+        "-i",
+        rec.to_str().unwrap(),
+        "-o",
+        at.to_str().unwrap(),
+    ];
+    args.extend_from_slice(extra);
+    perfpipe_env(&none, &[], &args);
+    at
+}
+
+/// `tar xf archive -C dir/NAME` (perf's users' way to fill a build-id cache): the directory.
+fn untar(dir: &Dir, archive: &Path, name: &str) -> PathBuf {
+    let into = empty_dir(dir, name);
+    let ok = Command::new("tar")
+        .arg("xf")
+        .arg(archive)
+        .arg("-C")
+        .arg(&into)
+        .status()
+        .unwrap()
+        .success();
+    assert!(ok, "tar xf {}", archive.display());
+    into
+}
+
 pipetest!(needs(perf, cc) archive_names_the_frames_of_a_workload_that_is_gone, |dir| {
     let exe = workload(&dir);
     let rec = dir.write("rec.data", &record(&exe));
     let none = empty_dir(&dir, "no-cache");
     let before = fold(&dir, &none, &[], &rec, &[]);
     assert!(before.contains("fp_leaf_add"), "{before}");
-    let archive = dir.path("rec.tar");
-    perfpipe_env(
-        &none,
-        &[],
-        &["archive", "-i", rec.to_str().unwrap(), "-o", archive.to_str().unwrap()],
-    );
+    let archive = archive(&dir, &rec, "rec.tar", &[]);
     std::fs::remove_dir_all(dir.path("w")).unwrap();
     let gone = fold(&dir, &none, &[], &rec, &[]);
     assert!(!gone.contains("fp_leaf_add"), "the workload is gone, yet: {gone}");
     let after = fold(&dir, &none, &[], &rec, &["--symbols", archive.to_str().unwrap()]);
     eqnice!(before, after);
     // The same archive unpacked into a build-id cache, as perf's users do.
-    let cache = empty_dir(&dir, "cache");
-    let tar = Command::new("tar")
-        .arg("xf")
-        .arg(&archive)
-        .arg("-C")
-        .arg(&cache)
-        .status()
-        .unwrap();
-    assert!(tar.success());
+    let cache = untar(&dir, &archive, "cache");
     let from_cache = fold(&dir, &cache, &[], &rec, &[]);
     eqnice!(before, from_cache);
 });
@@ -159,6 +177,148 @@ pipetest!(needs(perf, cc) perf_archive_tarballs_are_read_in_place, |dir| {
     std::fs::remove_dir_all(dir.path("w")).unwrap();
     let after = fold(&dir, &none, &[], &data, &["--symbols", tarball.to_str().unwrap()]);
     eqnice!(before, after);
+});
+
+pipetest!(needs(perf, cc) slim_archives_name_frames_as_the_whole_files, |dir| {
+    // The recording with build ids (the kernel's too), as perf needs them to look in a cache.
+    let exe = workload(&dir);
+    let piped = perfpipe_ok(&["inject", "-b"], &record(&exe));
+    let rec = dir.write("rec.data", &piped);
+    let slim = archive(&dir, &rec, "slim.tar", &[]);
+    let whole = archive(&dir, &rec, "whole.tar", &["--whole"]);
+    let packed = archive(&dir, &rec, "slim.tar.bz2", &[]);
+    let size = |p: &Path| std::fs::metadata(p).unwrap().len();
+    let (s, w, z) = (size(&slim), size(&whole), size(&packed));
+    eprintln!("archive sizes: whole {w}, slim {s}, slim .tar.bz2 {z} bytes");
+    assert!(s * 4 < w, "slim {s} bytes, whole {w}");
+    assert!(z < s, "bzip2'd {z} bytes, tar {s}");
+    std::fs::remove_dir_all(dir.path("w")).unwrap();
+    // perfpipe: the same folded stacks from each.
+    let none = empty_dir(&dir, "no-cache");
+    let by = |a: &Path| fold(&dir, &none, &[], &rec, &["--symbols", a.to_str().unwrap()]);
+    let from_whole = by(&whole);
+    assert!(from_whole.contains("fp_leaf_add"), "{from_whole}");
+    eqnice!(from_whole, by(&slim));
+    eqnice!(from_whole, by(&packed));
+    // perf: the same names with either unpacked into a build-id cache (under --symfs, so no file
+    // of this host answers first) and its kallsyms.
+    let script = |a: &Path, name: &str| {
+        let cache = untar(&dir, a, &format!("{name}/.debug"));
+        let root = dir.path(name);
+        let kallsyms = std::fs::read_dir(cache.join("[kernel.kallsyms]"))
+            .unwrap()
+            .next()
+            .unwrap()
+            .unwrap()
+            .path()
+            .join("kallsyms");
+        let out = Command::new("perf")
+            .env("PERF_BUILDID_DIR", "/.debug")
+            .arg("script")
+            .arg("--symfs")
+            .arg(&root)
+            .arg("--kallsyms")
+            .arg(&kallsyms)
+            .args(["-F", "comm,tid,ip,sym,dso", "-i"])
+            .arg(&rec)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8(out.stdout).unwrap()
+    };
+    let (w, s) = (script(&whole, "perf-whole"), script(&slim, "perf-slim"));
+    assert!(w.contains("fp_leaf_add") && w.contains("entry_SYSCALL"), "{w}");
+    eqnice!(w, s);
+});
+
+/// A loop on clock_gettime and gettimeofday (the vdso's), built into `dir/`.
+fn vdso_workload(dir: &Dir) -> PathBuf {
+    require(Need::Cc);
+    let src = dir.write(
+        "vd.c",
+        b"#include <stdio.h>\n#include <sys/time.h>\n#include <time.h>\n\
+int main(void) { struct timespec ts; struct timeval tv; long s = 0;\n\
+for (long i = 0; i < 3000000; i++) { clock_gettime(CLOCK_MONOTONIC, &ts);\n\
+gettimeofday(&tv, 0); s += ts.tv_nsec + tv.tv_usec; }\n\
+printf(\"%ld\\n\", s); return 0; }\n",
+    );
+    let exe = dir.path("vd");
+    let out = Command::new("cc")
+        .args(["-O1", "-fno-omit-frame-pointer", "-o"])
+        .arg(&exe)
+        .arg(&src)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    exe
+}
+
+/// `archive` with its `[vdso]/ID/vdso` member's `from` renamed `to` (same length, so the image
+/// and its build id stay valid): an image only the archive has.
+fn rename_in_vdso(dir: &Dir, archive: &Path, from: &str, to: &str) -> PathBuf {
+    let at = dir.path("patched.tar");
+    let script = r#"
+import io, sys, tarfile
+src, dst, a, b = sys.argv[1:5]
+t = tarfile.open(src); out = tarfile.open(dst, "w", format=tarfile.GNU_FORMAT)
+for m in t.getmembers():
+    if m.isfile():
+        data = t.extractfile(m).read()
+        if m.name.endswith("/vdso"):
+            assert a.encode() in data
+            data = data.replace(a.encode(), b.encode())
+        m.size = len(data); out.addfile(m, io.BytesIO(data))
+    else:
+        out.addfile(m)
+out.close()
+"#;
+    let out = Command::new("python3")
+        .args(["-c", script])
+        .arg(archive)
+        .arg(&at)
+        .args([from, to])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    at
+}
+
+pipetest!(needs(perf, cc) vdso_frames_are_named_from_the_archive, |dir| {
+    let exe = vdso_workload(&dir);
+    let rec = perf_record(&["-e", "cpu-clock", "-F", FREQ, "-g"], &[exe.to_str().unwrap()]);
+    let rec = dir.write("rec.data", &perfpipe_ok(&["inject", "-b"], &rec));
+    let archive = archive(&dir, &rec, "rec.tar", &[]);
+    let members = Command::new("tar").arg("tf").arg(&archive).output().unwrap();
+    let members = String::from_utf8_lossy(&members.stdout).into_owned();
+    assert!(members.lines().any(|m| m.starts_with("[vdso]/") && m.ends_with("/vdso")), "{members}");
+    let none = empty_dir(&dir, "no-cache");
+    let named = fold(&dir, &none, &[], &rec, &["--symbols", archive.to_str().unwrap()]);
+    // perf's names for the vdso frames.
+    let script = perf_on(&["script", "-F", "ip,sym,dso"], &std::fs::read(&rec).unwrap());
+    let theirs: std::collections::BTreeSet<&str> = script
+        .lines()
+        .filter(|l| l.ends_with("([vdso])"))
+        .filter_map(|l| l.split_whitespace().nth(1))
+        .map(|s| s.split('+').next().unwrap())
+        .collect();
+    assert!(theirs.contains("__vdso_gettimeofday"), "{script}");
+    for name in &theirs {
+        assert!(named.contains(name), "perf names a vdso frame {name}: {named}");
+    }
+    // An image only the archive has names them: the names come from it.
+    let patched = rename_in_vdso(&dir, &archive, "__vdso_gettimeofday", "__vdso_gettimeofdaX");
+    let from_patched = fold(&dir, &none, &[], &rec, &["--symbols", patched.to_str().unwrap()]);
+    assert!(from_patched.contains("__vdso_gettimeofdaX"), "{from_patched}");
+    assert!(!from_patched.contains("__vdso_gettimeofday"), "{from_patched}");
+    eqnice!(named, from_patched.replace("__vdso_gettimeofdaX", "__vdso_gettimeofday"));
 });
 
 /// A tar whose members leave it: `../`, an absolute name, links out, a hard link out.
@@ -211,40 +371,53 @@ fn archive_members_that_leave_it_are_skipped_and_counted() {
     assert!(!dir.path("escape").exists() && !Path::new("/absolute").exists());
 }
 
-pipetest!(needs(perf, cc) kallsyms_of_the_recording_host_names_kernel_frames, |dir| {
-    // A recording of "another host" (`kernel=no`: this host's /proc/kallsyms is not used) gets
-    // [unknown] kernel frames, and perf's names with --kallsyms of the recording host, or with
-    // the archive `perfpipe archive` made there.
+/// `record` as another host: in a UTS namespace of its own named `perfpipe-otherhost`, so the
+/// stream's HEADER_HOSTNAME is not this machine's.
+fn record_as_other_host(exe: &Path) -> Vec<u8> {
+    let out = Command::new("unshare")
+        .args([
+            "--uts",
+            "sh",
+            "-c",
+            "hostname perfpipe-otherhost && exec perf record \"$@\"",
+            "sh",
+        ])
+        .args(["-e", "cpu-clock", "-F", FREQ, "-g", "-o", "-", "--"])
+        .arg(exe)
+        .arg("300")
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        out.stdout.windows(18).any(|w| w == b"perfpipe-otherhost"),
+        "the stream names its host"
+    );
+    out.stdout
+}
+
+pipetest!(needs(perf, cc, uts) kallsyms_of_the_recording_host_names_kernel_frames, |dir| {
+    // A recording whose stream names another host gets [unknown] kernel frames (this host's
+    // /proc/kallsyms is not that kernel's), and this host's names (perf's: it is the recording
+    // host) with --kallsyms of a copy of its /proc/kallsyms, or with the archive made here.
     let exe = workload(&dir);
-    let rec = dir.write("rec.data", &record(&exe));
+    let rec = dir.write("rec.data", &record_as_other_host(&exe));
     let none = empty_dir(&dir, "no-cache");
-    let host = fold(&dir, &none, &[], &rec, &[]);
-    let kallsyms = dir.write("kallsyms", &std::fs::read("/proc/kallsyms").unwrap());
-    let other = ["--symbolize", "kernel=no"];
-    let unknown = fold(&dir, &none, &[], &rec, &other);
+    let host = fold(&dir, &none, &[], &rec, &["--symbolize", "kernel=yes"]);
+    assert!(host.contains("entry_SYSCALL_64"), "{host}");
+    let unknown = fold(&dir, &none, &[], &rec, &[]);
     assert!(unknown.contains("[[kernel.kallsyms]]"), "{unknown}");
     assert!(!unknown.contains("entry_SYSCALL_64"), "{unknown}");
-    let named = fold(
-        &dir,
-        &none,
-        &[],
-        &rec,
-        &[&other[..], &["--kallsyms", kallsyms.to_str().unwrap()]].concat(),
-    );
+    assert!(unknown.contains("fp_leaf_add"), "{unknown}");
+    let kallsyms = dir.write("kallsyms", &std::fs::read("/proc/kallsyms").unwrap());
+    let named = fold(&dir, &none, &[], &rec, &["--kallsyms", kallsyms.to_str().unwrap()]);
     eqnice!(host, named);
-    let archive = dir.path("rec.tar");
-    perfpipe_env(
-        &none,
-        &[],
-        &["archive", "-i", rec.to_str().unwrap(), "-o", archive.to_str().unwrap()],
-    );
-    let from_archive = fold(
-        &dir,
-        &none,
-        &[],
-        &rec,
-        &[&other[..], &["--symbols", archive.to_str().unwrap()]].concat(),
-    );
+    let archive = archive(&dir, &rec, "rec.tar", &[]);
+    let from_archive = fold(&dir, &none, &[], &rec, &["--symbols", archive.to_str().unwrap()]);
     eqnice!(host, from_archive);
 });
 

@@ -4,7 +4,9 @@
 //!   is an option of the command the line is about, as that command's `--help` lists it;
 //! - its two tables under `## Stages and formats` list exactly the stages and formats that
 //!   `perfpipe stages` prints. A row marked `yes` in an `optional` column is a cargo feature: a
-//!   build without it may leave it out.
+//!   build without it may leave it out;
+//! - its main job (`## Set-up`), run as written, draws a flame graph whose frames are named, by
+//!   the archive it passes: without `--symbols` the workload's frames are not.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::process::Command;
@@ -260,4 +262,124 @@ fn stage_table_lists_what_perfpipe_stages_prints() {
         "README.md's stage and format tables list what `perfpipe stages` does not print \
          (mark a cargo feature's row `yes` under `optional`): {unknown:?}"
     );
+}
+
+/// The arguments of the README's main job: its `cargo run --release -- ARGS` line.
+fn main_job() -> Vec<String> {
+    let text = readme();
+    let line = section(&text, "Set-up: the two commands")
+        .into_iter()
+        .find_map(|l| l.trim().strip_prefix("cargo run --release -- "))
+        .expect("README.md's set-up has a `cargo run --release -- …` line")
+        .to_string();
+    line.split_whitespace().map(str::to_string).collect()
+}
+
+/// Each frame of a flame graph: (name, samples), from `<title>NAME (N samples, P%)</title>`.
+fn svg_frames(svg: &str) -> Vec<(String, u64)> {
+    svg.split("<title>")
+        .skip(1)
+        .filter_map(|t| {
+            let t = &t[..t.find("</title>")?];
+            let (name, rest) = t.rsplit_once(" (")?;
+            let n = rest.split(' ').next()?.replace(',', "").parse().ok()?;
+            Some((
+                name.replace("&lt;", "<")
+                    .replace("&gt;", ">")
+                    .replace("&amp;", "&"),
+                n,
+            ))
+        })
+        .collect()
+}
+
+/// The README's main job, in a directory where its relative paths lead to the repository's
+/// `tests/`, with no build-id cache of the user's: the frames of its flame graph.
+fn run_main_job(args: &[String]) -> Vec<(String, u64)> {
+    let dir = crate::util::Dir::new("readme-main-job");
+    let repo_tests = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests");
+    std::os::unix::fs::symlink(&repo_tests, dir.path("tests")).unwrap();
+    std::fs::create_dir_all(dir.path("cache")).unwrap();
+    let out = Command::new(bin())
+        .args(args)
+        .current_dir(dir.path(""))
+        .env("PERF_BUILDID_DIR", dir.path("cache"))
+        .env_remove("DEBUGINFOD_URLS")
+        .output()
+        .expect("run perfpipe");
+    assert!(
+        out.status.success(),
+        "perfpipe {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let svg =
+        std::fs::read_to_string(dir.path("flame.svg")).expect("the main job writes flame.svg");
+    svg_frames(&svg)
+}
+
+/// The share of the samples under frames without a name (`[unknown]`, `[dso]`), counting nested
+/// ones twice (so it can only overstate).
+fn unnamed_share(frames: &[(String, u64)]) -> f64 {
+    let total = frames
+        .iter()
+        .find(|f| f.0 == "all")
+        .expect("the root frame")
+        .1;
+    let unnamed: u64 = frames
+        .iter()
+        .filter(|f| f.0.starts_with('['))
+        .map(|f| f.1)
+        .sum();
+    unnamed as f64 / total as f64
+}
+
+#[test]
+fn main_job_names_its_frames_from_the_archive() {
+    let args = main_job();
+    assert!(args.iter().any(|a| a == "--symbols"), "{args:?}");
+    let frames = run_main_job(&args);
+    let share = unnamed_share(&frames);
+    assert!(
+        share <= 0.05,
+        "{:.1}% of the samples unnamed",
+        share * 100.0
+    );
+    let names: BTreeSet<&str> = frames.iter().map(|f| f.0.as_str()).collect();
+    // The workload's own functions (its binary is gone), libc's (its debug file) and the
+    // kernel's (the archive's kallsyms of the recording host).
+    for f in [
+        "main",
+        "parse_csv",
+        "parse_field",
+        "sort_records",
+        "compare_records",
+        "hash_block",
+        "compress_block",
+        "lz_match",
+        "render_csv",
+        "msort_with_tmp.part.0",
+        "__GI___getrandom",
+        "do_syscall_64",
+        "chacha_permute",
+    ] {
+        assert!(
+            names.contains(f),
+            "no frame {f} in the flame graph: {names:?}"
+        );
+    }
+    let mut widest = frames.clone();
+    widest.sort_by_key(|f| std::cmp::Reverse(f.1));
+    let top: Vec<_> = widest.iter().take(12).collect();
+    assert!(top.iter().all(|f| !f.0.starts_with('[')), "{top:?}");
+    // Without the archive the workload's frames have no names: the archive is what names them.
+    let mut without = args.clone();
+    let at = without.iter().position(|a| a == "--symbols").unwrap();
+    without.drain(at..at + 2);
+    let frames = run_main_job(&without);
+    let names: BTreeSet<&str> = frames.iter().map(|f| f.0.as_str()).collect();
+    assert!(
+        !names.contains("hash_block") && !names.contains("parse_csv"),
+        "{names:?}"
+    );
+    assert!(unnamed_share(&frames) > 0.5, "{frames:?}");
 }

@@ -129,6 +129,11 @@ macro_rules! pipetest {
             [#[cfg_attr(any(skip_perf, skip_uts), ignore = "needs perf and a UTS namespace (missing at build time)")]]
             [Perf, Uts] $($rest)*);
     };
+    (needs(perf, cc, uts) $($rest:tt)*) => {
+        $crate::pipetest!(@needs
+            [#[cfg_attr(any(skip_perf, skip_cc, skip_uts), ignore = "needs perf, cc and a UTS namespace (missing at build time)")]]
+            [Perf, Cc, Uts] $($rest)*);
+    };
     (needs(perf, cc, uts, duckdb, spark) $($rest:tt)*) => {
         $crate::pipetest!(@needs
             [#[cfg_attr(any(skip_perf, skip_cc, skip_uts, skip_duckdb, skip_spark), ignore = "needs perf, cc, a UTS namespace, duckdb and spark (missing at build time)")]]

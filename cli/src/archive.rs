@@ -20,9 +20,16 @@ pub struct ArchiveArgs {
     /// The recording: a pipe-mode stream or a perf.data; `-` is standard input.
     #[arg(short, long, value_name = "FILE", default_value = "-")]
     input: PathBuf,
-    /// The archive to write (a tar; written beside it and renamed into place at the end).
+    /// The archive to write: a tar, bzip2-compressed when the name ends in `.bz2` (written beside
+    /// it and renamed into place at the end).
     #[arg(short, long, value_name = "ARCHIVE")]
     output: PathBuf,
+    /// Pack the files as they are, not slim copies of their symbol and unwind tables.
+    #[arg(long)]
+    whole: bool,
+    /// Keep the DWARF debug sections in the slim copies (what `--inline` reads).
+    #[arg(long, conflicts_with = "whole")]
+    dwarf: bool,
     #[command(flatten)]
     report: ReportArgs,
 }
@@ -31,7 +38,12 @@ pub struct ArchiveArgs {
 pub(crate) fn main(args: &ArchiveArgs, registry: &Registry) -> ExitCode {
     let mut registry = registry.clone();
     registry.add_format(perfpipe_profile::symbols::archive::SPEC);
-    let plan = match Plan::from_words(&[Word::Format("archive")], &registry) {
+    let format = match (args.whole, args.dwarf) {
+        (true, _) => "archive:whole",
+        (false, true) => "archive:dwarf",
+        (false, false) => "archive",
+    };
+    let plan = match Plan::from_words(&[Word::Format(format)], &registry) {
         Ok(p) => p,
         Err(e) => {
             eprintln!("perfpipe archive: {e}");
@@ -45,4 +57,28 @@ pub(crate) fn main(args: &ArchiveArgs, registry: &Registry) -> ExitCode {
         &args.report,
         "perfpipe archive",
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use super::*;
+
+    #[derive(Parser)]
+    struct T {
+        #[command(flatten)]
+        a: ArchiveArgs,
+    }
+
+    #[test]
+    fn archive_flags_parse() {
+        let t = T::try_parse_from(["x", "-o", "a.tar.bz2", "--dwarf"]).unwrap();
+        assert!(t.a.dwarf && !t.a.whole);
+        assert_eq!(t.a.output, PathBuf::from("a.tar.bz2"));
+        let t = T::try_parse_from(["x", "-i", "rec", "-o", "a.tar", "--whole"]).unwrap();
+        assert!(t.a.whole && t.a.input == std::path::Path::new("rec"));
+        assert!(T::try_parse_from(["x", "-o", "a.tar", "--whole", "--dwarf"]).is_err());
+        assert!(T::try_parse_from(["x"]).is_err());
+    }
 }

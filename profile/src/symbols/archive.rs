@@ -10,6 +10,11 @@
 //!   under the running kernel's build id (a copy whose addresses `kptr_restrict` hid is refused);
 //! - when the vdso was hit: `[vdso]/ID/vdso`, the image this process maps.
 //!
+//! ELF files go in as slim copies ([`super::slim`]: the symbol tables, unwind tables and headers,
+//! not the code and data), unless the `whole` option asks for the files as they are; `dwarf` keeps
+//! the DWARF `--inline` reads. An output named `*.bz2` is compressed (bzip2, as `perf archive`'s
+//! tarballs are), and read back the same way.
+//!
 //! It is an output format of the pipeline ([`SPEC`], `symbolize` before it), so it reads what
 //! `-i` reads (a pipe stream or a perf.data) and knows the hit dsos exactly as the profiles do.
 //! The tar is written beside the output and renamed into place at the end.
@@ -19,7 +24,7 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use perfpipe_core::spec::{BuildCtx, FormatSpec, Options};
+use perfpipe_core::spec::{BuildCtx, FormatSpec, Kind, Options, StageOption};
 use perfpipe_core::{Batch, Counter, Flow, Sink, StageError};
 use perfpipe_stream::model::dso::gnu_build_id_in_notes;
 
@@ -32,14 +37,42 @@ pub const SPEC: FormatSpec = FormatSpec {
     help: "a tar of the files that name the recording's frames, in perf's build-id-cache layout (perfpipe archive)",
     extensions: &[],
     flags: &[],
-    options: &[],
+    options: &[
+        StageOption {
+            key: "whole",
+            kind: Kind::Switch,
+            help: "pack the files as they are, not slim copies of their symbol and unwind tables",
+        },
+        StageOption {
+            key: "dwarf",
+            kind: Kind::Switch,
+            help: "keep the DWARF debug sections in the slim copies (what --inline reads)",
+        },
+    ],
     needs: &["symbolize"],
     sets: |_| &[("symbolize", "kernel", "yes")],
     build: build_sink,
 };
 
-fn build_sink(_: &BuildCtx, _: &Options, path: &Path) -> Result<Box<dyn Sink>, StageError> {
-    Ok(Box::new(ArchiveSink::new(path)))
+fn build_sink(_: &BuildCtx, o: &Options, path: &Path) -> Result<Box<dyn Sink>, StageError> {
+    let mut sink = ArchiveSink::new(path);
+    sink.slim = match (o.switch("whole"), o.switch("dwarf")) {
+        (true, _) => Slim::No,
+        (false, dwarf) => Slim::Yes { dwarf },
+    };
+    Ok(Box::new(sink))
+}
+
+/// Whether ELF files go in as slim copies ([`super::slim`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Slim {
+    /// The files as they are.
+    No,
+    /// Slim copies; `dwarf` keeps the DWARF debug sections.
+    Yes {
+        /// Keep `.debug_*` (what `--inline` reads).
+        dwarf: bool,
+    },
 }
 
 /// What went into an archive.
@@ -47,8 +80,10 @@ fn build_sink(_: &BuildCtx, _: &Options, path: &Path) -> Result<Box<dyn Sink>, S
 pub struct Summary {
     /// Files written (not links).
     pub files: usize,
-    /// Their bytes.
+    /// Their bytes (as packed: slim copies, before any compression).
     pub bytes: u64,
+    /// The bytes the files packed have whole (equal to `bytes` without slimming).
+    pub bytes_whole: u64,
     /// Dsos hit that got a file.
     pub dsos: usize,
     /// Dsos hit whose file is gone or is another build now: `(name, build id hex)`.
@@ -59,10 +94,13 @@ pub struct Summary {
 #[derive(Debug)]
 pub struct ArchiveSink {
     path: PathBuf,
+    /// Slim copies of ELF files, or the files whole.
+    pub slim: Slim,
     sources: Option<Sources>,
     hit: rustc_hash::FxHashSet<u32>,
     files: Counter,
     bytes: Counter,
+    bytes_whole: Counter,
     missing: Counter,
     /// What the last run wrote (for the command's closing lines).
     pub summary: Summary,
@@ -73,10 +111,12 @@ impl ArchiveSink {
     pub fn new(path: &Path) -> ArchiveSink {
         ArchiveSink {
             path: path.to_path_buf(),
+            slim: Slim::Yes { dwarf: false },
             sources: None,
             hit: Default::default(),
             files: Counter::new(),
             bytes: Counter::new(),
+            bytes_whole: Counter::new(),
             missing: Counter::new(),
             summary: Summary::default(),
         }
@@ -99,18 +139,25 @@ impl Sink for ArchiveSink {
 
     fn finish(&mut self) -> Result<(), StageError> {
         let members = match &self.sources {
-            Some(src) => members(src, &self.hit, &mut self.summary),
+            Some(src) => members(src, &self.hit, self.slim, &mut self.summary),
             None => Vec::new(),
         };
-        write_tar(&self.path, &members, &mut self.summary)?;
+        write_tar(&self.path, &members, self.slim, &mut self.summary)?;
         self.files.add(self.summary.files as u64);
         self.bytes.add(self.summary.bytes);
+        self.bytes_whole.add(self.summary.bytes_whole);
         self.missing.add(self.summary.missing.len() as u64);
         let name = self.path.display();
+        let mib = |b: u64| b as f64 / (1 << 20) as f64;
+        let whole = if self.summary.bytes_whole != self.summary.bytes {
+            format!(", {:.1} MiB whole", mib(self.summary.bytes_whole))
+        } else {
+            String::new()
+        };
         eprintln!(
-            "perfpipe archive: {} files ({:.1} MiB) for {} dsos in {name}; on the other machine: perfpipe --symbols {name} …, or tar xf {name} -C ~/.debug for perf",
+            "perfpipe archive: {} files ({:.1} MiB{whole}) for {} dsos in {name}; on the other machine: perfpipe --symbols {name} …, or tar xf {name} -C ~/.debug for perf",
             self.summary.files,
-            self.summary.bytes as f64 / (1 << 20) as f64,
+            mib(self.summary.bytes),
             self.summary.dsos,
         );
         for (dso, id) in &self.summary.missing {
@@ -123,6 +170,7 @@ impl Sink for ArchiveSink {
         vec![
             ("files", self.files.clone()),
             ("bytes", self.bytes.clone()),
+            ("bytes_whole", self.bytes_whole.clone()),
             ("dsos_without_file", self.missing.clone()),
         ]
     }
@@ -149,16 +197,29 @@ enum Content {
 }
 
 /// The members for the frames `hit`, by build id (each once).
-fn members(src: &Sources, hit: &rustc_hash::FxHashSet<u32>, summary: &mut Summary) -> Vec<Member> {
+fn members(
+    src: &Sources,
+    hit: &rustc_hash::FxHashSet<u32>,
+    slim: Slim,
+    summary: &mut Summary,
+) -> Vec<Member> {
     let frames = src.table.snapshot();
     let mut dsos = BTreeMap::new();
     let mut kernel = false;
+    // The kernel addresses hit (a slim kallsyms keeps what names them).
+    let mut kernel_ips = Vec::new();
     for &id in hit {
         let Some(f) = frames.get(id as usize) else {
             continue;
         };
-        if f.query.kernel {
+        let in_kernel = f
+            .query
+            .dso
+            .and_then(|d| src.dsos.get(d))
+            .is_some_and(|i| i.kernel);
+        if f.query.kernel || in_kernel {
             kernel = true;
+            kernel_ips.push(f.query.ip);
             continue;
         }
         if let Some(d) = f.query.dso {
@@ -201,9 +262,10 @@ fn members(src: &Sources, hit: &rustc_hash::FxHashSet<u32>, summary: &mut Summar
                         &mut out,
                         "[vdso]",
                         id.as_bytes(),
-                        vec![("vdso", Content::Bytes(Arc::from(img)))],
+                        vec![("vdso", Content::Bytes(Arc::from(img.clone())))],
                     );
                     summary.dsos += 1;
+                    summary.bytes_whole += img.len() as u64;
                 }
             }
             continue;
@@ -245,6 +307,11 @@ fn members(src: &Sources, hit: &rustc_hash::FxHashSet<u32>, summary: &mut Summar
             .filter(|t| has_addresses(t));
         match (id, text) {
             (Some(id), Some(t)) => {
+                summary.bytes_whole += t.len() as u64;
+                let t = match slim {
+                    Slim::Yes { .. } => super::slim::kallsyms(&t, &kernel_ips),
+                    Slim::No => t,
+                };
                 add(
                     &mut out,
                     "[kernel.kallsyms]",
@@ -273,7 +340,12 @@ fn file_build_id(p: &Path) -> Option<Vec<u8>> {
     super::elf::info(&super::elf::Src::open(p)?)?.build_id
 }
 
-fn write_tar(path: &Path, members: &[Member], summary: &mut Summary) -> Result<(), StageError> {
+fn write_tar(
+    path: &Path,
+    members: &[Member],
+    slim: Slim,
+    summary: &mut Summary,
+) -> Result<(), StageError> {
     let dir = path
         .parent()
         .filter(|d| !d.as_os_str().is_empty())
@@ -284,7 +356,16 @@ fn write_tar(path: &Path, members: &[Member], summary: &mut Summary) -> Result<(
         .unwrap_or_default();
     let tmp = dir.join(format!(".{base}.perfpipe-{}.tmp", std::process::id()));
     let file = std::fs::File::create(&tmp).map_err(|e| format!("{}: {e}", tmp.display()))?;
-    let mut b = tar::Builder::new(std::io::BufWriter::new(file));
+    let out = std::io::BufWriter::new(file);
+    let bz2 = path.extension().is_some_and(|e| e == "bz2");
+    let mut b = tar::Builder::new(if bz2 {
+        Packed::Bz2(bzip2::write::BzEncoder::new(
+            out,
+            bzip2::Compression::best(),
+        ))
+    } else {
+        Packed::Plain(out)
+    });
     b.mode(tar::HeaderMode::Deterministic);
     let r = (|| -> std::io::Result<()> {
         for m in members {
@@ -302,11 +383,16 @@ fn write_tar(path: &Path, members: &[Member], summary: &mut Summary) -> Result<(
                     h.set_mode(0o644);
                     let n = match from {
                         Content::Path(p) => {
-                            let mut f = std::fs::File::open(p)?;
-                            let len = f.metadata()?.len();
-                            h.set_size(len);
-                            b.append_data(&mut h, name, &mut f)?;
-                            len
+                            let whole = std::fs::read(p)?;
+                            summary.bytes_whole += whole.len() as u64;
+                            let small = match slim {
+                                Slim::Yes { dwarf } => super::slim::slim(&whole, dwarf),
+                                Slim::No => None,
+                            };
+                            let bytes = small.as_deref().unwrap_or(&whole);
+                            h.set_size(bytes.len() as u64);
+                            b.append_data(&mut h, name, bytes)?;
+                            bytes.len() as u64
                         }
                         Content::Bytes(bytes) => {
                             h.set_size(bytes.len() as u64);
@@ -319,9 +405,12 @@ fn write_tar(path: &Path, members: &[Member], summary: &mut Summary) -> Result<(
                 }
             }
         }
-        let mut w = b.into_inner()?;
-        w.flush()?;
-        w.get_ref().sync_all()
+        let w = match b.into_inner()? {
+            Packed::Plain(w) => w,
+            Packed::Bz2(z) => z.finish()?,
+        };
+        let f = w.into_inner().map_err(|e| e.into_error())?;
+        f.sync_all()
     })();
     if let Err(e) = r {
         let _ = std::fs::remove_file(&tmp);
@@ -329,4 +418,26 @@ fn write_tar(path: &Path, members: &[Member], summary: &mut Summary) -> Result<(
     }
     std::fs::rename(&tmp, path).map_err(|e| format!("{}: {e}", path.display()))?;
     Ok(())
+}
+
+/// The tar's bytes, as they are or bzip2-compressed (`-o NAME.tar.bz2`).
+enum Packed<W: Write> {
+    Plain(W),
+    Bz2(bzip2::write::BzEncoder<W>),
+}
+
+impl<W: Write> Write for Packed<W> {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        match self {
+            Packed::Plain(w) => w.write(buf),
+            Packed::Bz2(w) => w.write(buf),
+        }
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        match self {
+            Packed::Plain(w) => w.flush(),
+            Packed::Bz2(w) => w.flush(),
+        }
+    }
 }

@@ -11,7 +11,8 @@
 //! - **Kernel**: `/proc/kallsyms` (modules as `[name]`), once, when `host_kernel`.
 //! - **JIT**: `/tmp/perf-PID.map` for anonymous memory, read at the first lookup (the JIT
 //!   appends to it while the recording runs).
-//! - **`[vdso]`**: the vdso image of this process (the host's, as the recording's when it is of
+//! - **`[vdso]`**: the image a source holds by the vdso's build id (`[vdso]/ID/vdso` in an archive
+//!   or the cache), else the vdso image of this process (the host's, as the recording's when it is of
 //!   this host).
 //!
 //! A lookup is a binary search; names are demangled on first use and shared (`Arc<str>`).
@@ -30,6 +31,7 @@ use table::Table;
 pub mod archive;
 mod demangle;
 mod elf;
+pub mod slim;
 pub mod sources;
 pub mod table;
 #[cfg(test)]
@@ -160,6 +162,8 @@ pub struct Symbols {
     /// A kallsyms load was handed to the pool (so a hundred module MMAPs spawn one job).
     kallsyms_started: std::sync::atomic::AtomicBool,
     vdso: Arc<Slot>,
+    /// The vdso's slot by its BUILD_ID record ([`Symbols::vdso_noted`]).
+    vdso_noted: OnceLock<Arc<Slot>>,
     perf_maps: Mutex<HashMap<u32, Arc<OnceLock<Table>>>>,
     /// The kernel's build id, as the stream gives it (a kernel MMAP2 or BUILD_ID record).
     kernel_id: Mutex<Option<Vec<u8>>>,
@@ -186,7 +190,9 @@ enum EntryKind {
     Kernel,
     /// Anonymous memory: named by `/tmp/perf-PID.map`.
     Anon,
-    Vdso,
+    /// The vdso: the recording's image from a source by its build id, else this host's (`None`:
+    /// decided at the first lookup, by a BUILD_ID record).
+    Vdso(Option<Arc<Slot>>),
     /// A map with no file (`[vsyscall]`, `[uprobes]`).
     NoFile,
 }
@@ -280,6 +286,7 @@ impl Symbols {
             kallsyms: Arc::default(),
             kallsyms_started: Default::default(),
             vdso,
+            vdso_noted: OnceLock::new(),
             perf_maps: Mutex::default(),
             kernel_id: Mutex::default(),
             noted_ids: Mutex::default(),
@@ -426,13 +433,13 @@ impl Symbols {
             ),
             "anon-named" => (EntryKind::Anon, shown.into_owned(), None),
             "vdso" => {
-                let slot = self.vdso.clone();
-                let c = self.config.clone();
-                let k = self.counters.clone();
+                let slot = self.vdso_slot(dso);
+                let s = slot.clone().unwrap_or_else(|| self.vdso.clone());
+                let (c, k) = (self.config.clone(), self.counters.clone());
                 let job: Box<dyn FnOnce() + Send> = Box::new(move || {
-                    slot.get(&c, &k);
+                    s.get(&c, &k);
                 });
-                (EntryKind::Vdso, shown.into_owned(), Some(job))
+                (EntryKind::Vdso(slot), shown.into_owned(), Some(job))
             }
             "nofile" => (EntryKind::NoFile, shown.into_owned(), None),
             _ => {
@@ -504,6 +511,56 @@ impl Symbols {
         )
     }
 
+    /// The vdso's slot when the stream gave its build id with its MMAP2 (else `None`: see
+    /// [`Symbols::vdso_noted`]).
+    fn vdso_slot(&self, dso: &DsoDesc<'_>) -> Option<Arc<Slot>> {
+        match dso.build_id {
+            Some(b) if !b.is_empty() => Some(self.vdso_by_id(b)),
+            _ => None,
+        }
+    }
+
+    /// The vdso's slot for a stream that gives its build id in a BUILD_ID record (perf inject
+    /// writes it after the MMAP, at the first sample), decided at the first lookup.
+    fn vdso_noted(&self) -> Arc<Slot> {
+        self.vdso_noted
+            .get_or_init(|| {
+                let id = self
+                    .noted_ids
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .get(&b"[vdso]"[..])
+                    .cloned();
+                match id {
+                    Some(id) => self.vdso_by_id(&id),
+                    None => self.vdso.clone(),
+                }
+            })
+            .clone()
+    }
+
+    /// The image a source holds as `[vdso]/ID/vdso` for build id `id`, else this host's.
+    fn vdso_by_id(&self, id: &[u8]) -> Arc<Slot> {
+        if self.config.sources.special(id, "vdso").is_none() {
+            return self.vdso.clone();
+        }
+        let key = format!("[vdso]:{}", sources::hex(id));
+        let mut map = self.by_key.lock().unwrap_or_else(|e| e.into_inner());
+        map.entry(key)
+            .or_insert_with(|| {
+                Arc::new(Slot {
+                    spec: Spec {
+                        name: PathBuf::from("[vdso]"),
+                        build_id: Some(id.to_vec()),
+                        vdso: true,
+                        ..Spec::default()
+                    },
+                    ..Slot::default()
+                })
+            })
+            .clone()
+    }
+
     fn kallsyms_job(&self) -> Option<Box<dyn FnOnce() + Send>> {
         if !self.config.host_kernel
             || self
@@ -545,7 +602,10 @@ impl Symbols {
         }?;
         match &entry.kind {
             EntryKind::Elf(slot) => slot.get(&self.config, &self.counters).build_id.clone(),
-            EntryKind::Vdso => self.vdso.get(&self.config, &self.counters).build_id.clone(),
+            EntryKind::Vdso(slot) => {
+                let slot = slot.clone().unwrap_or_else(|| self.vdso_noted());
+                slot.get(&self.config, &self.counters).build_id.clone()
+            }
             _ => None,
         }
     }
@@ -577,8 +637,9 @@ impl Symbols {
                     push_hit(t, q.ip, &e.name, FrameKind::Jit, out);
                 }
                 EntryKind::NoFile => out.push(unknown(q.rel, e.name.clone(), FrameKind::User)),
-                EntryKind::Vdso => {
-                    let l = self.vdso.get(&self.config, &self.counters);
+                EntryKind::Vdso(slot) => {
+                    let slot = slot.clone().unwrap_or_else(|| self.vdso_noted());
+                    let l = slot.get(&self.config, &self.counters);
                     push_hit(&l.table, q.rel, &e.name, FrameKind::User, out);
                 }
                 EntryKind::Elf(slot) => {
@@ -712,7 +773,19 @@ impl Slot {
     fn get(&self, c: &SymbolsConfig, k: &SymbolCounters) -> &Loaded {
         self.loaded.get_or_init(|| {
             let l = if self.spec.vdso {
-                load_vdso(c.demangle)
+                let image = match &self.spec.build_id {
+                    // Only an image that is the build asked for.
+                    Some(id) => c
+                        .sources
+                        .special(id, "vdso")
+                        .and_then(|cand| cand.read_all(1 << 24))
+                        .filter(|img| {
+                            perfpipe_stream::model::dso::elf_build_id(img)
+                                .is_some_and(|b| b.as_bytes() == &id[..])
+                        }),
+                    None => vdso_image(),
+                };
+                load_vdso(image, c.demangle)
             } else {
                 let fs_debug;
                 let debug_dirs = match c.sources.symfs() {
@@ -790,10 +863,10 @@ fn load_perf_map(dir: &Path, pid: u32) -> Table {
         .unwrap_or_default()
 }
 
-/// This process's vdso image (`[vdso]` in `/proc/self/maps`), copied out of memory: the same
-/// image every process of this kernel maps.
-fn load_vdso(demangle: bool) -> Loaded {
-    let Some(bytes) = vdso_image() else {
+/// The table of a vdso `image`: the recording's from a source, or this process's (`[vdso]` in
+/// `/proc/self/maps`, copied out of memory: the same image every process of this kernel maps).
+fn load_vdso(image: Option<Vec<u8>>, demangle: bool) -> Loaded {
+    let Some(bytes) = image else {
         return Loaded {
             missing: true,
             ..Loaded::default()
