@@ -409,8 +409,25 @@ pipetest!(needs(perf, cc, uts) kallsyms_of_the_recording_host_names_kernel_frame
     let none = empty_dir(&dir, "no-cache");
     let host = fold(&dir, &none, &[], &rec, &["--symbolize", "kernel=yes"]);
     assert!(host.contains("entry_SYSCALL_64"), "{host}");
+    let (said, by_samples) = profile(&dir, &none, &[], &rec, &["--weight", "samples"]);
     let unknown = fold(&dir, &none, &[], &rec, &[]);
     assert!(unknown.contains("[[kernel.kallsyms]]"), "{unknown}");
+    // With no source given, the end lines still say the kernel's frames stayed unnamed, how many
+    // samples that is (those whose own frame is the kernel's, as the folded stacks count them),
+    // and how to name them.
+    let leaf_kernel: u64 = by_samples
+        .lines()
+        .filter(|l| l.rsplit_once(' ').unwrap().0.ends_with("[[kernel.kallsyms]]"))
+        .map(|l| l.rsplit_once(' ').unwrap().1.parse::<u64>().unwrap())
+        .sum();
+    assert!(leaf_kernel > 0, "{by_samples}");
+    let line = said
+        .lines()
+        .find(|l| l.contains("no symbols for [kernel.kallsyms]"))
+        .unwrap_or_else(|| panic!("no line for the kernel: {said}"));
+    assert!(line.contains(&format!("({leaf_kernel} of ")), "{line}");
+    assert!(line.contains("this host's kallsyms (not used"), "{line}");
+    assert!(said.contains("--kallsyms with a copy"), "{said}");
     assert!(!unknown.contains("entry_SYSCALL_64"), "{unknown}");
     assert!(unknown.contains("fp_leaf_add"), "{unknown}");
     let kallsyms = dir.write("kallsyms", &std::fs::read("/proc/kallsyms").unwrap());

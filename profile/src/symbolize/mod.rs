@@ -937,37 +937,50 @@ impl Stage for Symbolize {
 }
 
 /// What the end lines and `--stats-json` say to do about unnamed dsos.
-pub const UNNAMED_HINT: &str = "run `perfpipe archive -i REC -o ARCHIVE.tar` on the recording host and pass --symbols ARCHIVE.tar, or set DEBUGINFOD_URLS to a debuginfod server that has their build ids (docs/another-machine.md)";
+pub const UNNAMED_HINT: &str = "run `perfpipe archive -i REC -o ARCHIVE.tar` on the recording host and pass --symbols ARCHIVE.tar (it holds the kernel's kallsyms too; else --kallsyms with a copy of the host's /proc/kallsyms), or set DEBUGINFOD_URLS to a debuginfod server that has their build ids (docs/another-machine.md)";
 
 impl Symbolize {
-    /// With sources to look in (`--symbols`, `--symfs`, `--kallsyms`, debuginfod): one line per
-    /// hit dso whose frames stay unnamed, with its build id, what was tried and how to get it;
-    /// counted in `dsos_unnamed`.
+    /// With sources to look in (`--symbols`, `--symfs`, `--kallsyms`, debuginfod), or for a
+    /// recording whose stream names another host: one line per hit dso whose frames stay
+    /// unnamed, with its build id, what was tried and how to get it; counted in `dsos_unnamed`.
+    /// The kernel is one of them when its frames are `[unknown]` (another host's, no kallsyms).
     fn say_what_is_missing(&self) {
         let src = &self.symbols.config().sources;
         let explicit = src.symfs().is_some()
             || src.kallsyms_file().is_some()
             || src.debuginfod().is_some()
             || src.tried().iter().any(|t| t.starts_with("--symbols"));
-        if !explicit {
+        let foreign = !self.host.is_host(&self.this_host, HostMode::Auto);
+        if !explicit && !foreign {
             return;
         }
         let frames = self.frames_by_key.table.snapshot();
         // Each hit file dso and the samples whose own frame is in it (perf report --sort dso).
         let mut hit: BTreeMap<u32, u64> = BTreeMap::new();
+        let mut kernel = 0;
         for (i, f) in frames.iter().enumerate() {
-            if let (Some(d), false) = (f.query.dso, f.query.kernel) {
-                *hit.entry(d.0).or_default() += self.leaf_samples.get(i).copied().unwrap_or(0);
+            let n = self.leaf_samples.get(i).copied().unwrap_or(0);
+            match (f.query.dso, f.query.kernel) {
+                (_, true) => kernel += n,
+                (Some(d), false) => *hit.entry(d.0).or_default() += n,
+                (None, false) => {}
             }
         }
         let total = self.samples.get();
         // By (name, build id): one dso mapped under several ids is one line.
-        let mut unnamed: Vec<(String, String, u64)> = Vec::new();
+        // (name, build id, samples, the last place tried: the file, or this host's kallsyms).
+        let mut unnamed: Vec<(String, String, u64, &str)> = Vec::new();
+        if kernel > 0 && !self.host_kernel() && !self.symbols.names_foreign_kernel() {
+            let id = self.symbols.kernel_build_id().unwrap_or_default();
+            let hex = id.iter().map(|b| format!("{b:02x}")).collect();
+            let last = "this host's kallsyms (not used: the stream names another host)";
+            unnamed.push(("[kernel.kallsyms]".into(), hex, kernel, last));
+        }
         for (&d, &n) in &hit {
             for (name, id) in self.symbols.unnamed(&[DsoId(d)]) {
                 match unnamed.iter_mut().find(|u| u.0 == name && u.1 == id) {
                     Some(u) => u.2 += n,
-                    None => unnamed.push((name, id, n)),
+                    None => unnamed.push((name, id, n, "the file")),
                 }
             }
         }
@@ -976,14 +989,14 @@ impl Symbolize {
         let tried = src.tried();
         let tried_text = tried.join(", ");
         let mut notes = Vec::with_capacity(unnamed.len());
-        for (name, id, n) in &unnamed {
+        for (name, id, n, last) in &unnamed {
             let share = if total == 0 {
                 0.0
             } else {
                 *n as f64 / total as f64
             };
             eprintln!(
-                "perfpipe: symbolize: no symbols for {name} (build id {}): {:.2}% of samples ({n} of {total}); tried {tried_text} and the file",
+                "perfpipe: symbolize: no symbols for {name} (build id {}): {:.2}% of samples ({n} of {total}); tried {tried_text} and {last}",
                 if id.is_empty() { "none" } else { id },
                 share * 100.0
             );
@@ -1002,13 +1015,7 @@ impl Symbolize {
                 ("share", NoteValue::Num(share)),
                 (
                     "tried",
-                    NoteValue::List(
-                        tried
-                            .iter()
-                            .cloned()
-                            .chain(["the file".to_string()])
-                            .collect(),
-                    ),
+                    NoteValue::List(tried.iter().cloned().chain([last.to_string()]).collect()),
                 ),
                 ("hint", NoteValue::Text(UNNAMED_HINT.into())),
             ]);
