@@ -1,5 +1,6 @@
 //! [`Symbols`]: the symbol tables of the dsos a stream maps, loaded once each on the worker pool
-//! as soon as their first MMAP arrives, and the lookups of addresses in them.
+//! as soon as a sample first hits them ([`Symbols::note`] at the MMAP, [`Symbols::want`] at the
+//! first frame in it), and the lookups of addresses in them.
 //!
 //! The rules are perf 6.1's (`tools/perf/util/symbol.c`, `symbol-elf.c`), so that names equal
 //! `perf script`'s; `docs/symbolization.md` lists them with what perf prints.
@@ -196,6 +197,8 @@ enum EntryKind {
 #[derive(Debug, Default)]
 struct Slot {
     spec: Spec,
+    /// A load was handed to the pool ([`Symbols::want`]).
+    started: std::sync::atomic::AtomicBool,
     loaded: OnceLock<Loaded>,
     dwarf: OnceLock<Option<Mutex<Dwarf>>>,
 }
@@ -370,8 +373,17 @@ impl Symbols {
         &self.config
     }
 
-    /// Starts loading `id`'s table in the background; later calls for the same id do nothing.
+    /// Notes dso `id` and starts loading its table in the background; later calls for the same id
+    /// do nothing. [`Symbols::note`] then [`Symbols::want`].
     pub fn prefetch(&self, id: DsoId, dso: DsoDesc<'_>) {
+        self.note(id, dso);
+        self.want(id);
+    }
+
+    /// Notes what dso `id` is (its file, build id, kind) without loading anything: a system-wide
+    /// recording maps every dso of every process, and most are never in a sample. Later calls
+    /// for the same id do nothing.
+    pub fn note(&self, id: DsoId, dso: DsoDesc<'_>) {
         let i = id.0 as usize;
         {
             let v = self.dsos.read().unwrap_or_else(|e| e.into_inner());
@@ -379,29 +391,64 @@ impl Symbols {
                 return;
             }
         }
-        let (entry, job) = self.entry(&dso);
-        {
-            let mut v = self.dsos.write().unwrap_or_else(|e| e.into_inner());
-            if v.len() <= i {
-                v.resize(i + 1, None);
-            }
-            if v[i].is_some() {
-                return;
-            }
-            v[i] = Some(Arc::new(entry));
+        let entry = self.entry(&dso);
+        let mut v = self.dsos.write().unwrap_or_else(|e| e.into_inner());
+        if v.len() <= i {
+            v.resize(i + 1, None);
         }
-        if let Some(job) = job {
-            let fetch = self.config.sources.debuginfod().and_then(|d| d.pool());
-            match (fetch, &self.pool) {
-                (Some(p), Some(_)) => p.spawn(job),
-                (_, Some(p)) => p.spawn(job),
-                (_, None) => job(),
-            }
+        if v[i].is_none() {
+            v[i] = Some(Arc::new(entry));
         }
     }
 
-    /// The entry for a new dso and, when its table is not loaded or loading, the job to load it.
-    fn entry(&self, dso: &DsoDesc<'_>) -> (Entry, Option<Box<dyn FnOnce() + Send>>) {
+    /// Starts loading the table of dso `id` (noted before) on the pool, unless it is loaded or
+    /// loading: called at the first sample that hits the dso, so that a table loads while the
+    /// stream goes on, and only if a frame will be named from it.
+    pub fn want(&self, id: DsoId) {
+        let entry = {
+            let v = self.dsos.read().unwrap_or_else(|e| e.into_inner());
+            v.get(id.0 as usize).cloned().flatten()
+        };
+        let Some(entry) = entry else {
+            return;
+        };
+        let slot = match &entry.kind {
+            EntryKind::Kernel => return self.want_kernel(),
+            EntryKind::Elf(slot) => slot.clone(),
+            EntryKind::Vdso => self.vdso.clone(),
+            EntryKind::Anon | EntryKind::NoFile => return,
+        };
+        if slot
+            .started
+            .swap(true, std::sync::atomic::Ordering::Relaxed)
+        {
+            return;
+        }
+        let c = self.config.clone();
+        let k = self.counters.clone();
+        self.spawn(Box::new(move || {
+            slot.get(&c, &k);
+        }));
+    }
+
+    /// Starts loading the kernel's symbols (kallsyms) on the pool, once.
+    pub fn want_kernel(&self) {
+        if let Some(job) = self.kallsyms_job() {
+            self.spawn(job);
+        }
+    }
+
+    fn spawn(&self, job: Box<dyn FnOnce() + Send>) {
+        let fetch = self.config.sources.debuginfod().and_then(|d| d.pool());
+        match (fetch, &self.pool) {
+            (Some(p), Some(_)) => p.spawn(job),
+            (_, Some(p)) => p.spawn(job),
+            (_, None) => job(),
+        }
+    }
+
+    /// The entry for a new dso (its table shared with the dsos of the same file).
+    fn entry(&self, dso: &DsoDesc<'_>) -> Entry {
         let class = classify(dso.name);
         let shown = String::from_utf8_lossy(dso.name);
         if dso.kernel {
@@ -410,31 +457,17 @@ impl Symbols {
                     self.note_kernel_build_id(id);
                 }
             }
-            let job = self.kallsyms_job();
-            let e = Entry {
+            return Entry {
                 name: Arc::from(kernel_dso_name(dso.name)),
                 kind: EntryKind::Kernel,
                 pid: dso.pid,
             };
-            return (e, job);
         }
-        let (kind, name, job) = match class {
-            "anon" => (
-                EntryKind::Anon,
-                format!("/tmp/perf-{}.map", dso.pid),
-                None::<Box<dyn FnOnce() + Send>>,
-            ),
-            "anon-named" => (EntryKind::Anon, shown.into_owned(), None),
-            "vdso" => {
-                let slot = self.vdso.clone();
-                let c = self.config.clone();
-                let k = self.counters.clone();
-                let job: Box<dyn FnOnce() + Send> = Box::new(move || {
-                    slot.get(&c, &k);
-                });
-                (EntryKind::Vdso, shown.into_owned(), Some(job))
-            }
-            "nofile" => (EntryKind::NoFile, shown.into_owned(), None),
+        let (kind, name) = match class {
+            "anon" => (EntryKind::Anon, format!("/tmp/perf-{}.map", dso.pid)),
+            "anon-named" => (EntryKind::Anon, shown.into_owned()),
+            "vdso" => (EntryKind::Vdso, shown.into_owned()),
+            "nofile" => (EntryKind::NoFile, shown.into_owned()),
             _ => {
                 let name = PathBuf::from(
                     <std::ffi::OsStr as std::os::unix::ffi::OsStrExt>::from_bytes(dso.name),
@@ -466,8 +499,8 @@ impl Symbols {
                     _ => format!("path:{}", open.display()),
                 };
                 let mut map = self.by_key.lock().unwrap_or_else(|e| e.into_inner());
-                let (slot, new) = match map.get(&key) {
-                    Some(s) => (s.clone(), false),
+                let slot = match map.get(&key) {
+                    Some(s) => s.clone(),
                     None => {
                         let s = Arc::new(Slot {
                             spec: Spec {
@@ -479,29 +512,18 @@ impl Symbols {
                             ..Slot::default()
                         });
                         map.insert(key, s.clone());
-                        (s, true)
+                        s
                     }
                 };
                 drop(map);
-                let job = new.then(|| {
-                    let slot = slot.clone();
-                    let c = self.config.clone();
-                    let k = self.counters.clone();
-                    Box::new(move || {
-                        slot.get(&c, &k);
-                    }) as Box<dyn FnOnce() + Send>
-                });
-                (EntryKind::Elf(slot), shown.into_owned(), job)
+                (EntryKind::Elf(slot), shown.into_owned())
             }
         };
-        (
-            Entry {
-                name: Arc::from(name),
-                kind,
-                pid: dso.pid,
-            },
-            job,
-        )
+        Entry {
+            name: Arc::from(name),
+            kind,
+            pid: dso.pid,
+        }
     }
 
     fn kallsyms_job(&self) -> Option<Box<dyn FnOnce() + Send>> {
