@@ -167,7 +167,7 @@ pub struct Symbols {
     /// Build ids of user dsos by name, from BUILD_ID records before their MMAP.
     noted_ids: Mutex<HashMap<Vec<u8>, Vec<u8>>>,
     /// kallsyms from `--kallsyms`, or from a source by the kernel's build id.
-    kallsyms_by_id: OnceLock<Option<Table>>,
+    kallsyms_by_id: Arc<OnceLock<Option<Table>>>,
     /// kallsyms that the explicit sources hold for `[kernel.kallsyms]`, when exactly one.
     kallsyms_by_name: OnceLock<Option<Table>>,
 }
@@ -286,7 +286,7 @@ impl Symbols {
             perf_maps: Mutex::default(),
             kernel_id: Mutex::default(),
             noted_ids: Mutex::default(),
-            kallsyms_by_id: OnceLock::new(),
+            kallsyms_by_id: Arc::default(),
             kallsyms_by_name: OnceLock::new(),
         }
     }
@@ -297,6 +297,14 @@ impl Symbols {
         let mut k = self.kernel_id.lock().unwrap_or_else(|e| e.into_inner());
         if k.is_none() && !id.is_empty() {
             *k = Some(id.to_vec());
+            drop(k);
+            // Kernel frames came before the id: load the kallsyms they will be named from.
+            if self
+                .kallsyms_started
+                .load(std::sync::atomic::Ordering::Relaxed)
+            {
+                self.spawn_kernel_load();
+            }
         }
     }
 
@@ -323,15 +331,7 @@ impl Symbols {
     /// `--kallsyms FILE`, else the sources' kallsyms of the stream's kernel build id.
     fn kallsyms_by_id(&self) -> Option<&Table> {
         self.kallsyms_by_id
-            .get_or_init(|| {
-                let src = &self.config.sources;
-                if let Some(f) = src.kallsyms_file() {
-                    return Some(load_kallsyms(f));
-                }
-                let id = self.kernel_build_id()?;
-                let c = src.special(&id, "kallsyms")?;
-                c.read_all(1 << 30).map(|t| table::parse_kallsyms(&t))
-            })
+            .get_or_init(|| kallsyms_by_id(&self.config.sources, self.kernel_build_id()))
             .as_ref()
     }
 
@@ -431,11 +431,35 @@ impl Symbols {
         }));
     }
 
-    /// Starts loading the kernel's symbols (kallsyms) on the pool, once.
+    /// Starts loading the kallsyms that kernel frames will be named from ([`Symbols::resolve`]'s
+    /// choice: by the kernel's build id, else this host's) on the pool, once.
     pub fn want_kernel(&self) {
-        if let Some(job) = self.kallsyms_job() {
-            self.spawn(job);
+        if !self
+            .kallsyms_started
+            .swap(true, std::sync::atomic::Ordering::Relaxed)
+        {
+            self.spawn_kernel_load();
         }
+    }
+
+    fn spawn_kernel_load(&self) {
+        let sources = self.config.sources.clone();
+        let id = self.kernel_build_id();
+        let by_id = self.kallsyms_by_id.clone();
+        let explicit = id.is_some() || sources.kallsyms_file().is_some();
+        let host = self
+            .config
+            .host_kernel
+            .then(|| (self.kallsyms.clone(), self.config.kallsyms.clone()));
+        self.spawn(Box::new(move || {
+            // With no id yet, `kallsyms_by_id` is left for the lookup (the id may come later).
+            if explicit && by_id.get_or_init(|| kallsyms_by_id(&sources, id)).is_some() {
+                return;
+            }
+            if let Some((k, path)) = host {
+                k.get_or_init(|| load_kallsyms(&path));
+            }
+        }));
     }
 
     fn spawn(&self, job: Box<dyn FnOnce() + Send>) {
@@ -524,21 +548,6 @@ impl Symbols {
             kind,
             pid: dso.pid,
         }
-    }
-
-    fn kallsyms_job(&self) -> Option<Box<dyn FnOnce() + Send>> {
-        if !self.config.host_kernel
-            || self
-                .kallsyms_started
-                .swap(true, std::sync::atomic::Ordering::Relaxed)
-        {
-            return None;
-        }
-        let k = self.kallsyms.clone();
-        let path = self.config.kallsyms.clone();
-        Some(Box::new(move || {
-            k.get_or_init(|| load_kallsyms(&path));
-        }))
     }
 
     fn kallsyms(&self) -> &Table {
@@ -791,6 +800,15 @@ fn push_hit(t: &Table, addr: u64, dso: &Arc<str>, kind: FrameKind, out: &mut Vec
         },
         None => unknown(addr, dso.clone(), kind),
     });
+}
+
+/// `--kallsyms FILE`, else the sources' kallsyms of kernel build id `id`.
+fn kallsyms_by_id(src: &Sources, id: Option<Vec<u8>>) -> Option<Table> {
+    if let Some(f) = src.kallsyms_file() {
+        return Some(load_kallsyms(f));
+    }
+    let c = src.special(&id?, "kallsyms")?;
+    c.read_all(1 << 30).map(|t| table::parse_kallsyms(&t))
 }
 
 fn load_kallsyms(path: &Path) -> Table {
