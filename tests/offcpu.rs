@@ -593,10 +593,8 @@ fn pprof_raw(pb: &Path) -> (Vec<String>, Vec<(Vec<u64>, String)>) {
         }
         match l.split_once(':') {
             Some((values, _))
-                if values
-                    .trim()
-                    .split_whitespace()
-                    .all(|v| v.parse::<u64>().is_ok()) =>
+                if !values.trim().is_empty()
+                    && values.split_whitespace().all(|v| v.parse::<u64>().is_ok()) =>
             {
                 let v = values
                     .split_whitespace()
