@@ -247,7 +247,11 @@ fn model_intervals(path: &Path) -> (Vec<Iv>, Vec<Iv>, BTreeMap<u32, String>) {
             _ => {
                 let sw = s.sw.read(&rec, tag, info);
                 s.m.add(&sw, Some(()), &mut s.iv);
-                let time = sw.out.map(|o| o.2).or(sw.switch_in.map(|i| i.1));
+                let time = sw
+                    .out
+                    .map(|o| o.2)
+                    .or(sw.exit.map(|e| e.1))
+                    .or(sw.switch_in.map(|i| i.1));
                 if let Some(t) = time {
                     let n = s.all.len();
                     s.all.push((t, n, sw));

@@ -468,7 +468,11 @@ impl<S: Copy> OffCpu<S> {
         if let Some(n) = sw.cpus_online {
             self.cpus_online = n as usize;
         }
-        let time = sw.out.map(|o| o.2).or(sw.switch_in.map(|i| i.1));
+        let time = sw
+            .out
+            .map(|o| o.2)
+            .or(sw.exit.map(|e| e.1))
+            .or(sw.switch_in.map(|i| i.1));
         if let (Some(cpu), Some(time)) = (sw.cpu, time) {
             self.cpu_time(cpu, time);
         }
