@@ -252,7 +252,11 @@ fn model_intervals(path: &Path) -> (Vec<Iv>, Vec<Iv>, BTreeMap<u32, String>) {
             _ => {
                 let sw = s.sw.read(&rec, tag, info);
                 s.m.add(&sw, Some(()), &mut s.iv);
-                let time = sw.out.map(|o| o.2).or(sw.switch_in.map(|i| i.1));
+                let time = sw
+                    .out
+                    .map(|o| o.2)
+                    .or(sw.exit.map(|e| e.1))
+                    .or(sw.switch_in.map(|i| i.1));
                 if let Some(t) = time {
                     let n = s.all.len();
                     s.all.push((t, n, sw));
@@ -558,4 +562,186 @@ pipetest!(needs(perf, cc, duckdb)
         "select distinct off_cpu_state from '{p}' where comm = 'nap' and off_cpu_end is not null"
     ));
     assert_eq!(states.trim(), "S|D");
+});
+
+/// `go tool pprof -raw`'s samples: each sample's values (by the header's sample types) and its
+/// labels as `key:[value]` text.
+fn pprof_raw(pb: &Path) -> (Vec<String>, Vec<(Vec<u64>, String)>) {
+    let out = std::process::Command::new("go")
+        .args(["tool", "pprof", "-raw"])
+        .arg(pb)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let mut lines = text.lines().skip_while(|l| *l != "Samples:").skip(1);
+    let types: Vec<String> = lines
+        .next()
+        .unwrap()
+        .split_whitespace()
+        .map(|t| t.trim_end_matches("[dflt]").to_string())
+        .collect();
+    let mut samples: Vec<(Vec<u64>, String)> = Vec::new();
+    for l in lines {
+        if l.starts_with("Locations") {
+            break;
+        }
+        match l.split_once(':') {
+            Some((values, _))
+                if !values.trim().is_empty()
+                    && values.split_whitespace().all(|v| v.parse::<u64>().is_ok()) =>
+            {
+                let v = values
+                    .split_whitespace()
+                    .map(|v| v.parse().unwrap())
+                    .collect();
+                samples.push((v, String::new()));
+            }
+            _ => {
+                let s = samples.last_mut().expect("labels follow a sample");
+                s.1.push_str(l.trim());
+                s.1.push(' ');
+            }
+        }
+    }
+    (types, samples)
+}
+
+pipetest!(needs(perf, tracefs, go, duckdb)
+    /// Intervals still open at the end of a system-wide recording (threads asleep when it
+    /// stopped) are apart in every output: `[off-cpu: S, open at end]` in folded stacks, the
+    /// label `open_at_end` in pprof (read by `go tool pprof -raw`), `off_cpu_open_at_end` in
+    /// Parquet (read by DuckDB): the same number of intervals and ns in the three.
+    open_intervals_are_apart_in_pprof_and_parquet, |dir| {
+    let rec = one_at_a_time(|| {
+        perf_record(&["-a", "-g", "-e", "sched:sched_switch"], &["sleep", "0.2"])
+    });
+    let (folded, stats) = profile(&dir, &rec, &["--weight", "offcpu"], "off.folded");
+    let open = counter(&stats, "offcpu_open_at_end");
+    let weight = |l: &str| l.rsplit_once(' ').unwrap().1.parse::<u64>().unwrap();
+    let open_ns: u64 = folded.lines().filter(|l| l.contains(", open at end]")).map(weight).sum();
+    let all_ns: u64 = folded.lines().map(weight).sum();
+    // A system-wide recording always ends with threads asleep (perf's own, the idle kworkers).
+    assert!(open > 0 && open_ns > 0 && open_ns < all_ns, "{open} {open_ns} {all_ns}");
+
+    let pb = dir.path("off.pb.gz");
+    let o = perfpipe(&["-o", pb.to_str().unwrap()], &rec);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let (types, samples) = pprof_raw(&pb);
+    let at = |t: &str| types.iter().position(|x| x == t).unwrap_or_else(|| panic!("{t}: {types:?}"));
+    let (n, ns) = (at("off_cpu_intervals/count"), at("off_cpu/nanoseconds"));
+    let (mut p_open, mut p_open_ns, mut p_ns) = (0, 0, 0);
+    for (v, labels) in &samples {
+        p_ns += v[ns];
+        if labels.contains("open_at_end:[true]") {
+            assert!(labels.contains("state:["), "{labels}");
+            p_open += v[n];
+            p_open_ns += v[ns];
+        }
+    }
+    assert_eq!((p_open, p_open_ns, p_ns), (open, open_ns, all_ns));
+
+    let pq = dir.path("off.parquet");
+    let o = perfpipe(&["-o", pq.to_str().unwrap()], &rec);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let p = pq.to_str().unwrap();
+    let got = duckdb(&format!(
+        "select count(*) filter (where off_cpu_open_at_end), \
+                sum(period) filter (where off_cpu_open_at_end), \
+                sum(period) filter (where off_cpu_end is not null), \
+                count(*) filter (where off_cpu_end is null and off_cpu_open_at_end is not null) \
+         from '{p}'"
+    ));
+    assert_eq!(got.trim(), format!("{open}|{open_ns}|{all_ns}|0"));
+});
+
+pipetest!(needs(perf, cc, tracefs, duckdb)
+    /// Parquet's `tp` column: every sched_switch sample's fields by name, which DuckDB reads back
+    /// equal to `perf script -F trace`'s line for the sample; null for the interval rows.
+    parquet_tracepoint_fields_equal_perf_script, |dir| {
+    let (file, _) = system_wide(&dir);
+    let pq = dir.path("sys.parquet");
+    let o = perfpipe(&["-i", file.to_str().unwrap(), "-o", pq.to_str().unwrap()], b"");
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let p = pq.to_str().unwrap();
+    let ours = duckdb(&format!(
+        "select format('prev_comm={{}} prev_pid={{}} prev_prio={{}} prev_state={{}} ==> \
+                        next_comm={{}} next_pid={{}} next_prio={{}}', \
+                       tp['prev_comm'], tp['prev_pid'], tp['prev_prio'], tp['prev_state'], \
+                       tp['next_comm'], tp['next_pid'], tp['next_prio']) \
+         from '{p}' where tp is not null"
+    ));
+    let mut ours: Vec<&str> = ours.lines().collect();
+    ours.sort_unstable();
+    let perf = perf_trace_lines(&file);
+    assert!(perf.len() > 500, "{} sched_switch samples", perf.len());
+    assert_eq!(ours.len(), perf.len());
+    let diff: Vec<_> = ours.iter().zip(&perf).filter(|(a, b)| a != b).take(5).collect();
+    assert!(diff.is_empty(), "first differences (ours, perf): {diff:#?}");
+    let keys = duckdb(&format!(
+        "select distinct list_sort(map_keys(tp)) from '{p}' where tp is not null"
+    ));
+    assert_eq!(
+        keys.trim(),
+        "['next_comm', 'next_pid', 'next_prio', 'prev_comm', 'prev_pid', 'prev_prio', 'prev_state']"
+    );
+    let intervals = duckdb(&format!(
+        "select count(*) filter (where tp is not null), count(*) from '{p}' where off_cpu_end is not null"
+    ));
+    let (with_tp, n) = intervals.trim().split_once('|').unwrap();
+    assert_eq!(with_tp, "0");
+    assert!(n.parse::<u64>().unwrap() > 100, "{intervals}");
+});
+
+pipetest!(needs(perf, cc, tracefs)
+    /// An exiting thread's last switch (`prev_state` `X` or `Z`; the sample's tid is -1, which
+    /// perf script shows as `:-1 -1/-1`) opens no interval: the workload's threads all exit
+    /// before the recording ends, and none is charged from its exit to the end.
+    exiting_threads_open_no_interval, |dir| {
+    let (file, measured) = system_wide(&dir);
+    let script = oracle()
+        .command()
+        .args(["script", "-F", "pid,tid,trace", "-i"])
+        .arg(&file)
+        .output()
+        .unwrap();
+    let script = String::from_utf8_lossy(&script.stdout);
+    let last: Vec<&str> = script
+        .lines()
+        .filter(|l| l.contains("prev_state=X ") || l.contains("prev_state=Z "))
+        .collect();
+    let last_switches = last.len();
+    // offcpu.c's threads exit: their last switches, with tid -1 (pid -1 too once released).
+    assert!(last.iter().any(|l| l.contains("/-1 ")), "{last:#?}");
+    // Switch-outs of tid -1 that are not the last (preempted in do_exit()), if any.
+    let preempted_dead = script
+        .lines()
+        .filter(|l| l.contains("/-1 ") && l.contains("prev_state=R"))
+        .count();
+    let (folded, stats) = profile(
+        &dir,
+        b"",
+        &["-i", file.to_str().unwrap(), "--weight", "offcpu"],
+        "off.folded",
+    );
+    assert_eq!(counter(&stats, "offcpu_exits"), last_switches as u64, "{stats}");
+    let dead_lines: Vec<_> = folded
+        .lines()
+        .filter(|l| l.contains("[off-cpu: X") || l.contains("[off-cpu: Z"))
+        .collect();
+    assert!(dead_lines.is_empty(), "{dead_lines:#?}");
+    if preempted_dead > 0 {
+        assert!(folded.lines().any(|l| l.starts_with(":-1;[off-cpu: R")), "{folded}");
+    }
+    let workload_open: Vec<_> = folded
+        .lines()
+        .filter(|l| ["nap;", "waitpipe;", "writer;", "spin;"].iter().any(|c| l.starts_with(c)))
+        .filter(|l| l.contains("open at end"))
+        .collect();
+    assert!(workload_open.is_empty(), "{workload_open:#?}");
+    assert_known_waits(&folded, "system-wide", &measured);
 });

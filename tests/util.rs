@@ -114,6 +114,16 @@ macro_rules! pipetest {
             [#[cfg_attr(any(skip_perf, skip_cc, skip_tracefs), ignore = "needs perf, cc and tracefs (missing at build time)")]]
             [Perf, Cc, Tracefs] $($rest)*);
     };
+    (needs(perf, tracefs, go, duckdb) $($rest:tt)*) => {
+        $crate::pipetest!(@needs
+            [#[cfg_attr(any(skip_perf, skip_tracefs, skip_go, skip_duckdb), ignore = "needs perf, tracefs, go and duckdb (missing at build time)")]]
+            [Perf, Tracefs, Go, Duckdb] $($rest)*);
+    };
+    (needs(perf, cc, tracefs, duckdb) $($rest:tt)*) => {
+        $crate::pipetest!(@needs
+            [#[cfg_attr(any(skip_perf, skip_cc, skip_tracefs, skip_duckdb), ignore = "needs perf, cc, tracefs and duckdb (missing at build time)")]]
+            [Perf, Cc, Tracefs, Duckdb] $($rest)*);
+    };
     (needs(perf, tracefs) $($rest:tt)*) => {
         $crate::pipetest!(@needs
             [#[cfg_attr(any(skip_perf, skip_tracefs), ignore = "needs perf and tracefs (missing at build time)")]]

@@ -15,11 +15,14 @@
 //! | `stack` | `List<Struct<function: Utf8, dso: Utf8, build_id: Utf8?, address: UInt64, inlined: Boolean>>` | root first; `function` named as in folded stacks; never null, empty when the callchain holds only context markers |
 //! | `off_cpu_end` | `UInt64` | an off-CPU interval's row: when the thread was switched in again; null for a sample |
 //! | `off_cpu_state` | `Utf8` | an off-CPU interval's row: the state it left the cpu in (`S`, `D`, `R`, `S\|D`…); null for a sample |
+//! | `off_cpu_open_at_end` | `Boolean` | an off-CPU interval's row: still open at the end of the stream, closed at its last event time; null for a sample |
+//! | `tp` | `Map<Utf8, Utf8>` | a tracepoint sample's fields by name, from the recording's format files, as `perf script -F trace` shows them; null for other rows |
 //!
 //! A stream with switches (`sched:sched_switch`, or `context-switches` with `--switch-events`)
 //! also gets one row per off-CPU interval ([`perfpipe_stream::model::offcpu`]): `time` is the
 //! switch-out, `period` the ns off the cpu, `stack` and `event` the switch-out sample's, `cpu`
-//! null; an interval still open at the end is closed at the last event time.
+//! null; an interval still open at the end is closed at the last event time, and its
+//! `off_cpu_open_at_end` is true.
 //!
 //! A directory output is a Hive-partitioned dataset, `DIR/host=HOST/date=YYYY-MM-DD/part-…`, with
 //! a new part every `--rotate` (a duration of wall-clock time from the part's first row, or a size
@@ -70,6 +73,9 @@ struct OffCpuPart {
     intervals: Vec<Interval<OffKey>>,
     active: Option<bool>,
 }
+
+/// `Row::tp` of a row without tracepoint fields.
+const NO_TP: (u32, u32) = (0, u32::MAX);
 
 /// Rows per row group (and per batch handed to the writer).
 pub const ROW_GROUP: usize = 1 << 17;
@@ -126,6 +132,80 @@ struct Row {
     end: u64,
     /// Its state.
     state: Option<State>,
+    /// It was still open at the end (closed at the last event time).
+    open_at_end: bool,
+    /// A tracepoint sample's fields: `(start, len)` in [`ParquetSink::tp_values`]; `len`
+    /// `u32::MAX` for a row without (null).
+    tp: (u32, u32),
+}
+
+/// How one attr's tracepoint samples become the `tp` column.
+#[derive(Debug)]
+struct TpFormat {
+    format: perfpipe_stream::format::tracing::EventFormat,
+    /// The event's own fields (not the common ones), with their names shared by every row.
+    fields: Vec<(perfpipe_stream::format::tracing::FieldFormat, Arc<str>)>,
+}
+
+/// The `tp` column's formats, per attr, for the (attrs, tracing data) they were computed for.
+#[derive(Debug, Default)]
+struct TpFormats {
+    by_attr: Vec<Option<TpFormat>>,
+    computed_for: (usize, usize),
+}
+
+impl TpFormats {
+    fn of(&mut self, info: &StreamInfo, attr: usize) -> Option<&TpFormat> {
+        let key = (
+            info.attrs.len(),
+            info.tracing.as_ref().map_or(0, |t| Arc::as_ptr(t) as usize),
+        );
+        if key != self.computed_for {
+            self.computed_for = key;
+            self.by_attr = (0..info.attrs.len())
+                .map(|i| {
+                    let ev = info.tracepoint(i)?;
+                    let fields = ev
+                        .fields
+                        .iter()
+                        .filter(|f| !f.common)
+                        .map(|f| (f.clone(), Arc::from(f.name.as_str())))
+                        .collect();
+                    Some(TpFormat {
+                        format: ev.clone(),
+                        fields,
+                    })
+                })
+                .collect();
+        }
+        self.by_attr.get(attr)?.as_ref()
+    }
+}
+
+/// A tracepoint field's value as `perf script -F trace` shows it: the print format's text for a
+/// flags or symbolic field (`prev_state` → `S`, `R+`), a number in decimal, a string up to its
+/// NUL, other arrays as hex; `None` when the payload is too short for it.
+fn tp_value(
+    format: &perfpipe_stream::format::tracing::EventFormat,
+    f: &perfpipe_stream::format::tracing::FieldFormat,
+    raw: &[u8],
+    e: perfpipe_stream::format::Endian,
+) -> Option<String> {
+    use perfpipe_stream::format::tracing::Value;
+    let v = f.read(raw, e)?;
+    let number = match v {
+        Value::Int(v) => v as u64,
+        Value::UInt(v) => v,
+        Value::Str(b) => return Some(String::from_utf8_lossy(b).into_owned()),
+        Value::Bytes(b) => return Some(b.iter().map(|b| format!("{b:02x}")).collect()),
+    };
+    if let Some(t) = format.render.text(&f.name, number) {
+        return Some(t);
+    }
+    Some(match v {
+        Value::Int(v) => v.to_string(),
+        _ => number.to_string(),
+    })
 }
 
 /// The sink of Parquet output.
@@ -156,6 +236,9 @@ pub struct ParquetSink {
     since: Option<Instant>,
     off: OffCpuPart,
     off_cpu_rows: Counter,
+    /// The `tp` column: each attr's tracepoint format, and the pending rows' fields.
+    tp_formats: TpFormats,
+    tp_values: Vec<(Arc<str>, Option<String>)>,
 }
 
 /// Where the rows go.
@@ -219,6 +302,15 @@ pub fn schema() -> Arc<Schema> {
         ),
         Field::new("off_cpu_end", DataType::UInt64, true),
         Field::new("off_cpu_state", DataType::Utf8, true),
+        Field::new("off_cpu_open_at_end", DataType::Boolean, true),
+        Field::new_map(
+            "tp",
+            "entries",
+            Field::new("key", DataType::Utf8, false),
+            Field::new("value", DataType::Utf8, true),
+            false,
+            true,
+        ),
     ]))
 }
 
@@ -314,6 +406,8 @@ impl ParquetSink {
             since: None,
             off: OffCpuPart::default(),
             off_cpu_rows: Counter::new(),
+            tp_formats: TpFormats::default(),
+            tp_values: Vec::new(),
         }
     }
 
@@ -374,7 +468,7 @@ impl ParquetSink {
             };
             if !active {
                 let Some(i) = sample else { continue };
-                self.sample_row(&list[i], info, stacks, dataset)?;
+                self.sample_row(&list[i], &info.record(batch, span), info, stacks, dataset)?;
                 continue;
             }
             if span.kind == RecordType::FINISHED_ROUND.0 {
@@ -382,10 +476,8 @@ impl ParquetSink {
                 self.interval_rows()?;
                 continue;
             }
-            let sw = self
-                .off
-                .switches
-                .read(&info.record(batch, span), span.tag, info);
+            let rec = info.record(batch, span);
+            let sw = self.off.switches.read(&rec, span.tag, info);
             let Some(i) = sample else {
                 self.off.model.add(&sw, None, &mut self.off.intervals);
                 continue;
@@ -394,7 +486,7 @@ impl ParquetSink {
             if s.time != 0 {
                 self.off.model.note_time(s.time);
             }
-            self.sample_row(s, info, stacks, dataset)?;
+            self.sample_row(s, &rec, info, stacks, dataset)?;
             let key = OffKey([
                 self.comms.id(s),
                 self.events.id(info, s.attr),
@@ -423,6 +515,8 @@ impl ParquetSink {
                 stack,
                 end: iv.end,
                 state: Some(iv.state),
+                open_at_end: iv.open_at_end,
+                tp: NO_TP,
             });
             self.off_cpu_rows.add(1);
             if self.rows.len() >= ROW_GROUP {
@@ -438,10 +532,12 @@ impl ParquetSink {
     fn sample_row(
         &mut self,
         s: &perfpipe_profile::symbolize::StackSample,
+        rec: &perfpipe_stream::format::Record<'_>,
         info: &StreamInfo,
         stacks: &perfpipe_profile::symbolize::Stacks,
         dataset: bool,
     ) -> Result<(), Error> {
+        let tp = self.tp_fields(rec, info, s.attr);
         if let (true, Some(clock)) = (dataset, self.clock) {
             // A part holds one day: a sample of another day ends it.
             let day = day_of_ns(clock.wall_ns(s.time));
@@ -463,12 +559,35 @@ impl ParquetSink {
             stack: self.stacks.id(stacks.frames(s)),
             end: 0,
             state: None,
+            open_at_end: false,
+            tp,
         };
         self.rows.push(row);
         if self.rows.len() >= ROW_GROUP {
             self.flush_rows()?;
         }
         Ok(())
+    }
+
+    /// A tracepoint sample's fields, appended to `tp_values`: `(start, len)`, or [`NO_TP`].
+    fn tp_fields(
+        &mut self,
+        rec: &perfpipe_stream::format::Record<'_>,
+        info: &StreamInfo,
+        attr: u16,
+    ) -> (u32, u32) {
+        let Some(tp) = self.tp_formats.of(info, usize::from(attr)) else {
+            return NO_TP;
+        };
+        let Some(raw) = rec.sample().and_then(|s| s.raw()) else {
+            return NO_TP;
+        };
+        let start = self.tp_values.len();
+        for (f, name) in &tp.fields {
+            let v = tp_value(&tp.format, f, raw, info.endian);
+            self.tp_values.push((name.clone(), v));
+        }
+        (start as u32, (self.tp_values.len() - start) as u32)
     }
 
     /// Names the frames the pending rows use and not named yet, on the pool.
@@ -541,10 +660,24 @@ impl ParquetSink {
         let mut inlined: Vec<bool> = Vec::new();
         let mut off_end = UInt64Builder::with_capacity(n);
         let mut off_state = StringBuilder::new();
+        let mut off_open: Vec<Option<bool>> = Vec::with_capacity(n);
+        let mut tp =
+            arrow_array::builder::MapBuilder::new(None, StringBuilder::new(), StringBuilder::new());
         let opt = |v: u32| (v != u32::MAX).then_some(v);
         for r in &self.rows {
             off_end.append_option((r.end != 0).then_some(r.end));
             off_state.append_option(r.state.map(State::name));
+            off_open.push(r.state.is_some().then_some(r.open_at_end));
+            if r.tp.1 == u32::MAX {
+                tp.append(false)?;
+            } else {
+                let from = r.tp.0 as usize;
+                for (k, v) in &self.tp_values[from..from + r.tp.1 as usize] {
+                    tp.keys().append_value(k);
+                    tp.values().append_option(v.as_deref());
+                }
+                tp.append(true)?;
+            }
             time.append_value(r.time);
             pid.append_option(opt(r.pid));
             tid.append_option(opt(r.tid));
@@ -600,6 +733,8 @@ impl ParquetSink {
             Arc::new(stack),
             Arc::new(off_end.finish()),
             Arc::new(off_state.finish()),
+            Arc::new(BooleanArray::from(off_open)),
+            Arc::new(tp.finish()),
         ];
         RecordBatch::try_new(self.schema.clone(), columns)
     }
@@ -656,6 +791,7 @@ impl ParquetSink {
         let part = self.open_part()?;
         part.writer.write(&batch).map_err(|e| pq(&part.tmp, e))?;
         self.rows.clear();
+        self.tp_values.clear();
         self.written.add(n);
         let due = match (self.rotate, &self.open) {
             (Rotate::Every(d), Some(_)) => self.since.is_some_and(|t| t.elapsed() >= d),

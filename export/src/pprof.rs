@@ -11,7 +11,8 @@
 //!   stack with the time until its thread is next switched in
 //!   ([`perfpipe_stream::model::offcpu`]), labelled `state` (`S`, `D`, `R`…) besides `comm`,
 //!   `pid`, `tid` (`go tool pprof -sample_index=off_cpu`). Intervals still open at the end are
-//!   closed at the last event time.
+//!   closed at the last event time and labelled `open_at_end` = `true` as well (leave them out
+//!   with `-tagignore open_at_end=true`).
 //! - **Mappings**: one per dso, with its file name and **build id** (so that a back end can
 //!   symbolize later; the stream's, else read from the file), `memory_start` 0 and
 //!   `file_offset` 0: a location's `address` is the file
@@ -41,8 +42,12 @@ use perfpipe_profile::symbolize::Resolved;
 use perfpipe_stream::format::{RecordType, StreamInfo};
 use perfpipe_stream::model::offcpu::{Interval, OffCpu, State, Switches};
 
-/// `key[0]` of an off-CPU sample: this plus the state's index in [`STATES`].
+/// `key[0]` of an off-CPU sample: this plus the state's index in [`STATES`], plus [`OPEN`] for
+/// intervals still open at the end.
 const OFF_CPU: u32 = 1 << 20;
+
+/// In `key[0] - OFF_CPU`: the intervals were still open at the end (closed at the last event).
+const OPEN: u32 = 1 << 10;
 
 /// The off-CPU states, by index.
 const STATES: [State; 6] = [
@@ -392,9 +397,17 @@ impl Pprof {
                 .iter()
                 .position(|s| *s == iv.state)
                 .unwrap_or(STATES.len() - 1);
+            let open = if iv.open_at_end { OPEN } else { 0 };
             let v = self
                 .samples
-                .entry([OFF_CPU + state as u32, comm, pid, tid, u32::MAX, stack])
+                .entry([
+                    OFF_CPU + open + state as u32,
+                    comm,
+                    pid,
+                    tid,
+                    u32::MAX,
+                    stack,
+                ])
                 .or_default();
             v.0 += 1;
             v.1 += iv.duration();
@@ -439,6 +452,7 @@ impl Pprof {
         }
         let state_key = strings.get("state");
         let states: Vec<i64> = STATES.iter().map(|s| strings.get(s.name())).collect();
+        let (open_key, open_true) = (strings.get("open_at_end"), strings.get("true"));
         p.time_nanos = self.first_time.unwrap_or(0) as i64;
         p.duration_nanos = self.last_time.saturating_sub(self.first_time.unwrap_or(0)) as i64;
         let Some(namer) = self.sources.namer(pool) else {
@@ -451,6 +465,8 @@ impl Pprof {
                     comms: Vec::new(),
                     state_key,
                     states,
+                    open_key,
+                    open_true,
                 },
             );
         };
@@ -525,6 +541,8 @@ impl Pprof {
                 comms,
                 state_key,
                 states,
+                open_key,
+                open_true,
             },
         )
     }
@@ -548,12 +566,19 @@ impl Pprof {
             str: labels.comms[key[1] as usize],
             ..Default::default()
         }];
-        if let Some(state) = off {
+        if let Some(off) = off {
             label.push(proto::Label {
                 key: labels.state_key,
-                str: labels.states[state as usize],
+                str: labels.states[(off & (OPEN - 1)) as usize],
                 ..Default::default()
             });
+            if off & OPEN != 0 {
+                label.push(proto::Label {
+                    key: labels.open_key,
+                    str: labels.open_true,
+                    ..Default::default()
+                });
+            }
         }
         for (k, &v) in labels.keys[1..].iter().zip(&key[2..5]) {
             if v != u32::MAX {
@@ -607,6 +632,9 @@ struct Labels {
     /// `state`, and each off-CPU state's name.
     state_key: i64,
     states: Vec<i64>,
+    /// `open_at_end` and `true`.
+    open_key: i64,
+    open_true: i64,
 }
 
 /// How the command line offers the format.

@@ -170,6 +170,8 @@ pub struct Aggregate {
     /// Switches the model could not use: switch-outs whose switch-in was lost, `sched_switch`
     /// samples shorter than their format, tracepoints without a format.
     pub offcpu_unusable: Counter,
+    /// Exiting threads' last switches (`prev_state` `X`/`Z`, or the sample's tid -1): no interval.
+    pub offcpu_exits: Counter,
 }
 
 impl Aggregate {
@@ -348,6 +350,7 @@ impl Aggregate {
             let c = off.model.counts;
             self.offcpu_unusable
                 .add(c.unmatched + off.switches.short_payloads + off.switches.no_format);
+            self.offcpu_exits.add(c.exits);
         }
         self.charge();
     }

@@ -20,7 +20,8 @@
 //!   `perf script`'s output; samples of other events are counted (`samples_other_event`).
 //! - **Counters**: `samples`, `stacks`, `frames`, `samples_other_event`, `samples_empty`,
 //!   `samples_unannotated`, and for off-CPU weights `offcpu_intervals`, `offcpu_open_at_end`
-//!   (intervals still open at the end, closed at the last event time) and `offcpu_unusable`.
+//!   (intervals still open at the end, closed at the last event time), `offcpu_unusable` and
+//!   `offcpu_exits` (exiting threads' last switches, which open no interval).
 
 pub mod aggregate;
 
@@ -149,6 +150,7 @@ impl Profile for Folded {
             ("offcpu_intervals", a.offcpu_intervals.clone()),
             ("offcpu_open_at_end", a.offcpu_open_at_end.clone()),
             ("offcpu_unusable", a.offcpu_unusable.clone()),
+            ("offcpu_exits", a.offcpu_exits.clone()),
         ]
     }
 }

@@ -10,7 +10,8 @@
 //! batch as a [`Stacks`] annotation; records pass unchanged.
 //!
 //! Names come from [`Symbols`]: each dso's symbol table starts loading on the pipeline's worker
-//! pool when its first MMAP arrives, and a name is looked up once per distinct address, by the
+//! pool when the first sample hits it (not at its MMAP: a system-wide recording maps every dso of
+//! every process, and its samples hit a few), and a name is looked up once per distinct address, by the
 //! sink, when it writes (so a million samples of one loop cost one lookup, and the stream never
 //! waits for a file). Kernel frames are named from this host's `/proc/kallsyms` when the recording
 //! is of this host (`kernel=auto`: the stream's hostname and kernel release, as `--host-ids`).
@@ -130,6 +131,7 @@ impl SymbolizeConfig {
             machine: Machine::new(),
             threads: Threads::default(),
             anon: Vec::new(),
+            wanted: Wanted::default(),
             held: VecDeque::new(),
             held_bytes: 0,
             rounds: 0,
@@ -456,6 +458,35 @@ impl Default for FrameCache {
     }
 }
 
+/// The dsos (and the kernel) whose symbol tables were asked for: a table starts loading at the
+/// first frame in its dso ([`Symbols::want`]), not at its MMAP, since a system-wide recording maps
+/// every dso of every process and samples hit a few.
+#[derive(Debug, Default)]
+struct Wanted {
+    dsos: Vec<bool>,
+    kernel: bool,
+}
+
+impl Wanted {
+    fn want(&mut self, symbols: &Symbols, dso: Option<DsoId>, mode: u16) {
+        if !self.kernel && matches!(mode, misc::KERNEL | misc::GUEST_KERNEL) {
+            self.kernel = true;
+            symbols.want_kernel();
+        }
+        let Some(d) = dso else {
+            return;
+        };
+        let i = d.0 as usize;
+        if self.dsos.len() <= i {
+            self.dsos.resize(i + 1, false);
+        }
+        if !self.dsos[i] {
+            self.dsos[i] = true;
+            symbols.want(d);
+        }
+    }
+}
+
 /// The frame of `ip` in `map` (if one covers it) for a sample of `pid` in `mode`; `anon` tells,
 /// per dso, whether its memory is anonymous.
 fn frame_of(map: Option<&Map>, anon: &[bool], pid: u32, mode: u16, ip: u64) -> Frame {
@@ -495,6 +526,8 @@ pub struct Symbolize {
     threads: Threads,
     /// Per dso: its memory is anonymous (JIT code, named by `/tmp/perf-PID.map`).
     anon: Vec<bool>,
+    /// The dsos whose tables were asked for.
+    wanted: Wanted,
     /// Batches waiting for the side-band older than their samples, with the FINISHED_ROUND
     /// count and the model's round when they came.
     held: VecDeque<Held>,
@@ -641,6 +674,7 @@ impl Symbolize {
                 Some(hit) => hit,
                 None => {
                     let map = space.find(mode, ip);
+                    self.wanted.want(&self.symbols, map.map(|m| m.dso), mode);
                     let frame = frame_of(map, &self.anon, pid, mode, ip);
                     let id = self.frames_by_key.intern(frame);
                     self.cache.put(pid, mode, ip, stamp, (id, map.is_some()));
@@ -704,7 +738,7 @@ impl Symbolize {
                         },
                     );
                 }
-                self.symbols.prefetch(
+                self.symbols.note(
                     dso,
                     DsoDesc {
                         name: &d.name,

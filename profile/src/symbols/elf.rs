@@ -146,7 +146,17 @@ fn symbols_impl<'d, E: FileHeader<Endian = Endianness>, R: ReadRef<'d>>(
     let table = sections
         .symbols(endian, data, if dynsym { SHT_DYNSYM } else { SHT_SYMTAB })
         .ok()?;
-    let strings = table.strings();
+    // The string table in one read: through a `ReadCache`, `table.strings()` reads each name
+    // with a read of its own, cached in a hash map (a pread, a lookup and an allocation per
+    // symbol: most of a system-wide off-CPU profile's time went there, on rustc's and LLVM's
+    // hundred thousand names).
+    let strtab = sections
+        .section(table.string_section())
+        .ok()
+        .and_then(|s| s.file_range(endian))
+        .and_then(|(at, size)| data.read_bytes_at(at, size).ok())
+        .unwrap_or_default();
+    let strings = object::read::StringTable::new(strtab, 0, strtab.len() as u64);
     let before = b.len();
     for sym in table.symbols() {
         let ty = sym.st_type();

@@ -1,5 +1,6 @@
 //! [`Symbols`]: the symbol tables of the dsos a stream maps, loaded once each on the worker pool
-//! as soon as their first MMAP arrives, and the lookups of addresses in them.
+//! as soon as a sample first hits them ([`Symbols::note`] at the MMAP, [`Symbols::want`] at the
+//! first frame in it), and the lookups of addresses in them.
 //!
 //! The rules are perf 6.1's (`tools/perf/util/symbol.c`, `symbol-elf.c`), so that names equal
 //! `perf script`'s; `docs/symbolization.md` lists them with what perf prints.
@@ -170,7 +171,7 @@ pub struct Symbols {
     /// Build ids of user dsos by name, from BUILD_ID records before their MMAP.
     noted_ids: Mutex<HashMap<Vec<u8>, Vec<u8>>>,
     /// kallsyms from `--kallsyms`, or from a source by the kernel's build id.
-    kallsyms_by_id: OnceLock<Option<Table>>,
+    kallsyms_by_id: Arc<OnceLock<Option<Table>>>,
     /// kallsyms that the explicit sources hold for `[kernel.kallsyms]`, when exactly one.
     kallsyms_by_name: OnceLock<Option<Table>>,
 }
@@ -202,6 +203,8 @@ enum EntryKind {
 #[derive(Debug, Default)]
 struct Slot {
     spec: Spec,
+    /// A load was handed to the pool ([`Symbols::want`]).
+    started: std::sync::atomic::AtomicBool,
     loaded: OnceLock<Loaded>,
     dwarf: OnceLock<Option<Mutex<Dwarf>>>,
 }
@@ -290,7 +293,7 @@ impl Symbols {
             perf_maps: Mutex::default(),
             kernel_id: Mutex::default(),
             noted_ids: Mutex::default(),
-            kallsyms_by_id: OnceLock::new(),
+            kallsyms_by_id: Arc::default(),
             kallsyms_by_name: OnceLock::new(),
         }
     }
@@ -301,6 +304,14 @@ impl Symbols {
         let mut k = self.kernel_id.lock().unwrap_or_else(|e| e.into_inner());
         if k.is_none() && !id.is_empty() {
             *k = Some(id.to_vec());
+            drop(k);
+            // Kernel frames came before the id: load the kallsyms they will be named from.
+            if self
+                .kallsyms_started
+                .load(std::sync::atomic::Ordering::Relaxed)
+            {
+                self.spawn_kernel_load();
+            }
         }
     }
 
@@ -327,15 +338,7 @@ impl Symbols {
     /// `--kallsyms FILE`, else the sources' kallsyms of the stream's kernel build id.
     fn kallsyms_by_id(&self) -> Option<&Table> {
         self.kallsyms_by_id
-            .get_or_init(|| {
-                let src = &self.config.sources;
-                if let Some(f) = src.kallsyms_file() {
-                    return Some(load_kallsyms(f));
-                }
-                let id = self.kernel_build_id()?;
-                let c = src.special(&id, "kallsyms")?;
-                c.read_all(1 << 30).map(|t| table::parse_kallsyms(&t))
-            })
+            .get_or_init(|| kallsyms_by_id(&self.config.sources, self.kernel_build_id()))
             .as_ref()
     }
 
@@ -377,8 +380,17 @@ impl Symbols {
         &self.config
     }
 
-    /// Starts loading `id`'s table in the background; later calls for the same id do nothing.
+    /// Notes dso `id` and starts loading its table in the background; later calls for the same id
+    /// do nothing. [`Symbols::note`] then [`Symbols::want`].
     pub fn prefetch(&self, id: DsoId, dso: DsoDesc<'_>) {
+        self.note(id, dso);
+        self.want(id);
+    }
+
+    /// Notes what dso `id` is (its file, build id, kind) without loading anything: a system-wide
+    /// recording maps every dso of every process, and most are never in a sample. Later calls
+    /// for the same id do nothing.
+    pub fn note(&self, id: DsoId, dso: DsoDesc<'_>) {
         let i = id.0 as usize;
         {
             let v = self.dsos.read().unwrap_or_else(|e| e.into_inner());
@@ -386,29 +398,88 @@ impl Symbols {
                 return;
             }
         }
-        let (entry, job) = self.entry(&dso);
-        {
-            let mut v = self.dsos.write().unwrap_or_else(|e| e.into_inner());
-            if v.len() <= i {
-                v.resize(i + 1, None);
-            }
-            if v[i].is_some() {
-                return;
-            }
-            v[i] = Some(Arc::new(entry));
+        let entry = self.entry(&dso);
+        let mut v = self.dsos.write().unwrap_or_else(|e| e.into_inner());
+        if v.len() <= i {
+            v.resize(i + 1, None);
         }
-        if let Some(job) = job {
-            let fetch = self.config.sources.debuginfod().and_then(|d| d.pool());
-            match (fetch, &self.pool) {
-                (Some(p), Some(_)) => p.spawn(job),
-                (_, Some(p)) => p.spawn(job),
-                (_, None) => job(),
-            }
+        if v[i].is_none() {
+            v[i] = Some(Arc::new(entry));
         }
     }
 
-    /// The entry for a new dso and, when its table is not loaded or loading, the job to load it.
-    fn entry(&self, dso: &DsoDesc<'_>) -> (Entry, Option<Box<dyn FnOnce() + Send>>) {
+    /// Starts loading the table of dso `id` (noted before) on the pool, unless it is loaded or
+    /// loading: called at the first sample that hits the dso, so that a table loads while the
+    /// stream goes on, and only if a frame will be named from it.
+    pub fn want(&self, id: DsoId) {
+        let entry = {
+            let v = self.dsos.read().unwrap_or_else(|e| e.into_inner());
+            v.get(id.0 as usize).cloned().flatten()
+        };
+        let Some(entry) = entry else {
+            return;
+        };
+        let slot = match &entry.kind {
+            EntryKind::Kernel => return self.want_kernel(),
+            EntryKind::Elf(slot) => slot.clone(),
+            EntryKind::Vdso(slot) => slot.clone().unwrap_or_else(|| self.vdso_noted()),
+            EntryKind::Anon | EntryKind::NoFile => return,
+        };
+        if slot
+            .started
+            .swap(true, std::sync::atomic::Ordering::Relaxed)
+        {
+            return;
+        }
+        let c = self.config.clone();
+        let k = self.counters.clone();
+        self.spawn(Box::new(move || {
+            slot.get(&c, &k);
+        }));
+    }
+
+    /// Starts loading the kallsyms that kernel frames will be named from ([`Symbols::resolve`]'s
+    /// choice: by the kernel's build id, else this host's) on the pool, once.
+    pub fn want_kernel(&self) {
+        if !self
+            .kallsyms_started
+            .swap(true, std::sync::atomic::Ordering::Relaxed)
+        {
+            self.spawn_kernel_load();
+        }
+    }
+
+    fn spawn_kernel_load(&self) {
+        let sources = self.config.sources.clone();
+        let id = self.kernel_build_id();
+        let by_id = self.kallsyms_by_id.clone();
+        let explicit = id.is_some() || sources.kallsyms_file().is_some();
+        let host = self
+            .config
+            .host_kernel
+            .then(|| (self.kallsyms.clone(), self.config.kallsyms.clone()));
+        self.spawn(Box::new(move || {
+            // With no id yet, `kallsyms_by_id` is left for the lookup (the id may come later).
+            if explicit && by_id.get_or_init(|| kallsyms_by_id(&sources, id)).is_some() {
+                return;
+            }
+            if let Some((k, path)) = host {
+                k.get_or_init(|| load_kallsyms(&path));
+            }
+        }));
+    }
+
+    fn spawn(&self, job: Box<dyn FnOnce() + Send>) {
+        let fetch = self.config.sources.debuginfod().and_then(|d| d.pool());
+        match (fetch, &self.pool) {
+            (Some(p), Some(_)) => p.spawn(job),
+            (_, Some(p)) => p.spawn(job),
+            (_, None) => job(),
+        }
+    }
+
+    /// The entry for a new dso (its table shared with the dsos of the same file).
+    fn entry(&self, dso: &DsoDesc<'_>) -> Entry {
         let class = classify(dso.name);
         let shown = String::from_utf8_lossy(dso.name);
         if dso.kernel {
@@ -417,31 +488,17 @@ impl Symbols {
                     self.note_kernel_build_id(id);
                 }
             }
-            let job = self.kallsyms_job();
-            let e = Entry {
+            return Entry {
                 name: Arc::from(kernel_dso_name(dso.name)),
                 kind: EntryKind::Kernel,
                 pid: dso.pid,
             };
-            return (e, job);
         }
-        let (kind, name, job) = match class {
-            "anon" => (
-                EntryKind::Anon,
-                format!("/tmp/perf-{}.map", dso.pid),
-                None::<Box<dyn FnOnce() + Send>>,
-            ),
-            "anon-named" => (EntryKind::Anon, shown.into_owned(), None),
-            "vdso" => {
-                let slot = self.vdso_slot(dso);
-                let s = slot.clone().unwrap_or_else(|| self.vdso.clone());
-                let (c, k) = (self.config.clone(), self.counters.clone());
-                let job: Box<dyn FnOnce() + Send> = Box::new(move || {
-                    s.get(&c, &k);
-                });
-                (EntryKind::Vdso(slot), shown.into_owned(), Some(job))
-            }
-            "nofile" => (EntryKind::NoFile, shown.into_owned(), None),
+        let (kind, name) = match class {
+            "anon" => (EntryKind::Anon, format!("/tmp/perf-{}.map", dso.pid)),
+            "anon-named" => (EntryKind::Anon, shown.into_owned()),
+            "vdso" => (EntryKind::Vdso(self.vdso_slot(dso)), shown.into_owned()),
+            "nofile" => (EntryKind::NoFile, shown.into_owned()),
             _ => {
                 let name = PathBuf::from(
                     <std::ffi::OsStr as std::os::unix::ffi::OsStrExt>::from_bytes(dso.name),
@@ -473,8 +530,8 @@ impl Symbols {
                     _ => format!("path:{}", open.display()),
                 };
                 let mut map = self.by_key.lock().unwrap_or_else(|e| e.into_inner());
-                let (slot, new) = match map.get(&key) {
-                    Some(s) => (s.clone(), false),
+                let slot = match map.get(&key) {
+                    Some(s) => s.clone(),
                     None => {
                         let s = Arc::new(Slot {
                             spec: Spec {
@@ -486,29 +543,18 @@ impl Symbols {
                             ..Slot::default()
                         });
                         map.insert(key, s.clone());
-                        (s, true)
+                        s
                     }
                 };
                 drop(map);
-                let job = new.then(|| {
-                    let slot = slot.clone();
-                    let c = self.config.clone();
-                    let k = self.counters.clone();
-                    Box::new(move || {
-                        slot.get(&c, &k);
-                    }) as Box<dyn FnOnce() + Send>
-                });
-                (EntryKind::Elf(slot), shown.into_owned(), job)
+                (EntryKind::Elf(slot), shown.into_owned())
             }
         };
-        (
-            Entry {
-                name: Arc::from(name),
-                kind,
-                pid: dso.pid,
-            },
-            job,
-        )
+        Entry {
+            name: Arc::from(name),
+            kind,
+            pid: dso.pid,
+        }
     }
 
     /// The vdso's slot when the stream gave its build id with its MMAP2 (else `None`: see
@@ -559,21 +605,6 @@ impl Symbols {
                 })
             })
             .clone()
-    }
-
-    fn kallsyms_job(&self) -> Option<Box<dyn FnOnce() + Send>> {
-        if !self.config.host_kernel
-            || self
-                .kallsyms_started
-                .swap(true, std::sync::atomic::Ordering::Relaxed)
-        {
-            return None;
-        }
-        let k = self.kallsyms.clone();
-        let path = self.config.kallsyms.clone();
-        Some(Box::new(move || {
-            k.get_or_init(|| load_kallsyms(&path));
-        }))
     }
 
     fn kallsyms(&self) -> &Table {
@@ -842,6 +873,15 @@ fn push_hit(t: &Table, addr: u64, dso: &Arc<str>, kind: FrameKind, out: &mut Vec
         },
         None => unknown(addr, dso.clone(), kind),
     });
+}
+
+/// `--kallsyms FILE`, else the sources' kallsyms of kernel build id `id`.
+fn kallsyms_by_id(src: &Sources, id: Option<Vec<u8>>) -> Option<Table> {
+    if let Some(f) = src.kallsyms_file() {
+        return Some(load_kallsyms(f));
+    }
+    let c = src.special(&id?, "kallsyms")?;
+    c.read_all(1 << 30).map(|t| table::parse_kallsyms(&t))
 }
 
 fn load_kallsyms(path: &Path) -> Table {

@@ -119,6 +119,17 @@ pub struct Switch {
     /// The recording's online cpus (the NRCPUS feature): the model follows the cpus' order only
     /// once it has seen that many, so that a cpu whose records come later is waited for.
     pub cpus_online: Option<u32>,
+    /// A thread left the cpu for the last time: `(tid, time)`. An exiting task's last switch, in
+    /// `do_task_dead()`: `prev_state` `X` (dead) or `Z` (zombie, a process's last thread until
+    /// it is reaped). The thread waits for nothing and never comes back: no interval (nor one
+    /// "open at end" from there to the end), as `perf sched timehist`, which skips these
+    /// samples (their tid is -1), closes none; the switch-in the sample carries counts.
+    ///
+    /// A sample's tid is -1 from the moment the exiting thread's pid is released
+    /// (`perf_event_tid()` of a task `!pid_alive()`; `perf script` shows `:-1 PID/-1`), which is
+    /// before its last switches: one preempted there (`R+`) is switched in again and is an
+    /// interval like any other, of `prev_pid`, in the process the sample's pid names.
+    pub exit: Option<(u32, u64)>,
 }
 
 /// How a `sched_switch` payload is read: its fields by name, once per format.
@@ -322,18 +333,23 @@ fn sched_switch(sw: &mut SchedSwitch, s: &Sample<'_>, e: Endian, time: u64) -> O
         }
     };
     // The sample is taken in the context of the task switched out: its pid is prev's process.
-    let pid = if s.tid() == Some(prev) {
+    // (A tid of -1 is an exiting thread's whose pid is released: still prev, its process
+    // named by the sample's pid, -1 too once the whole process is gone.)
+    let pid = if s.tid() == Some(prev) || s.tid() == Some(u32::MAX) {
         s.pid().unwrap_or(u32::MAX)
     } else {
         u32::MAX
     };
+    // The task is dead: its last switch.
+    let exiting = matches!(state, State::Other(b'X' | b'Z'));
     Some(Switch {
-        out: (prev != 0).then_some((pid, prev, time, state)),
+        out: (prev != 0 && !exiting).then_some((pid, prev, time, state)),
         switch_in: (next != 0).then_some((next, time)),
-        stack: prev != 0,
+        stack: prev != 0 && !exiting,
         stack_of: None,
         cpu: None,
         cpus_online: None,
+        exit: (prev != 0 && exiting).then_some((prev, time)),
     })
 }
 
@@ -371,6 +387,8 @@ enum Ev<S> {
         stack: Option<S>,
     },
     In,
+    /// Its last switch-out ([`Switch::exit`]).
+    Exit,
 }
 
 /// A thread's switches written on one cpu: `(time, switch)`, in time order.
@@ -402,6 +420,8 @@ pub struct OffCpuCounts {
     pub unmatched: u64,
     /// Switch-ins of threads not known to be off the cpu (the first of each thread).
     pub stray_ins: u64,
+    /// Last switch-outs of exiting threads ([`Switch::exit`]): no interval.
+    pub exits: u64,
 }
 
 /// The off-CPU model: switches in, intervals out.
@@ -448,7 +468,11 @@ impl<S: Copy> OffCpu<S> {
         if let Some(n) = sw.cpus_online {
             self.cpus_online = n as usize;
         }
-        let time = sw.out.map(|o| o.2).or(sw.switch_in.map(|i| i.1));
+        let time = sw
+            .out
+            .map(|o| o.2)
+            .or(sw.exit.map(|e| e.1))
+            .or(sw.switch_in.map(|i| i.1));
         if let (Some(cpu), Some(time)) = (sw.cpu, time) {
             self.cpu_time(cpu, time);
         }
@@ -464,6 +488,9 @@ impl<S: Copy> OffCpu<S> {
                 self.threads.get_mut(&tid).and_then(|t| t.stack.take())
             };
             self.push(tid, sw.cpu, time, Ev::Out { pid, state, stack }, out);
+        }
+        if let Some((tid, time)) = sw.exit {
+            self.push(tid, sw.cpu, time, Ev::Exit, out);
         }
         if let Some((tid, time)) = sw.switch_in {
             self.push(tid, sw.cpu, time, Ev::In, out);
@@ -638,6 +665,12 @@ fn decide<S: Copy>(
                 }
                 None => counts.stray_ins += 1,
             },
+            Ev::Exit => {
+                counts.exits += 1;
+                if t.open.take().is_some() {
+                    counts.unmatched += 1;
+                }
+            }
         }
     }
 }

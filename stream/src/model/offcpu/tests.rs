@@ -27,6 +27,7 @@ fn switch(prev: u32, state: State, next: u32, time: u64) -> Switch {
         stack_of: None,
         cpu: None,
         cpus_online: None,
+        exit: None,
     }
 }
 
@@ -260,4 +261,35 @@ fn a_round_of_one_cpu_then_the_other_gives_the_intervals_of_time_order() {
     let diff = got.iter().zip(&ideal).find(|(a, b)| a != b);
     assert!(diff.is_none(), "{diff:?}");
     assert_eq!(m.counts.unmatched, 0);
+}
+
+#[test]
+fn an_exiting_threads_last_switch_opens_no_interval() {
+    // 1 sleeps 10..20, runs, and exits at 30 (its last sched_switch, tid -1, prev_state X): no
+    // interval from 30, not even one open at the end; the switch-in of 3 it carries counts.
+    let exit = |tid: u32, next: u32, time: u64| Switch {
+        exit: Some((tid, time)),
+        switch_in: Some((next, time)),
+        ..Switch::default()
+    };
+    let (v, c) = run(
+        &[
+            (switch(1, State::Sleeping, 2, 10), Some(7)),
+            (switch(3, State::Sleeping, 1, 20), Some(8)),
+            (exit(1, 3, 30), None),
+            (switch(2, State::Runnable, 0, 40), Some(9)),
+        ],
+        &[1],
+    );
+    assert_eq!(c.exits, 1);
+    assert_eq!(c.unmatched, 0);
+    let mut got: Vec<_> = v
+        .iter()
+        .map(|i| (i.tid, i.start, i.end, i.open_at_end))
+        .collect();
+    got.sort_unstable();
+    assert_eq!(
+        got,
+        vec![(1, 10, 20, false), (2, 40, 40, true), (3, 20, 30, false)]
+    );
 }
