@@ -403,3 +403,35 @@ pipetest!(needs(perf, cc, duckdb)
         parquet_agrees(&dir, "syscalls.c", &workloads::kernel_heavy(&dir));
     }
 );
+
+// A tracepoint's samples are named as perf names its event, `system:name` from the stream's
+// tracing data, in pprof's sample types; in pipe mode and from a perf.data file.
+pipetest!(
+    needs(perf) a_tracepoint_is_named_as_perf_names_it,
+    |dir| {
+        for name in ["tracepoint.pipe.data", "tracepoint.file.data"] {
+            let input = fixture(name);
+            let perf = Command::new("perf")
+                .args(["script", "-F", "event", "-i"])
+                .arg(&input)
+                .output()
+                .unwrap();
+            let perf = String::from_utf8_lossy(&perf.stdout);
+            let event = perf.split(':').take(2).collect::<Vec<_>>().join(":");
+            assert_eq!(event.trim(), "sched:sched_switch", "{name}: {perf}");
+            let out = dir.path("tp.pb.gz");
+            perfpipe_ok(
+                &["-i", input.to_str().unwrap(), "-o", out.to_str().unwrap()],
+                b"",
+            );
+            let d = decode_profile(&gunzip(&std::fs::read(&out).unwrap()));
+            // (Off-CPU sample types follow for sched_switch: see docs/off-cpu.md.)
+            let types: Vec<&str> = d.sample_types.iter().take(2).map(|t| t.0.as_str()).collect();
+            assert_eq!(
+                types,
+                [format!("{}_samples", event.trim()), event.trim().to_string()],
+                "{name}"
+            );
+        }
+    }
+);

@@ -312,6 +312,13 @@ pub fn build_script(needs: &[Need]) {
     let path = std::env::var_os("PATH").unwrap_or_default();
     let ci = is_ci(std::env::var_os("CI").as_deref());
     let probed: Vec<(Need, Result<(), String>)> = needs.iter().map(|&n| (n, n.probe())).collect();
+    // The script and this file too: once a script names one file, cargo reruns it only for the
+    // files it names, and a need added here would leave the cfgs declared by the last run.
+    println!("cargo::rerun-if-changed=build.rs");
+    if let Some(dir) = std::env::var_os("CARGO_MANIFEST_DIR") {
+        let this = Path::new(&dir).join("../tests/needs.rs");
+        println!("cargo::rerun-if-changed={}", this.display());
+    }
     for line in rerun_lines(needs, &path)
         .into_iter()
         .chain(build_lines(ci, &probed))

@@ -7,7 +7,9 @@
 //! `evsel__sw_names` (`cycles`, `page-faults`, …). For any other attr perf's names say too
 //! little to tell two events apart (`unknown attr type: 8`, `unknown-software`), so the name is
 //! `type{type}-config{config:#x}`; like perf's, it depends on the attr alone, not on where the
-//! attr stands in the stream. Modifiers (`:u`, `:ppp`) are not added.
+//! attr stands in the stream. A tracepoint is named `system:name` from the stream's tracing data
+//! (its `format` file's id is the attr's config), as perf names it. Modifiers (`:u`, `:ppp`) are
+//! not added.
 
 use perfpipe_stream::format::StreamInfo;
 
@@ -57,9 +59,13 @@ pub fn name_of(type_: u32, config: u64) -> String {
     }
 }
 
-/// The name of the event of attr `attr` of the stream: [`name_of`] its type and config, or
-/// `event{attr}` for an index the stream has no attr at.
+/// The name of the event of attr `attr` of the stream: a tracepoint's `system:name` from the
+/// stream's tracing data (as perf names it, `evsel__tp_format`), else [`name_of`] its type and
+/// config, or `event{attr}` for an index the stream has no attr at.
 pub fn name(info: &StreamInfo, attr: u16) -> String {
+    if let Some(tp) = info.tracepoint(usize::from(attr)) {
+        return format!("{}:{}", tp.system, tp.name);
+    }
     match info.attr(attr) {
         Some(a) => name_of(a.type_, a.config),
         None => format!("event{attr}"),
