@@ -425,9 +425,16 @@ pipetest!(needs(perf, cc, uts, duckdb, spark)
         let ds = dir.path("ds");
         let target = format!("{}/", ds.display());
         let before = today();
-        for (_, rec) in &recs {
-            // A part of each batch's rows, at least: every host gets several.
-            convert(rec, &["--rotate", "1K", "-o", &target]);
+        for (host, rec) in &recs {
+            // A part of each batch's rows, at least: with 4K batches every host gets several,
+            // however few samples the machine's load left the workload.
+            let mut args = vec!["--rotate", "1K", "--batch-size", "4K", "-o", &target];
+            // The other host is this machine under another name: its kallsyms is this one's,
+            // given as a user gives the recording host's (perf report uses this host's anyway).
+            if *host == OTHER {
+                args.extend(["--kallsyms", "/proc/kallsyms"]);
+            }
+            convert(rec, &args);
         }
         let after = today();
 
