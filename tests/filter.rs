@@ -243,7 +243,7 @@ pipetest!(bad_expressions_are_clear_errors, |_dir| {
     for (args, want) in cases {
         let out = perfpipe(args, &input);
         let stderr = String::from_utf8_lossy(&out.stderr);
-        assert_eq!(out.status.code(), Some(1), "{args:?}: {stderr}");
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {stderr}");
         assert!(
             stderr.contains(want),
             "{args:?}: want {want:?} in:\n{stderr}"

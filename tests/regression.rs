@@ -139,7 +139,7 @@ fn r15_deeply_nested_filter_is_a_clear_error() {
         let out = crate::util::perfpipe(&["--filter", &expr], &input);
         let stderr = String::from_utf8_lossy(&out.stderr);
         let head: String = stderr.chars().take(300).collect();
-        assert_eq!(out.status.code(), Some(1), "{head}");
+        assert_eq!(out.status.code(), Some(2), "{head}");
         assert!(
             head.contains("column ") && head.contains("nested"),
             "{head}"

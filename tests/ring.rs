@@ -425,10 +425,10 @@ pipetest!(needs(perf, perf612)
 
         // --ring-after without --ring-trigger, and --ring-trigger without --ring, are refused.
         let out = perfpipe(&["--ring", "1M", "--ring-after", "1s"], &input);
-        assert_eq!(out.status.code(), Some(1));
+        assert_eq!(out.status.code(), Some(2));
         assert!(String::from_utf8_lossy(&out.stderr).contains("needs --ring-trigger"));
         let out = perfpipe(&["--ring-trigger", "pid == 1"], &input);
-        assert_eq!(out.status.code(), Some(1));
+        assert_eq!(out.status.code(), Some(2));
         assert!(String::from_utf8_lossy(&out.stderr).contains("need --ring SIZE"));
     }
 );

@@ -192,7 +192,7 @@ pipetest!(needs(perf)
         assert!(tapped == input);
         assert!(count_samples(&perf_script(&tapped)) > 100);
         let bad = perfpipe(&["--tap", "nosuch=/tmp/x"], &input);
-        assert_eq!(bad.status.code(), Some(1));
+        assert_eq!(bad.status.code(), Some(2));
         assert!(String::from_utf8_lossy(&bad.stderr).contains("no stage named `nosuch`"));
     }
 );

@@ -166,7 +166,7 @@ fn bad_options_are_errors() {
         .stdin(Stdio::null())
         .output()
         .unwrap();
-    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(out.status.code(), Some(2));
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(
         err.contains("unknown option `colour` (keys: key, keep)"),
