@@ -194,7 +194,9 @@ pipetest!(needs(perf, cc, tracefs)
     let (file, _) = system_wide(&dir);
     let ours = switch_lines(&file);
     let perf = perf_trace_lines(&oracle(), ReadInput::File(&file));
-    assert!(perf.len() > 500, "{} sched_switch samples", perf.len());
+    // What the workload makes by itself on an idle machine: nap()'s 100 sleeps are 200
+    // switches (nap out, nap in); a busier machine adds its own.
+    assert!(perf.len() >= 200, "{} sched_switch samples", perf.len());
     assert_eq!(ours.len(), perf.len());
     let diff: Vec<_> = ours.iter().zip(&perf).filter(|(a, b)| a != b).take(5).collect();
     assert!(diff.is_empty(), "first differences (ours, perf): {diff:#?}");
@@ -678,7 +680,9 @@ pipetest!(needs(perf, cc, tracefs, duckdb)
     let mut ours: Vec<&str> = ours.lines().collect();
     ours.sort_unstable();
     let perf = perf_trace_lines(&oracle(), ReadInput::File(&file));
-    assert!(perf.len() > 500, "{} sched_switch samples", perf.len());
+    // What the workload makes by itself on an idle machine: nap()'s 100 sleeps are 200
+    // switches (nap out, nap in); a busier machine adds its own.
+    assert!(perf.len() >= 200, "{} sched_switch samples", perf.len());
     assert_eq!(ours.len(), perf.len());
     let diff: Vec<_> = ours.iter().zip(&perf).filter(|(a, b)| a != b).take(5).collect();
     assert!(diff.is_empty(), "first differences (ours, perf): {diff:#?}");
