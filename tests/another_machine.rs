@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 
 use crate::oracle::{assert_agrees, collapse};
 use crate::util::*;
-use crate::workloads::FREQ;
+use crate::workloads::{compile, FREQ};
 
 /// `fp.c` built with symbols into `dir/w/` (a directory the tests remove).
 fn workload(dir: &Dir) -> PathBuf {
@@ -25,16 +25,12 @@ fn workload(dir: &Dir) -> PathBuf {
     std::fs::create_dir_all(&w).unwrap();
     let exe = w.join("fp");
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/workloads/fp.c");
-    let out = Command::new("cc")
-        .args(["-O1", "-g", "-fno-omit-frame-pointer", "-o"])
-        .arg(&exe)
-        .arg(src)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    compile(
+        Command::new("cc")
+            .args(["-O1", "-g", "-fno-omit-frame-pointer", "-o"])
+            .arg(&exe)
+            .arg(src),
+        &exe,
     );
     exe
 }
@@ -243,16 +239,12 @@ gettimeofday(&tv, 0); s += ts.tv_nsec + tv.tv_usec; }\n\
 printf(\"%ld\\n\", s); return 0; }\n",
     );
     let exe = dir.path("vd");
-    let out = Command::new("cc")
-        .args(["-O1", "-fno-omit-frame-pointer", "-o"])
-        .arg(&exe)
-        .arg(&src)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    compile(
+        Command::new("cc")
+            .args(["-O1", "-fno-omit-frame-pointer", "-o"])
+            .arg(&exe)
+            .arg(&src),
+        &exe,
     );
     exe
 }

@@ -44,7 +44,7 @@ fn source(name: &str) -> PathBuf {
 }
 
 /// Runs a compiler, asserting it built `exe`.
-fn compile(cmd: &mut Command, exe: &Path) {
+pub(crate) fn compile(cmd: &mut Command, exe: &Path) {
     let out = cmd.output().unwrap_or_else(|e| panic!("{cmd:?}: {e}"));
     assert!(
         out.status.success() && exe.is_file(),
