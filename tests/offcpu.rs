@@ -677,7 +677,7 @@ pipetest!(needs(perf, cc, tracefs, duckdb)
     ));
     let mut ours: Vec<&str> = ours.lines().collect();
     ours.sort_unstable();
-    let perf = perf_trace_lines(&file);
+    let perf = perf_trace_lines(&oracle(), ReadInput::File(&file));
     assert!(perf.len() > 500, "{} sched_switch samples", perf.len());
     assert_eq!(ours.len(), perf.len());
     let diff: Vec<_> = ours.iter().zip(&perf).filter(|(a, b)| a != b).take(5).collect();

@@ -227,8 +227,19 @@ impl Builder {
     /// `dso__load_sym` and `dso__load_kallsyms`); a choice among aliases that needs their names
     /// is left to the first lookup.
     pub fn fixup(&mut self, kallsyms: bool) {
-        // Stable: equal starts keep insertion order, as perf's rb-tree does.
-        self.syms.sort_by_key(|s| s.start);
+        // Stable: equal starts keep insertion order, as perf's rb-tree does. Sorted as keys of
+        // start and index (an unstable sort of integers, then one gather: the stable sort of the
+        // symbols themselves was a quarter of loading rustc's and LLVM's tables).
+        if !self.syms.is_sorted_by_key(|s| s.start) {
+            let mut keys: Vec<u128> = self
+                .syms
+                .iter()
+                .enumerate()
+                .map(|(i, s)| ((s.start as u128) << 64) | i as u128)
+                .collect();
+            keys.sort_unstable();
+            self.syms = keys.iter().map(|&k| self.syms[k as u64 as usize]).collect();
+        }
         let n = self.syms.len();
         for i in 1..n {
             let (curr_start, curr_mod) = (self.syms[i].start, self.syms[i].module != 0);
