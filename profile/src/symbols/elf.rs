@@ -180,7 +180,7 @@ fn symbols_impl<'d, E: FileHeader<Endian = Endianness>, R: ReadRef<'d>>(
     // were copied, sorted and demangled for rustc's and LLVM's hundred thousand symbols, of
     // which a profile prints a few hundred). A name with no NUL after it is skipped, as
     // `StringTable::get` fails on it.
-    let Some((src, last_nul)) = string_range(data, &sections, endian, table.string_section())
+    let Some((src, last_nul)) = string_range(data, sections, endian, table.string_section())
         .and_then(|(at, size)| strings(at, size))
         .and_then(|s| {
             let last = s.last_nul()?;
@@ -271,7 +271,7 @@ fn plt_impl<'d, E: FileHeader<Endian = Endianness>, R: ReadRef<'d>>(
             .collect()
     };
     // A name that cannot be read is empty (`@plt`), as before.
-    let src = string_range(data, &sections, endian, dynsym.string_section())
+    let src = string_range(data, sections, endian, dynsym.string_section())
         .and_then(|(at, size)| strings(at, size))
         .and_then(|s| b.strings(s));
     for i in idx {
