@@ -6,7 +6,9 @@
 //! `.rela.plt` (`dso__synthesize_plt_symbols`). Files are read by positioned reads
 //! ([`ReadCache`]), never mapped.
 
+use std::fs::File;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use object::elf::{
     SHN_ABS, SHN_LORESERVE, SHN_UNDEF, SHT_DYNSYM, SHT_NOBITS, SHT_RELA, SHT_SYMTAB, STT_FUNC,
@@ -17,7 +19,7 @@ use object::read::ReadCache;
 use object::{Endianness, FileKind, Object, ObjectSection, ReadRef};
 
 use super::sources::{Cand, Sources, Window};
-use super::table::{Builder, Table};
+use super::table::{Builder, Strings, Table};
 
 /// Most bytes of a decompressed `.gnu_debugdata` (bounded work on a hostile file).
 const MINIDEBUG_MAX: u64 = 256 << 20;
@@ -38,9 +40,10 @@ pub(crate) struct Info {
 }
 
 /// Bytes to read an ELF from: a file (or an archive member) by positioned reads, or memory
-/// (MiniDebugInfo, the vdso).
+/// (MiniDebugInfo, the vdso). A file also keeps its handle and where the ELF starts in it, for
+/// a table that reads its names later.
 pub(crate) enum Src {
-    File(ReadCache<Window>),
+    File(ReadCache<Window>, Arc<File>, u64),
     Mem(Vec<u8>),
 }
 
@@ -50,14 +53,27 @@ impl Src {
     }
 
     pub fn open_cand(c: &Cand) -> Option<Src> {
-        Some(Src::File(ReadCache::new(c.window()?)))
+        let w = c.window()?;
+        let (file, base) = w.handle();
+        Some(Src::File(ReadCache::new(w), file, base))
+    }
+
+    /// The `len` bytes at `at` as a source of names (checked in bounds by the caller).
+    fn strings(&self, at: u64, len: u64) -> Option<Strings> {
+        match self {
+            Src::File(_, file, base) => Strings::file(file.clone(), base + at, len),
+            Src::Mem(m) => {
+                let end = at.checked_add(len)?;
+                Some(Strings::Mem(m.get(at as usize..end as usize)?.to_vec()))
+            }
+        }
     }
 }
 
 macro_rules! with_elf {
     ($src:expr, $f:ident ( $($arg:expr),* )) => {
         match $src {
-            Src::File(c) => with_elf!(@kind c, $f($($arg),*)),
+            Src::File(c, _, _) => with_elf!(@kind c, $f($($arg),*)),
             Src::Mem(m) => with_elf!(@kind &m[..], $f($($arg),*)),
         }
     };
@@ -128,10 +144,22 @@ pub(crate) fn to_vaddr(loads: &[Load], off: u64) -> Option<u64> {
 }
 
 /// Pushes the function symbols of `src` (`.symtab`, or `.dynsym` when `dynsym`) onto `b`, at
-/// file offsets by `loads`, with perf's filter (`elf_sym__filter`, text labels). Returns how
-/// many were pushed.
+/// file offsets by `loads`, with perf's filter (`elf_sym__filter`, text labels), their names
+/// left in the string section (read when a lookup hits them). Returns how many were pushed.
 pub(crate) fn symbols(src: &Src, dynsym: bool, loads: &[Load], b: &mut Builder) -> Option<usize> {
-    with_elf!(src, symbols_impl(dynsym, loads, b))
+    let strings = |at, len| src.strings(at, len);
+    with_elf!(src, symbols_impl(dynsym, loads, b, &strings))
+}
+
+/// A string section's `(file offset, size)`, when it lies within `data`.
+fn string_range<'d, E: FileHeader<Endian = Endianness>, R: ReadRef<'d>>(
+    data: R,
+    sections: &object::read::elf::SectionTable<'d, E, R>,
+    endian: Endianness,
+    index: object::SectionIndex,
+) -> Option<(u64, u64)> {
+    let (at, size) = sections.section(index).ok()?.file_range(endian)?;
+    (at.checked_add(size)? <= data.len().ok()?).then_some((at, size))
 }
 
 fn symbols_impl<'d, E: FileHeader<Endian = Endianness>, R: ReadRef<'d>>(
@@ -139,6 +167,7 @@ fn symbols_impl<'d, E: FileHeader<Endian = Endianness>, R: ReadRef<'d>>(
     dynsym: bool,
     loads: &[Load],
     b: &mut Builder,
+    strings: &dyn Fn(u64, u64) -> Option<Strings>,
 ) -> Option<usize> {
     let f = ElfFile::<E, R>::parse(data).ok()?;
     let endian = f.endian();
@@ -146,17 +175,20 @@ fn symbols_impl<'d, E: FileHeader<Endian = Endianness>, R: ReadRef<'d>>(
     let table = sections
         .symbols(endian, data, if dynsym { SHT_DYNSYM } else { SHT_SYMTAB })
         .ok()?;
-    // The string table in one read: through a `ReadCache`, `table.strings()` reads each name
-    // with a read of its own, cached in a hash map (a pread, a lookup and an allocation per
-    // symbol: most of a system-wide off-CPU profile's time went there, on rustc's and LLVM's
-    // hundred thousand names).
-    let strtab = sections
-        .section(table.string_section())
-        .ok()
-        .and_then(|s| s.file_range(endian))
-        .and_then(|(at, size)| data.read_bytes_at(at, size).ok())
-        .unwrap_or_default();
-    let strings = object::read::StringTable::new(strtab, 0, strtab.len() as u64);
+    // No name is read here: a symbol keeps the offset of its name in the string section (through
+    // a `ReadCache`, `table.strings()` read each name with a read of its own, then the names
+    // were copied, sorted and demangled for rustc's and LLVM's hundred thousand symbols, of
+    // which a profile prints a few hundred). A name with no NUL after it is skipped, as
+    // `StringTable::get` fails on it.
+    let Some((src, last_nul)) = string_range(data, sections, endian, table.string_section())
+        .and_then(|(at, size)| strings(at, size))
+        .and_then(|s| {
+            let last = s.last_nul()?;
+            Some((b.strings(s)?, last))
+        })
+    else {
+        return Some(0);
+    };
     let before = b.len();
     for sym in table.symbols() {
         let ty = sym.st_type();
@@ -184,27 +216,31 @@ fn symbols_impl<'d, E: FileHeader<Endian = Endianness>, R: ReadRef<'d>>(
                 continue;
             }
         }
-        let Ok(name) = sym.name(endian, strings) else {
+        let name = sym.st_name(endian);
+        if name as u64 > last_nul {
             continue;
-        };
+        }
         let Some(start) = to_offset(loads, sym.st_value(endian).into()) else {
             continue;
         };
-        b.push(start, sym.st_size(endian).into(), sym.st_bind(), 0, name);
+        b.push_at(start, sym.st_size(endian).into(), sym.st_bind(), src, name);
     }
     Some(b.len() - before)
 }
 
 /// perf's `dso__synthesize_plt_symbols`: `name@plt` for each `.rela.plt` (or `.rel.plt`) entry
-/// whose symbol table is `.dynsym`, at `.plt`'s file offset + (i + 1) × `sh_entsize`.
-pub(crate) fn plt(src: &Src, demangle: bool) -> Vec<(u64, u64, String)> {
-    with_elf!(src, plt_impl(demangle)).unwrap_or_default()
+/// whose symbol table is `.dynsym`, at `.plt`'s file offset + (i + 1) × `sh_entsize`; pushed
+/// onto `b` (added after its fix-ups), their names read at lookup.
+pub(crate) fn plt(src: &Src, b: &mut Builder) {
+    let strings = |at, len| src.strings(at, len);
+    with_elf!(src, plt_impl(b, &strings));
 }
 
 fn plt_impl<'d, E: FileHeader<Endian = Endianness>, R: ReadRef<'d>>(
     data: R,
-    demangle: bool,
-) -> Option<Vec<(u64, u64, String)>> {
+    b: &mut Builder,
+    strings: &dyn Fn(u64, u64) -> Option<Strings>,
+) -> Option<()> {
     let f = ElfFile::<E, R>::parse(data).ok()?;
     let endian = f.endian();
     let sections = f.elf_section_table();
@@ -234,24 +270,21 @@ fn plt_impl<'d, E: FileHeader<Endian = Endianness>, R: ReadRef<'d>>(
             .map(|r| object::read::elf::Rel::r_sym(r, endian))
             .collect()
     };
-    let strings = dynsym.strings();
-    let mut out = Vec::with_capacity(idx.len());
+    // A name that cannot be read is empty (`@plt`), as before.
+    let src = string_range(data, sections, endian, dynsym.string_section())
+        .and_then(|(at, size)| strings(at, size))
+        .and_then(|s| b.strings(s));
     for i in idx {
         let name = dynsym
             .symbol(object::SymbolIndex(i as usize))
             .ok()
-            .and_then(|s| s.name(endian, strings).ok())
-            .unwrap_or(b"");
-        let shown = if demangle {
-            super::demangle::demangle(name)
-        } else {
-            None
-        }
-        .unwrap_or_else(|| String::from_utf8_lossy(name).into_owned());
-        out.push((off, entsize, format!("{shown}@plt")));
+            .map(|s| s.st_name(endian))
+            .zip(src)
+            .map(|(n, s)| (s, n));
+        b.push_plt(off, entsize, name);
         off += entsize;
     }
-    Some(out)
+    Some(())
 }
 
 /// The decompressed `.gnu_debugdata` (MiniDebugInfo: an xz'd ELF with a `.symtab`).
@@ -526,17 +559,14 @@ pub(crate) fn load(
             }
         }
     }
-    let plt_syms = if b.len() > 0 {
-        runtime
-            .as_ref()
-            .map(|r| plt(&r.0, demangle))
-            .unwrap_or_default()
-    } else {
-        Vec::new()
-    };
+    if b.len() > 0 {
+        if let Some(r) = &runtime {
+            plt(&r.0, &mut b);
+        }
+    }
     b.fixup(false);
     Loaded {
-        table: b.finish(plt_syms),
+        table: b.finish(Vec::new()),
         loads: rt_loads,
         dwarf,
         missing: false,

@@ -191,6 +191,11 @@ pub(crate) struct Window {
 }
 
 impl Window {
+    /// Its file and where the window starts in it (for positioned reads that outlive it).
+    pub(crate) fn handle(&self) -> (Arc<File>, u64) {
+        (self.file.clone(), self.base)
+    }
+
     fn new(file: Arc<File>, base: u64, len: u64) -> Window {
         Window {
             file,

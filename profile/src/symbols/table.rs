@@ -1,22 +1,140 @@
 //! A symbol table as perf keeps one (`struct dso`'s rb-tree of `struct symbol`), as a sorted
-//! `Vec`: perf's fix-ups (`symbols__fixup_end`, `symbols__fixup_duplicate` with
-//! `choose_best_symbol`) applied once at load, names in one arena, demangled on first use.
+//! `Vec` of starts, ends and name offsets: perf's fix-ups (`symbols__fixup_end`,
+//! `symbols__fixup_duplicate` with `choose_best_symbol`) applied at load as far as they need no
+//! name, the names themselves read (and demangled) only for the symbols a lookup hits. An ELF
+//! table's names stay in its string section (in memory when small, read by positioned reads
+//! from the file when large): loading rustc's or LLVM's table (165 k and 258 k symbols, 20 and
+//! 18 MB of names) reads no name. A run of aliases (symbols at one start) that perf would choose
+//! among by their demangled names is kept whole and chosen at its first lookup.
 //! Also the text formats perf reads symbols from: `/proc/kallsyms` and `/tmp/perf-PID.map`.
 
+use std::borrow::Cow;
+use std::fs::File;
+use std::os::unix::fs::FileExt;
 use std::sync::{Arc, OnceLock};
 
 use object::elf::{SymbolBind, STB_GLOBAL, STB_WEAK};
 
-/// One symbol while a table is built: `[start, end)` (end == start for a zero-size symbol, until
-/// the fix-ups), its ELF binding, and its name as a range of the arena.
+/// A name length: the name runs to its NUL (an ELF string section's).
+const TO_NUL: u32 = u32::MAX;
+
+/// [`RawSym::flags`]: the name is shown as is (already demangled).
+const PLAIN: u8 = 1;
+/// [`RawSym::flags`]: a `.plt` entry: the name demangled, then `@plt`.
+const PLT: u8 = 2;
+/// [`RawSym::flags`]: a run of aliases still to choose among: `name` indexes [`Table::runs`].
+const RUN: u8 = 4;
+
+/// String sections smaller than this are read into memory at load; larger ones stay in the
+/// file (one open file per such table).
+const IN_MEMORY: u64 = 1 << 20;
+
+/// One symbol: `[start, end)` (end == start for a zero-size symbol, until the fix-ups), its ELF
+/// binding, and where its name is: `len` bytes (or up to the NUL) at `name` of the table's
+/// string source `src`.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct RawSym {
     pub start: u64,
     pub end: u64,
+    name: u32,
+    len: u32,
     pub bind: SymbolBind,
+    src: u8,
+    flags: u8,
     /// Index into the module names (kallsyms); 0 otherwise.
     pub module: u16,
-    pub name: (u32, u32),
+}
+
+/// Where names are read from: a string section in memory, or one in a file.
+#[derive(Debug)]
+pub(crate) enum Strings {
+    Mem(Vec<u8>),
+    File { file: Arc<File>, at: u64, len: u64 },
+}
+
+impl Strings {
+    /// The string section of `len` bytes at `at` of `file`: read now when small.
+    pub fn file(file: Arc<File>, at: u64, len: u64) -> Option<Strings> {
+        if len < IN_MEMORY {
+            let mut v = vec![0u8; len as usize];
+            file.read_exact_at(&mut v, at).ok()?;
+            return Some(Strings::Mem(v));
+        }
+        Some(Strings::File { file, at, len })
+    }
+
+    fn len(&self) -> u64 {
+        match self {
+            Strings::Mem(v) => v.len() as u64,
+            Strings::File { len, .. } => *len,
+        }
+    }
+
+    /// The offset of the last NUL (a name at an offset after it has no end: `object`'s
+    /// `StringTable::get` fails on it, and the symbol is skipped).
+    pub fn last_nul(&self) -> Option<u64> {
+        match self {
+            Strings::Mem(v) => v.iter().rposition(|&b| b == 0).map(|p| p as u64),
+            Strings::File { file, at, len } => {
+                let mut end = *len;
+                let mut buf = vec![0u8; 4096];
+                while end > 0 {
+                    let n = end.min(buf.len() as u64);
+                    let b = &mut buf[..n as usize];
+                    file.read_exact_at(b, at + end - n).ok()?;
+                    if let Some(p) = b.iter().rposition(|&c| c == 0) {
+                        return Some(end - n + p as u64);
+                    }
+                    end -= n;
+                }
+                None
+            }
+        }
+    }
+
+    /// The bytes at `off`: `len` of them, or up to the NUL (`None` when there is none, or the
+    /// file cannot be read).
+    fn get(&self, off: u32, len: u32) -> Option<Cow<'_, [u8]>> {
+        let off = off as u64;
+        if off > self.len() {
+            return None;
+        }
+        match self {
+            Strings::Mem(v) => {
+                let rest = &v[off as usize..];
+                if len != TO_NUL {
+                    return rest.get(..len as usize).map(Cow::Borrowed);
+                }
+                let p = rest.iter().position(|&b| b == 0)?;
+                Some(Cow::Borrowed(&rest[..p]))
+            }
+            Strings::File {
+                file,
+                at,
+                len: size,
+            } => {
+                let mut out: Vec<u8> = Vec::new();
+                let mut pos = off;
+                let mut chunk = 256u64;
+                while pos < *size {
+                    let n = chunk.min(*size - pos) as usize;
+                    let from = out.len();
+                    out.resize(from + n, 0);
+                    file.read_exact_at(&mut out[from..], at + pos).ok()?;
+                    if let Some(p) = out[from..].iter().position(|&b| b == 0) {
+                        out.truncate(from + p);
+                        if len != TO_NUL {
+                            out.truncate(len as usize);
+                        }
+                        return Some(Cow::Owned(out));
+                    }
+                    pos += n as u64;
+                    chunk = (chunk * 2).min(1 << 16);
+                }
+                None
+            }
+        }
+    }
 }
 
 /// Builds a [`Table`]: push symbols in the order the file lists them (perf's rb-tree keeps equal
@@ -24,7 +142,15 @@ pub(crate) struct RawSym {
 #[derive(Debug, Default)]
 pub(crate) struct Builder {
     syms: Vec<RawSym>,
+    /// Names pushed as bytes (source 0).
     arena: Vec<u8>,
+    /// Further name sources (1, 2, …): string sections.
+    strs: Vec<Strings>,
+    /// `.plt` entries, added after the fix-ups (perf inserts them after).
+    plt: Vec<RawSym>,
+    /// Runs of aliases left to choose among at lookup: ranges of `aliases`.
+    runs: Vec<(u32, u32)>,
+    aliases: Vec<RawSym>,
     /// Whether names are demangled (perf demangles before choosing among aliases).
     pub demangle: bool,
 }
@@ -47,21 +173,73 @@ impl Builder {
         self.syms.push(RawSym {
             start,
             end: start.saturating_add(size),
+            name: a,
+            len: name.len() as u32,
             bind,
+            src: 0,
+            flags: 0,
             module,
-            name: (a, name.len() as u32),
         });
     }
 
-    fn name(&self, s: &RawSym) -> &[u8] {
-        &self.arena[s.name.0 as usize..(s.name.0 + s.name.1) as usize]
+    /// Adds a source of names; `None` past 255 of them.
+    pub fn strings(&mut self, s: Strings) -> Option<u8> {
+        if self.strs.len() >= u8::MAX as usize {
+            return None;
+        }
+        self.strs.push(s);
+        Some(self.strs.len() as u8)
+    }
+
+    /// Pushes a symbol named by the NUL-terminated string at `off` of source `src`.
+    pub fn push_at(&mut self, start: u64, size: u64, bind: SymbolBind, src: u8, off: u32) {
+        self.syms.push(RawSym {
+            start,
+            end: start.saturating_add(size),
+            name: off,
+            len: TO_NUL,
+            bind,
+            src,
+            flags: 0,
+            module: 0,
+        });
+    }
+
+    /// A `.plt` entry named `NAME@plt` by the string at `off` of `src` (no name: `@plt`).
+    pub fn push_plt(&mut self, start: u64, size: u64, name: Option<(u8, u32)>) {
+        let (src, off, len) = match name {
+            Some((s, o)) => (s, o, TO_NUL),
+            None => (0, 0, 0),
+        };
+        self.plt.push(RawSym {
+            start,
+            end: start + size,
+            name: off,
+            len,
+            bind: STB_GLOBAL,
+            src,
+            flags: PLT,
+            module: 0,
+        });
     }
 
     /// perf's `symbols__fixup_end` then `symbols__fixup_duplicate` (the order of
-    /// `dso__load_sym` and `dso__load_kallsyms`).
+    /// `dso__load_sym` and `dso__load_kallsyms`); a choice among aliases that needs their names
+    /// is left to the first lookup.
     pub fn fixup(&mut self, kallsyms: bool) {
-        // Stable: equal starts keep insertion order, as perf's rb-tree does.
-        self.syms.sort_by_key(|s| s.start);
+        // Stable: equal starts keep insertion order, as perf's rb-tree does. Sorted as keys of
+        // start and index (an unstable sort of integers, then one gather: the stable sort of the
+        // symbols themselves was a quarter of loading rustc's and LLVM's tables).
+        if !self.syms.is_sorted_by_key(|s| s.start) {
+            let mut keys: Vec<u128> = self
+                .syms
+                .iter()
+                .enumerate()
+                .map(|(i, s)| ((s.start as u128) << 64) | i as u128)
+                .collect();
+            keys.sort_unstable();
+            self.syms = keys.iter().map(|&k| self.syms[k as u64 as usize]).collect();
+        }
         let n = self.syms.len();
         for i in 1..n {
             let (curr_start, curr_mod) = (self.syms[i].start, self.syms[i].module != 0);
@@ -80,55 +258,42 @@ impl Builder {
             }
         }
         // symbols__fixup_duplicate: of each run of equal starts keep the one perf keeps.
+        let syms = std::mem::take(&mut self.syms);
         let mut out: Vec<RawSym> = Vec::with_capacity(n);
-        for s in std::mem::take(&mut self.syms) {
-            match out.last() {
-                Some(cur) if cur.start == s.start => {
-                    if self.choose_b(cur, &s) {
-                        *out.last_mut().expect("last") = s;
+        let mut i = 0;
+        while i < syms.len() {
+            let j = i + syms[i..]
+                .iter()
+                .take_while(|s| s.start == syms[i].start)
+                .count();
+            let run = &syms[i..j];
+            let mut cur = run[0];
+            let mut named = true;
+            for s in &run[1..] {
+                match choose_b_nameless(&cur, s) {
+                    Some(true) => cur = *s,
+                    Some(false) => {}
+                    None => {
+                        named = false;
+                        break;
                     }
                 }
-                _ => out.push(s),
             }
+            if named {
+                out.push(cur);
+            } else {
+                self.runs
+                    .push((self.aliases.len() as u32, run.len() as u32));
+                self.aliases.extend_from_slice(run);
+                out.push(RawSym {
+                    name: self.runs.len() as u32 - 1,
+                    flags: RUN,
+                    ..run[0]
+                });
+            }
+            i = j;
         }
         self.syms = out;
-    }
-
-    /// perf's `choose_best_symbol(a, b) == SYMBOL_B`.
-    fn choose_b(&self, a: &RawSym, b: &RawSym) -> bool {
-        let (la, lb) = (a.end - a.start, b.end - b.start);
-        if la == 0 && lb > 0 {
-            return true;
-        }
-        if lb == 0 && la > 0 {
-            return false;
-        }
-        let (wa, wb) = (a.bind == STB_WEAK, b.bind == STB_WEAK);
-        if wa != wb {
-            return wa;
-        }
-        let (ga, gb) = (a.bind == STB_GLOBAL, b.bind == STB_GLOBAL);
-        if ga != gb {
-            return gb;
-        }
-        // perf compares the demangled names.
-        let na = self.shown(a);
-        let nb = self.shown(b);
-        let (ua, ub) = (underscores(&na), underscores(&nb));
-        if ua != ub {
-            return ua > ub;
-        }
-        nb.len() > na.len()
-    }
-
-    fn shown(&self, s: &RawSym) -> String {
-        let raw = self.name(s);
-        if self.demangle {
-            if let Some(d) = super::demangle::demangle(raw) {
-                return d;
-            }
-        }
-        String::from_utf8_lossy(raw).into_owned()
     }
 
     /// Overrides or adds symbols with sizes after the fix-ups (perf inserts `name@plt` after
@@ -137,36 +302,65 @@ impl Builder {
         let Builder {
             mut syms,
             mut arena,
+            strs,
+            plt,
+            runs,
+            aliases,
             demangle,
         } = self;
-        if !extra.is_empty() {
+        if !extra.is_empty() || !plt.is_empty() {
+            syms.extend(plt);
             for (start, size, name) in extra {
                 let a = arena.len() as u32;
                 arena.extend_from_slice(name.as_bytes());
                 syms.push(RawSym {
                     start,
                     end: start + size,
+                    name: a,
+                    len: name.len() as u32,
                     bind: STB_GLOBAL,
+                    src: 0,
+                    flags: PLAIN,
                     module: 0,
-                    // Marked already demangled by the top bit of the length.
-                    name: (a, name.len() as u32 | PLAIN),
                 });
             }
             syms.sort_by_key(|s| s.start);
         }
         let names = (0..syms.len()).map(|_| OnceLock::new()).collect();
+        let mut all = vec![Strings::Mem(arena)];
+        all.extend(strs);
         Table {
             syms,
-            arena,
+            strs: all,
             demangle,
             names,
+            runs: runs.into_iter().map(|r| (r, OnceLock::new())).collect(),
+            aliases,
             modules: Vec::new(),
         }
     }
 }
 
-/// A name length flag: the name is shown as is (already demangled).
-const PLAIN: u32 = 1 << 31;
+/// perf's `choose_best_symbol(a, b) == SYMBOL_B` as far as it goes without names (`None`: the
+/// names decide).
+fn choose_b_nameless(a: &RawSym, b: &RawSym) -> Option<bool> {
+    let (la, lb) = (a.end - a.start, b.end - b.start);
+    if la == 0 && lb > 0 {
+        return Some(true);
+    }
+    if lb == 0 && la > 0 {
+        return Some(false);
+    }
+    let (wa, wb) = (a.bind == STB_WEAK, b.bind == STB_WEAK);
+    if wa != wb {
+        return Some(wa);
+    }
+    let (ga, gb) = (a.bind == STB_GLOBAL, b.bind == STB_GLOBAL);
+    if ga != gb {
+        return Some(gb);
+    }
+    None
+}
 
 fn underscores(s: &str) -> usize {
     s.bytes().take_while(|&b| b == b'_').count()
@@ -180,9 +374,14 @@ fn round_up(x: u64, to: u64) -> u64 {
 #[derive(Debug, Default)]
 pub struct Table {
     syms: Vec<RawSym>,
-    arena: Vec<u8>,
+    /// Name sources by [`RawSym::src`]: 0 the names pushed as bytes, then string sections.
+    strs: Vec<Strings>,
     demangle: bool,
     names: Vec<OnceLock<Arc<str>>>,
+    /// Runs of aliases (ranges of `aliases`) and the index of the one perf keeps, chosen at
+    /// the first lookup.
+    runs: Vec<((u32, u32), OnceLock<u32>)>,
+    aliases: Vec<RawSym>,
     /// Module names by [`RawSym::module`] (kallsyms: `[xfs]`); index 0 is the main dso.
     pub(crate) modules: Vec<Arc<str>>,
 }
@@ -214,17 +413,19 @@ impl Table {
     pub fn find(&self, addr: u64) -> Option<Hit> {
         let i = self.syms.partition_point(|s| s.start <= addr);
         let lo = i.saturating_sub(8);
-        let j = (lo..i).rev().find(|&j| addr < self.syms[j].end)?;
-        let s = &self.syms[j];
+        let j = (lo..i).rev().find(|&j| addr < self.sym(j).end)?;
+        let s = self.sym(j);
         let name = self.names[j].get_or_init(|| {
-            let (a, l) = s.name;
-            let raw = &self.arena[a as usize..(a + (l & !PLAIN)) as usize];
-            if self.demangle && l & PLAIN == 0 {
-                if let Some(d) = super::demangle::demangle(raw) {
-                    return Arc::from(d);
-                }
+            let raw = self.raw(s);
+            let mut shown = None;
+            if self.demangle && s.flags & PLAIN == 0 {
+                shown = super::demangle::demangle(&raw).map(Arc::<str>::from);
             }
-            Arc::from(String::from_utf8_lossy(raw))
+            let shown = shown.unwrap_or_else(|| Arc::from(String::from_utf8_lossy(&raw)));
+            if s.flags & PLT != 0 {
+                return Arc::from(format!("{shown}@plt"));
+            }
+            shown
         });
         Some(Hit {
             name: name.clone(),
@@ -233,12 +434,68 @@ impl Table {
         })
     }
 
+    /// The raw bytes of a symbol's name (empty when they cannot be read).
+    fn raw(&self, s: &RawSym) -> Cow<'_, [u8]> {
+        self.strs
+            .get(s.src as usize)
+            .and_then(|st| st.get(s.name, s.len))
+            .unwrap_or(Cow::Borrowed(b""))
+    }
+
+    /// The name a symbol shows (perf compares demangled names when it chooses among aliases).
+    fn shown(&self, s: &RawSym) -> String {
+        let raw = self.raw(s);
+        if self.demangle && s.flags & PLAIN == 0 {
+            if let Some(d) = super::demangle::demangle(&raw) {
+                return d;
+            }
+        }
+        String::from_utf8_lossy(&raw).into_owned()
+    }
+
+    /// Symbol `j`, its run of aliases chosen among (at the first call) as perf does.
+    fn sym(&self, j: usize) -> &RawSym {
+        let s = &self.syms[j];
+        if s.flags & RUN == 0 {
+            return s;
+        }
+        let ((at, n), chosen) = &self.runs[s.name as usize];
+        let run = &self.aliases[*at as usize..(*at + *n) as usize];
+        let k = chosen.get_or_init(|| {
+            let mut cur = 0;
+            for k in 1..run.len() {
+                if self.choose_b(&run[cur], &run[k]) {
+                    cur = k;
+                }
+            }
+            cur as u32
+        });
+        &run[*k as usize]
+    }
+
+    /// perf's `choose_best_symbol(a, b) == SYMBOL_B`.
+    fn choose_b(&self, a: &RawSym, b: &RawSym) -> bool {
+        if let Some(b) = choose_b_nameless(a, b) {
+            return b;
+        }
+        // perf compares the demangled names.
+        let na = self.shown(a);
+        let nb = self.shown(b);
+        let (ua, ub) = (underscores(&na), underscores(&nb));
+        if ua != ub {
+            return ua > ub;
+        }
+        nb.len() > na.len()
+    }
+
     /// `(start, end)` of every symbol, sorted (for tests and the bench).
     pub fn ranges(&self) -> impl Iterator<Item = (u64, u64)> + '_ {
-        self.syms.iter().map(|s| (s.start, s.end))
+        (0..self.syms.len()).map(|j| {
+            let s = self.sym(j);
+            (s.start, s.end)
+        })
     }
 }
-
 /// Whether perf keeps a kallsyms symbol of this type (`symbol_type__filter`: text, weak, data,
 /// bss, either case).
 pub fn kallsyms_type_kept(t: u8) -> bool {

@@ -7,7 +7,7 @@ use std::process::Command;
 use object::elf::{STB_GLOBAL, STB_LOCAL, STB_WEAK};
 use object::{Object, ObjectSection};
 
-use super::table::{parse_kallsyms, parse_perf_map, Builder};
+use super::table::{self, parse_kallsyms, parse_perf_map, Builder};
 use super::*;
 
 #[test]
@@ -57,6 +57,70 @@ fn zero_size_symbols_extend_to_the_next() {
     assert!(t.find(0x4000).is_none());
     let h = t.find(0x90f).unwrap();
     assert_eq!((&*h.name, h.start), ("puts@plt", 0x900));
+}
+
+#[test]
+fn names_of_a_large_string_section_are_read_at_lookup() {
+    // Over the in-memory limit: the names stay in the file, read when a lookup hits them; the
+    // aliases that perf chooses among by name are chosen then, with the same rule.
+    use std::io::Write;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("strtab");
+    let mut bytes = vec![0u8];
+    let at = |name: &[u8], bytes: &mut Vec<u8>| {
+        let off = bytes.len() as u32;
+        bytes.extend_from_slice(name);
+        bytes.push(0);
+        off
+    };
+    let memcpy2 = at(b"__memcpy", &mut bytes);
+    let memcpy = at(b"memcpy", &mut bytes);
+    let abc = at(b"abc", &mut bytes);
+    let abcdef = at(b"abcdef", &mut bytes);
+    let mangled = at(b"_ZN3foo3barEv", &mut bytes);
+    bytes.resize(3 << 20, b'x');
+    let long = at(&[b'L'; 5000], &mut bytes);
+    // No NUL after this one: skipped at load.
+    bytes.extend_from_slice(b"unterminated");
+    std::fs::File::create(&path)
+        .unwrap()
+        .write_all(&bytes)
+        .unwrap();
+    let file = std::sync::Arc::new(std::fs::File::open(&path).unwrap());
+    let strs = table::Strings::file(file, 0, bytes.len() as u64).unwrap();
+    let last = strs.last_nul().unwrap();
+    assert_eq!(last as usize, bytes.len() - "unterminated".len() - 1);
+    let mut b = Builder::new(true);
+    let src = b.strings(strs).unwrap();
+    b.push_at(0x200, 0x10, STB_GLOBAL, src, memcpy2);
+    b.push_at(0x200, 0x10, STB_GLOBAL, src, memcpy);
+    b.push_at(0x300, 0x10, STB_GLOBAL, src, abc);
+    b.push_at(0x300, 0x10, STB_GLOBAL, src, abcdef);
+    b.push_at(0x400, 0x10, STB_GLOBAL, src, mangled);
+    b.push_at(0x500, 0x10, STB_GLOBAL, src, long);
+    b.push_plt(0x100, 0x10, Some((src, mangled)));
+    b.push_plt(0x110, 0x10, None);
+    b.fixup(false);
+    let t = b.finish(Vec::new());
+    let name = |a| t.find(a).map(|h| h.name.to_string());
+    assert_eq!(name(0x205).as_deref(), Some("memcpy"));
+    assert_eq!(name(0x30f).as_deref(), Some("abcdef"));
+    assert_eq!(name(0x400).as_deref(), Some("foo::bar"));
+    assert_eq!(name(0x500).map(|n| n.len()), Some(5000));
+    assert_eq!(name(0x100).as_deref(), Some("foo::bar@plt"));
+    assert_eq!(name(0x110).as_deref(), Some("@plt"));
+    assert_eq!(t.len(), 6);
+    assert_eq!(
+        t.ranges().collect::<Vec<_>>(),
+        [
+            (0x100, 0x110),
+            (0x110, 0x120),
+            (0x200, 0x210),
+            (0x300, 0x310),
+            (0x400, 0x410),
+            (0x500, 0x510)
+        ]
+    );
 }
 
 const KALLSYMS: &str = "\
