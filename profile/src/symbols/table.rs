@@ -11,6 +11,7 @@
 use std::borrow::Cow;
 use std::fs::File;
 use std::os::unix::fs::FileExt;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
 
 use object::elf::{SymbolBind, STB_GLOBAL, STB_WEAK};
@@ -28,6 +29,14 @@ const RUN: u8 = 4;
 /// String sections smaller than this are read into memory at load; larger ones stay in the
 /// file (one open file per such table).
 const IN_MEMORY: u64 = 1 << 20;
+
+/// At most this many tables keep a file open for their names (perf bounds its open dso files
+/// too, `dso__data_open_cnt`); past it a table reads its names into memory, as a small one does,
+/// so that a profile of hundreds of big binaries never runs out of file descriptors.
+const MAX_OPEN: usize = 256;
+
+/// The tables holding a file open for their names ([`Strings::File`]).
+static OPEN: AtomicUsize = AtomicUsize::new(0);
 
 /// One symbol: `[start, end)` (end == start for a zero-size symbol, until the fix-ups), its ELF
 /// binding, and where its name is: `len` bytes (or up to the NUL) at `name` of the table's
@@ -49,18 +58,51 @@ pub(crate) struct RawSym {
 #[derive(Debug)]
 pub(crate) enum Strings {
     Mem(Vec<u8>),
-    File { file: Arc<File>, at: u64, len: u64 },
+    File {
+        file: Arc<File>,
+        at: u64,
+        len: u64,
+        /// The count this table is in (given back at drop).
+        open: &'static AtomicUsize,
+    },
+}
+
+impl Drop for Strings {
+    fn drop(&mut self) {
+        if let Strings::File { open, .. } = self {
+            open.fetch_sub(1, Ordering::Relaxed);
+        }
+    }
 }
 
 impl Strings {
     /// The string section of `len` bytes at `at` of `file`: read now when small.
     pub fn file(file: Arc<File>, at: u64, len: u64) -> Option<Strings> {
-        if len < IN_MEMORY {
+        Strings::file_counted(file, at, len, &OPEN, MAX_OPEN)
+    }
+
+    /// [`Strings::file`], counted in `open`, at most `max` of them kept in their file.
+    fn file_counted(
+        file: Arc<File>,
+        at: u64,
+        len: u64,
+        open: &'static AtomicUsize,
+        max: usize,
+    ) -> Option<Strings> {
+        if len < IN_MEMORY || open.fetch_add(1, Ordering::Relaxed) >= max {
+            if len >= IN_MEMORY {
+                open.fetch_sub(1, Ordering::Relaxed);
+            }
             let mut v = vec![0u8; len as usize];
             file.read_exact_at(&mut v, at).ok()?;
             return Some(Strings::Mem(v));
         }
-        Some(Strings::File { file, at, len })
+        Some(Strings::File {
+            file,
+            at,
+            len,
+            open,
+        })
     }
 
     fn len(&self) -> u64 {
@@ -75,7 +117,7 @@ impl Strings {
     pub fn last_nul(&self) -> Option<u64> {
         match self {
             Strings::Mem(v) => v.iter().rposition(|&b| b == 0).map(|p| p as u64),
-            Strings::File { file, at, len } => {
+            Strings::File { file, at, len, .. } => {
                 let mut end = *len;
                 let mut buf = vec![0u8; 4096];
                 while end > 0 {
@@ -112,6 +154,7 @@ impl Strings {
                 file,
                 at,
                 len: size,
+                ..
             } => {
                 let mut out: Vec<u8> = Vec::new();
                 let mut pos = off;
@@ -603,4 +646,41 @@ fn parse_hex(s: &[u8]) -> Option<u64> {
         v = (v << 4) | (c as char).to_digit(16)? as u64;
     }
     Some(v)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Past `max` tables kept in their file, a big string section is read into memory, names the
+    /// same; a dropped table gives its place back.
+    #[test]
+    fn at_most_max_tables_keep_their_file_open() {
+        static COUNT: AtomicUsize = AtomicUsize::new(0);
+        let mut f = tempfile::tempfile().unwrap();
+        let mut section = vec![b'x'; IN_MEMORY as usize];
+        section[..6].copy_from_slice(b"\0main\0");
+        std::io::Write::write_all(&mut f, &section).unwrap();
+        let f = Arc::new(f);
+        let open = |n| {
+            (0..n)
+                .map(|_| Strings::file_counted(f.clone(), 0, IN_MEMORY, &COUNT, 3).unwrap())
+                .collect::<Vec<_>>()
+        };
+        let in_file = |v: &[Strings]| {
+            v.iter()
+                .filter(|s| matches!(s, Strings::File { .. }))
+                .count()
+        };
+        let mut tables = open(5);
+        assert_eq!(in_file(&tables), 3);
+        assert_eq!(COUNT.load(Ordering::Relaxed), 3);
+        for t in &tables {
+            assert_eq!(t.get(1, TO_NUL).as_deref(), Some(&b"main"[..]));
+        }
+        tables.retain(|t| !matches!(t, Strings::File { .. }));
+        assert_eq!(COUNT.load(Ordering::Relaxed), 0);
+        tables.extend(open(1));
+        assert_eq!(in_file(&tables), 1);
+    }
 }
