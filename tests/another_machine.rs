@@ -148,23 +148,17 @@ pipetest!(needs(perf, cc) perf_archive_tarballs_are_read_in_place, |dir| {
     // perf record (file mode) fills $HOME/.debug; perf archive packs the hit dsos from there.
     let home = empty_dir(&dir, "home");
     let data = dir.path("perf.data");
-    let out = Command::new("perf")
+    succeed(&mut Command::new("perf")
         .env("HOME", &home)
         .args(["record", "-q", "-e", "cpu-clock", "-F", FREQ, "-g", "-o"])
         .arg(&data)
         .arg("--")
         .arg(&exe)
-        .arg("300")
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    let out = Command::new("perf")
+        .arg("300"));
+    succeed(&mut Command::new("perf")
         .env("HOME", &home)
         .arg("archive")
-        .arg(&data)
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        .arg(&data));
     let tarball = dir.path("perf.data.tar.bz2");
     assert!(tarball.is_file());
     let none = empty_dir(&dir, "no-cache");
@@ -208,7 +202,7 @@ pipetest!(needs(perf, cc) slim_archives_name_frames_as_the_whole_files, |dir| {
             .unwrap()
             .path()
             .join("kallsyms");
-        let out = Command::new("perf")
+        let out = succeed(&mut Command::new("perf")
             .env("PERF_BUILDID_DIR", "/.debug")
             .arg("script")
             .arg("--symfs")
@@ -216,10 +210,7 @@ pipetest!(needs(perf, cc) slim_archives_name_frames_as_the_whole_files, |dir| {
             .arg("--kallsyms")
             .arg(&kallsyms)
             .args(["-F", "comm,tid,ip,sym,dso", "-i"])
-            .arg(&rec)
-            .output()
-            .unwrap();
-        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+            .arg(&rec));
         String::from_utf8(out.stdout).unwrap()
     };
     let (w, s) = (script(&whole, "perf-whole"), script(&slim, "perf-slim"));
@@ -268,17 +259,12 @@ for m in t.getmembers():
         out.addfile(m)
 out.close()
 "#;
-    let out = Command::new("python3")
-        .args(["-c", script])
-        .arg(archive)
-        .arg(&at)
-        .args([from, to])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    succeed(
+        &mut Command::new("python3")
+            .args(["-c", script])
+            .arg(archive)
+            .arg(&at)
+            .args([from, to]),
     );
     at
 }
@@ -334,17 +320,7 @@ t.close()
 "#,
         rest = &id[2..],
     );
-    let out = Command::new("python3")
-        .arg("-c")
-        .arg(script)
-        .arg(&at)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    succeed(&mut Command::new("python3").arg("-c").arg(script).arg(&at));
     at
 }
 
@@ -366,24 +342,19 @@ fn archive_members_that_leave_it_are_skipped_and_counted() {
 /// `record` as another host: in a UTS namespace of its own named `perfpipe-otherhost`, so the
 /// stream's HEADER_HOSTNAME is not this machine's.
 fn record_as_other_host(exe: &Path) -> Vec<u8> {
-    let out = Command::new("unshare")
-        .args([
-            "--uts",
-            "sh",
-            "-c",
-            "hostname perfpipe-otherhost && exec perf record \"$@\"",
-            "sh",
-        ])
-        .args(["-e", "cpu-clock", "-F", FREQ, "-g", "-o", "-", "--"])
-        .arg(exe)
-        .arg("300")
-        .stdin(std::process::Stdio::null())
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    let out = succeed(
+        &mut Command::new("unshare")
+            .args([
+                "--uts",
+                "sh",
+                "-c",
+                "hostname perfpipe-otherhost && exec perf record \"$@\"",
+                "sh",
+            ])
+            .args(["-e", "cpu-clock", "-F", FREQ, "-g", "-o", "-", "--"])
+            .arg(exe)
+            .arg("300")
+            .stdin(std::process::Stdio::null()),
     );
     assert!(
         out.stdout.windows(18).any(|w| w == b"perfpipe-otherhost"),
@@ -733,16 +704,7 @@ fn weight(folded: &str) -> u64 {
 fn test_ca(dir: &Dir, name: &str) -> (PathBuf, PathBuf) {
     let at = empty_dir(dir, name);
     let openssl = |args: &[&str]| {
-        let out = Command::new("openssl")
-            .args(args)
-            .current_dir(&at)
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "openssl {args:?}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        succeed(&mut Command::new("openssl").args(args).current_dir(&at));
     };
     let rsa = ["-newkey", "rsa:2048", "-nodes"];
     let subject = format!("/CN=perfpipe test CA {name}");

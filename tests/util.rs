@@ -261,6 +261,21 @@ pub fn perfpipe_record(args: &[&str], workload: &[&str]) -> (Vec<u8>, String) {
     (out.stdout, err)
 }
 
+/// Runs `cmd` (standard input empty), asserting it exits 0 (else panics with the command and its
+/// standard error); its output.
+pub fn succeed(cmd: &mut Command) -> Output {
+    let out = cmd
+        .stdin(Stdio::null())
+        .output()
+        .unwrap_or_else(|e| panic!("{cmd:?}: {e}"));
+    assert!(
+        out.status.success(),
+        "{cmd:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
+
 /// Runs a command feeding `stdin` from a thread (so a large output cannot deadlock us).
 pub fn run(cmd: &mut Command, stdin: &[u8]) -> Output {
     let mut child = cmd
