@@ -148,14 +148,14 @@ pipetest!(needs(perf, cc) perf_archive_tarballs_are_read_in_place, |dir| {
     // perf record (file mode) fills $HOME/.debug; perf archive packs the hit dsos from there.
     let home = empty_dir(&dir, "home");
     let data = dir.path("perf.data");
-    succeed(&mut Command::new("perf")
+    succeed(Command::new("perf")
         .env("HOME", &home)
         .args(["record", "-q", "-e", "cpu-clock", "-F", FREQ, "-g", "-o"])
         .arg(&data)
         .arg("--")
         .arg(&exe)
         .arg("300"));
-    succeed(&mut Command::new("perf")
+    succeed(Command::new("perf")
         .env("HOME", &home)
         .arg("archive")
         .arg(&data));
@@ -202,7 +202,7 @@ pipetest!(needs(perf, cc) slim_archives_name_frames_as_the_whole_files, |dir| {
             .unwrap()
             .path()
             .join("kallsyms");
-        let out = succeed(&mut Command::new("perf")
+        let out = succeed(Command::new("perf")
             .env("PERF_BUILDID_DIR", "/.debug")
             .arg("script")
             .arg("--symfs")
@@ -260,7 +260,7 @@ for m in t.getmembers():
 out.close()
 "#;
     succeed(
-        &mut Command::new("python3")
+        Command::new("python3")
             .args(["-c", script])
             .arg(archive)
             .arg(&at)
@@ -320,7 +320,7 @@ t.close()
 "#,
         rest = &id[2..],
     );
-    succeed(&mut Command::new("python3").arg("-c").arg(script).arg(&at));
+    succeed(Command::new("python3").arg("-c").arg(script).arg(&at));
     at
 }
 
@@ -343,7 +343,7 @@ fn archive_members_that_leave_it_are_skipped_and_counted() {
 /// stream's HEADER_HOSTNAME is not this machine's.
 fn record_as_other_host(exe: &Path) -> Vec<u8> {
     let out = succeed(
-        &mut Command::new("unshare")
+        Command::new("unshare")
             .args([
                 "--uts",
                 "sh",
@@ -704,7 +704,7 @@ fn weight(folded: &str) -> u64 {
 fn test_ca(dir: &Dir, name: &str) -> (PathBuf, PathBuf) {
     let at = empty_dir(dir, name);
     let openssl = |args: &[&str]| {
-        succeed(&mut Command::new("openssl").args(args).current_dir(&at));
+        succeed(Command::new("openssl").args(args).current_dir(&at));
     };
     let rsa = ["-newkey", "rsa:2048", "-nodes"];
     let subject = format!("/CN=perfpipe test CA {name}");
