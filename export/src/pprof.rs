@@ -38,7 +38,7 @@ use perfpipe_core::spec::{Flag, FormatSpec};
 use perfpipe_profile::kit::{
     self, Comms, Events, Join, NameSources, Profile, SnapshotSink, StackTable,
 };
-use perfpipe_profile::symbolize::Resolved;
+use perfpipe_profile::symbolize::{Resolved, StackSample, Stacks};
 use perfpipe_stream::format::{RecordType, StreamInfo};
 use perfpipe_stream::model::offcpu::{Interval, OffCpu, State, Switches};
 
@@ -299,19 +299,7 @@ impl Profile for Pprof {
         }
         let mut counted = 0;
         for (_, s) in join.by_ref() {
-            self.events.id(info, s.attr);
-            let comm = self.comms.id(s);
-            let stack = self.stacks.id(stacks.frames(s));
-            let v = self
-                .samples
-                .entry([u32::from(s.attr), comm, s.pid, s.tid, s.cpu, stack])
-                .or_default();
-            v.0 += 1;
-            v.1 += s.period;
-            if s.time != 0 {
-                self.first_time.get_or_insert(s.time);
-                self.last_time = self.last_time.max(s.time);
-            }
+            self.count(info, stacks, s);
             counted += 1;
         }
         self.counted.add(counted);
@@ -339,6 +327,25 @@ impl Profile for Pprof {
 }
 
 impl Pprof {
+    /// Counts sample `s` in its pprof sample (event, comm, pid, tid, cpu, stack); its comm's and
+    /// its stack's ids.
+    fn count(&mut self, info: &StreamInfo, stacks: &Stacks, s: &StackSample) -> (u32, u32) {
+        self.events.id(info, s.attr);
+        let comm = self.comms.id(s);
+        let stack = self.stacks.id(stacks.frames(s));
+        let v = self
+            .samples
+            .entry([u32::from(s.attr), comm, s.pid, s.tid, s.cpu, stack])
+            .or_default();
+        v.0 += 1;
+        v.1 += s.period;
+        if s.time != 0 {
+            self.first_time.get_or_insert(s.time);
+            self.last_time = self.last_time.max(s.time);
+        }
+        (comm, stack)
+    }
+
     /// A batch of a stream with switches: every record goes through the off-CPU model, and
     /// every sample is counted as without it.
     fn add_switches(&mut self, batch: &Batch, info: &StreamInfo, join: Join<'_>) {
@@ -365,18 +372,8 @@ impl Pprof {
                 continue;
             };
             let s = &list[i];
-            self.events.id(info, s.attr);
-            let comm = self.comms.id(s);
-            let stack = self.stacks.id(stacks.frames(s));
-            let v = self
-                .samples
-                .entry([u32::from(s.attr), comm, s.pid, s.tid, s.cpu, stack])
-                .or_default();
-            v.0 += 1;
-            v.1 += s.period;
+            let (comm, stack) = self.count(info, stacks, s);
             if s.time != 0 {
-                self.first_time.get_or_insert(s.time);
-                self.last_time = self.last_time.max(s.time);
                 self.off.model.note_time(s.time);
             }
             counted += 1;

@@ -325,19 +325,7 @@ impl Aggregate {
                 root[2] = 0;
             }
             let fp = self.fingerprint_of(&root, frames);
-            let stack = self.stacks.entry(fp).or_insert_with(|| {
-                let at = self.keys.len() as u32;
-                self.keys.extend(root);
-                self.keys.extend(frames.iter().rev());
-                self.used.insert_all(frames);
-                Stack {
-                    at,
-                    len: frames.len() as u32 + ROOT as u32,
-                    ..Stack::default()
-                }
-            });
-            stack.samples += 1;
-            stack.period += iv.duration();
+            self.count((root, fp), frames, iv.duration());
         }
         self.off = Some(off);
     }
@@ -404,8 +392,13 @@ impl Aggregate {
     }
 
     /// Counts a sample with frames in the stack of `key`.
-    fn add(&mut self, (root, fingerprint): ([u32; ROOT], u128), stacks: &Stacks, s: &StackSample) {
-        let frames = stacks.frames(s);
+    fn add(&mut self, key: ([u32; ROOT], u128), stacks: &Stacks, s: &StackSample) {
+        self.count(key, stacks.frames(s), s.period);
+    }
+
+    /// Counts one sample of `period` in the stack of `root` and `frames` (whose fingerprint is
+    /// `fingerprint`), made at its first sample.
+    fn count(&mut self, (root, fingerprint): ([u32; ROOT], u128), frames: &[u32], period: u64) {
         let stack = self.stacks.entry(fingerprint).or_insert_with(|| {
             let at = self.keys.len() as u32;
             self.keys.extend(root);
@@ -418,7 +411,7 @@ impl Aggregate {
             }
         });
         stack.samples += 1;
-        stack.period += s.period;
+        stack.period += period;
     }
 
     /// The folded stacks, `(stack, count)` sorted by stack, stacks that name the same functions

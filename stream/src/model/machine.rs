@@ -1070,11 +1070,23 @@ mod tests {
         assert_eq!(dso_at(&m, 77, 0x1100), None);
     }
 
+    /// A record of the order tests: `(b'm', pid, address, file, time)` maps a page of `file`,
+    /// `(b'f', child, parent, "", time)` forks.
+    type Rec = (u8, u32, u64, &'static str, u64);
+
+    fn apply(m: &mut Machine, &(kind, pid, x, name, time): &Rec) {
+        if kind == b'm' {
+            map_at(m, pid, x, 0x1000, name, time);
+        } else {
+            m.fork(pid, x as u32, pid, time);
+        }
+    }
+
     #[test]
     fn records_in_any_order_give_the_answers_of_time_order() {
         // A child's exec maps before its FORK in the stream (another cpu), the parent's maps
         // after its FORKs though older, a grandchild: every order of the same records.
-        let records: [(u8, u32, u64, &str, u64); 7] = [
+        let records: [Rec; 7] = [
             (b'm', 10, 0x1000, "/usr/bin/env", 10),
             (b'm', 10, 0x5000, "/usr/bin/bash", 50),
             (b'f', 11, 10, "", 100),
@@ -1083,13 +1095,6 @@ mod tests {
             (b'm', 11, 0x9000, "/usr/bin/gzip", 200),
             (b'm', 12, 0x5000, "/usr/bin/perl", 300),
         ];
-        let apply = |m: &mut Machine, &(kind, pid, x, name, time): &(u8, u32, u64, &str, u64)| {
-            if kind == b'm' {
-                map_at(m, pid, x, 0x1000, name, time);
-            } else {
-                m.fork(pid, x as u32, pid, time);
-            }
-        };
         let mut orders = vec![records.to_vec()];
         let mut rev = records.to_vec();
         rev.reverse();
@@ -1145,7 +1150,7 @@ mod tests {
     fn equal_stamps_give_equal_maps_in_every_order() {
         // The promise a cache by stamp rests on, after every record of every order of the
         // records above: one stamp of a pid is one list of maps, whenever it was given.
-        let records: [(u8, u32, u64, &str, u64); 7] = [
+        let records: [Rec; 7] = [
             (b'm', 10, 0x1000, "/usr/bin/env", 10),
             (b'm', 10, 0x5000, "/usr/bin/bash", 50),
             (b'f', 11, 10, "", 100),
@@ -1173,12 +1178,7 @@ mod tests {
             // (pid, stamp) → the maps first seen with it.
             let mut seen: HashMap<(u32, u64), Vec<Map>> = HashMap::new();
             for &k in &order {
-                let (kind, pid, x, name, time) = records[k];
-                if kind == b'm' {
-                    map_at(&mut m, pid, x, 0x1000, name, time);
-                } else {
-                    m.fork(pid, x as u32, pid, time);
-                }
+                apply(&mut m, &records[k]);
                 for pid in [10, 11, 12] {
                     for t in [5, 10, 60, 100, 110, 125, 150, 160, 200, 250, 300, 400] {
                         let stamp = m.space(pid, t).stamp(misc::USER);
