@@ -42,22 +42,12 @@ use perfpipe_profile::symbolize::{Resolved, StackSample, Stacks};
 use perfpipe_stream::format::{RecordType, StreamInfo};
 use perfpipe_stream::model::offcpu::{Interval, OffCpu, State, Switches};
 
-/// `key[0]` of an off-CPU sample: this plus the state's index in [`STATES`], plus [`OPEN`] for
+/// `key[0]` of an off-CPU sample: this plus the state's place in [`State::ALL`], plus [`OPEN`] for
 /// intervals still open at the end.
 const OFF_CPU: u32 = 1 << 20;
 
 /// In `key[0] - OFF_CPU`: the intervals were still open at the end (closed at the last event).
 const OPEN: u32 = 1 << 10;
-
-/// The off-CPU states, by index.
-const STATES: [State; 6] = [
-    State::Sleeping,
-    State::Uninterruptible,
-    State::Runnable,
-    State::Blocked,
-    State::Other(b'I'),
-    State::Other(b'?'),
-];
 
 /// A switch-out's sample key without its attr: comm, pid, tid, stack.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -390,10 +380,7 @@ impl Pprof {
             let Some(OffKey([comm, pid, tid, stack])) = iv.stack else {
                 continue;
             };
-            let state = STATES
-                .iter()
-                .position(|s| *s == iv.state)
-                .unwrap_or(STATES.len() - 1);
+            let state = iv.state.index();
             let open = if iv.open_at_end { OPEN } else { 0 };
             let v = self
                 .samples
@@ -448,7 +435,7 @@ impl Pprof {
             });
         }
         let state_key = strings.get("state");
-        let states: Vec<i64> = STATES.iter().map(|s| strings.get(s.name())).collect();
+        let states: Vec<i64> = State::ALL.iter().map(|s| strings.get(s.name())).collect();
         let (open_key, open_true) = (strings.get("open_at_end"), strings.get("true"));
         p.time_nanos = self.first_time.unwrap_or(0) as i64;
         p.duration_nanos = self.last_time.saturating_sub(self.first_time.unwrap_or(0)) as i64;

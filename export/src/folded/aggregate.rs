@@ -36,27 +36,9 @@ fn is_clock(info: &StreamInfo, attr: u16) -> bool {
         .is_some_and(|a| a.type_ == 1 && a.config <= 1)
 }
 
-/// The off-CPU states as marks, in the order of their frames.
-const STATES: [State; 11] = [
-    State::Sleeping,
-    State::Uninterruptible,
-    State::Runnable,
-    State::Blocked,
-    State::Other(b'I'),
-    State::Other(b'T'),
-    State::Other(b't'),
-    State::Other(b'X'),
-    State::Other(b'Z'),
-    State::Other(b'P'),
-    State::Other(b'?'),
-];
-
+/// An off-CPU interval's mark: 1 + its state's place in [`State::ALL`].
 fn mark_of(state: State) -> u32 {
-    let i = STATES
-        .iter()
-        .position(|s| *s == state)
-        .unwrap_or(STATES.len() - 1);
-    1 + i as u32
+    1 + state.index() as u32
 }
 
 /// The mark's bit of an interval still open at the end of the stream.
@@ -65,7 +47,7 @@ const OPEN_AT_END: u32 = 1 << 8;
 /// The frame an off-CPU mark shows as: `[off-cpu: S]`, `[off-cpu: S, open at end]` for an
 /// interval the stream ended in (closed at its last event time: a lower bound).
 fn mark_name(mark: u32) -> String {
-    let state = STATES
+    let state = State::ALL
         .get((mark & !OPEN_AT_END) as usize - 1)
         .copied()
         .unwrap_or(State::Other(b'?'));

@@ -79,25 +79,39 @@ impl State {
         }
     }
 
-    /// Its name in profiles: `S`, `D`, `R`, `S|D` for [`State::Blocked`], or the letter.
+    /// Every state a profile tells apart, in the order profiles list them: a letter not among
+    /// them is the last, `?`.
+    pub const ALL: [State; 13] = [
+        State::Sleeping,
+        State::Uninterruptible,
+        State::Runnable,
+        State::Blocked,
+        State::Other(b'I'),
+        State::Other(b'T'),
+        State::Other(b't'),
+        State::Other(b'X'),
+        State::Other(b'Z'),
+        State::Other(b'P'),
+        State::Other(b'W'),
+        State::Other(b'K'),
+        State::Other(b'?'),
+    ];
+
+    /// Its place in [`State::ALL`] (an unknown letter's is the last, `?`'s).
+    pub fn index(self) -> usize {
+        State::ALL
+            .iter()
+            .position(|s| *s == self)
+            .unwrap_or(State::ALL.len() - 1)
+    }
+
+    /// Its name in profiles: `S`, `D`, `R`, `S|D` for [`State::Blocked`], or the letter (`?`
+    /// for one not in [`State::ALL`]).
     pub fn name(self) -> &'static str {
-        match self {
-            State::Sleeping => "S",
-            State::Uninterruptible => "D",
-            State::Runnable => "R",
-            State::Blocked => "S|D",
-            State::Other(c) => match c {
-                b'I' => "I",
-                b'T' => "T",
-                b't' => "t",
-                b'X' => "X",
-                b'Z' => "Z",
-                b'P' => "P",
-                b'W' => "W",
-                b'K' => "K",
-                _ => "?",
-            },
-        }
+        const NAMES: [&str; 13] = [
+            "S", "D", "R", "S|D", "I", "T", "t", "X", "Z", "P", "W", "K", "?",
+        ];
+        NAMES[self.index()]
     }
 }
 

@@ -293,3 +293,19 @@ fn an_exiting_threads_last_switch_opens_no_interval() {
         vec![(1, 10, 20, false), (2, 40, 40, true), (3, 20, 30, false)]
     );
 }
+
+#[test]
+fn every_state_has_one_place_and_name() {
+    let names: Vec<&str> = State::ALL.iter().map(|s| s.name()).collect();
+    for (i, s) in State::ALL.iter().enumerate() {
+        assert_eq!(s.index(), i, "{s:?}");
+        assert_eq!(names.iter().filter(|n| **n == s.name()).count(), 1, "{s:?}");
+    }
+    // A letter a newer kernel may print and this list lacks is `?`, the last place.
+    assert_eq!(State::Other(b'N').index(), State::ALL.len() - 1);
+    assert_eq!(State::Other(b'N').name(), "?");
+    // The letters prev_state prints read back to the state named by them.
+    for s in State::ALL.iter().filter(|s| !matches!(s, State::Blocked)) {
+        assert_eq!(State::from_text(s.name()), *s);
+    }
+}
