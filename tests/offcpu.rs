@@ -771,7 +771,11 @@ fn perf_script_wakers(file: &Path) -> (Vec<Woken>, Vec<u32>) {
         .arg(file)
         .output()
         .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let text = String::from_utf8_lossy(&out.stdout);
     let field = |l: &str, k: &str| -> Option<String> {
         let v = l.split(&format!(" {k}=")).nth(1)?;

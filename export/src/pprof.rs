@@ -294,8 +294,7 @@ impl Profile for Pprof {
         if *self.off.active.get_or_insert_with(|| {
             self.off.switches.wakeups = true;
             self.off.switches.active(info)
-        })
-        {
+        }) {
             self.add_switches(batch, info, join);
             return;
         }
@@ -404,14 +403,7 @@ impl Pprof {
                 .map_or(u32::MAX, |OffKey([comm, ..])| comm);
             let v = self
                 .samples
-                .entry([
-                    OFF_CPU + open + state as u32,
-                    comm,
-                    pid,
-                    tid,
-                    waker,
-                    stack,
-                ])
+                .entry([OFF_CPU + open + state as u32, comm, pid, tid, waker, stack])
                 .or_default();
             v.0 += 1;
             v.1 += iv.duration();

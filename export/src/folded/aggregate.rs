@@ -543,7 +543,12 @@ impl Aggregate {
             // The waker's part: `--`, its names innermost first, its root.
             let woken = waker.into_iter().flat_map(|(wframes, wroot)| {
                 std::iter::once(WAKER)
-                    .chain(wframes.iter().flat_map(|f| name_ids(f).iter().rev()).copied())
+                    .chain(
+                        wframes
+                            .iter()
+                            .flat_map(|f| name_ids(f).iter().rev())
+                            .copied(),
+                    )
                     .chain(wroot.iter().copied())
             });
             let count = match weight {
@@ -591,7 +596,8 @@ impl Aggregate {
             let (frames, waker) = split_waker(&key[ROOT..]);
             let named = || frames.iter().flat_map(|&f| &names[f as usize]);
             // One allocation a line: its length is known before it is built.
-            let len = comms[key[0] as usize].len() + 24 + named().map(|n| n.len() + 1).sum::<usize>();
+            let len =
+                comms[key[0] as usize].len() + 24 + named().map(|n| n.len() + 1).sum::<usize>();
             let mut line = String::with_capacity(len);
             let root = |line: &mut String, r: &[u32]| {
                 line.push_str(comms.get(r[0] as usize).map_or("[unknown]", |c| c.as_str()));

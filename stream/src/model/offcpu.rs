@@ -146,15 +146,13 @@ pub struct Switch {
     pub wake: Option<Wake>,
 }
 
-/// A wakeup: thread `tid` woken at `time` by the sample's thread `waker_pid`/`waker_tid`.
+/// A wakeup: thread `tid` woken at `time` by the sample's thread `waker_tid`.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Wake {
     /// The woken thread (the tracepoint's `pid` field).
     pub tid: u32,
     /// When.
     pub time: u64,
-    /// The waker's process (`u32::MAX` when unknown).
-    pub waker_pid: u32,
     /// The waker's thread (0: the idle task, an interrupt on an idle cpu).
     pub waker_tid: u32,
 }
@@ -391,7 +389,6 @@ fn sched_wakeup(w: &SchedWakeup, s: &Sample<'_>, e: Endian, time: u64) -> Option
     let wake = (tid != 0).then_some(Wake {
         tid,
         time,
-        waker_pid: s.pid().unwrap_or(u32::MAX),
         waker_tid: s.tid().unwrap_or(u32::MAX),
     });
     Some(Switch {
@@ -472,11 +469,10 @@ pub struct Interval<S> {
     pub waker: Option<Waker<S>>,
 }
 
-/// Who woke a thread: the wakeup sample's thread and stack.
+/// Who woke a thread: the wakeup sample's thread and stack (its process and name are the
+/// caller's to key the stack by, as for a switch-out's).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Waker<S> {
-    /// Its process (`u32::MAX` when unknown).
-    pub pid: u32,
     /// Its thread (0: the idle task).
     pub tid: u32,
     /// The wakeup sample's stack, if one was given.
@@ -627,7 +623,6 @@ impl<S: Copy> OffCpu<S> {
         }
         if let Some(w) = sw.wake {
             let waker = Waker {
-                pid: w.waker_pid,
                 tid: w.waker_tid,
                 stack,
             };
@@ -785,11 +780,12 @@ fn decide<S: Copy>(
             .map(|(_, _, i)| i)
     };
     while let Some(q) = earliest(t) {
-        let (time, ev) = *t.pending[q].1.front().expect("non-empty");
-        if time > settled && !(cap && t.waiting > MAX_PENDING) {
+        let queue = &mut t.pending[q].1;
+        if queue.front().expect("non-empty").0 > settled && !(cap && t.waiting > MAX_PENDING) {
             break;
         }
-        t.pending[q].1.pop_front();
+        // Taken once, not copied to be looked at first.
+        let (time, ev) = queue.pop_front().expect("non-empty");
         t.waiting -= 1;
         match ev {
             Ev::Out { pid, state, stack } => {

@@ -301,7 +301,6 @@ fn wake(tid: u32, time: u64, waker: u32, cpu: u32) -> Switch {
         wake: Some(Wake {
             tid,
             time,
-            waker_pid: waker,
             waker_tid: waker,
         }),
         cpu: Some(cpu),
