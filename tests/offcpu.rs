@@ -909,7 +909,9 @@ pipetest!(needs(perf, cc, tracefs)
         let waker = (!waker.is_empty()).then(|| tid_of(waker.rsplit(';').next().unwrap()));
         *got.entry((tid, waker)).or_default() += n;
     }
-    assert!(want.len() >= 5 && want.keys().any(|k| k.1.is_none()), "{want:?}");
+    // At least main, nap, waitpipe and writer (spin's preemptions, intervals without a wakeup,
+    // come only on a busy machine).
+    assert!(want.len() >= 4, "{want:?}");
     assert_eq!(got, want);
 });
 

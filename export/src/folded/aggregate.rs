@@ -652,9 +652,13 @@ impl Aggregate {
     }
 }
 
+/// The waker's part of an off-wake stack's key: its frames innermost first, and its root (comm,
+/// pid, tid).
+type WakerPart<'a> = (&'a [u32], &'a [u32]);
+
 /// A key's frames (after its root): the blocked frames, root first, and the waker's part of an
-/// off-wake stack, if any: its frames innermost first and its root (comm, pid, tid).
-fn split_waker(frames: &[u32]) -> (&[u32], Option<(&[u32], &[u32])>) {
+/// off-wake stack, if any.
+fn split_waker(frames: &[u32]) -> (&[u32], Option<WakerPart<'_>>) {
     match frames.iter().position(|&f| f == WAKER) {
         Some(at) => {
             let (wframes, wroot) = frames[at + 1..].split_at(frames.len() - at - 1 - 3);

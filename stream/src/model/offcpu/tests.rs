@@ -313,8 +313,11 @@ fn on(mut sw: Switch, cpu: u32) -> Switch {
     sw
 }
 
-/// (tid, start, end, waker tid, waker stack) of each interval closed by a switch-in.
-fn wakers(v: &[Interval<u32>]) -> Vec<(u32, u64, u64, Option<(u32, Option<u32>)>)> {
+/// An interval's (tid, start, end, waker (tid, stack)).
+type Woken = (u32, u64, u64, Option<(u32, Option<u32>)>);
+
+/// Each interval closed by a switch-in, sorted.
+fn wakers(v: &[Interval<u32>]) -> Vec<Woken> {
     let mut got: Vec<_> = v
         .iter()
         .filter(|i| !i.open_at_end)
