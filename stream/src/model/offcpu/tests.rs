@@ -451,3 +451,45 @@ fn wakeups_read_in_any_arrival_order_give_the_wakers_of_time_order() {
     assert!(ideal.iter().filter(|i| i.3.is_some()).count() > 1000);
     assert_eq!(wakers(&got), ideal);
 }
+
+#[test]
+fn memory_is_bounded_by_threads_not_wakeups() {
+    // 2 is woken again and again while it runs (a wakeup of a runnable thread), and 3 sleeps
+    // and is woken many times between its switches: a thread keeps its latest wakeup at most,
+    // plus those not yet placed in time.
+    let mut m = OffCpu::<u32>::default();
+    let mut v = Vec::new();
+    for i in 0..100_000u64 {
+        let t = 10 + i * 10;
+        m.add(&wake(2, t, 1, 0), Some(5), &mut v);
+        if i % 1000 == 0 {
+            m.add(
+                &on(switch(3, State::Sleeping, 0, t + 1), 1),
+                Some(6),
+                &mut v,
+            );
+        }
+        m.add(&wake(3, t + 2, 1, 0), Some(i as u32), &mut v);
+        if i % 1000 == 999 {
+            m.add(&on(sin(3, t + 5), 1), None, &mut v);
+        }
+        if i % 100 == 99 {
+            m.round(&mut v);
+        }
+    }
+    let pending: usize = m.threads.values().map(|t| t.waiting).sum();
+    assert!(
+        pending <= 2 * 3 * 200,
+        "{pending} switches and wakeups pending"
+    );
+    assert_eq!(m.threads(), 2, "the wakers hold no state");
+    m.finish(&mut v);
+    assert!(m.threads.values().all(|t| t.waker.is_none()));
+    assert_eq!(m.counts.stray_wakeups, 100_000, "2 was running");
+    // Each of 3's intervals has its last wakeup, the one just before its switch-in.
+    let got = wakers(&v);
+    assert_eq!(got.len(), 100);
+    assert!(got
+        .iter()
+        .all(|(_, _, end, w)| *w == Some((1, Some(((end - 15) / 10) as u32)))));
+}
