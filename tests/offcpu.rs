@@ -171,12 +171,19 @@ pub(crate) fn record_workload_with(
 /// `perf record -a -g -e sched:sched_switch` of the workload, into a file (`perf sched
 /// timehist` reads only files), and the waits the workload measured.
 fn system_wide(dir: &Dir) -> (std::path::PathBuf, Waits) {
+    system_wide_with(dir, &["-e", "sched:sched_switch"])
+}
+
+/// [`system_wide`] with the events `events` (`-e` arguments).
+fn system_wide_with(dir: &Dir, events: &[&str]) -> (std::path::PathBuf, Waits) {
     let exe = offcpu_c(dir);
     let _one = SYSTEM_WIDE.lock().unwrap_or_else(|e| e.into_inner());
     let file = dir.path("sys.data");
     let out = oracle()
         .command()
-        .args(["record", "-q", "-a", "-g", "-e", "sched:sched_switch", "-o"])
+        .args(["record", "-q", "-a", "-g"])
+        .args(events)
+        .arg("-o")
         .arg(&file)
         .args(["--", "chrt", "-f", "10"])
         .arg(&exe)
@@ -749,3 +756,250 @@ pipetest!(needs(perf, cc, tracefs)
     assert!(workload_open.is_empty(), "{workload_open:#?}");
     assert_known_waits(&folded, "system-wide", &measured);
 });
+
+/// An interval of a thread and who woke it: `(tid, switch-out, switch-in, waker tid)`, in ns.
+type Woken = (u32, u64, u64, Option<u32>);
+
+/// The oracle of wakers, from `perf script`'s text of a recording with `sched_switch` and
+/// `sched_wakeup` samples, which perf sorts by time: each interval of a thread (a switch-out
+/// to its next switch-in) and the tid of the last `sched_wakeup` with its `pid` in between; and
+/// the tids of the workload's threads (by their comms).
+fn perf_script_wakers(file: &Path) -> (Vec<Woken>, Vec<u32>) {
+    let out = oracle()
+        .command()
+        .args(["script", "--ns", "-F", "tid,time,event,trace", "-i"])
+        .arg(file)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    let field = |l: &str, k: &str| -> Option<String> {
+        let v = l.split(&format!(" {k}=")).nth(1)?;
+        Some(v.split(' ').next()?.to_string())
+    };
+    let mut open: BTreeMap<u32, (u64, Option<u32>)> = BTreeMap::new();
+    let mut intervals = Vec::new();
+    let mut tids = Vec::new();
+    for l in text.lines() {
+        // ` TID SEC.NS: sched:EVENT: FIELDS` (TID -1 for an exiting thread's last samples)
+        let mut w = l.split_whitespace();
+        let (Some(tid), Some(time), Some(event)) = (w.next(), w.next(), w.next()) else {
+            continue;
+        };
+        let tid = tid.parse::<i64>().unwrap() as u32;
+        let (s, ns) = time.trim_end_matches(':').split_once('.').unwrap();
+        let time = s.parse::<u64>().unwrap() * 1_000_000_000 + ns.parse::<u64>().unwrap();
+        let l = format!(" {}", l.split_once(event).unwrap().1.trim());
+        match event {
+            "sched:sched_wakeup:" => {
+                let pid: u32 = field(&l, "pid").unwrap().parse().unwrap();
+                if let Some(o) = open.get_mut(&pid) {
+                    o.1 = Some(tid);
+                }
+            }
+            "sched:sched_switch:" => {
+                let prev: u32 = field(&l, "prev_pid").unwrap().parse().unwrap();
+                let next: u32 = field(&l, "next_pid").unwrap().parse().unwrap();
+                let state = field(&l, "prev_state").unwrap();
+                let comm = l.split(" prev_comm=").nth(1).unwrap();
+                let comm = comm.split(" prev_pid=").next().unwrap();
+                if ["nap", "waitpipe", "writer", "spin", "offcpu"].contains(&comm)
+                    && !tids.contains(&prev)
+                {
+                    tids.push(prev);
+                }
+                if prev != 0 {
+                    open.remove(&prev);
+                    if !state.starts_with(['X', 'Z']) {
+                        open.insert(prev, (time, None));
+                    }
+                }
+                if let Some((start, waker)) = open.remove(&next) {
+                    intervals.push((next, start, time, waker));
+                }
+            }
+            _ => {}
+        }
+    }
+    intervals.sort_unstable();
+    (intervals, tids)
+}
+
+pipetest!(needs(perf, cc, tracefs)
+    /// `--weight offwake` on `-a -g -e sched:sched_switch -e sched:sched_wakeup`: wait_pipe's
+    /// 300 ms end with the waker `writer`'s stack, its write to the pipe from write_later; nap's
+    /// sleeps with the timer's wakeup (`hrtimer_wakeup`, in an interrupt of whatever thread ran);
+    /// and per thread and waker thread, the ns equal those of perf script's intervals and last
+    /// wakeups sorted by time.
+    offwake_stacks_name_the_wakers_perf_script_shows, |dir| {
+    let (file, measured) =
+        system_wide_with(&dir, &["-e", "sched:sched_switch", "-e", "sched:sched_wakeup"]);
+    let f = file.to_str().unwrap();
+    let (folded, stats) = profile(&dir, b"", &["-i", f, "--weight", "offwake"], "wake.folded");
+    assert!(counter(&stats, "offcpu_woken") >= 100, "{stats}");
+    // Every wakeup is read: the switches that cannot be used (a lost switch-in at the start of
+    // a system-wide recording) are those of the plain off-CPU profile.
+    let (_, plain) = profile(&dir, b"", &["-i", f, "--weight", "offcpu"], "plain.folded");
+    assert_eq!(counter(&stats, "offcpu_unusable"), counter(&plain, "offcpu_unusable"));
+    assert_eq!(counter(&stats, "offcpu_intervals"), counter(&plain, "offcpu_intervals"));
+    let split = |l: &str| -> (String, String, u64) {
+        let (stack, n) = l.rsplit_once(' ').unwrap();
+        let (blocked, waker) = stack.split_once(";--;").unwrap_or((stack, ""));
+        (blocked.to_string(), waker.to_string(), n.parse().unwrap())
+    };
+    let lines: Vec<_> = folded.lines().map(split).collect();
+    // Off-wake lines are the off-CPU lines with a waker: the blocked stacks' totals are the
+    // same (the waker's part left out: `nap` is the comm of the thread whose exit wakes main).
+    let blocked: String = lines.iter().map(|(b, _, n)| format!("{b} {n}\n")).collect();
+    assert_known_waits(&blocked, "offwake", &measured);
+    let has = |stack: &str, f: &str| stack.split(';').any(|x| x == f);
+    // wait_pipe: woken by writer, in write_later's write to the pipe; the waker's stack is
+    // reversed, innermost first, and ends at its comm.
+    let pipe: Vec<_> = lines.iter().filter(|(b, _, _)| has(b, "wait_pipe")).collect();
+    let by_writer: u64 = pipe
+        .iter()
+        .filter(|(_, w, _)| w.ends_with(";writer") && has(w, "write_later"))
+        .map(|l| l.2)
+        .sum();
+    let want = measured.iter().find(|m| m.0 == "wait_pipe").unwrap().1;
+    assert!(by_writer.abs_diff(want) as f64 <= 0.05 * want as f64, "{by_writer} of {want}: {pipe:#?}");
+    let (_, w, _) = pipe.iter().max_by_key(|l| l.2).unwrap();
+    let frames: Vec<&str> = w.split(';').collect();
+    let at = |f: &str| frames.iter().position(|x| *x == f);
+    let write = frames.iter().position(|x| x.ends_with("sys_write") || *x == "vfs_write");
+    assert!(
+        at("try_to_wake_up").unwrap() < write.unwrap() && write < at("write_later"),
+        "the waker's stack, innermost first: {w}"
+    );
+    // nap: each sleep ends with the timer's wakeup, in whatever thread its interrupt stopped.
+    let timer: u64 = lines
+        .iter()
+        .filter(|(b, w, _)| has(b, "nap") && has(w, "hrtimer_wakeup"))
+        .map(|l| l.2)
+        .sum();
+    let nap = measured.iter().find(|m| m.0 == "nap").unwrap().1;
+    assert!(timer.abs_diff(nap) as f64 <= 0.05 * nap as f64, "nap: {timer} of {nap} by the timer");
+
+    // Per (thread, waker thread), the ns of the workload's intervals equal perf script's.
+    let (intervals, tids) = perf_script_wakers(&file);
+    assert!(tids.len() >= 5, "{tids:?}");
+    let mut want: BTreeMap<(u32, Option<u32>), u64> = BTreeMap::new();
+    for (tid, start, end, waker) in &intervals {
+        if tids.contains(tid) {
+            *want.entry((*tid, *waker)).or_default() += end - start;
+        }
+    }
+    let (folded, _) = profile(
+        &dir,
+        b"",
+        &["-i", f, "--weight", "offwake", "--stack-tid"],
+        "tid.folded",
+    );
+    let tid_of = |root: &str| -> u32 { root.rsplit_once('/').unwrap().1.parse().unwrap() };
+    let mut got: BTreeMap<(u32, Option<u32>), u64> = BTreeMap::new();
+    for (blocked, waker, n) in folded.lines().map(split) {
+        let tid = tid_of(blocked.split(';').next().unwrap());
+        if !tids.contains(&tid) || blocked.contains("open at end") {
+            continue;
+        }
+        let waker = (!waker.is_empty()).then(|| tid_of(waker.rsplit(';').next().unwrap()));
+        *got.entry((tid, waker)).or_default() += n;
+    }
+    // At least main, nap, waitpipe and writer (spin's preemptions, intervals without a wakeup,
+    // come only on a busy machine).
+    assert!(want.len() >= 4, "{want:?}");
+    assert_eq!(got, want);
+});
+
+pipetest!(needs(perf, cc, tracefs, go, duckdb)
+    /// Wakers in pprof and Parquet: every interval of the workload's threads has, in Parquet,
+    /// the waker tid of perf script's last `sched_wakeup` before its switch-in (null when none);
+    /// pprof labels wait_pipe's 300 ms `waker` = `writer`.
+    wakers_in_pprof_and_parquet_equal_perf_script, |dir| {
+    let (file, measured) =
+        system_wide_with(&dir, &["-e", "sched:sched_switch", "-e", "sched:sched_wakeup"]);
+    let f = file.to_str().unwrap();
+    let (intervals, tids) = perf_script_wakers(&file);
+    let pq = dir.path("wake.parquet");
+    let o = perfpipe(&["-i", f, "-o", pq.to_str().unwrap()], b"");
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let list = tids.iter().map(|t| t.to_string()).collect::<Vec<_>>().join(",");
+    let rows = duckdb(&format!(
+        "select tid, time, off_cpu_end, coalesce(off_cpu_waker_tid::varchar, '-'), \
+                coalesce(off_cpu_waker_comm, '-') \
+         from '{}' where off_cpu_end is not null and not off_cpu_open_at_end \
+           and tid in ({list}) order by all",
+        pq.to_str().unwrap()
+    ));
+    let mut got: Vec<Woken> = Vec::new();
+    let mut writer = 0;
+    for r in rows.lines() {
+        let v: Vec<&str> = r.split('|').collect();
+        let n = |i: usize| v[i].parse::<u64>().unwrap();
+        got.push((n(0) as u32, n(1), n(2), v[3].parse().ok()));
+        if v[3] != "-" && v[4] == "writer" && n(2) - n(1) > 200_000_000 {
+            writer += 1;
+        }
+    }
+    let want: Vec<Woken> = intervals.into_iter().filter(|i| tids.contains(&i.0)).collect();
+    assert!(want.len() >= 100);
+    let diff: Vec<_> = got.iter().zip(&want).filter(|(a, b)| a != b).take(5).collect();
+    assert!(diff.is_empty() && got.len() == want.len(), "{} {}: {diff:#?}", got.len(), want.len());
+    assert_eq!(writer, 1, "wait_pipe's 300 ms, woken by writer");
+
+    let pb = dir.path("wake.pb.gz");
+    let o = perfpipe(&["-i", f, "-o", pb.to_str().unwrap()], b"");
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let (types, samples) = pprof_raw(&pb);
+    let ns = types.iter().position(|t| t == "off_cpu/nanoseconds").unwrap();
+    let by_writer: u64 = samples
+        .iter()
+        .filter(|(_, l)| l.contains("comm:[waitpipe]") && l.contains("waker:[writer]"))
+        .map(|(v, _)| v[ns])
+        .sum();
+    let want = measured.iter().find(|m| m.0 == "wait_pipe").unwrap().1;
+    assert!(by_writer.abs_diff(want) as f64 <= 0.05 * want as f64, "{by_writer} of {want}");
+    assert!(samples.iter().any(|(_, l)| l.contains("waker:[") && !l.contains("cpu:[")));
+});
+
+pipetest!(needs(perf, tracefs)
+    /// A `sched_wakeup` whose payload is shorter than its format (the format made to say `pid`
+    /// lies past the end) is counted, never read; the profile is written, without wakers.
+    short_wakeup_payloads_are_counted, |dir| {
+    let rec = one_at_a_time(|| {
+        perf_record(
+            &["-a", "-g", "-e", "sched:sched_switch", "-e", "sched:sched_wakeup"],
+            &["sleep", "0.1"],
+        )
+    });
+    let at = |needle: &[u8]| rec.windows(needle.len()).position(|w| w == needle).unwrap();
+    let mut bad = rec.clone();
+    let fmt = at(b"name: sched_wakeup\n");
+    let pid = fmt + at_in(&rec[fmt..], b"pid_t pid;\toffset:") + b"pid_t pid;\toffset:".len();
+    // `offset:24` (two digits) becomes `offset:94`: past the end of any payload of the event.
+    assert!(rec[pid].is_ascii_digit() && rec[pid + 1].is_ascii_digit() && rec[pid + 2] == b';');
+    bad[pid] = b'9';
+    let (good_folded, good) = profile(&dir, &rec, &["--weight", "offwake"], "good.folded");
+    let (folded, stats) = profile(&dir, &bad, &["--weight", "offwake"], "bad.folded");
+    assert!(counter(&good, "offcpu_woken") > 0, "{good}");
+    // Each wakeup is counted: more than the woken intervals of the good recording.
+    assert!(
+        counter(&stats, "offcpu_unusable")
+            > counter(&good, "offcpu_unusable") + counter(&good, "offcpu_woken"),
+        "{stats}"
+    );
+    assert_eq!(counter(&stats, "offcpu_woken"), 0, "{stats}");
+    // The same intervals, without their wakers.
+    assert_eq!(counter(&stats, "offcpu_intervals"), counter(&good, "offcpu_intervals"));
+    assert!(!folded.is_empty() && !folded.contains(";--;"), "{folded}");
+    assert!(good_folded.contains(";--;"));
+});
+
+/// Where `needle` starts in `hay`.
+fn at_in(hay: &[u8], needle: &[u8]) -> usize {
+    hay.windows(needle.len()).position(|w| w == needle).unwrap()
+}

@@ -173,3 +173,33 @@ pipetest!(needs(perf, cc, tracefs)
     let spin = through(&wall, "spin");
     assert!(spin.abs_diff(300_000_000) <= 30_000_000, "spin on the cpu {spin} ns");
 });
+
+pipetest!(needs(perf, cc, tracefs)
+    /// `perfpipe record -a -g -e sched:sched_switch -e sched:sched_wakeup`: perf reads its
+    /// wakeups, and `--weight offwake` puts wait_pipe's 300 ms under the waker `writer` and its
+    /// `write_later`, within 5 % of what the workload measured.
+    record_sched_wakeup_names_the_wakers, |dir| {
+    let exe = offcpu_c(&dir);
+    let args = ["-a", "-g", "-e", "sched:sched_switch", "-e", "sched:sched_wakeup"];
+    let (rec, measured) = record_workload_with(perfpipe_record, &exe, &args);
+    let out = readers::read(&oracle(), &["script", "-F", "event,trace"], Input::Stream(&rec))
+        .unwrap_or_else(|e| panic!("{e}"));
+    let wakeups = out.lines().filter(|l| l.contains("sched:sched_wakeup:")).count();
+    assert!(wakeups >= 100, "{wakeups} sched_wakeup samples");
+    let (folded, stats) = profile(&dir, &rec, &["--weight", "offwake"], "wake.folded");
+    assert_eq!(counter(&stats, "tracing_data_errors"), 0, "{stats}");
+    assert!(counter(&stats, "offcpu_woken") >= 100, "{stats}");
+    let by_writer: u64 = folded
+        .lines()
+        .filter_map(|l| {
+            let (stack, n) = l.rsplit_once(' ')?;
+            let (blocked, waker) = stack.split_once(";--;")?;
+            let ours = blocked.split(';').any(|f| f == "wait_pipe")
+                && waker.split(';').any(|f| f == "write_later")
+                && waker.ends_with(";writer");
+            ours.then(|| n.parse::<u64>().unwrap())
+        })
+        .sum();
+    let want = measured.iter().find(|m| m.0 == "wait_pipe").unwrap().1;
+    assert!(by_writer.abs_diff(want) as f64 <= 0.05 * want as f64, "{by_writer} of {want}");
+});

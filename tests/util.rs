@@ -119,6 +119,11 @@ macro_rules! pipetest {
             [#[cfg_attr(any(skip_perf, skip_tracefs, skip_go, skip_duckdb), ignore = "needs perf, tracefs, go and duckdb (missing at build time)")]]
             [Perf, Tracefs, Go, Duckdb] $($rest)*);
     };
+    (needs(perf, cc, tracefs, go, duckdb) $($rest:tt)*) => {
+        $crate::pipetest!(@needs
+            [#[cfg_attr(any(skip_perf, skip_cc, skip_tracefs, skip_go, skip_duckdb), ignore = "needs perf, cc, tracefs, go and duckdb (missing at build time)")]]
+            [Perf, Cc, Tracefs, Go, Duckdb] $($rest)*);
+    };
     (needs(perf, cc, tracefs, duckdb) $($rest:tt)*) => {
         $crate::pipetest!(@needs
             [#[cfg_attr(any(skip_perf, skip_cc, skip_tracefs, skip_duckdb), ignore = "needs perf, cc, tracefs and duckdb (missing at build time)")]]

@@ -16,6 +16,7 @@
 //! | `off_cpu_end` | `UInt64` | an off-CPU interval's row: when the thread was switched in again; null for a sample |
 //! | `off_cpu_state` | `Utf8` | an off-CPU interval's row: the state it left the cpu in (`S`, `D`, `R`, `S\|D`…); null for a sample |
 //! | `off_cpu_open_at_end` | `Boolean` | an off-CPU interval's row: still open at the end of the stream, closed at its last event time; null for a sample |
+//! | `off_cpu_waker_tid`, `off_cpu_waker_comm` | `UInt32`, `Utf8` | an off-CPU interval's row: the thread whose wakeup ended it (`sched_waking`/`sched_wakeup` samples); null when none was recorded, and for a sample |
 //! | `tp` | `Map<Utf8, Utf8>` | a tracepoint sample's fields by name, from the recording's format files, as `perf script -F trace` shows them; null for other rows |
 //!
 //! A stream with switches (`sched:sched_switch`, or `context-switches` with `--switch-events`)
@@ -134,6 +135,8 @@ struct Row {
     state: Option<State>,
     /// It was still open at the end (closed at the last event time).
     open_at_end: bool,
+    /// Its waker's tid and comm (`u32::MAX`: none).
+    waker: (u32, u32),
     /// A tracepoint sample's fields: `(start, len)` in [`ParquetSink::tp_values`]; `len`
     /// `u32::MAX` for a row without (null).
     tp: (u32, u32),
@@ -303,6 +306,8 @@ pub fn schema() -> Arc<Schema> {
         Field::new("off_cpu_end", DataType::UInt64, true),
         Field::new("off_cpu_state", DataType::Utf8, true),
         Field::new("off_cpu_open_at_end", DataType::Boolean, true),
+        Field::new("off_cpu_waker_tid", DataType::UInt32, true),
+        Field::new("off_cpu_waker_comm", DataType::Utf8, true),
         Field::new_map(
             "tp",
             "entries",
@@ -452,10 +457,10 @@ impl ParquetSink {
             return Ok(());
         };
         self.sources.observe(stacks);
-        let active = *self
-            .off
-            .active
-            .get_or_insert_with(|| self.off.switches.active(info));
+        let active = *self.off.active.get_or_insert_with(|| {
+            self.off.switches.wakeups = true;
+            self.off.switches.active(info)
+        });
         let list = stacks.samples();
         let mut join = join.peekable();
         for span in &batch.spans {
@@ -516,6 +521,10 @@ impl ParquetSink {
                 end: iv.end,
                 state: Some(iv.state),
                 open_at_end: iv.open_at_end,
+                waker: iv
+                    .waker
+                    .and_then(|w| Some((w.tid, w.stack?.0[0])))
+                    .unwrap_or((u32::MAX, u32::MAX)),
                 tp: NO_TP,
             });
             self.off_cpu_rows.add(1);
@@ -560,6 +569,7 @@ impl ParquetSink {
             end: 0,
             state: None,
             open_at_end: false,
+            waker: (u32::MAX, u32::MAX),
             tp,
         };
         self.rows.push(row);
@@ -661,6 +671,8 @@ impl ParquetSink {
         let mut off_end = UInt64Builder::with_capacity(n);
         let mut off_state = StringBuilder::new();
         let mut off_open: Vec<Option<bool>> = Vec::with_capacity(n);
+        let mut waker_tid = UInt32Builder::with_capacity(n);
+        let mut waker_comm = StringBuilder::new();
         let mut tp =
             arrow_array::builder::MapBuilder::new(None, StringBuilder::new(), StringBuilder::new());
         let opt = |v: u32| (v != u32::MAX).then_some(v);
@@ -668,6 +680,8 @@ impl ParquetSink {
             off_end.append_option((r.end != 0).then_some(r.end));
             off_state.append_option(r.state.map(State::name));
             off_open.push(r.state.is_some().then_some(r.open_at_end));
+            waker_tid.append_option(opt(r.waker.0));
+            waker_comm.append_option(opt(r.waker.1).map(|c| self.comms.name(c)));
             if r.tp.1 == u32::MAX {
                 tp.append(false)?;
             } else {
@@ -734,6 +748,8 @@ impl ParquetSink {
             Arc::new(off_end.finish()),
             Arc::new(off_state.finish()),
             Arc::new(BooleanArray::from(off_open)),
+            Arc::new(waker_tid.finish()),
+            Arc::new(waker_comm.finish()),
             Arc::new(tp.finish()),
         ];
         RecordBatch::try_new(self.schema.clone(), columns)

@@ -12,7 +12,9 @@
 //!   ([`perfpipe_stream::model::offcpu`]), labelled `state` (`S`, `D`, `R`…) besides `comm`,
 //!   `pid`, `tid` (`go tool pprof -sample_index=off_cpu`). Intervals still open at the end are
 //!   closed at the last event time and labelled `open_at_end` = `true` as well (leave them out
-//!   with `-tagignore open_at_end=true`).
+//!   with `-tagignore open_at_end=true`). When the stream also has `sched:sched_waking` or
+//!   `sched:sched_wakeup` samples, an interval some thread woke is labelled `waker` with that
+//!   thread's comm (`-tagfocus=waker=write_later`); `swapper` is an interrupt on an idle cpu.
 //! - **Mappings**: one per dso, with its file name and **build id** (so that a back end can
 //!   symbolize later; the stream's, else read from the file), `memory_start` 0 and
 //!   `file_offset` 0: a location's `address` is the file
@@ -279,11 +281,10 @@ impl Profile for Pprof {
             return;
         };
         self.sources.observe(stacks);
-        if *self
-            .off
-            .active
-            .get_or_insert_with(|| self.off.switches.active(info))
-        {
+        if *self.off.active.get_or_insert_with(|| {
+            self.off.switches.wakeups = true;
+            self.off.switches.active(info)
+        }) {
             self.add_switches(batch, info, join);
             return;
         }
@@ -382,16 +383,14 @@ impl Pprof {
             };
             let state = iv.state.index();
             let open = if iv.open_at_end { OPEN } else { 0 };
+            // An off-CPU sample has no cpu: its place holds the waker's comm.
+            let waker = iv
+                .waker
+                .and_then(|w| w.stack)
+                .map_or(u32::MAX, |OffKey([comm, ..])| comm);
             let v = self
                 .samples
-                .entry([
-                    OFF_CPU + open + state as u32,
-                    comm,
-                    pid,
-                    tid,
-                    u32::MAX,
-                    stack,
-                ])
+                .entry([OFF_CPU + open + state as u32, comm, pid, tid, waker, stack])
                 .or_default();
             v.0 += 1;
             v.1 += iv.duration();
@@ -435,6 +434,7 @@ impl Pprof {
             });
         }
         let state_key = strings.get("state");
+        let waker_key = strings.get("waker");
         let states: Vec<i64> = State::ALL.iter().map(|s| strings.get(s.name())).collect();
         let (open_key, open_true) = (strings.get("open_at_end"), strings.get("true"));
         p.time_nanos = self.first_time.unwrap_or(0) as i64;
@@ -449,6 +449,7 @@ impl Pprof {
                     comms: Vec::new(),
                     state_key,
                     states,
+                    waker_key,
                     open_key,
                     open_true,
                 },
@@ -525,6 +526,7 @@ impl Pprof {
                 comms,
                 state_key,
                 states,
+                waker_key,
                 open_key,
                 open_true,
             },
@@ -564,7 +566,16 @@ impl Pprof {
                 });
             }
         }
-        for (k, &v) in labels.keys[1..].iter().zip(&key[2..5]) {
+        if let (Some(_), Some(&waker)) = (off, labels.comms.get(key[4] as usize)) {
+            label.push(proto::Label {
+                key: labels.waker_key,
+                str: waker,
+                ..Default::default()
+            });
+        }
+        // pid, tid, and the cpu of an event's sample (an off-CPU sample's is its waker's comm).
+        let numbers = if off.is_some() { 2 } else { 3 };
+        for (k, &v) in labels.keys[1..].iter().zip(&key[2..5]).take(numbers) {
             if v != u32::MAX {
                 label.push(proto::Label {
                     key: *k,
@@ -616,6 +627,8 @@ struct Labels {
     /// `state`, and each off-CPU state's name.
     state_key: i64,
     states: Vec<i64>,
+    /// `waker`.
+    waker_key: i64,
     /// `open_at_end` and `true`.
     open_key: i64,
     open_true: i64,

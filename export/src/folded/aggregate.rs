@@ -22,7 +22,7 @@ use perfpipe_profile::kit::{
 };
 use perfpipe_profile::symbolize::{StackSample, Stacks};
 use perfpipe_stream::format::{RecordType, StreamInfo};
-use perfpipe_stream::model::offcpu::{Interval, OffCpu, State, Switches};
+use perfpipe_stream::model::offcpu::{Interval, OffCpu, State, Switches, Waker};
 
 /// Entries of a stack's key before its frames: comm, pid, tid, and the off-CPU mark (0 on the
 /// cpu, else 1 + the state's code, see [`mark_of`]).
@@ -43,6 +43,10 @@ fn mark_of(state: State) -> u32 {
 
 /// The mark's bit of an interval still open at the end of the stream.
 const OPEN_AT_END: u32 = 1 << 8;
+
+/// In a stack's key, after the blocked frames: the waker's part follows (`--`, its frames
+/// innermost first, then its comm, pid, tid). No frame id is this.
+const WAKER: u32 = u32::MAX;
 
 /// The frame an off-CPU mark shows as: `[off-cpu: S]`, `[off-cpu: S, open at end]` for an
 /// interval the stream ended in (closed at its last event time: a lower bound).
@@ -92,6 +96,11 @@ pub enum WeightBy {
     /// Wall-clock time in ns: the on-CPU stacks of `cpu-clock`/`task-clock` samples weighted by
     /// their periods, and the off-CPU stacks as [`WeightBy::OffCpu`] weighs them.
     Wall,
+    /// Off-CPU time in ns as [`WeightBy::OffCpu`], each blocked stack followed by the stack of
+    /// the wakeup that ended its interval (`sched_waking`/`sched_wakeup` samples): Brendan
+    /// Gregg's off-wake stacks, `comm;[off-cpu: S];outer;…;inner;--;waker inner;…;waker
+    /// outer;waker comm`.
+    OffWake,
 }
 
 /// How stacks are told apart and named.
@@ -154,15 +163,25 @@ pub struct Aggregate {
     pub offcpu_unusable: Counter,
     /// Exiting threads' last switches (`prev_state` `X`/`Z`, or the sample's tid -1): no interval.
     pub offcpu_exits: Counter,
+    /// Off-wake profiles: the intervals charged with their waker's stack (the others, with no
+    /// wakeup recorded, keep their blocked stack alone).
+    pub offcpu_woken: Counter,
 }
 
 impl Aggregate {
     /// An empty aggregate.
     pub fn new(options: FoldOptions) -> Aggregate {
-        let off = matches!(options.weight, WeightBy::OffCpu | WeightBy::Wall);
+        let off = matches!(
+            options.weight,
+            WeightBy::OffCpu | WeightBy::Wall | WeightBy::OffWake
+        );
+        let mut state = off.then(Box::<OffCpuState>::default);
+        if let Some(s) = &mut state {
+            s.switches.wakeups = options.weight == WeightBy::OffWake;
+        }
         Aggregate {
             options,
-            off: off.then(Box::default),
+            off: state,
             ..Aggregate::default()
         }
     }
@@ -256,8 +275,9 @@ impl Aggregate {
                 off.model.note_time(t);
             }
             let frames = stacks.frames(&list[i]);
-            if sw.stack || sw.stack_of.is_some() {
-                let key = (!frames.is_empty()).then(|| OffKey {
+            if sw.stack || sw.stack_of.is_some() || sw.wake.is_some() {
+                // A waker is named by its thread even without frames.
+                let key = (!frames.is_empty() || sw.wake.is_some()).then(|| OffKey {
                     root: self.root_of(&list[i]),
                     stack: off.stacks.id(frames),
                 });
@@ -306,10 +326,34 @@ impl Aggregate {
             if !self.options.tid {
                 root[2] = 0;
             }
-            let fp = self.fingerprint_of(&root, frames);
-            self.count((root, fp), frames, iv.duration());
+            let waker = iv.waker.and_then(|w| self.waker_of(&off.stacks, w));
+            if waker.is_some() {
+                self.offcpu_woken.add(1);
+            }
+            let waker = waker.as_ref().map(|(r, f)| (*r, *f));
+            let fp = self.fingerprint_of(&root, frames, waker);
+            self.count((root, fp), frames, waker, iv.duration());
         }
         self.off = Some(off);
+    }
+
+    /// The waker's part of an off-wake stack: its root (comm, and pid and tid as the options
+    /// show them) and its frames, innermost first.
+    fn waker_of<'a>(
+        &self,
+        stacks: &'a StackTable,
+        w: Waker<OffKey>,
+    ) -> Option<([u32; 3], &'a [u32])> {
+        // Every wakeup sample has a key (its thread), with or without frames.
+        let k = w.stack?;
+        let (root, frames) = (k.root, stacks.get(k.stack));
+        let pid = if self.options.pid || self.options.tid {
+            root[1]
+        } else {
+            0
+        };
+        let tid = if self.options.tid { root[2] } else { 0 };
+        Some(([root[0], pid, tid], frames))
     }
 
     /// Ends an off-CPU profile: switches still waiting are decided, and threads still off the
@@ -330,8 +374,14 @@ impl Aggregate {
         [self.comms.id(s), s.pid, s.tid]
     }
 
-    /// The fingerprint of a key `root, frames root first` (frames given innermost first).
-    fn fingerprint_of(&mut self, root: &[u32; ROOT], frames: &[u32]) -> u128 {
+    /// The fingerprint of a key `root, frames root first` (frames given innermost first), and
+    /// of the waker's part after them, if any.
+    fn fingerprint_of(
+        &mut self,
+        root: &[u32; ROOT],
+        frames: &[u32],
+        waker: Option<([u32; 3], &[u32])>,
+    ) -> u128 {
         let key = &mut self.key;
         key.clear();
         key.resize(4 * (ROOT + frames.len()), 0);
@@ -341,6 +391,11 @@ impl Aggregate {
         }
         for (to, id) in tail.chunks_exact_mut(4).zip(frames.iter().rev()) {
             to.copy_from_slice(&id.to_le_bytes());
+        }
+        if let Some((wroot, wframes)) = waker {
+            for id in std::iter::once(&WAKER).chain(wframes).chain(&wroot) {
+                key.extend_from_slice(&id.to_le_bytes());
+            }
         }
         XxHash3_128::oneshot(key)
     }
@@ -375,20 +430,32 @@ impl Aggregate {
 
     /// Counts a sample with frames in the stack of `key`.
     fn add(&mut self, key: ([u32; ROOT], u128), stacks: &Stacks, s: &StackSample) {
-        self.count(key, stacks.frames(s), s.period);
+        self.count(key, stacks.frames(s), None, s.period);
     }
 
     /// Counts one sample of `period` in the stack of `root` and `frames` (whose fingerprint is
-    /// `fingerprint`), made at its first sample.
-    fn count(&mut self, (root, fingerprint): ([u32; ROOT], u128), frames: &[u32], period: u64) {
+    /// `fingerprint`), with the waker's part of an off-wake stack, made at its first sample.
+    fn count(
+        &mut self,
+        (root, fingerprint): ([u32; ROOT], u128),
+        frames: &[u32],
+        waker: Option<([u32; 3], &[u32])>,
+        period: u64,
+    ) {
         let stack = self.stacks.entry(fingerprint).or_insert_with(|| {
             let at = self.keys.len() as u32;
             self.keys.extend(root);
             self.keys.extend(frames.iter().rev());
             self.used.insert_all(frames);
+            if let Some((wroot, wframes)) = waker {
+                self.keys.push(WAKER);
+                self.keys.extend(wframes);
+                self.keys.extend(wroot);
+                self.used.insert_all(wframes);
+            }
             Stack {
                 at,
-                len: frames.len() as u32 + ROOT as u32,
+                len: self.keys.len() as u32 - at,
                 ..Stack::default()
             }
         });
@@ -446,12 +513,25 @@ impl Aggregate {
             // The root is [comm, pid, tid] as the options kept them (zeros when not shown), and
             // the off-CPU mark.
             let (root, frames) = key.split_at(ROOT);
+            let (frames, waker) = split_waker(frames);
             if frames.iter().all(|&f| names[f as usize].is_empty()) {
                 return None; // every frame dropped: the collapsers count no stack
             }
-            let named = frames.iter().flat_map(|&f| {
-                let (a, b) = frame_names[f as usize];
+            let name_ids = |f: &u32| {
+                let (a, b) = frame_names[*f as usize];
                 &arena[a as usize..b as usize]
+            };
+            let named = frames.iter().flat_map(name_ids).copied();
+            // The waker's part: `--`, its names innermost first, its root.
+            let woken = waker.into_iter().flat_map(|(wframes, wroot)| {
+                std::iter::once(WAKER)
+                    .chain(
+                        wframes
+                            .iter()
+                            .flat_map(|f| name_ids(f).iter().rev())
+                            .copied(),
+                    )
+                    .chain(wroot.iter().copied())
             });
             let count = match weight {
                 WeightBy::Samples => w.samples,
@@ -460,7 +540,7 @@ impl Aggregate {
             if count == 0 {
                 return None; // an off-CPU stack whose interval a snapshot does not hold yet
             }
-            let ids = root.iter().chain(named).copied();
+            let ids = root.iter().copied().chain(named).chain(woken);
             Some((fingerprint(seq, ids), i as u32, count))
         };
         let mut keys: Vec<(u128, u32, u64)> = match pool {
@@ -495,17 +575,21 @@ impl Aggregate {
         let line_of = |&(_, i, count): &(u128, u32, u64)| -> (String, u64) {
             let w = stacks[i as usize];
             let key = &self.keys[w.at as usize..(w.at + w.len) as usize];
-            let comm = &comms[key[0] as usize];
-            let named = || key[ROOT..].iter().flat_map(|&f| &names[f as usize]);
+            let (frames, waker) = split_waker(&key[ROOT..]);
+            let named = || frames.iter().flat_map(|&f| &names[f as usize]);
             // One allocation a line: its length is known before it is built.
-            let len = comm.len() + 24 + named().map(|n| n.len() + 1).sum::<usize>();
+            let len =
+                comms[key[0] as usize].len() + 24 + named().map(|n| n.len() + 1).sum::<usize>();
             let mut line = String::with_capacity(len);
-            line.push_str(comm);
-            if self.options.tid {
-                line.push_str(&format!("-{}/{}", key[1], key[2]));
-            } else if self.options.pid {
-                line.push_str(&format!("-{}", key[1]));
-            }
+            let root = |line: &mut String, r: &[u32]| {
+                line.push_str(comms.get(r[0] as usize).map_or("[unknown]", |c| c.as_str()));
+                if self.options.tid {
+                    line.push_str(&format!("-{}/{}", r[1], r[2]));
+                } else if self.options.pid {
+                    line.push_str(&format!("-{}", r[1]));
+                }
+            };
+            root(&mut line, key);
             if key[3] != 0 {
                 line.push(';');
                 line.push_str(&mark_name(key[3]));
@@ -513,6 +597,16 @@ impl Aggregate {
             for n in named() {
                 line.push(';');
                 line.push_str(n);
+            }
+            if let Some((wframes, wroot)) = waker {
+                // The waker's stack reversed, innermost first, ending at its comm.
+                line.push_str(";--");
+                for n in wframes.iter().flat_map(|&f| names[f as usize].iter().rev()) {
+                    line.push(';');
+                    line.push_str(n);
+                }
+                line.push(';');
+                root(&mut line, wroot);
             }
             (line, count)
         };
@@ -537,6 +631,22 @@ impl Aggregate {
             same
         });
         lines
+    }
+}
+
+/// The waker's part of an off-wake stack's key: its frames innermost first, and its root (comm,
+/// pid, tid).
+type WakerPart<'a> = (&'a [u32], &'a [u32]);
+
+/// A key's frames (after its root): the blocked frames, root first, and the waker's part of an
+/// off-wake stack, if any.
+fn split_waker(frames: &[u32]) -> (&[u32], Option<WakerPart<'_>>) {
+    match frames.iter().position(|&f| f == WAKER) {
+        Some(at) => {
+            let (wframes, wroot) = frames[at + 1..].split_at(frames.len() - at - 1 - 3);
+            (&frames[..at], Some((wframes, wroot)))
+        }
+        None => (frames, None),
     }
 }
 

@@ -15,13 +15,16 @@
 //!   ended in, closed at its last event time) frame after the comm ([`perfpipe_stream::model::offcpu`]: a
 //!   `perf record -g -a -e sched:sched_switch` or `-e context-switches -c 1 --switch-events`
 //!   recording); `weight=wall` that and the `cpu-clock`/`task-clock` samples' periods (ns), on-
-//!   and off-CPU side by side.
+//!   and off-CPU side by side; `weight=offwake` the off-CPU ns with each blocked stack followed
+//!   by its waker's, `…;inner;--;waker inner;…;waker outer;waker comm` (Brendan Gregg's off-wake
+//!   stacks; needs `sched:sched_waking` or `sched:sched_wakeup` samples with callchains).
 //! - **Events**: the first event whose samples arrive, as the collapsers keep the first event of
 //!   `perf script`'s output; samples of other events are counted (`samples_other_event`).
 //! - **Counters**: `samples`, `stacks`, `frames`, `samples_other_event`, `samples_empty`,
 //!   `samples_unannotated`, and for off-CPU weights `offcpu_intervals`, `offcpu_open_at_end`
 //!   (intervals still open at the end, closed at the last event time), `offcpu_unusable` and
-//!   `offcpu_exits` (exiting threads' last switches, which open no interval).
+//!   `offcpu_exits` (exiting threads' last switches, which open no interval), and for
+//!   `weight=offwake` `offcpu_woken` (the intervals charged with a waker's stack).
 
 pub mod aggregate;
 
@@ -76,6 +79,7 @@ pub fn fold_options(o: &Options) -> FoldOptions {
             Some("samples") => WeightBy::Samples,
             Some("offcpu") => WeightBy::OffCpu,
             Some("wall") => WeightBy::Wall,
+            Some("offwake") => WeightBy::OffWake,
             _ => WeightBy::Period,
         },
     }
@@ -151,6 +155,7 @@ impl Profile for Folded {
             ("offcpu_open_at_end", a.offcpu_open_at_end.clone()),
             ("offcpu_unusable", a.offcpu_unusable.clone()),
             ("offcpu_exits", a.offcpu_exits.clone()),
+            ("offcpu_woken", a.offcpu_woken.clone()),
         ]
     }
 }
@@ -159,8 +164,8 @@ impl Profile for Folded {
 pub const FOLD_OPTIONS: [StageOption; 5] = [
     StageOption {
         key: "weight",
-        kind: Kind::Choice(&["period", "samples", "offcpu", "wall"]),
-        help: "count the samples' periods (as inferno-collapse-perf counts perf script's lines), the samples, off-CPU ns (sched_switch or context-switches recordings) or wall-clock ns (cpu-clock plus sched_switch)",
+        kind: Kind::Choice(&["period", "samples", "offcpu", "wall", "offwake"]),
+        help: "count the samples' periods (as inferno-collapse-perf counts perf script's lines), the samples, off-CPU ns (sched_switch or context-switches recordings), wall-clock ns (cpu-clock plus sched_switch) or off-CPU ns with the waker's stack after each blocked one (plus sched_wakeup or sched_waking)",
     },
     StageOption {
         key: "pid",
@@ -189,7 +194,7 @@ pub const FOLD_FLAGS: [Flag; 5] = [
     Flag::option(
         "weight",
         "weight",
-        "what folded stacks and flame graphs count: period (default), samples, offcpu (ns off the cpu from each switch-out to the next switch-in, under [off-cpu: STATE]) or wall (on-CPU periods and off-CPU ns)",
+        "what folded stacks and flame graphs count: period (default), samples, offcpu (ns off the cpu from each switch-out to the next switch-in, under [off-cpu: STATE]), wall (on-CPU periods and off-CPU ns) or offwake (offcpu, each blocked stack followed by --, the waker's stack reversed and its comm; needs -e sched:sched_wakeup)",
     ),
     Flag {
         name: "stack-pid",

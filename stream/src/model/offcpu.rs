@@ -30,6 +30,17 @@
 //! At the end, switches still waiting are decided, and a thread still off the cpu gets an
 //! interval closed at the last event time of the stream, flagged [`Interval::open_at_end`].
 //!
+//! **Wakers**: when [`Switches::wakeups`] is set and the recording has `sched:sched_waking` or
+//! `sched:sched_wakeup` samples (`perf record -a -g -e sched:sched_switch -e
+//! sched:sched_wakeup`), each wakeup joins the woken thread's switches (its `pid` field, read by
+//! name) and is ordered with them by time, as they are: an interval's [`Interval::waker`] is the
+//! last wakeup of the thread after its switch-out and at or before its switch-in, the wakeup
+//! sample's thread and stack. A thread keeps only its latest wakeup once decided; a preempted
+//! (`R`) interval has none (nothing wakes a runnable thread). With both tracepoints recorded,
+//! `sched_waking` is used: it fires in the waker's context, at the start of `try_to_wake_up()`,
+//! where `sched_wakeup` may fire later on the woken thread's cpu (a wakeup queued to its cpu
+//! runs there, in whatever task or interrupt is current).
+//!
 //! The stack is the caller's: `S` is whatever it keys a sample's stack by (an interned stack id).
 
 use std::collections::VecDeque;
@@ -144,6 +155,29 @@ pub struct Switch {
     /// before its last switches: one preempted there (`R+`) is switched in again and is an
     /// interval like any other, of `prev_pid`, in the process the sample's pid names.
     pub exit: Option<(u32, u64)>,
+    /// A thread was woken ([`Switches::wakeups`]): the `sched_waking`/`sched_wakeup` sample,
+    /// whose stack is the waker's.
+    pub wake: Option<Wake>,
+}
+
+/// A wakeup: thread `tid` woken at `time` by the sample's thread `waker_tid`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Wake {
+    /// The woken thread (the tracepoint's `pid` field).
+    pub tid: u32,
+    /// When.
+    pub time: u64,
+    /// The waker's thread (0: the idle task, an interrupt on an idle cpu).
+    pub waker_tid: u32,
+}
+
+/// How a `sched_wakeup`/`sched_waking` payload is read.
+#[derive(Clone, Debug)]
+struct SchedWakeup {
+    pid: FieldFormat,
+    min_size: usize,
+    /// `sched_waking` (else `sched_wakeup`).
+    waking: bool,
 }
 
 /// How a `sched_switch` payload is read: its fields by name, once per format.
@@ -163,6 +197,7 @@ struct SchedSwitch {
 enum Kind {
     Other,
     SchedSwitch(Box<SchedSwitch>),
+    Wakeup(Box<SchedWakeup>),
     ContextSwitches,
     /// A tracepoint whose format the tracing data lacks.
     NoFormat,
@@ -177,7 +212,11 @@ pub struct Switches {
     /// Whether any attr is `sched_switch`: then SWITCH OUT records are not switch-outs (the
     /// tracepoint's samples are, with their state).
     has_tracepoint: bool,
-    /// `sched_switch` samples whose payload is shorter than the format (skipped).
+    /// Read `sched_waking`/`sched_wakeup` samples as wakeups ([`Switch::wake`]); off, they are
+    /// samples like any other.
+    pub wakeups: bool,
+    /// `sched_switch`, `sched_wakeup` and `sched_waking` samples whose payload is shorter than
+    /// the format (skipped).
     pub short_payloads: u64,
     /// Tracepoint samples whose format the tracing data lacks (skipped).
     pub no_format: u64,
@@ -207,6 +246,17 @@ impl Switches {
                 let Some(ev) = info.tracepoint(i) else {
                     return Kind::NoFormat;
                 };
+                let waking = ev.name == "sched_waking";
+                if self.wakeups && (waking || ev.name == "sched_wakeup") {
+                    return match ev.field("pid") {
+                        Some(pid) => Kind::Wakeup(Box::new(SchedWakeup {
+                            pid: pid.clone(),
+                            min_size: ev.min_size(),
+                            waking,
+                        })),
+                        None => Kind::NoFormat,
+                    };
+                }
                 if ev.name != "sched_switch" {
                     return Kind::Other;
                 }
@@ -227,6 +277,19 @@ impl Switches {
             })
             .collect();
         self.has_tracepoint = self.kinds.iter().any(|k| matches!(k, Kind::SchedSwitch(_)));
+        // Both wakeup tracepoints: `sched_waking` only (in the waker's context; each wakeup
+        // would otherwise come twice).
+        if self
+            .kinds
+            .iter()
+            .any(|k| matches!(k, Kind::Wakeup(w) if w.waking))
+        {
+            for k in &mut self.kinds {
+                if matches!(k, Kind::Wakeup(w) if !w.waking) {
+                    *k = Kind::Other;
+                }
+            }
+        }
     }
 
     /// Whether the stream has a source of switches: a `sched_switch` tracepoint or a
@@ -251,6 +314,13 @@ impl Switches {
                 let cpu = s.cpu();
                 let sw = match self.kinds.get_mut(tag as usize) {
                     Some(Kind::SchedSwitch(sw)) => match sched_switch(sw, &s, e, time) {
+                        Some(sw) => sw,
+                        None => {
+                            self.short_payloads += 1;
+                            Switch::default()
+                        }
+                    },
+                    Some(Kind::Wakeup(w)) => match sched_wakeup(w, &s, e, time) {
                         Some(sw) => sw,
                         None => {
                             self.short_payloads += 1;
@@ -317,6 +387,30 @@ impl Switches {
     }
 }
 
+/// A `sched_wakeup`/`sched_waking` sample: `None` when its payload is shorter than its format.
+fn sched_wakeup(w: &SchedWakeup, s: &Sample<'_>, e: Endian, time: u64) -> Option<Switch> {
+    let raw = s.raw()?;
+    if raw.len() < w.min_size {
+        return None;
+    }
+    let tid = match w.pid.read(raw, e)? {
+        Value::Int(v) => v as u32,
+        Value::UInt(v) => v as u32,
+        _ => return None,
+    };
+    // The sample is taken in the waker's context: the current task (0, the idle task, for an
+    // interrupt on an idle cpu).
+    let wake = (tid != 0).then_some(Wake {
+        tid,
+        time,
+        waker_tid: s.tid().unwrap_or(u32::MAX),
+    });
+    Some(Switch {
+        wake,
+        ..Switch::default()
+    })
+}
+
 /// A `sched_switch` sample: `None` when its payload is shorter than its format.
 fn sched_switch(sw: &mut SchedSwitch, s: &Sample<'_>, e: Endian, time: u64) -> Option<Switch> {
     let raw = s.raw()?;
@@ -364,6 +458,7 @@ fn sched_switch(sw: &mut SchedSwitch, s: &Sample<'_>, e: Endian, time: u64) -> O
         cpu: None,
         cpus_online: None,
         exit: (prev != 0 && exiting).then_some((prev, time)),
+        wake: None,
     })
 }
 
@@ -384,6 +479,18 @@ pub struct Interval<S> {
     pub stack: Option<S>,
     /// Still off the cpu at the end of the stream: closed at the last event time.
     pub open_at_end: bool,
+    /// The last wakeup of the thread in the interval, if any was recorded.
+    pub waker: Option<Waker<S>>,
+}
+
+/// Who woke a thread: the wakeup sample's thread and stack (its process and name are the
+/// caller's to key the stack by, as for a switch-out's).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Waker<S> {
+    /// Its thread (0: the idle task).
+    pub tid: u32,
+    /// The wakeup sample's stack, if one was given.
+    pub stack: Option<S>,
 }
 
 impl<S> Interval<S> {
@@ -403,6 +510,20 @@ enum Ev<S> {
     In,
     /// Its last switch-out ([`Switch::exit`]).
     Exit,
+    /// Woken ([`Switch::wake`]).
+    Wake(Waker<S>),
+}
+
+impl<S> Ev<S> {
+    /// The order of switches at the same time: a wakeup after a switch-out and before a
+    /// switch-in.
+    fn rank(&self) -> u8 {
+        match self {
+            Ev::Out { .. } | Ev::Exit => 0,
+            Ev::Wake(_) => 1,
+            Ev::In => 2,
+        }
+    }
 }
 
 /// A thread's switches written on one cpu: `(time, switch)`, in time order.
@@ -420,6 +541,8 @@ struct Thread<S> {
     waiting: usize,
     /// The stack of its last `context-switches` sample, for its next SWITCH OUT record.
     stack: Option<S>,
+    /// The latest wakeup since its switch-out.
+    waker: Option<Waker<S>>,
 }
 
 /// Counts of what the model saw.
@@ -436,6 +559,8 @@ pub struct OffCpuCounts {
     pub stray_ins: u64,
     /// Last switch-outs of exiting threads ([`Switch::exit`]): no interval.
     pub exits: u64,
+    /// Wakeups of threads not off the cpu (already runnable, or not seen switched out yet).
+    pub stray_wakeups: u64,
 }
 
 /// The off-CPU model: switches in, intervals out.
@@ -486,7 +611,8 @@ impl<S: Copy> OffCpu<S> {
             .out
             .map(|o| o.2)
             .or(sw.exit.map(|e| e.1))
-            .or(sw.switch_in.map(|i| i.1));
+            .or(sw.switch_in.map(|i| i.1))
+            .or(sw.wake.map(|w| w.time));
         if let (Some(cpu), Some(time)) = (sw.cpu, time) {
             self.cpu_time(cpu, time);
         }
@@ -508,6 +634,13 @@ impl<S: Copy> OffCpu<S> {
         }
         if let Some((tid, time)) = sw.switch_in {
             self.push(tid, sw.cpu, time, Ev::In, out);
+        }
+        if let Some(w) = sw.wake {
+            let waker = Waker {
+                tid: w.waker_tid,
+                stack,
+            };
+            self.push(w.tid, sw.cpu, w.time, Ev::Wake(waker), out);
         }
     }
 
@@ -546,6 +679,7 @@ impl<S: Copy> OffCpu<S> {
                     state,
                     stack,
                     open_at_end: true,
+                    waker: t.waker.take(),
                 });
             }
         }
@@ -592,6 +726,7 @@ impl<S: Copy> OffCpu<S> {
             pending: Vec::new(),
             waiting: 0,
             stack: None,
+            waker: None,
         })
     }
 
@@ -614,11 +749,15 @@ impl<S: Copy> OffCpu<S> {
                 &mut t.pending.last_mut().expect("pushed").1
             }
         };
-        if q.back().is_none_or(|(x, _)| *x <= time) {
+        let key = (time, ev.rank());
+        if q.back().is_none_or(|(x, e)| (*x, e.rank()) <= key) {
             q.push_back((time, ev));
         } else {
             // Out of order within its queue (no cpu, or a cpu's clock stepping back): in place.
-            let at = q.iter().rposition(|(x, _)| *x <= time).map_or(0, |i| i + 1);
+            let at = q
+                .iter()
+                .rposition(|(x, e)| (*x, e.rank()) <= key)
+                .map_or(0, |i| i + 1);
             q.insert(at, (time, ev));
         }
         t.waiting += 1;
@@ -641,21 +780,26 @@ fn decide<S: Copy>(
     counts: &mut OffCpuCounts,
     out: &mut Vec<Interval<S>>,
 ) {
-    // The earliest switch of all the thread's queues.
+    // The earliest switch of all the thread's queues (at the same time, a wakeup after a
+    // switch-out and before a switch-in).
     let earliest = |t: &Thread<S>| {
         t.pending
             .iter()
             .enumerate()
-            .filter_map(|(i, (_, q))| Some((q.front()?.0, i)))
+            .filter_map(|(i, (_, q))| {
+                let (time, ev) = q.front()?;
+                Some((*time, ev.rank(), i))
+            })
             .min()
-            .map(|(_, i)| i)
+            .map(|(_, _, i)| i)
     };
     while let Some(q) = earliest(t) {
-        let (time, ev) = *t.pending[q].1.front().expect("non-empty");
-        if time > settled && !(cap && t.waiting > MAX_PENDING) {
+        let queue = &mut t.pending[q].1;
+        if queue.front().expect("non-empty").0 > settled && !(cap && t.waiting > MAX_PENDING) {
             break;
         }
-        t.pending[q].1.pop_front();
+        // Taken once, not copied to be looked at first.
+        let (time, ev) = queue.pop_front().expect("non-empty");
         t.waiting -= 1;
         match ev {
             Ev::Out { pid, state, stack } => {
@@ -663,6 +807,7 @@ fn decide<S: Copy>(
                     counts.unmatched += 1;
                 }
                 t.open = Some((time, pid, state, stack));
+                t.waker = None;
             }
             Ev::In => match t.open.take() {
                 Some((start, pid, state, stack)) => {
@@ -675,14 +820,24 @@ fn decide<S: Copy>(
                         state,
                         stack,
                         open_at_end: false,
+                        waker: t.waker.take(),
                     });
                 }
                 None => counts.stray_ins += 1,
             },
             Ev::Exit => {
                 counts.exits += 1;
+                t.waker = None;
                 if t.open.take().is_some() {
                     counts.unmatched += 1;
+                }
+            }
+            Ev::Wake(w) => {
+                // A wakeup of a thread on the cpu (or never seen off it) wakes no interval.
+                if t.open.is_some() {
+                    t.waker = Some(w);
+                } else {
+                    counts.stray_wakeups += 1;
                 }
             }
         }

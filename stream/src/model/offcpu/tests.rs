@@ -28,6 +28,7 @@ fn switch(prev: u32, state: State, next: u32, time: u64) -> Switch {
         cpu: None,
         cpus_online: None,
         exit: None,
+        wake: None,
     }
 }
 
@@ -308,4 +309,203 @@ fn every_state_has_one_place_and_name() {
     for s in State::ALL.iter().filter(|s| !matches!(s, State::Blocked)) {
         assert_eq!(State::from_text(s.name()), *s);
     }
+}
+
+/// A wakeup sample on `cpu`: `tid` woken at `time` by thread `waker`.
+fn wake(tid: u32, time: u64, waker: u32, cpu: u32) -> Switch {
+    Switch {
+        wake: Some(Wake {
+            tid,
+            time,
+            waker_tid: waker,
+        }),
+        cpu: Some(cpu),
+        ..Switch::default()
+    }
+}
+
+fn on(mut sw: Switch, cpu: u32) -> Switch {
+    sw.cpu = Some(cpu);
+    sw
+}
+
+/// An interval's (tid, start, end, waker (tid, stack)).
+type Woken = (u32, u64, u64, Option<(u32, Option<u32>)>);
+
+/// Each interval closed by a switch-in, sorted.
+fn wakers(v: &[Interval<u32>]) -> Vec<Woken> {
+    let mut got: Vec<_> = v
+        .iter()
+        .filter(|i| !i.open_at_end)
+        .map(|i| (i.tid, i.start, i.end, i.waker.map(|w| (w.tid, w.stack))))
+        .collect();
+    got.sort_unstable();
+    got
+}
+
+#[test]
+fn a_wakeup_that_arrives_after_the_switch_in_but_is_earlier_still_names_the_waker() {
+    // 5 sleeps on cpu 0 at 100; 9 wakes it on cpu 1 at 140; it is switched in on cpu 0 at 150.
+    // cpu 0's records of the round come first: the switch-in arrives before the wakeup.
+    let (v, c) = run(
+        &[
+            (on(switch(5, State::Sleeping, 0, 100), 0), Some(1)),
+            (on(sin(5, 150), 0), None),
+            (wake(5, 140, 9, 1), Some(77)),
+            (on(switch(9, State::Sleeping, 0, 160), 1), Some(2)),
+        ],
+        &[3],
+    );
+    assert_eq!(wakers(&v), vec![(5, 100, 150, Some((9, Some(77))))]);
+    assert_eq!(c.stray_wakeups, 0);
+}
+
+#[test]
+fn a_wakeup_that_arrives_before_the_switch_out_but_is_later_names_the_waker() {
+    // 5 sleeps on cpu 0 at 100, is woken on cpu 1 at 120 by 9, switched in on cpu 1 at 130:
+    // cpu 1's records come first, the wakeup and the switch-in before the switch-out.
+    let (v, c) = run(
+        &[
+            (wake(5, 120, 9, 1), Some(77)),
+            (on(sin(5, 130), 1), None),
+            (on(switch(5, State::Sleeping, 0, 100), 0), Some(1)),
+        ],
+        &[2],
+    );
+    assert_eq!(wakers(&v), vec![(5, 100, 130, Some((9, Some(77))))]);
+    assert_eq!(c.stray_wakeups, 0);
+}
+
+#[test]
+fn the_waker_is_the_last_wakeup_after_the_switch_out_and_at_or_before_the_switch_in() {
+    let (v, c) = run(
+        &[
+            // Woken at 90 while running (before its switch-out): not this interval's waker.
+            (on(wake(5, 90, 7, 0), 0), Some(70)),
+            (on(switch(5, State::Sleeping, 0, 100), 0), Some(1)),
+            (wake(5, 110, 8, 1), Some(80)),
+            // The last one, at the switch-in's very time, from another cpu, arriving late.
+            (on(sin(5, 150), 0), None),
+            (wake(5, 150, 9, 1), Some(90)),
+            // Preempted: no wakeup, no waker; the wakeup at 170 is for the next interval.
+            (on(switch(5, State::Runnable, 0, 160), 0), Some(2)),
+            (on(sin(5, 165), 0), None),
+            (on(switch(5, State::Sleeping, 0, 168), 0), Some(3)),
+            (wake(5, 170, 0, 1), None),
+            (on(sin(5, 180), 0), None),
+        ],
+        &[],
+    );
+    assert_eq!(
+        wakers(&v),
+        vec![
+            (5, 100, 150, Some((9, Some(90)))),
+            (5, 160, 165, None),
+            (5, 168, 180, Some((0, None))),
+        ]
+    );
+    assert_eq!(c.stray_wakeups, 1, "the wakeup at 90, of a running thread");
+}
+
+#[test]
+fn wakeups_read_in_any_arrival_order_give_the_wakers_of_time_order() {
+    // Threads wake each other on two cpus; each cpu's records in time order, the cpus' records
+    // of a round one after the other: the wakers equal those of the stream sorted by time.
+    let mut by_cpu: [Vec<(Switch, Option<u32>)>; 2] = [Vec::new(), Vec::new()];
+    let mut running = [1u32, 2];
+    let mut waiting: VecDeque<u32> = [3, 4, 5].into();
+    for step in 0..3000u64 {
+        let cpu = (step * 7 % 5 % 2) as usize;
+        let t = 1000 + step * 10;
+        let prev = running[cpu];
+        let next = waiting.pop_front().unwrap();
+        // The thread running on the other cpu wakes `next`, just before it is switched in.
+        let other = running[1 - cpu];
+        by_cpu[1 - cpu].push((wake(next, t - 3, other, 1 - cpu as u32), Some(other)));
+        let state = if step % 4 == 0 {
+            State::Runnable
+        } else {
+            State::Sleeping
+        };
+        by_cpu[cpu].push((on(switch(prev, state, next, t), cpu as u32), Some(prev)));
+        running[cpu] = next;
+        waiting.push_back(prev);
+    }
+    let time = |sw: &Switch| sw.wake.map_or_else(|| sw.out.unwrap().2, |w| w.time);
+    for cpu in &mut by_cpu {
+        cpu.sort_by_key(|(s, _)| time(s));
+    }
+    let mut sorted: Vec<_> = by_cpu.concat();
+    sorted.sort_by_key(|(s, _)| time(s));
+    let (ideal, _) = run(&sorted, &[]);
+
+    let mut got = Vec::new();
+    let mut m = OffCpu::<u32>::default();
+    m.add(
+        &Switch {
+            cpus_online: Some(2),
+            ..Switch::default()
+        },
+        None,
+        &mut got,
+    );
+    for r in 0..8u64 {
+        let round = |cpu: usize| {
+            by_cpu[cpu]
+                .iter()
+                .filter(move |(s, _)| (time(s) - 990) / 4000 == r)
+                .copied()
+        };
+        for (s, k) in round(1).chain(round(0)) {
+            m.add(&s, k, &mut got);
+        }
+        m.round(&mut got);
+    }
+    m.finish(&mut got);
+    let ideal = wakers(&ideal);
+    assert!(ideal.len() > 2500);
+    assert!(ideal.iter().filter(|i| i.3.is_some()).count() > 1000);
+    assert_eq!(wakers(&got), ideal);
+}
+
+#[test]
+fn memory_is_bounded_by_threads_not_wakeups() {
+    // 2 is woken again and again while it runs (a wakeup of a runnable thread), and 3 sleeps
+    // and is woken many times between its switches: a thread keeps its latest wakeup at most,
+    // plus those not yet placed in time.
+    let mut m = OffCpu::<u32>::default();
+    let mut v = Vec::new();
+    for i in 0..100_000u64 {
+        let t = 10 + i * 10;
+        m.add(&wake(2, t, 1, 0), Some(5), &mut v);
+        if i % 1000 == 0 {
+            m.add(
+                &on(switch(3, State::Sleeping, 0, t + 1), 1),
+                Some(6),
+                &mut v,
+            );
+        }
+        m.add(&wake(3, t + 2, 1, 0), Some(i as u32), &mut v);
+        if i % 1000 == 999 {
+            m.add(&on(sin(3, t + 5), 1), None, &mut v);
+        }
+        if i % 100 == 99 {
+            m.round(&mut v);
+        }
+    }
+    let pending: usize = m.threads.values().map(|t| t.waiting).sum();
+    assert!(
+        pending <= 2 * 3 * 200,
+        "{pending} switches and wakeups pending"
+    );
+    assert_eq!(m.threads(), 2, "the wakers hold no state");
+    m.finish(&mut v);
+    assert!(m.threads.values().all(|t| t.waker.is_none()));
+    assert_eq!(m.counts.stray_wakeups, 100_000, "2 was running");
+    // Each of 3's intervals has its last wakeup, the one just before its switch-in.
+    let got = wakers(&v);
+    assert_eq!(got.len(), 100);
+    assert!(got
+        .iter()
+        .all(|(_, _, end, w)| *w == Some((1, Some(((end - 15) / 10) as u32)))));
 }
