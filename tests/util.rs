@@ -384,8 +384,21 @@ impl Perf {
 
     /// [`Perf::record`], with perf's standard error (where the workload's own goes too).
     pub fn record_err(&self, args: &[&str], workload: &[&str]) -> (Vec<u8>, String) {
+        self.record_env(&[], args, workload)
+    }
+
+    /// [`Perf::record_err`] with variables set in perf's environment, which the workload
+    /// inherits (not through an `env` process: perf 6.1 and 6.12 unwind a `--call-graph dwarf`
+    /// workload exec'd by `env` only to its innermost frames: docs/unwinding.md).
+    pub fn record_env(
+        &self,
+        env: &[(&str, &str)],
+        args: &[&str],
+        workload: &[&str],
+    ) -> (Vec<u8>, String) {
         let out = self
             .command()
+            .envs(env.iter().copied())
             .arg("record")
             .args(args)
             .args(["-o", "-", "--"])
