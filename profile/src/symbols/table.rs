@@ -16,6 +16,8 @@ use std::sync::{Arc, OnceLock};
 
 use object::elf::{SymbolBind, STB_GLOBAL, STB_WEAK};
 
+use super::rbtree::{Tree, NIL};
+
 /// A name length: the name runs to its NUL (an ELF string section's).
 const TO_NUL: u32 = u32::MAX;
 
@@ -196,12 +198,46 @@ pub(crate) struct Builder {
     aliases: Vec<RawSym>,
     /// Whether names are demangled (perf demangles before choosing among aliases).
     pub demangle: bool,
+    /// Whether lookups where symbols overlap answer as perf 6.1's rb-tree does ([`Tree`]): an
+    /// ELF dso's table (perf splits kallsyms into per-module trees, and loads perf maps with
+    /// no fix-ups: those keep answering by start).
+    pub emulate_tree: bool,
+    /// Set by [`Builder::fixup`] for the tree: what perf did to it before the `.plt` entries.
+    tree: PreTree,
+}
+
+/// What perf 6.1 did to a dso's rb-tree before its `.plt` entries went in, in terms of the
+/// symbols sorted as the tree holds them (by start, equal starts in insertion order), before
+/// `symbols__fixup_duplicate`: their "positions".
+#[derive(Debug, Default)]
+struct PreTree {
+    /// How many symbols were inserted.
+    n: u32,
+    /// The positions in insertion order (empty: inserted sorted).
+    ins: Vec<u32>,
+    /// Each position's index in the fixed-up symbols (its run's survivor) (empty: no run of
+    /// aliases, position = index).
+    out: Vec<u32>,
+    /// `symbols__fixup_duplicate`'s erasures, in its order.
+    dups: Vec<Dup>,
+}
+
+/// An erasure of `symbols__fixup_duplicate`.
+#[derive(Debug, Clone, Copy)]
+enum Dup {
+    /// The symbol at this position.
+    Erase(u32),
+    /// Those of a run of `len` aliases from position `at` that `choose_best_symbol` drops, by
+    /// their names: replayed with the names when the tree is built (`run` indexes
+    /// [`Table::runs`]).
+    Named { at: u32, len: u32, run: u32 },
 }
 
 impl Builder {
     pub fn new(demangle: bool) -> Builder {
         Builder {
             demangle,
+            emulate_tree: true,
             ..Builder::default()
         }
     }
@@ -273,6 +309,8 @@ impl Builder {
         // Stable: equal starts keep insertion order, as perf's rb-tree does. Sorted as keys of
         // start and index (an unstable sort of integers, then one gather: the stable sort of the
         // symbols themselves was a quarter of loading rustc's and LLVM's tables).
+        let tree = self.emulate_tree && !kallsyms;
+        let n = self.syms.len();
         if !self.syms.is_sorted_by_key(|s| s.start) {
             let mut keys: Vec<u128> = self
                 .syms
@@ -282,8 +320,16 @@ impl Builder {
                 .collect();
             keys.sort_unstable();
             self.syms = keys.iter().map(|&k| self.syms[k as u64 as usize]).collect();
+            if tree {
+                // Position of the i-th inserted symbol.
+                let mut ins = vec![0u32; n];
+                for (pos, &k) in keys.iter().enumerate() {
+                    ins[k as u64 as usize] = pos as u32;
+                }
+                self.tree.ins = ins;
+            }
         }
-        let n = self.syms.len();
+        self.tree.n = n as u32;
         for i in 1..n {
             let (curr_start, curr_mod) = (self.syms[i].start, self.syms[i].module != 0);
             let prev = &mut self.syms[i - 1];
@@ -322,6 +368,33 @@ impl Builder {
                     }
                 }
             }
+            if tree && run.len() > 1 {
+                if self.tree.out.is_empty() {
+                    self.tree.out = (0..i as u32).collect();
+                }
+                let o = out.len() as u32;
+                self.tree.out.extend(std::iter::repeat_n(o, run.len()));
+                if named {
+                    // The erasures of perf's loop (`symbols__fixup_duplicate`).
+                    let mut c = 0;
+                    for k in 1..run.len() {
+                        if choose_b_nameless(&run[c], &run[k]) == Some(true) {
+                            self.tree.dups.push(Dup::Erase((i + c) as u32));
+                            c = k;
+                        } else {
+                            self.tree.dups.push(Dup::Erase((i + k) as u32));
+                        }
+                    }
+                } else {
+                    self.tree.dups.push(Dup::Named {
+                        at: i as u32,
+                        len: run.len() as u32,
+                        run: self.runs.len() as u32,
+                    });
+                }
+            } else if tree && !self.tree.out.is_empty() {
+                self.tree.out.push(out.len() as u32);
+            }
             if named {
                 out.push(cur);
             } else {
@@ -339,8 +412,9 @@ impl Builder {
         self.syms = out;
     }
 
-    /// Overrides or adds symbols with sizes after the fix-ups (perf inserts `name@plt` after
-    /// them): keeps sorted order.
+    /// Adds the `.plt` entries and `extra` symbols with sizes after the fix-ups (perf inserts
+    /// `name@plt` after them, in this order): keeps sorted order. Where symbols then overlap,
+    /// works out perf's answers ([`Table::overrides`]).
     pub fn finish(self, extra: Vec<(u64, u64, String)>) -> Table {
         let Builder {
             mut syms,
@@ -350,8 +424,15 @@ impl Builder {
             runs,
             aliases,
             demangle,
+            emulate_tree,
+            tree,
         } = self;
-        if !extra.is_empty() || !plt.is_empty() {
+        let fixed = syms.len();
+        let added = plt.len() + extra.len();
+        // The sorted index of fixed-up symbol i (< fixed) and of added one fixed + j (empty:
+        // the same).
+        let mut at: Vec<u32> = Vec::new();
+        if added > 0 {
             syms.extend(plt);
             for (start, size, name) in extra {
                 let a = arena.len() as u32;
@@ -367,12 +448,22 @@ impl Builder {
                     module: 0,
                 });
             }
-            syms.sort_by_key(|s| s.start);
+            if emulate_tree {
+                let mut order: Vec<u32> = (0..syms.len() as u32).collect();
+                order.sort_by_key(|&i| syms[i as usize].start);
+                at = vec![0; syms.len()];
+                for (k, &i) in order.iter().enumerate() {
+                    at[i as usize] = k as u32;
+                }
+                syms = order.iter().map(|&i| syms[i as usize]).collect();
+            } else {
+                syms.sort_by_key(|s| s.start);
+            }
         }
         let names = (0..syms.len()).map(|_| OnceLock::new()).collect();
         let mut all = vec![Strings::Mem(arena)];
         all.extend(strs);
-        Table {
+        let mut t = Table {
             syms,
             strs: all,
             demangle,
@@ -380,7 +471,29 @@ impl Builder {
             runs: runs.into_iter().map(|r| (r, OnceLock::new())).collect(),
             aliases,
             modules: Vec::new(),
+            overrides: Vec::new(),
+        };
+        if emulate_tree && t.may_overlap() {
+            t.overrides = t.tree_answers(&tree, &at, fixed, added);
         }
+        t
+    }
+}
+
+/// Where an address range's answer is perf's rb-tree's, not the search by start's: `[start,
+/// end)` and the index of the symbol, or [`NONE`].
+type Override = (u64, u64, u32);
+
+/// [`Override`]: no symbol.
+const NONE: u32 = u32::MAX;
+
+/// The end of the addresses perf's `symbols__find` finds `s` at: `[start, end)`, and a
+/// zero-size symbol at its start only.
+fn cover_end(s: &RawSym) -> u64 {
+    if s.end == s.start {
+        s.start.saturating_add(1)
+    } else {
+        s.end
     }
 }
 
@@ -427,6 +540,9 @@ pub struct Table {
     aliases: Vec<RawSym>,
     /// Module names by [`RawSym::module`] (kallsyms: `[xfs]`); index 0 is the main dso.
     pub(crate) modules: Vec<Arc<str>>,
+    /// Sorted, disjoint address ranges where symbols overlap and perf 6.1's rb-tree answers
+    /// otherwise than the search by start ([`Builder::emulate_tree`]).
+    overrides: Vec<Override>,
 }
 
 /// A symbol found by [`Table::find`].
@@ -451,12 +567,11 @@ impl Table {
         self.syms.is_empty()
     }
 
-    /// The symbol covering `addr`: the last one starting at or before it, or, when that one
-    /// ends before `addr`, a nearby earlier one that covers it (nested symbols).
+    /// The symbol perf 6.1 finds at `addr`: where symbols overlap, the one its rb-tree
+    /// answers ([`Table::overrides`]); elsewhere the last one starting at or before it, or, when
+    /// that one ends before `addr`, a nearby earlier one that covers it (nested symbols).
     pub fn find(&self, addr: u64) -> Option<Hit> {
-        let i = self.syms.partition_point(|s| s.start <= addr);
-        let lo = i.saturating_sub(8);
-        let j = (lo..i).rev().find(|&j| addr < self.sym(j).end)?;
+        let j = self.find_index(addr)?;
         let s = self.sym(j);
         let name = self.names[j].get_or_init(|| {
             let raw = self.raw(s);
@@ -475,6 +590,158 @@ impl Table {
             start: s.start,
             module: s.module,
         })
+    }
+
+    /// The index of the symbol [`Table::find`] finds.
+    fn find_index(&self, addr: u64) -> Option<usize> {
+        if !self.overrides.is_empty() {
+            let k = self.overrides.partition_point(|o| o.0 <= addr);
+            if let Some(&(_, end, j)) = k.checked_sub(1).map(|k| &self.overrides[k]) {
+                if addr < end {
+                    return (j != NONE).then_some(j as usize);
+                }
+            }
+        }
+        self.find_by_start(addr)
+    }
+
+    /// The last symbol starting at or before `addr`, or, when that one ends before `addr`, a
+    /// nearby earlier one that covers it.
+    fn find_by_start(&self, addr: u64) -> Option<usize> {
+        let i = self.syms.partition_point(|s| s.start <= addr);
+        let lo = i.saturating_sub(8);
+        (lo..i).rev().find(|&j| addr < self.sym(j).end)
+    }
+
+    /// Whether two symbols may overlap (a run of aliases counted by the furthest end of its
+    /// members).
+    fn may_overlap(&self) -> bool {
+        let end = |s: &RawSym| {
+            if s.flags & RUN == 0 {
+                return cover_end(s);
+            }
+            let ((at, n), _) = self.runs[s.name as usize];
+            self.aliases[at as usize..(at + n) as usize]
+                .iter()
+                .map(cover_end)
+                .max()
+                .unwrap_or(s.start)
+        };
+        self.syms.windows(2).any(|w| end(&w[0]) > w[1].start)
+    }
+
+    /// Builds perf 6.1's rb-tree of this table as `dso__load_sym`, `symbols__fixup_duplicate`
+    /// and `dso__synthesize_plt_symbols` leave it (`pre`: what happened before the `added`
+    /// symbols, the last of `fixed + added`, went in; `at`: their sorted indices), and returns,
+    /// for each range where symbols overlap, the answer of its `symbols__find` where it differs
+    /// from the search by start. The answer is constant between consecutive starts and ends of
+    /// the overlapping symbols (each comparison of the search is with one of them, or with a
+    /// symbol that lies wholly before or after them).
+    fn tree_answers(&self, pre: &PreTree, at: &[u32], fixed: usize, added: usize) -> Vec<Override> {
+        let n = pre.n as usize;
+        // The sorted index of tree node `node` (for a node of a run of aliases, its survivor's).
+        let index = |node: u32| -> usize {
+            let node = node as usize;
+            let i = if node >= n {
+                fixed + node - n
+            } else if pre.out.is_empty() {
+                node
+            } else {
+                pre.out[node] as usize
+            };
+            if at.is_empty() {
+                i
+            } else {
+                at[i] as usize
+            }
+        };
+        let mut tree = Tree::new(n + added);
+        // dso__load_sym: inserted in the file's order. A later one goes left of an earlier
+        // one iff its start is lower, i.e. iff its position is lower.
+        for i in 0..n {
+            let p = if pre.ins.is_empty() {
+                i as u32
+            } else {
+                pre.ins[i]
+            };
+            tree.insert(p, |q| p < q);
+        }
+        // symbols__fixup_end changes no shape; symbols__fixup_duplicate erases.
+        for d in &pre.dups {
+            match *d {
+                Dup::Erase(p) => tree.erase(p),
+                Dup::Named { at, len, run } => {
+                    let ((from, _), chosen) = &self.runs[run as usize];
+                    let members = &self.aliases[*from as usize..(*from + len) as usize];
+                    let mut c = 0;
+                    for k in 1..len as usize {
+                        if self.choose_b(&members[c], &members[k]) {
+                            tree.erase(at + c as u32);
+                            c = k;
+                        } else {
+                            tree.erase(at + k as u32);
+                        }
+                    }
+                    let _ = chosen.set(c as u32);
+                }
+            }
+        }
+        // dso__synthesize_plt_symbols: the `.plt` entries, in `.rela.plt`'s order.
+        for j in 0..added {
+            let node = (n + j) as u32;
+            let start = self.syms[index(node)].start;
+            tree.insert(node, |q| start < self.syms[index(q)].start);
+        }
+        // symbols__find.
+        let find = |ip: u64| -> u32 {
+            let mut node = tree.root();
+            while node != NIL {
+                let j = index(node);
+                let s = self.sym(j);
+                if ip < s.start {
+                    node = tree.left(node);
+                } else if ip > s.end || (ip == s.end && ip != s.start) {
+                    node = tree.right(node);
+                } else {
+                    return j as u32;
+                }
+            }
+            NONE
+        };
+        let mut out: Vec<Override> = Vec::new();
+        let mut bounds: Vec<u64> = Vec::new();
+        let len = self.syms.len();
+        let mut j = 0;
+        while j < len {
+            let mut end = cover_end(self.sym(j));
+            let mut e = j + 1;
+            while e < len && self.syms[e].start < end {
+                end = end.max(cover_end(self.sym(e)));
+                e += 1;
+            }
+            if e - j > 1 {
+                bounds.clear();
+                for k in j..e {
+                    let s = self.sym(k);
+                    bounds.extend([s.start, cover_end(s)]);
+                }
+                bounds.sort_unstable();
+                bounds.dedup();
+                for w in bounds.windows(2) {
+                    let want = find(w[0]);
+                    let have = self.find_by_start(w[0]).map_or(NONE, |i| i as u32);
+                    if want == have {
+                        continue;
+                    }
+                    match out.last_mut() {
+                        Some(o) if o.1 == w[0] && o.2 == want => o.1 = w[1],
+                        _ => out.push((w[0], w[1], want)),
+                    }
+                }
+            }
+            j = e;
+        }
+        out
     }
 
     /// The raw bytes of a symbol's name (empty when they cannot be read).
@@ -610,6 +877,9 @@ pub fn parse_kallsyms(text: &[u8]) -> Table {
 /// names as written (perf does not demangle them).
 pub fn parse_perf_map(text: &[u8]) -> Table {
     let mut b = Builder::new(false);
+    // No tree shape is emulated for a map: perf 6.1's `dso__load` inserts its lines and goes
+    // to `out` with no fix-ups, which this table still applies.
+    b.emulate_tree = false;
     for line in text.split(|&c| c == b'\n') {
         if line.len() < 5 {
             continue;
