@@ -12,7 +12,7 @@ use std::borrow::Cow;
 use std::fs::File;
 use std::os::unix::fs::FileExt;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use object::elf::{SymbolBind, STB_GLOBAL, STB_WEAK};
 
@@ -208,18 +208,26 @@ pub(crate) struct Builder {
 
 /// What perf 6.1 did to a dso's rb-tree before its `.plt` entries went in, in terms of the
 /// symbols sorted as the tree holds them (by start, equal starts in insertion order), before
-/// `symbols__fixup_duplicate`: their "positions".
+/// `symbols__fixup_duplicate`: their "positions". Kept (about 4 bytes a symbol) by a table with
+/// overlaps until a lookup needs the tree.
 #[derive(Debug, Default)]
 struct PreTree {
     /// How many symbols were inserted.
     n: u32,
     /// The positions in insertion order (empty: inserted sorted).
     ins: Vec<u32>,
-    /// Each position's index in the fixed-up symbols (its run's survivor) (empty: no run of
-    /// aliases, position = index).
-    out: Vec<u32>,
+    /// The runs of aliases (`at`, `len`) in position order: all but one of each erased.
+    runs: Vec<(u32, u32)>,
     /// `symbols__fixup_duplicate`'s erasures, in its order.
     dups: Vec<Dup>,
+}
+
+/// What a table with overlaps keeps to build perf's tree at the first lookup that needs it.
+#[derive(Debug)]
+struct LazyTree {
+    pre: PreTree,
+    /// The sorted index of each symbol inserted after the fix-ups (`.plt`), in insertion order.
+    added: Vec<u32>,
 }
 
 /// An erasure of `symbols__fixup_duplicate`.
@@ -309,7 +317,10 @@ impl Builder {
         // Stable: equal starts keep insertion order, as perf's rb-tree does. Sorted as keys of
         // start and index (an unstable sort of integers, then one gather: the stable sort of the
         // symbols themselves was a quarter of loading rustc's and LLVM's tables).
-        let tree = self.emulate_tree && !kallsyms;
+        // kallsyms: perf splits the table into one tree per module (`maps__split_kallsyms`),
+        // which is not emulated.
+        self.emulate_tree &= !kallsyms;
+        let tree = self.emulate_tree;
         let n = self.syms.len();
         if !self.syms.is_sorted_by_key(|s| s.start) {
             let mut keys: Vec<u128> = self
@@ -369,11 +380,7 @@ impl Builder {
                 }
             }
             if tree && run.len() > 1 {
-                if self.tree.out.is_empty() {
-                    self.tree.out = (0..i as u32).collect();
-                }
-                let o = out.len() as u32;
-                self.tree.out.extend(std::iter::repeat_n(o, run.len()));
+                self.tree.runs.push((i as u32, run.len() as u32));
                 if named {
                     // The erasures of perf's loop (`symbols__fixup_duplicate`).
                     let mut c = 0;
@@ -392,8 +399,6 @@ impl Builder {
                         run: self.runs.len() as u32,
                     });
                 }
-            } else if tree && !self.tree.out.is_empty() {
-                self.tree.out.push(out.len() as u32);
             }
             if named {
                 out.push(cur);
@@ -429,9 +434,6 @@ impl Builder {
         } = self;
         let fixed = syms.len();
         let added = plt.len() + extra.len();
-        // The sorted index of fixed-up symbol i (< fixed) and of added one fixed + j (empty:
-        // the same).
-        let mut at: Vec<u32> = Vec::new();
         if added > 0 {
             syms.extend(plt);
             for (start, size, name) in extra {
@@ -448,17 +450,21 @@ impl Builder {
                     module: 0,
                 });
             }
+        }
+        // The sorted index of each added symbol (stable: after fixed-up ones of its start).
+        let mut added_at: Vec<u32> = Vec::new();
+        if added > 0 {
+            let mut order: Vec<u32> = (0..syms.len() as u32).collect();
+            order.sort_by_key(|&i| syms[i as usize].start);
             if emulate_tree {
-                let mut order: Vec<u32> = (0..syms.len() as u32).collect();
-                order.sort_by_key(|&i| syms[i as usize].start);
-                at = vec![0; syms.len()];
+                added_at = vec![0; added];
                 for (k, &i) in order.iter().enumerate() {
-                    at[i as usize] = k as u32;
+                    if let Some(j) = (i as usize).checked_sub(fixed) {
+                        added_at[j] = k as u32;
+                    }
                 }
-                syms = order.iter().map(|&i| syms[i as usize]).collect();
-            } else {
-                syms.sort_by_key(|s| s.start);
             }
+            syms = order.iter().map(|&i| syms[i as usize]).collect();
         }
         let names = (0..syms.len()).map(|_| OnceLock::new()).collect();
         let mut all = vec![Strings::Mem(arena)];
@@ -471,10 +477,19 @@ impl Builder {
             runs: runs.into_iter().map(|r| (r, OnceLock::new())).collect(),
             aliases,
             modules: Vec::new(),
-            overrides: Vec::new(),
+            spans: Vec::new(),
+            lazy: Mutex::new(None),
+            overrides: OnceLock::new(),
         };
-        if emulate_tree && t.may_overlap() {
-            t.overrides = t.tree_answers(&tree, &at, fixed, added);
+        // (A builder never fixed up has no record of perf's insertions: no tree.)
+        if emulate_tree && tree.n as usize >= fixed {
+            t.spans = t.overlap_spans();
+            if !t.spans.is_empty() {
+                t.lazy = Mutex::new(Some(Box::new(LazyTree {
+                    pre: tree,
+                    added: added_at,
+                })));
+            }
         }
         t
     }
@@ -540,9 +555,15 @@ pub struct Table {
     aliases: Vec<RawSym>,
     /// Module names by [`RawSym::module`] (kallsyms: `[xfs]`); index 0 is the main dso.
     pub(crate) modules: Vec<Arc<str>>,
-    /// Sorted, disjoint address ranges where symbols overlap and perf 6.1's rb-tree answers
-    /// otherwise than the search by start ([`Builder::emulate_tree`]).
-    overrides: Vec<Override>,
+    /// The address ranges where symbols may overlap (sorted, disjoint; by the furthest end of
+    /// a run of aliases), where perf 6.1's rb-tree may answer otherwise than the search by
+    /// start ([`Builder::emulate_tree`]).
+    spans: Vec<(u64, u64)>,
+    /// What builds that tree, taken by the first lookup in a span.
+    lazy: Mutex<Option<Box<LazyTree>>>,
+    /// Sorted, disjoint address ranges in the spans where the tree answers otherwise than the
+    /// search by start, with its answer; worked out at the first lookup in a span.
+    overrides: OnceLock<Vec<Override>>,
 }
 
 /// A symbol found by [`Table::find`].
@@ -594,11 +615,18 @@ impl Table {
 
     /// The index of the symbol [`Table::find`] finds.
     fn find_index(&self, addr: u64) -> Option<usize> {
-        if !self.overrides.is_empty() {
-            let k = self.overrides.partition_point(|o| o.0 <= addr);
-            if let Some(&(_, end, j)) = k.checked_sub(1).map(|k| &self.overrides[k]) {
-                if addr < end {
-                    return (j != NONE).then_some(j as usize);
+        if !self.spans.is_empty() {
+            let k = self.spans.partition_point(|s| s.0 <= addr);
+            if k.checked_sub(1).is_some_and(|k| addr < self.spans[k].1) {
+                let overrides = self.overrides.get_or_init(|| {
+                    let lazy = self.lazy.lock().unwrap_or_else(|e| e.into_inner()).take();
+                    lazy.map(|l| self.tree_answers(&l)).unwrap_or_default()
+                });
+                let k = overrides.partition_point(|o| o.0 <= addr);
+                if let Some(&(_, end, j)) = k.checked_sub(1).map(|k| &overrides[k]) {
+                    if addr < end {
+                        return (j != NONE).then_some(j as usize);
+                    }
                 }
             }
         }
@@ -613,9 +641,9 @@ impl Table {
         (lo..i).rev().find(|&j| addr < self.sym(j).end)
     }
 
-    /// Whether two symbols may overlap (a run of aliases counted by the furthest end of its
-    /// members).
-    fn may_overlap(&self) -> bool {
+    /// The ranges where symbols may overlap (a run of aliases counted by the furthest end of
+    /// its members): the union of each group of two or more that overlap.
+    fn overlap_spans(&self) -> Vec<(u64, u64)> {
         let end = |s: &RawSym| {
             if s.flags & RUN == 0 {
                 return cover_end(s);
@@ -627,34 +655,70 @@ impl Table {
                 .max()
                 .unwrap_or(s.start)
         };
-        self.syms.windows(2).any(|w| end(&w[0]) > w[1].start)
+        let mut out = Vec::new();
+        let mut j = 0;
+        while j < self.syms.len() {
+            let (start, mut stop) = (self.syms[j].start, end(&self.syms[j]));
+            let mut e = j + 1;
+            while e < self.syms.len() && self.syms[e].start < stop {
+                stop = stop.max(end(&self.syms[e]));
+                e += 1;
+            }
+            if e - j > 1 {
+                out.push((start, stop));
+            }
+            j = e;
+        }
+        out
     }
 
     /// Builds perf 6.1's rb-tree of this table as `dso__load_sym`, `symbols__fixup_duplicate`
-    /// and `dso__synthesize_plt_symbols` leave it (`pre`: what happened before the `added`
-    /// symbols, the last of `fixed + added`, went in; `at`: their sorted indices), and returns,
-    /// for each range where symbols overlap, the answer of its `symbols__find` where it differs
-    /// from the search by start. The answer is constant between consecutive starts and ends of
-    /// the overlapping symbols (each comparison of the search is with one of them, or with a
-    /// symbol that lies wholly before or after them).
-    fn tree_answers(&self, pre: &PreTree, at: &[u32], fixed: usize, added: usize) -> Vec<Override> {
+    /// and `dso__synthesize_plt_symbols` leave it, and returns, for each range where symbols
+    /// overlap, the answer of its `symbols__find` where it differs from the search by start.
+    /// The answer is constant between consecutive starts and ends of the overlapping symbols
+    /// (each comparison of the search is with one of them, or with a symbol that lies wholly
+    /// before or after them). Runs of aliases chosen among by name have their names read here.
+    fn tree_answers(&self, lazy: &LazyTree) -> Vec<Override> {
+        let LazyTree { pre, added } = lazy;
         let n = pre.n as usize;
-        // The sorted index of tree node `node` (for a node of a run of aliases, its survivor's).
+        // The sorted index of each position: its run's survivor's index among the fixed-up
+        // symbols, moved up by the added symbols sorted before it.
+        let mut at: Vec<u32> = Vec::with_capacity(n);
+        let mut runs = pre.runs.iter().peekable();
+        let mut fixed = 0u32;
+        let mut p = 0u32;
+        while (p as usize) < n {
+            let len = match runs.peek() {
+                Some(&&(a, len)) if a == p => {
+                    runs.next();
+                    len
+                }
+                _ => 1,
+            };
+            at.extend(std::iter::repeat_n(fixed, len as usize));
+            fixed += 1;
+            p += len;
+        }
+        if !added.is_empty() {
+            let mut starts: Vec<u32> = added.clone();
+            starts.sort_unstable();
+            // Fixed-up symbol i lands at i + the number of added ones sorted before it.
+            let mut k = 0;
+            for a in at.iter_mut() {
+                while k < starts.len() && starts[k] <= *a + k as u32 {
+                    k += 1;
+                }
+                *a += k as u32;
+            }
+        }
         let index = |node: u32| -> usize {
             let node = node as usize;
-            let i = if node >= n {
-                fixed + node - n
-            } else if pre.out.is_empty() {
-                node
-            } else {
-                pre.out[node] as usize
-            };
-            if at.is_empty() {
-                i
-            } else {
-                at[i] as usize
+            match node.checked_sub(n) {
+                Some(j) => added[j] as usize,
+                None => at[node] as usize,
             }
         };
+        let added = added.len();
         let mut tree = Tree::new(n + added);
         // dso__load_sym: inserted in the file's order. A later one goes left of an earlier
         // one iff its start is lower, i.e. iff its position is lower.
@@ -673,9 +737,27 @@ impl Table {
                 Dup::Named { at, len, run } => {
                     let ((from, _), chosen) = &self.runs[run as usize];
                     let members = &self.aliases[*from as usize..(*from + len) as usize];
+                    // choose_best_symbol's name rule, each member's name read once.
+                    let mut keys: Vec<Option<(usize, usize)>> = vec![None; members.len()];
+                    let mut key = |i: usize| {
+                        *keys[i].get_or_insert_with(|| {
+                            let n = self.shown(&members[i]);
+                            (underscores(&n), n.len())
+                        })
+                    };
+                    let mut choose_b = |a: usize, b: usize| {
+                        choose_b_nameless(&members[a], &members[b]).unwrap_or_else(|| {
+                            let ((ua, la), (ub, lb)) = (key(a), key(b));
+                            if ua != ub {
+                                ua > ub
+                            } else {
+                                lb > la
+                            }
+                        })
+                    };
                     let mut c = 0;
                     for k in 1..len as usize {
-                        if self.choose_b(&members[c], &members[k]) {
+                        if choose_b(c, k) {
                             tree.erase(at + c as u32);
                             c = k;
                         } else {
@@ -710,36 +792,27 @@ impl Table {
         };
         let mut out: Vec<Override> = Vec::new();
         let mut bounds: Vec<u64> = Vec::new();
-        let len = self.syms.len();
-        let mut j = 0;
-        while j < len {
-            let mut end = cover_end(self.sym(j));
-            let mut e = j + 1;
-            while e < len && self.syms[e].start < end {
-                end = end.max(cover_end(self.sym(e)));
-                e += 1;
+        for &(from, to) in &self.spans {
+            let j = self.syms.partition_point(|s| s.start < from);
+            let e = self.syms.partition_point(|s| s.start < to);
+            bounds.clear();
+            for k in j..e {
+                let s = self.sym(k);
+                bounds.extend([s.start, cover_end(s)]);
             }
-            if e - j > 1 {
-                bounds.clear();
-                for k in j..e {
-                    let s = self.sym(k);
-                    bounds.extend([s.start, cover_end(s)]);
+            bounds.sort_unstable();
+            bounds.dedup();
+            for w in bounds.windows(2) {
+                let want = find(w[0]);
+                let have = self.find_by_start(w[0]).map_or(NONE, |i| i as u32);
+                if want == have {
+                    continue;
                 }
-                bounds.sort_unstable();
-                bounds.dedup();
-                for w in bounds.windows(2) {
-                    let want = find(w[0]);
-                    let have = self.find_by_start(w[0]).map_or(NONE, |i| i as u32);
-                    if want == have {
-                        continue;
-                    }
-                    match out.last_mut() {
-                        Some(o) if o.1 == w[0] && o.2 == want => o.1 = w[1],
-                        _ => out.push((w[0], w[1], want)),
-                    }
+                match out.last_mut() {
+                    Some(o) if o.1 == w[0] && o.2 == want => o.1 = w[1],
+                    _ => out.push((w[0], w[1], want)),
                 }
             }
-            j = e;
         }
         out
     }

@@ -185,6 +185,30 @@ fn overlapping_symbols_answer_as_perfs_rb_tree() {
     );
 }
 
+/// lld's `.plt` has `sh_entsize` 0: perf 6.1 inserts its entries as zero-size symbols at its
+/// start, after the fix-ups extended a zero-size `_fini` over it. The tree (by hand: a, b,
+/// _fini, z give (b a (_fini . z)); the entry goes left of z, rotated up: (b a (f1 _fini z)))
+/// then finds `_fini` before the entry, the entry at its own address only, and nothing past it.
+#[test]
+fn zero_size_plt_entries_steer_the_search_as_perfs() {
+    let mut b = Builder::new(false);
+    let s = b.strings(table::Strings::Mem(b"\0f1\0".to_vec())).unwrap();
+    b.push(0x100, 0x10, STB_GLOBAL, 0, b"a");
+    b.push(0x110, 0x10, STB_GLOBAL, 0, b"b");
+    b.push(0x200, 0, STB_GLOBAL, 0, b"_fini");
+    b.push(0x400, 0x10, STB_GLOBAL, 0, b"z");
+    b.push_plt(0x210, 0, Some((s, 1)));
+    b.fixup(false);
+    let t = b.finish(Vec::new());
+    let name = |a| t.find(a).map(|h| h.name.to_string());
+    assert_eq!(name(0x205).as_deref(), Some("_fini"));
+    assert_eq!(name(0x210).as_deref(), Some("f1@plt"));
+    assert_eq!(name(0x211), None);
+    assert_eq!(name(0x3ff), None);
+    assert_eq!(name(0x400).as_deref(), Some("z"));
+    assert_eq!(name(0x115).as_deref(), Some("b"));
+}
+
 /// The tree is built as perf's: in the file's order (not sorted), with the aliases
 /// `symbols__fixup_duplicate` erases (the weak one, by its binding; then, by their names, the
 /// one with more underscores) erased from it, so the `.plt` entry lands where perf's does.
