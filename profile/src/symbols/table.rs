@@ -6,6 +6,9 @@
 //! from the file when large): loading rustc's or LLVM's table (165 k and 258 k symbols, 20 and
 //! 18 MB of names) reads no name. A run of aliases (symbols at one start) that perf would choose
 //! among by their demangled names is kept whole and chosen at its first lookup.
+//! Where symbols overlap, perf 6.1's answer is the first node on its rb-tree's search path
+//! (`symbols__find`): an ELF table rebuilds that tree (`rbtree.rs`) at the first lookup
+//! that lands in an overlap, keeps the answers that differ from the search by start, and drops it.
 //! Also the text formats perf reads symbols from: `/proc/kallsyms` and `/tmp/perf-PID.map`.
 
 use std::borrow::Cow;
@@ -359,7 +362,8 @@ impl Builder {
         }
         // symbols__fixup_duplicate: of each run of equal starts keep the one perf keeps.
         let syms = std::mem::take(&mut self.syms);
-        let mut out: Vec<RawSym> = Vec::with_capacity(n);
+        // Room for the `.plt` entries `finish` merges in (no second copy of a big table).
+        let mut out: Vec<RawSym> = Vec::with_capacity(n + self.plt.len());
         let mut i = 0;
         while i < syms.len() {
             let j = i + syms[i..]
@@ -433,38 +437,43 @@ impl Builder {
             tree,
         } = self;
         let fixed = syms.len();
-        let added = plt.len() + extra.len();
-        if added > 0 {
-            syms.extend(plt);
-            for (start, size, name) in extra {
-                let a = arena.len() as u32;
-                arena.extend_from_slice(name.as_bytes());
-                syms.push(RawSym {
-                    start,
-                    end: start + size,
-                    name: a,
-                    len: name.len() as u32,
-                    bind: STB_GLOBAL,
-                    src: 0,
-                    flags: PLAIN,
-                    module: 0,
-                });
-            }
+        let mut add = plt;
+        for (start, size, name) in extra {
+            let a = arena.len() as u32;
+            arena.extend_from_slice(name.as_bytes());
+            add.push(RawSym {
+                start,
+                end: start + size,
+                name: a,
+                len: name.len() as u32,
+                bind: STB_GLOBAL,
+                src: 0,
+                flags: PLAIN,
+                module: 0,
+            });
         }
-        // The sorted index of each added symbol (stable: after fixed-up ones of its start).
-        let mut added_at: Vec<u32> = Vec::new();
+        let added = add.len();
+        // Merged in by start (stable: after the fixed-up ones of their start), noting the
+        // sorted index of each added symbol, in insertion order.
+        let mut added_at: Vec<u32> = vec![0; added];
         if added > 0 {
-            let mut order: Vec<u32> = (0..syms.len() as u32).collect();
-            order.sort_by_key(|&i| syms[i as usize].start);
-            if emulate_tree {
-                added_at = vec![0; added];
-                for (k, &i) in order.iter().enumerate() {
-                    if let Some(j) = (i as usize).checked_sub(fixed) {
-                        added_at[j] = k as u32;
-                    }
+            let mut order: Vec<u32> = (0..added as u32).collect();
+            order.sort_by_key(|&j| add[j as usize].start);
+            // In place, from the back (no second copy of a big table).
+            syms.resize(fixed + added, add[0]);
+            let mut i = fixed;
+            let mut w = fixed + added;
+            for &j in order.iter().rev() {
+                let a = add[j as usize];
+                while i > 0 && syms[i - 1].start > a.start {
+                    w -= 1;
+                    i -= 1;
+                    syms[w] = syms[i];
                 }
+                w -= 1;
+                syms[w] = a;
+                added_at[j as usize] = w as u32;
             }
-            syms = order.iter().map(|&i| syms[i as usize]).collect();
         }
         let names = (0..syms.len()).map(|_| OnceLock::new()).collect();
         let mut all = vec![Strings::Mem(arena)];
