@@ -255,10 +255,12 @@ fn plt_impl<'d, E: FileHeader<Endian = Endianness>, R: ReadRef<'d>>(
         return None;
     }
     let (_, plt) = sections.section_by_name(endian, b".plt")?;
+    // perf 6.1 (x86 and every machine but ARM, AArch64 and SPARC) takes header and entry size
+    // from `sh_entsize`, 0 included (lld's `.plt`): then every entry is a zero-size symbol at
+    // `.plt`'s offset. They find nothing by themselves, but perf inserts them into its rb-tree
+    // after the fix-ups, which changes what its search finds over `.plt` (an earlier zero-size
+    // `_fini` extended over it: some addresses then find no symbol).
     let entsize: u64 = plt.sh_entsize(endian).into();
-    if entsize == 0 {
-        return None;
-    }
     let mut off: u64 = plt.sh_offset(endian).into();
     off += entsize; // the PLT header
     let idx: Vec<u32> = if rel.sh_type(endian) == SHT_RELA {

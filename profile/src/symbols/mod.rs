@@ -32,6 +32,7 @@ use table::Table;
 pub mod archive;
 mod demangle;
 mod elf;
+mod rbtree;
 pub mod slim;
 pub mod sources;
 pub mod table;

@@ -6,15 +6,20 @@
 //! from the file when large): loading rustc's or LLVM's table (165 k and 258 k symbols, 20 and
 //! 18 MB of names) reads no name. A run of aliases (symbols at one start) that perf would choose
 //! among by their demangled names is kept whole and chosen at its first lookup.
+//! Where symbols overlap, perf 6.1's answer is the first node on its rb-tree's search path
+//! (`symbols__find`): an ELF table rebuilds that tree (`rbtree.rs`) at the first lookup
+//! that lands in an overlap, keeps the answers that differ from the search by start, and drops it.
 //! Also the text formats perf reads symbols from: `/proc/kallsyms` and `/tmp/perf-PID.map`.
 
 use std::borrow::Cow;
 use std::fs::File;
 use std::os::unix::fs::FileExt;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use object::elf::{SymbolBind, STB_GLOBAL, STB_WEAK};
+
+use super::rbtree::{Tree, NIL};
 
 /// A name length: the name runs to its NUL (an ELF string section's).
 const TO_NUL: u32 = u32::MAX;
@@ -196,12 +201,54 @@ pub(crate) struct Builder {
     aliases: Vec<RawSym>,
     /// Whether names are demangled (perf demangles before choosing among aliases).
     pub demangle: bool,
+    /// Whether lookups where symbols overlap answer as perf 6.1's rb-tree does ([`Tree`]): an
+    /// ELF dso's table (perf splits kallsyms into per-module trees, and loads perf maps with
+    /// no fix-ups: those keep answering by start).
+    pub emulate_tree: bool,
+    /// Set by [`Builder::fixup`] for the tree: what perf did to it before the `.plt` entries.
+    tree: PreTree,
+}
+
+/// What perf 6.1 did to a dso's rb-tree before its `.plt` entries went in, in terms of the
+/// symbols sorted as the tree holds them (by start, equal starts in insertion order), before
+/// `symbols__fixup_duplicate`: their "positions". Kept (about 4 bytes a symbol) by a table with
+/// overlaps until a lookup needs the tree.
+#[derive(Debug, Default)]
+struct PreTree {
+    /// How many symbols were inserted.
+    n: u32,
+    /// The positions in insertion order (empty: inserted sorted).
+    ins: Vec<u32>,
+    /// The runs of aliases (`at`, `len`) in position order: all but one of each erased.
+    runs: Vec<(u32, u32)>,
+    /// `symbols__fixup_duplicate`'s erasures, in its order.
+    dups: Vec<Dup>,
+}
+
+/// What a table with overlaps keeps to build perf's tree at the first lookup that needs it.
+#[derive(Debug)]
+struct LazyTree {
+    pre: PreTree,
+    /// The sorted index of each symbol inserted after the fix-ups (`.plt`), in insertion order.
+    added: Vec<u32>,
+}
+
+/// An erasure of `symbols__fixup_duplicate`.
+#[derive(Debug, Clone, Copy)]
+enum Dup {
+    /// The symbol at this position.
+    Erase(u32),
+    /// Those of a run of `len` aliases from position `at` that `choose_best_symbol` drops, by
+    /// their names: replayed with the names when the tree is built (`run` indexes
+    /// [`Table::runs`]).
+    Named { at: u32, len: u32, run: u32 },
 }
 
 impl Builder {
     pub fn new(demangle: bool) -> Builder {
         Builder {
             demangle,
+            emulate_tree: true,
             ..Builder::default()
         }
     }
@@ -273,6 +320,11 @@ impl Builder {
         // Stable: equal starts keep insertion order, as perf's rb-tree does. Sorted as keys of
         // start and index (an unstable sort of integers, then one gather: the stable sort of the
         // symbols themselves was a quarter of loading rustc's and LLVM's tables).
+        // kallsyms: perf splits the table into one tree per module (`maps__split_kallsyms`),
+        // which is not emulated.
+        self.emulate_tree &= !kallsyms;
+        let tree = self.emulate_tree;
+        let n = self.syms.len();
         if !self.syms.is_sorted_by_key(|s| s.start) {
             let mut keys: Vec<u128> = self
                 .syms
@@ -282,8 +334,16 @@ impl Builder {
                 .collect();
             keys.sort_unstable();
             self.syms = keys.iter().map(|&k| self.syms[k as u64 as usize]).collect();
+            if tree {
+                // Position of the i-th inserted symbol.
+                let mut ins = vec![0u32; n];
+                for (pos, &k) in keys.iter().enumerate() {
+                    ins[k as u64 as usize] = pos as u32;
+                }
+                self.tree.ins = ins;
+            }
         }
-        let n = self.syms.len();
+        self.tree.n = n as u32;
         for i in 1..n {
             let (curr_start, curr_mod) = (self.syms[i].start, self.syms[i].module != 0);
             let prev = &mut self.syms[i - 1];
@@ -302,7 +362,8 @@ impl Builder {
         }
         // symbols__fixup_duplicate: of each run of equal starts keep the one perf keeps.
         let syms = std::mem::take(&mut self.syms);
-        let mut out: Vec<RawSym> = Vec::with_capacity(n);
+        // Room for the `.plt` entries `finish` merges in (no second copy of a big table).
+        let mut out: Vec<RawSym> = Vec::with_capacity(n + self.plt.len());
         let mut i = 0;
         while i < syms.len() {
             let j = i + syms[i..]
@@ -322,6 +383,27 @@ impl Builder {
                     }
                 }
             }
+            if tree && run.len() > 1 {
+                self.tree.runs.push((i as u32, run.len() as u32));
+                if named {
+                    // The erasures of perf's loop (`symbols__fixup_duplicate`).
+                    let mut c = 0;
+                    for k in 1..run.len() {
+                        if choose_b_nameless(&run[c], &run[k]) == Some(true) {
+                            self.tree.dups.push(Dup::Erase((i + c) as u32));
+                            c = k;
+                        } else {
+                            self.tree.dups.push(Dup::Erase((i + k) as u32));
+                        }
+                    }
+                } else {
+                    self.tree.dups.push(Dup::Named {
+                        at: i as u32,
+                        len: run.len() as u32,
+                        run: self.runs.len() as u32,
+                    });
+                }
+            }
             if named {
                 out.push(cur);
             } else {
@@ -339,8 +421,9 @@ impl Builder {
         self.syms = out;
     }
 
-    /// Overrides or adds symbols with sizes after the fix-ups (perf inserts `name@plt` after
-    /// them): keeps sorted order.
+    /// Adds the `.plt` entries and `extra` symbols with sizes after the fix-ups (perf inserts
+    /// `name@plt` after them, in this order): keeps sorted order. Where symbols then overlap,
+    /// works out perf's answers ([`Table::overrides`]).
     pub fn finish(self, extra: Vec<(u64, u64, String)>) -> Table {
         let Builder {
             mut syms,
@@ -350,29 +433,52 @@ impl Builder {
             runs,
             aliases,
             demangle,
+            emulate_tree,
+            tree,
         } = self;
-        if !extra.is_empty() || !plt.is_empty() {
-            syms.extend(plt);
-            for (start, size, name) in extra {
-                let a = arena.len() as u32;
-                arena.extend_from_slice(name.as_bytes());
-                syms.push(RawSym {
-                    start,
-                    end: start + size,
-                    name: a,
-                    len: name.len() as u32,
-                    bind: STB_GLOBAL,
-                    src: 0,
-                    flags: PLAIN,
-                    module: 0,
-                });
+        let fixed = syms.len();
+        let mut add = plt;
+        for (start, size, name) in extra {
+            let a = arena.len() as u32;
+            arena.extend_from_slice(name.as_bytes());
+            add.push(RawSym {
+                start,
+                end: start + size,
+                name: a,
+                len: name.len() as u32,
+                bind: STB_GLOBAL,
+                src: 0,
+                flags: PLAIN,
+                module: 0,
+            });
+        }
+        let added = add.len();
+        // Merged in by start (stable: after the fixed-up ones of their start), noting the
+        // sorted index of each added symbol, in insertion order.
+        let mut added_at: Vec<u32> = vec![0; added];
+        if added > 0 {
+            let mut order: Vec<u32> = (0..added as u32).collect();
+            order.sort_by_key(|&j| add[j as usize].start);
+            // In place, from the back (no second copy of a big table).
+            syms.resize(fixed + added, add[0]);
+            let mut i = fixed;
+            let mut w = fixed + added;
+            for &j in order.iter().rev() {
+                let a = add[j as usize];
+                while i > 0 && syms[i - 1].start > a.start {
+                    w -= 1;
+                    i -= 1;
+                    syms[w] = syms[i];
+                }
+                w -= 1;
+                syms[w] = a;
+                added_at[j as usize] = w as u32;
             }
-            syms.sort_by_key(|s| s.start);
         }
         let names = (0..syms.len()).map(|_| OnceLock::new()).collect();
         let mut all = vec![Strings::Mem(arena)];
         all.extend(strs);
-        Table {
+        let mut t = Table {
             syms,
             strs: all,
             demangle,
@@ -380,7 +486,38 @@ impl Builder {
             runs: runs.into_iter().map(|r| (r, OnceLock::new())).collect(),
             aliases,
             modules: Vec::new(),
+            spans: Vec::new(),
+            lazy: Mutex::new(None),
+            overrides: OnceLock::new(),
+        };
+        // (A builder never fixed up has no record of perf's insertions: no tree.)
+        if emulate_tree && tree.n as usize >= fixed {
+            t.spans = t.overlap_spans();
+            if !t.spans.is_empty() {
+                t.lazy = Mutex::new(Some(Box::new(LazyTree {
+                    pre: tree,
+                    added: added_at,
+                })));
+            }
         }
+        t
+    }
+}
+
+/// Where an address range's answer is perf's rb-tree's, not the search by start's: `[start,
+/// end)` and the index of the symbol, or [`NONE`].
+type Override = (u64, u64, u32);
+
+/// [`Override`]: no symbol.
+const NONE: u32 = u32::MAX;
+
+/// The end of the addresses perf's `symbols__find` finds `s` at: `[start, end)`, and a
+/// zero-size symbol at its start only.
+fn cover_end(s: &RawSym) -> u64 {
+    if s.end == s.start {
+        s.start.saturating_add(1)
+    } else {
+        s.end
     }
 }
 
@@ -427,6 +564,15 @@ pub struct Table {
     aliases: Vec<RawSym>,
     /// Module names by [`RawSym::module`] (kallsyms: `[xfs]`); index 0 is the main dso.
     pub(crate) modules: Vec<Arc<str>>,
+    /// The address ranges where symbols may overlap (sorted, disjoint; by the furthest end of
+    /// a run of aliases), where perf 6.1's rb-tree may answer otherwise than the search by
+    /// start ([`Builder::emulate_tree`]).
+    spans: Vec<(u64, u64)>,
+    /// What builds that tree, taken by the first lookup in a span.
+    lazy: Mutex<Option<Box<LazyTree>>>,
+    /// Sorted, disjoint address ranges in the spans where the tree answers otherwise than the
+    /// search by start, with its answer; worked out at the first lookup in a span.
+    overrides: OnceLock<Vec<Override>>,
 }
 
 /// A symbol found by [`Table::find`].
@@ -451,12 +597,11 @@ impl Table {
         self.syms.is_empty()
     }
 
-    /// The symbol covering `addr`: the last one starting at or before it, or, when that one
-    /// ends before `addr`, a nearby earlier one that covers it (nested symbols).
+    /// The symbol perf 6.1 finds at `addr`: where symbols overlap, the one its rb-tree
+    /// answers ([`Table::overrides`]); elsewhere the last one starting at or before it, or, when
+    /// that one ends before `addr`, a nearby earlier one that covers it (nested symbols).
     pub fn find(&self, addr: u64) -> Option<Hit> {
-        let i = self.syms.partition_point(|s| s.start <= addr);
-        let lo = i.saturating_sub(8);
-        let j = (lo..i).rev().find(|&j| addr < self.sym(j).end)?;
+        let j = self.find_index(addr)?;
         let s = self.sym(j);
         let name = self.names[j].get_or_init(|| {
             let raw = self.raw(s);
@@ -475,6 +620,210 @@ impl Table {
             start: s.start,
             module: s.module,
         })
+    }
+
+    /// The index of the symbol [`Table::find`] finds.
+    fn find_index(&self, addr: u64) -> Option<usize> {
+        if !self.spans.is_empty() {
+            let k = self.spans.partition_point(|s| s.0 <= addr);
+            if k.checked_sub(1).is_some_and(|k| addr < self.spans[k].1) {
+                let overrides = self.overrides.get_or_init(|| {
+                    let lazy = self.lazy.lock().unwrap_or_else(|e| e.into_inner()).take();
+                    lazy.map(|l| self.tree_answers(&l)).unwrap_or_default()
+                });
+                let k = overrides.partition_point(|o| o.0 <= addr);
+                if let Some(&(_, end, j)) = k.checked_sub(1).map(|k| &overrides[k]) {
+                    if addr < end {
+                        return (j != NONE).then_some(j as usize);
+                    }
+                }
+            }
+        }
+        self.find_by_start(addr)
+    }
+
+    /// The last symbol starting at or before `addr`, or, when that one ends before `addr`, a
+    /// nearby earlier one that covers it.
+    fn find_by_start(&self, addr: u64) -> Option<usize> {
+        let i = self.syms.partition_point(|s| s.start <= addr);
+        let lo = i.saturating_sub(8);
+        (lo..i).rev().find(|&j| addr < self.sym(j).end)
+    }
+
+    /// The ranges where symbols may overlap (a run of aliases counted by the furthest end of
+    /// its members): the union of each group of two or more that overlap.
+    fn overlap_spans(&self) -> Vec<(u64, u64)> {
+        let end = |s: &RawSym| {
+            if s.flags & RUN == 0 {
+                return cover_end(s);
+            }
+            let ((at, n), _) = self.runs[s.name as usize];
+            self.aliases[at as usize..(at + n) as usize]
+                .iter()
+                .map(cover_end)
+                .max()
+                .unwrap_or(s.start)
+        };
+        let mut out = Vec::new();
+        let mut j = 0;
+        while j < self.syms.len() {
+            let (start, mut stop) = (self.syms[j].start, end(&self.syms[j]));
+            let mut e = j + 1;
+            while e < self.syms.len() && self.syms[e].start < stop {
+                stop = stop.max(end(&self.syms[e]));
+                e += 1;
+            }
+            if e - j > 1 {
+                out.push((start, stop));
+            }
+            j = e;
+        }
+        out
+    }
+
+    /// Builds perf 6.1's rb-tree of this table as `dso__load_sym`, `symbols__fixup_duplicate`
+    /// and `dso__synthesize_plt_symbols` leave it, and returns, for each range where symbols
+    /// overlap, the answer of its `symbols__find` where it differs from the search by start.
+    /// The answer is constant between consecutive starts and ends of the overlapping symbols
+    /// (each comparison of the search is with one of them, or with a symbol that lies wholly
+    /// before or after them). Runs of aliases chosen among by name have their names read here.
+    fn tree_answers(&self, lazy: &LazyTree) -> Vec<Override> {
+        let LazyTree { pre, added } = lazy;
+        let n = pre.n as usize;
+        // The sorted index of each position: its run's survivor's index among the fixed-up
+        // symbols, moved up by the added symbols sorted before it.
+        let mut at: Vec<u32> = Vec::with_capacity(n);
+        let mut runs = pre.runs.iter().peekable();
+        let mut fixed = 0u32;
+        let mut p = 0u32;
+        while (p as usize) < n {
+            let len = match runs.peek() {
+                Some(&&(a, len)) if a == p => {
+                    runs.next();
+                    len
+                }
+                _ => 1,
+            };
+            at.extend(std::iter::repeat_n(fixed, len as usize));
+            fixed += 1;
+            p += len;
+        }
+        if !added.is_empty() {
+            let mut starts: Vec<u32> = added.clone();
+            starts.sort_unstable();
+            // Fixed-up symbol i lands at i + the number of added ones sorted before it.
+            let mut k = 0;
+            for a in at.iter_mut() {
+                while k < starts.len() && starts[k] <= *a + k as u32 {
+                    k += 1;
+                }
+                *a += k as u32;
+            }
+        }
+        let index = |node: u32| -> usize {
+            let node = node as usize;
+            match node.checked_sub(n) {
+                Some(j) => added[j] as usize,
+                None => at[node] as usize,
+            }
+        };
+        let added = added.len();
+        let mut tree = Tree::new(n + added);
+        // dso__load_sym: inserted in the file's order. A later one goes left of an earlier
+        // one iff its start is lower, i.e. iff its position is lower.
+        for i in 0..n {
+            let p = if pre.ins.is_empty() {
+                i as u32
+            } else {
+                pre.ins[i]
+            };
+            tree.insert(p, |q| p < q);
+        }
+        // symbols__fixup_end changes no shape; symbols__fixup_duplicate erases.
+        for d in &pre.dups {
+            match *d {
+                Dup::Erase(p) => tree.erase(p),
+                Dup::Named { at, len, run } => {
+                    let ((from, _), chosen) = &self.runs[run as usize];
+                    let members = &self.aliases[*from as usize..(*from + len) as usize];
+                    // choose_best_symbol's name rule, each member's name read once.
+                    let mut keys: Vec<Option<(usize, usize)>> = vec![None; members.len()];
+                    let mut key = |i: usize| {
+                        *keys[i].get_or_insert_with(|| {
+                            let n = self.shown(&members[i]);
+                            (underscores(&n), n.len())
+                        })
+                    };
+                    let mut choose_b = |a: usize, b: usize| {
+                        choose_b_nameless(&members[a], &members[b]).unwrap_or_else(|| {
+                            let ((ua, la), (ub, lb)) = (key(a), key(b));
+                            if ua != ub {
+                                ua > ub
+                            } else {
+                                lb > la
+                            }
+                        })
+                    };
+                    let mut c = 0;
+                    for k in 1..len as usize {
+                        if choose_b(c, k) {
+                            tree.erase(at + c as u32);
+                            c = k;
+                        } else {
+                            tree.erase(at + k as u32);
+                        }
+                    }
+                    let _ = chosen.set(c as u32);
+                }
+            }
+        }
+        // dso__synthesize_plt_symbols: the `.plt` entries, in `.rela.plt`'s order.
+        for j in 0..added {
+            let node = (n + j) as u32;
+            let start = self.syms[index(node)].start;
+            tree.insert(node, |q| start < self.syms[index(q)].start);
+        }
+        // symbols__find.
+        let find = |ip: u64| -> u32 {
+            let mut node = tree.root();
+            while node != NIL {
+                let j = index(node);
+                let s = self.sym(j);
+                if ip < s.start {
+                    node = tree.left(node);
+                } else if ip > s.end || (ip == s.end && ip != s.start) {
+                    node = tree.right(node);
+                } else {
+                    return j as u32;
+                }
+            }
+            NONE
+        };
+        let mut out: Vec<Override> = Vec::new();
+        let mut bounds: Vec<u64> = Vec::new();
+        for &(from, to) in &self.spans {
+            let j = self.syms.partition_point(|s| s.start < from);
+            let e = self.syms.partition_point(|s| s.start < to);
+            bounds.clear();
+            for k in j..e {
+                let s = self.sym(k);
+                bounds.extend([s.start, cover_end(s)]);
+            }
+            bounds.sort_unstable();
+            bounds.dedup();
+            for w in bounds.windows(2) {
+                let want = find(w[0]);
+                let have = self.find_by_start(w[0]).map_or(NONE, |i| i as u32);
+                if want == have {
+                    continue;
+                }
+                match out.last_mut() {
+                    Some(o) if o.1 == w[0] && o.2 == want => o.1 = w[1],
+                    _ => out.push((w[0], w[1], want)),
+                }
+            }
+        }
+        out
     }
 
     /// The raw bytes of a symbol's name (empty when they cannot be read).
@@ -610,6 +959,9 @@ pub fn parse_kallsyms(text: &[u8]) -> Table {
 /// names as written (perf does not demangle them).
 pub fn parse_perf_map(text: &[u8]) -> Table {
     let mut b = Builder::new(false);
+    // No tree shape is emulated for a map: perf 6.1's `dso__load` inserts its lines and goes
+    // to `out` with no fix-ups, which this table still applies.
+    b.emulate_tree = false;
     for line in text.split(|&c| c == b'\n') {
         if line.len() < 5 {
             continue;
