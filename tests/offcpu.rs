@@ -761,9 +761,9 @@ pipetest!(needs(perf, cc, tracefs)
 type Woken = (u32, u64, u64, Option<u32>);
 
 /// The oracle of wakers, from `perf script`'s text of a recording with `sched_switch` and
-/// `sched_wakeup` samples, which perf sorts by time: each interval of a thread (a switch-out
-/// to its next switch-in) and the tid of the last `sched_wakeup` with its `pid` in between; and
-/// the tids of the workload's threads (by their comms).
+/// `sched_wakeup` or `sched_waking` samples (one of them), which perf sorts by time: each
+/// interval of a thread (a switch-out to its next switch-in) and the tid of the last wakeup with
+/// its `pid` in between; and the tids of the workload's threads (by their comms).
 fn perf_script_wakers(file: &Path) -> (Vec<Woken>, Vec<u32>) {
     let out = oracle()
         .command()
@@ -795,7 +795,7 @@ fn perf_script_wakers(file: &Path) -> (Vec<Woken>, Vec<u32>) {
         let time = s.parse::<u64>().unwrap() * 1_000_000_000 + ns.parse::<u64>().unwrap();
         let l = format!(" {}", l.split_once(event).unwrap().1.trim());
         match event {
-            "sched:sched_wakeup:" => {
+            "sched:sched_wakeup:" | "sched:sched_waking:" => {
                 let pid: u32 = field(&l, "pid").unwrap().parse().unwrap();
                 if let Some(o) = open.get_mut(&pid) {
                     o.1 = Some(tid);
@@ -830,14 +830,16 @@ fn perf_script_wakers(file: &Path) -> (Vec<Woken>, Vec<u32>) {
 }
 
 pipetest!(needs(perf, cc, tracefs)
-    /// `--weight offwake` on `-a -g -e sched:sched_switch -e sched:sched_wakeup`: wait_pipe's
+    /// `--weight offwake` on `-a -g -e sched:sched_switch -e sched:sched_waking`: wait_pipe's
     /// 300 ms end with the waker `writer`'s stack, its write to the pipe from write_later; nap's
     /// sleeps with the timer's wakeup (`hrtimer_wakeup`, in an interrupt of whatever thread ran);
     /// and per thread and waker thread, the ns equal those of perf script's intervals and last
-    /// wakeups sorted by time.
+    /// wakeups sorted by time. `sched_waking`, because it fires in the waker's context whatever
+    /// the cpus do; `sched_wakeup` fires on the woken thread's cpu when the wakeup is queued
+    /// there, which an idle cpu makes likely (`wakers_in_pprof_and_parquet_equal_perf_script`).
     offwake_stacks_name_the_wakers_perf_script_shows, |dir| {
     let (file, measured) =
-        system_wide_with(&dir, &["-e", "sched:sched_switch", "-e", "sched:sched_wakeup"]);
+        system_wide_with(&dir, &["-e", "sched:sched_switch", "-e", "sched:sched_waking"]);
     let f = file.to_str().unwrap();
     let (folded, stats) = profile(&dir, b"", &["-i", f, "--weight", "offwake"], "wake.folded");
     assert!(counter(&stats, "offcpu_woken") >= 100, "{stats}");
@@ -916,9 +918,11 @@ pipetest!(needs(perf, cc, tracefs)
 });
 
 pipetest!(needs(perf, cc, tracefs, go, duckdb)
-    /// Wakers in pprof and Parquet: every interval of the workload's threads has, in Parquet,
-    /// the waker tid of perf script's last `sched_wakeup` before its switch-in (null when none);
-    /// pprof labels wait_pipe's 300 ms `waker` = `writer`.
+    /// Wakers in pprof and Parquet, from `sched_wakeup`: every interval of the workload's
+    /// threads has, in Parquet, the waker tid of perf script's last `sched_wakeup` before its
+    /// switch-in (null when none); pprof's `waker` labels of waitpipe's off-CPU time give the
+    /// same ns per waker as Parquet's rows. (Who the waker is depends on the cpus here: a
+    /// wakeup queued to the idle cpu of the woken thread fires there, under `swapper`.)
     wakers_in_pprof_and_parquet_equal_perf_script, |dir| {
     let (file, measured) =
         system_wide_with(&dir, &["-e", "sched:sched_switch", "-e", "sched:sched_wakeup"]);
@@ -930,39 +934,42 @@ pipetest!(needs(perf, cc, tracefs, go, duckdb)
     let list = tids.iter().map(|t| t.to_string()).collect::<Vec<_>>().join(",");
     let rows = duckdb(&format!(
         "select tid, time, off_cpu_end, coalesce(off_cpu_waker_tid::varchar, '-'), \
-                coalesce(off_cpu_waker_comm, '-') \
+                coalesce(off_cpu_waker_comm, '-'), comm \
          from '{}' where off_cpu_end is not null and not off_cpu_open_at_end \
            and tid in ({list}) order by all",
         pq.to_str().unwrap()
     ));
     let mut got: Vec<Woken> = Vec::new();
-    let mut writer = 0;
+    // waitpipe's off-CPU ns per waker comm, from Parquet.
+    let mut pipe_wakers: BTreeMap<String, u64> = BTreeMap::new();
     for r in rows.lines() {
         let v: Vec<&str> = r.split('|').collect();
         let n = |i: usize| v[i].parse::<u64>().unwrap();
         got.push((n(0) as u32, n(1), n(2), v[3].parse().ok()));
-        if v[3] != "-" && v[4] == "writer" && n(2) - n(1) > 200_000_000 {
-            writer += 1;
+        if v[3] != "-" && v[5] == "waitpipe" {
+            *pipe_wakers.entry(v[4].to_string()).or_default() += n(2) - n(1);
         }
     }
     let want: Vec<Woken> = intervals.into_iter().filter(|i| tids.contains(&i.0)).collect();
     assert!(want.len() >= 100);
     let diff: Vec<_> = got.iter().zip(&want).filter(|(a, b)| a != b).take(5).collect();
     assert!(diff.is_empty() && got.len() == want.len(), "{} {}: {diff:#?}", got.len(), want.len());
-    assert_eq!(writer, 1, "wait_pipe's 300 ms, woken by writer");
 
     let pb = dir.path("wake.pb.gz");
     let o = perfpipe(&["-i", f, "-o", pb.to_str().unwrap()], b"");
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let (types, samples) = pprof_raw(&pb);
     let ns = types.iter().position(|t| t == "off_cpu/nanoseconds").unwrap();
-    let by_writer: u64 = samples
-        .iter()
-        .filter(|(_, l)| l.contains("comm:[waitpipe]") && l.contains("waker:[writer]"))
-        .map(|(v, _)| v[ns])
-        .sum();
+    let mut labelled: BTreeMap<String, u64> = BTreeMap::new();
+    for (v, l) in samples.iter().filter(|(_, l)| l.contains("comm:[waitpipe]")) {
+        if let Some(w) = l.split("waker:[").nth(1) {
+            *labelled.entry(w.split(']').next().unwrap().to_string()).or_default() += v[ns];
+        }
+    }
+    // wait_pipe's 300 ms are among them, under whichever waker perf script names.
     let want = measured.iter().find(|m| m.0 == "wait_pipe").unwrap().1;
-    assert!(by_writer.abs_diff(want) as f64 <= 0.05 * want as f64, "{by_writer} of {want}");
+    assert!(pipe_wakers.values().sum::<u64>() >= want, "{pipe_wakers:?}");
+    assert_eq!(labelled, pipe_wakers);
     assert!(samples.iter().any(|(_, l)| l.contains("waker:[") && !l.contains("cpu:[")));
 });
 

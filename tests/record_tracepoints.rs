@@ -175,17 +175,19 @@ pipetest!(needs(perf, cc, tracefs)
 });
 
 pipetest!(needs(perf, cc, tracefs)
-    /// `perfpipe record -a -g -e sched:sched_switch -e sched:sched_wakeup`: perf reads its
+    /// `perfpipe record -a -g -e sched:sched_switch -e sched:sched_waking`: perf reads its
     /// wakeups, and `--weight offwake` puts wait_pipe's 300 ms under the waker `writer` and its
-    /// `write_later`, within 5 % of what the workload measured.
-    record_sched_wakeup_names_the_wakers, |dir| {
+    /// `write_later`, within 5 % of what the workload measured. (`sched_waking` fires in the
+    /// waker's context; `sched_wakeup` on the woken thread's cpu when the wakeup is queued to
+    /// it, under `swapper` when that cpu is idle: docs/off-cpu.md.)
+    record_sched_waking_names_the_wakers, |dir| {
     let exe = offcpu_c(&dir);
-    let args = ["-a", "-g", "-e", "sched:sched_switch", "-e", "sched:sched_wakeup"];
+    let args = ["-a", "-g", "-e", "sched:sched_switch", "-e", "sched:sched_waking"];
     let (rec, measured) = record_workload_with(perfpipe_record, &exe, &args);
     let out = readers::read(&oracle(), &["script", "-F", "event,trace"], Input::Stream(&rec))
         .unwrap_or_else(|e| panic!("{e}"));
-    let wakeups = out.lines().filter(|l| l.contains("sched:sched_wakeup:")).count();
-    assert!(wakeups >= 100, "{wakeups} sched_wakeup samples");
+    let wakeups = out.lines().filter(|l| l.contains("sched:sched_waking:")).count();
+    assert!(wakeups >= 100, "{wakeups} sched_waking samples");
     let (folded, stats) = profile(&dir, &rec, &["--weight", "offwake"], "wake.folded");
     assert_eq!(counter(&stats, "tracing_data_errors"), 0, "{stats}");
     assert!(counter(&stats, "offcpu_woken") >= 100, "{stats}");
