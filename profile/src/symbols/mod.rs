@@ -5,7 +5,7 @@
 //! The rules are perf 6.1's (`tools/perf/util/symbol.c`, `symbol-elf.c`), so that names equal
 //! `perf script`'s; `docs/symbolization.md` lists them with what perf prints.
 //!
-//! - **ELF dsos** ([`elf`]): `.symtab` from the first of perf's candidate files (debuglink,
+//! - **ELF dsos** (`elf`): `.symtab` from the first of perf's candidate files (debuglink,
 //!   `/usr/lib/debug/PATH[.debug]`, `/usr/lib/debug/.build-id/xx/rest.debug`, the file), else
 //!   `.dynsym`, else MiniDebugInfo; `name@plt`; a table per build id (else per path), loaded
 //!   once on the pool; lookups by file offset ([`Query::rel`]).

@@ -117,7 +117,7 @@ const KALLSYMS_ANCHORS: &[&[u8]] = &[b"_text", b"_stext", b"_etext", b"_sinittex
 /// start at or below it, when it lies before that symbol's end. So keeping, for every hit, all the
 /// lines at that start and all the lines at the next loaded start gives each hit the same start,
 /// the same end and the same choice among equal starts: the same name. Lines are kept in their
-/// order (equal starts are chosen among in file order), plus the [`KALLSYMS_ANCHORS`].
+/// order (equal starts are chosen among in file order), plus the `KALLSYMS_ANCHORS`.
 pub fn kallsyms(text: &[u8], hits: &[u64]) -> Vec<u8> {
     let parse = |line: &[u8]| -> Option<u64> {
         let mut it = line.splitn(3, |&c| c == b' ');

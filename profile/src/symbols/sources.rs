@@ -1,7 +1,7 @@
 //! Where a dso's symbols are found when its file on this host is not the one recorded: perf's
 //! build-id cache, archives (`perfpipe archive`'s tars, `perf archive`'s `.tar.bz2`), a
 //! `--symfs` tree, and debuginfod ([`debuginfod`]). Every file found here is used only when its
-//! build id is the dso's (checked where it is loaded, [`super::elf::load`]).
+//! build id is the dso's (checked where it is loaded, `elf::load`).
 //!
 //! The order, for a user dso with build id ID (`docs/another-machine.md`):
 //!

@@ -598,7 +598,7 @@ impl Table {
     }
 
     /// The symbol perf 6.1 finds at `addr`: where symbols overlap, the one its rb-tree
-    /// answers ([`Table::overrides`]); elsewhere the last one starting at or before it, or, when
+    /// answers (`overrides`); elsewhere the last one starting at or before it, or, when
     /// that one ends before `addr`, a nearby earlier one that covers it (nested symbols).
     pub fn find(&self, addr: u64) -> Option<Hit> {
         let j = self.find_index(addr)?;

@@ -30,7 +30,7 @@
 //! - **Offsets**: data batches carry their *file* offsets as [`Batch::stream_offset`], so every
 //!   error about a record names its byte offset in the file. The preamble counts from 0.
 //! - **Buffering**: one batch at a time, read in batch-size chunks with
-//!   [`HEADROOM`](crate::read::HEADROOM) before each, like `read`, so resident memory does not grow
+//!   [`HEADROOM`] before each, like `read`, so resident memory does not grow
 //!   with the file.
 //! - **EOF**: [`Flow::Stop`] after the end of the data section. A data size of 0 (a `perf record`
 //!   that did not finish) means the data runs to the end of the file, as perf processes it.

@@ -141,7 +141,7 @@ impl Sideband {
         self.processes.len()
     }
 
-    /// Applies a side-band record (see [`is_sideband`]); other records and malformed ones are
+    /// Applies a side-band record (see `is_sideband`); other records and malformed ones are
     /// ignored. Returns whether the record changed the state.
     pub fn apply(&mut self, rec: &Record<'_>) -> bool {
         match rec.record_type() {
