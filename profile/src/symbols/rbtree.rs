@@ -8,7 +8,8 @@
 //!
 //! Nodes are `0..n`, preallocated; links are [`NIL`] when absent. A node's parent and colour are
 //! kept apart (the kernel packs them in `__rb_parent_color`); each helper below names the kernel
-//! helper it stands for.
+//! helper it stands for. The kernel writes each rebalancing case twice, once per side; here it is
+//! written once over the side `d` (0 left, 1 right) and its mirror `o = 1 - d`.
 
 /// No node (the kernel's `NULL`).
 pub(crate) const NIL: u32 = u32::MAX;
@@ -16,8 +17,8 @@ pub(crate) const NIL: u32 = u32::MAX;
 /// A red-black tree over nodes `0..n`.
 #[derive(Debug)]
 pub(crate) struct Tree {
-    left: Vec<u32>,
-    right: Vec<u32>,
+    /// `rb_left` (`child[0]`) and `rb_right` (`child[1]`).
+    child: [Vec<u32>; 2],
     parent: Vec<u32>,
     black: Vec<bool>,
     root: u32,
@@ -27,8 +28,7 @@ impl Tree {
     /// An empty tree whose nodes will be `0..n`.
     pub fn new(n: usize) -> Tree {
         Tree {
-            left: vec![NIL; n],
-            right: vec![NIL; n],
+            child: [vec![NIL; n], vec![NIL; n]],
             parent: vec![NIL; n],
             black: vec![false; n],
             root: NIL,
@@ -40,11 +40,21 @@ impl Tree {
     }
 
     pub fn left(&self, n: u32) -> u32 {
-        self.left[n as usize]
+        self.get(n, 0)
     }
 
     pub fn right(&self, n: u32) -> u32 {
-        self.right[n as usize]
+        self.get(n, 1)
+    }
+
+    /// `n`'s child on side `d`.
+    fn get(&self, n: u32, d: usize) -> u32 {
+        self.child[d][n as usize]
+    }
+
+    /// Sets `n`'s child on side `d`.
+    fn set(&mut self, n: u32, d: usize, c: u32) {
+        self.child[d][n as usize] = c;
     }
 
     #[cfg(test)]
@@ -81,11 +91,8 @@ impl Tree {
     /// `__rb_change_child`.
     fn change_child(&mut self, old: u32, new: u32, parent: u32) {
         if parent != NIL {
-            if self.left[parent as usize] == old {
-                self.left[parent as usize] = new;
-            } else {
-                self.right[parent as usize] = new;
-            }
+            let d = usize::from(self.left(parent) != old);
+            self.set(parent, d, new);
         } else {
             self.root = new;
         }
@@ -113,17 +120,13 @@ impl Tree {
             left = go_left(p);
             p = if left { self.left(p) } else { self.right(p) };
         }
-        let i = node as usize;
-        self.parent[i] = parent;
-        self.black[i] = false;
-        self.left[i] = NIL;
-        self.right[i] = NIL;
+        self.set_pc(node, parent, false);
+        self.set(node, 0, NIL);
+        self.set(node, 1, NIL);
         if parent == NIL {
             self.root = node;
-        } else if left {
-            self.left[parent as usize] = node;
         } else {
-            self.right[parent as usize] = node;
+            self.set(parent, usize::from(!left), node);
         }
         self.insert_color(node);
     }
@@ -139,72 +142,41 @@ impl Tree {
                 break;
             }
             let gparent = self.par(parent); // rb_red_parent
-            let mut tmp = self.right(gparent);
-            if parent != tmp {
-                // parent == gparent->rb_left
-                if tmp != NIL && self.red(tmp) {
-                    // Case 1 - color flips
-                    self.set_pc(tmp, gparent, true);
-                    self.set_pc(parent, gparent, true);
-                    node = gparent;
-                    parent = self.par(node);
-                    self.set_pc(node, parent, false);
-                    continue;
-                }
-                tmp = self.right(parent);
-                if node == tmp {
-                    // Case 2 - left rotate at parent
-                    tmp = self.left(node);
-                    self.right[parent as usize] = tmp;
-                    self.left[node as usize] = parent;
-                    if tmp != NIL {
-                        self.set_pc(tmp, parent, true);
-                    }
-                    self.set_pc(parent, node, false);
-                    parent = node;
-                    tmp = self.right(node);
-                }
-                // Case 3 - right rotate at gparent
-                self.left[gparent as usize] = tmp; // == parent->rb_right
-                self.right[parent as usize] = gparent;
-                if tmp != NIL {
-                    self.set_pc(tmp, gparent, true);
-                }
-                self.rotate_set_parents(gparent, parent, false);
-                break;
-            } else {
-                tmp = self.left(gparent);
-                if tmp != NIL && self.red(tmp) {
-                    // Case 1 - color flips
-                    self.set_pc(tmp, gparent, true);
-                    self.set_pc(parent, gparent, true);
-                    node = gparent;
-                    parent = self.par(node);
-                    self.set_pc(node, parent, false);
-                    continue;
-                }
-                tmp = self.left(parent);
-                if node == tmp {
-                    // Case 2 - right rotate at parent
-                    tmp = self.right(node);
-                    self.left[parent as usize] = tmp;
-                    self.right[node as usize] = parent;
-                    if tmp != NIL {
-                        self.set_pc(tmp, parent, true);
-                    }
-                    self.set_pc(parent, node, false);
-                    parent = node;
-                    tmp = self.left(node);
-                }
-                // Case 3 - left rotate at gparent
-                self.right[gparent as usize] = tmp; // == parent->rb_left
-                self.left[parent as usize] = gparent;
-                if tmp != NIL {
-                    self.set_pc(tmp, gparent, true);
-                }
-                self.rotate_set_parents(gparent, parent, false);
-                break;
+                                            // The side of gparent that parent is on (the kernel's first branch, `parent !=
+                                            // gparent->rb_right`, is d = left), and the uncle's.
+            let d = usize::from(parent == self.right(gparent));
+            let o = 1 - d;
+            let mut tmp = self.get(gparent, o);
+            if tmp != NIL && self.red(tmp) {
+                // Case 1 - color flips
+                self.set_pc(tmp, gparent, true);
+                self.set_pc(parent, gparent, true);
+                node = gparent;
+                parent = self.par(node);
+                self.set_pc(node, parent, false);
+                continue;
             }
+            tmp = self.get(parent, o);
+            if node == tmp {
+                // Case 2 - rotate at parent (left rotate when d is left)
+                tmp = self.get(node, d);
+                self.set(parent, o, tmp);
+                self.set(node, d, parent);
+                if tmp != NIL {
+                    self.set_pc(tmp, parent, true);
+                }
+                self.set_pc(parent, node, false);
+                parent = node;
+                tmp = self.get(node, o);
+            }
+            // Case 3 - rotate at gparent (right rotate when d is left)
+            self.set(gparent, d, tmp); // == parent's child on side o
+            self.set(parent, o, gparent);
+            if tmp != NIL {
+                self.set_pc(tmp, gparent, true);
+            }
+            self.rotate_set_parents(gparent, parent, false);
+            break;
         }
     }
 
@@ -251,12 +223,12 @@ impl Tree {
                 }
                 parent = p;
                 child2 = self.right(successor);
-                self.left[parent as usize] = child2;
-                self.right[successor as usize] = child;
+                self.set(parent, 0, child2);
+                self.set(successor, 1, child);
                 self.set_parent(child, successor);
             }
             tmp = self.left(node);
-            self.left[successor as usize] = tmp;
+            self.set(successor, 0, tmp);
             self.set_parent(tmp, successor);
             let (pp, pb) = (self.par(node), self.black[node as usize]);
             self.change_child(node, successor, pp);
@@ -270,8 +242,9 @@ impl Tree {
                 rebalance = if black2 { parent } else { NIL };
             }
         }
-        let i = node as usize;
-        (self.left[i], self.right[i], self.parent[i]) = (NIL, NIL, NIL);
+        self.set(node, 0, NIL);
+        self.set(node, 1, NIL);
+        self.set_parent(node, NIL);
         if rebalance != NIL {
             self.erase_color(rebalance);
         }
@@ -281,106 +254,58 @@ impl Tree {
     fn erase_color(&mut self, mut parent: u32) {
         let mut node = NIL;
         loop {
-            let mut sibling = self.right(parent);
-            if node != sibling {
-                // node == parent->rb_left
-                if self.red(sibling) {
-                    // Case 1 - left rotate at parent
-                    let tmp1 = self.left(sibling);
-                    self.right[parent as usize] = tmp1;
-                    self.left[sibling as usize] = parent;
-                    self.set_pc(tmp1, parent, true);
-                    self.rotate_set_parents(parent, sibling, false);
-                    sibling = tmp1;
-                }
-                let mut tmp1 = self.right(sibling);
-                if tmp1 == NIL || !self.red(tmp1) {
-                    let tmp2 = self.left(sibling);
-                    if tmp2 == NIL || !self.red(tmp2) {
-                        // Case 2 - sibling color flip
-                        self.set_pc(sibling, parent, false);
-                        if self.red(parent) {
-                            self.black[parent as usize] = true;
-                        } else {
-                            node = parent;
-                            parent = self.par(node);
-                            if parent != NIL {
-                                continue;
-                            }
-                        }
-                        break;
-                    }
-                    // Case 3 - right rotate at sibling
-                    tmp1 = self.right(tmp2);
-                    self.left[sibling as usize] = tmp1;
-                    self.right[tmp2 as usize] = sibling;
-                    self.right[parent as usize] = tmp2;
-                    if tmp1 != NIL {
-                        self.set_pc(tmp1, sibling, true);
-                    }
-                    tmp1 = sibling;
-                    sibling = tmp2;
-                }
-                // Case 4 - left rotate at parent + color flips
-                let tmp2 = self.left(sibling);
-                self.right[parent as usize] = tmp2;
-                self.left[sibling as usize] = parent;
-                self.set_pc(tmp1, sibling, true);
-                if tmp2 != NIL {
-                    self.set_parent(tmp2, parent);
-                }
-                self.rotate_set_parents(parent, sibling, true);
-                break;
-            } else {
-                sibling = self.left(parent);
-                if self.red(sibling) {
-                    // Case 1 - right rotate at parent
-                    let tmp1 = self.right(sibling);
-                    self.left[parent as usize] = tmp1;
-                    self.right[sibling as usize] = parent;
-                    self.set_pc(tmp1, parent, true);
-                    self.rotate_set_parents(parent, sibling, false);
-                    sibling = tmp1;
-                }
-                let mut tmp1 = self.left(sibling);
-                if tmp1 == NIL || !self.red(tmp1) {
-                    let tmp2 = self.right(sibling);
-                    if tmp2 == NIL || !self.red(tmp2) {
-                        // Case 2 - sibling color flip
-                        self.set_pc(sibling, parent, false);
-                        if self.red(parent) {
-                            self.black[parent as usize] = true;
-                        } else {
-                            node = parent;
-                            parent = self.par(node);
-                            if parent != NIL {
-                                continue;
-                            }
-                        }
-                        break;
-                    }
-                    // Case 3 - left rotate at sibling
-                    tmp1 = self.left(tmp2);
-                    self.right[sibling as usize] = tmp1;
-                    self.left[tmp2 as usize] = sibling;
-                    self.left[parent as usize] = tmp2;
-                    if tmp1 != NIL {
-                        self.set_pc(tmp1, sibling, true);
-                    }
-                    tmp1 = sibling;
-                    sibling = tmp2;
-                }
-                // Case 4 - right rotate at parent + color flips
-                let tmp2 = self.right(sibling);
-                self.left[parent as usize] = tmp2;
-                self.right[sibling as usize] = parent;
-                self.set_pc(tmp1, sibling, true);
-                if tmp2 != NIL {
-                    self.set_parent(tmp2, parent);
-                }
-                self.rotate_set_parents(parent, sibling, true);
-                break;
+            // The side of parent that node is on (the kernel's first branch, `node !=
+            // parent->rb_right`, is d = left; node is NIL at first), and the sibling's.
+            let d = usize::from(node == self.right(parent));
+            let o = 1 - d;
+            let mut sibling = self.get(parent, o);
+            if self.red(sibling) {
+                // Case 1 - rotate at parent (left rotate when d is left)
+                let tmp1 = self.get(sibling, d);
+                self.set(parent, o, tmp1);
+                self.set(sibling, d, parent);
+                self.set_pc(tmp1, parent, true);
+                self.rotate_set_parents(parent, sibling, false);
+                sibling = tmp1;
             }
+            let mut tmp1 = self.get(sibling, o);
+            if tmp1 == NIL || !self.red(tmp1) {
+                let tmp2 = self.get(sibling, d);
+                if tmp2 == NIL || !self.red(tmp2) {
+                    // Case 2 - sibling color flip
+                    self.set_pc(sibling, parent, false);
+                    if self.red(parent) {
+                        self.black[parent as usize] = true;
+                    } else {
+                        node = parent;
+                        parent = self.par(node);
+                        if parent != NIL {
+                            continue;
+                        }
+                    }
+                    break;
+                }
+                // Case 3 - rotate at sibling (right rotate when d is left)
+                tmp1 = self.get(tmp2, o);
+                self.set(sibling, d, tmp1);
+                self.set(tmp2, o, sibling);
+                self.set(parent, o, tmp2);
+                if tmp1 != NIL {
+                    self.set_pc(tmp1, sibling, true);
+                }
+                tmp1 = sibling;
+                sibling = tmp2;
+            }
+            // Case 4 - rotate at parent (left rotate when d is left) + color flips
+            let tmp2 = self.get(sibling, d);
+            self.set(parent, o, tmp2);
+            self.set(sibling, d, parent);
+            self.set_pc(tmp1, sibling, true);
+            if tmp2 != NIL {
+                self.set_parent(tmp2, parent);
+            }
+            self.rotate_set_parents(parent, sibling, true);
+            break;
         }
     }
 }

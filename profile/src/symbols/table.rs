@@ -371,32 +371,28 @@ impl Builder {
                 .take_while(|s| s.start == syms[i].start)
                 .count();
             let run = &syms[i..j];
-            let mut cur = run[0];
+            // perf's loop, the tree's erasures noted; named: no tie needed the names.
+            let mark = self.tree.dups.len();
             let mut named = true;
-            for s in &run[1..] {
-                match choose_b_nameless(&cur, s) {
-                    Some(true) => cur = *s,
-                    Some(false) => {}
-                    None => {
+            let keep = survivor(
+                run.len(),
+                |a, b| {
+                    choose_b_nameless(&run[a], &run[b]).unwrap_or_else(|| {
                         named = false;
-                        break;
+                        false
+                    })
+                },
+                |k| {
+                    if tree {
+                        self.tree.dups.push(Dup::Erase((i + k) as u32));
                     }
-                }
-            }
+                },
+            );
             if tree && run.len() > 1 {
                 self.tree.runs.push((i as u32, run.len() as u32));
-                if named {
-                    // The erasures of perf's loop (`symbols__fixup_duplicate`).
-                    let mut c = 0;
-                    for k in 1..run.len() {
-                        if choose_b_nameless(&run[c], &run[k]) == Some(true) {
-                            self.tree.dups.push(Dup::Erase((i + c) as u32));
-                            c = k;
-                        } else {
-                            self.tree.dups.push(Dup::Erase((i + k) as u32));
-                        }
-                    }
-                } else {
+                if !named {
+                    // Replayed with the names when the tree is built.
+                    self.tree.dups.truncate(mark);
                     self.tree.dups.push(Dup::Named {
                         at: i as u32,
                         len: run.len() as u32,
@@ -405,7 +401,7 @@ impl Builder {
                 }
             }
             if named {
-                out.push(cur);
+                out.push(run[keep]);
             } else {
                 self.runs
                     .push((self.aliases.len() as u32, run.len() as u32));
@@ -542,8 +538,40 @@ fn choose_b_nameless(a: &RawSym, b: &RawSym) -> Option<bool> {
     None
 }
 
-fn underscores(s: &str) -> usize {
-    s.bytes().take_while(|&b| b == b'_').count()
+/// The rest of `choose_best_symbol` for two names that the nameless rules tie: the name with
+/// fewer leading underscores, then the longer one. A name's key: (leading `_`s, length) of the
+/// demangled name (perf compares those).
+fn name_key(name: &str) -> (usize, usize) {
+    (name.bytes().take_while(|&b| b == b'_').count(), name.len())
+}
+
+/// [`name_key`]s `a` and `b`: whether perf keeps `b`.
+fn choose_b_by_name(a: (usize, usize), b: (usize, usize)) -> bool {
+    if a.0 != b.0 {
+        a.0 > b.0
+    } else {
+        b.1 > a.1
+    }
+}
+
+/// perf's `symbols__fixup_duplicate` over a run of `len` aliases: keeps the first, replaces it
+/// with each later one that `choose_b(kept, later)` prefers. Calls `erase` with each one dropped,
+/// in perf's order; returns the one kept.
+fn survivor(
+    len: usize,
+    mut choose_b: impl FnMut(usize, usize) -> bool,
+    mut erase: impl FnMut(usize),
+) -> usize {
+    let mut c = 0;
+    for k in 1..len {
+        if choose_b(c, k) {
+            erase(c);
+            c = k;
+        } else {
+            erase(k);
+        }
+    }
+    c
 }
 
 fn round_up(x: u64, to: u64) -> u64 {
@@ -746,33 +774,19 @@ impl Table {
                 Dup::Named { at, len, run } => {
                     let ((from, _), chosen) = &self.runs[run as usize];
                     let members = &self.aliases[*from as usize..(*from + len) as usize];
-                    // choose_best_symbol's name rule, each member's name read once.
+                    // Each member's name read once.
                     let mut keys: Vec<Option<(usize, usize)>> = vec![None; members.len()];
                     let mut key = |i: usize| {
-                        *keys[i].get_or_insert_with(|| {
-                            let n = self.shown(&members[i]);
-                            (underscores(&n), n.len())
-                        })
+                        *keys[i].get_or_insert_with(|| name_key(&self.shown(&members[i])))
                     };
-                    let mut choose_b = |a: usize, b: usize| {
-                        choose_b_nameless(&members[a], &members[b]).unwrap_or_else(|| {
-                            let ((ua, la), (ub, lb)) = (key(a), key(b));
-                            if ua != ub {
-                                ua > ub
-                            } else {
-                                lb > la
-                            }
-                        })
-                    };
-                    let mut c = 0;
-                    for k in 1..len as usize {
-                        if choose_b(c, k) {
-                            tree.erase(at + c as u32);
-                            c = k;
-                        } else {
-                            tree.erase(at + k as u32);
-                        }
-                    }
+                    let c = survivor(
+                        members.len(),
+                        |a, b| {
+                            choose_b_nameless(&members[a], &members[b])
+                                .unwrap_or_else(|| choose_b_by_name(key(a), key(b)))
+                        },
+                        |k| tree.erase(at + k as u32),
+                    );
                     let _ = chosen.set(c as u32);
                 }
             }
@@ -854,13 +868,7 @@ impl Table {
         let ((at, n), chosen) = &self.runs[s.name as usize];
         let run = &self.aliases[*at as usize..(*at + *n) as usize];
         let k = chosen.get_or_init(|| {
-            let mut cur = 0;
-            for k in 1..run.len() {
-                if self.choose_b(&run[cur], &run[k]) {
-                    cur = k;
-                }
-            }
-            cur as u32
+            survivor(run.len(), |a, b| self.choose_b(&run[a], &run[b]), |_| {}) as u32
         });
         &run[*k as usize]
     }
@@ -870,14 +878,7 @@ impl Table {
         if let Some(b) = choose_b_nameless(a, b) {
             return b;
         }
-        // perf compares the demangled names.
-        let na = self.shown(a);
-        let nb = self.shown(b);
-        let (ua, ub) = (underscores(&na), underscores(&nb));
-        if ua != ub {
-            return ua > ub;
-        }
-        nb.len() > na.len()
+        choose_b_by_name(name_key(&self.shown(a)), name_key(&self.shown(b)))
     }
 
     /// `(start, end)` of every symbol, sorted (for tests and the bench).
