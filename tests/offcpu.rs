@@ -765,16 +765,11 @@ type Woken = (u32, u64, u64, Option<u32>);
 /// interval of a thread (a switch-out to its next switch-in) and the tid of the last wakeup with
 /// its `pid` in between; and the tids of the workload's threads (by their comms).
 fn perf_script_wakers(file: &Path) -> (Vec<Woken>, Vec<u32>) {
-    let out = oracle()
-        .command()
-        .args(["script", "--ns", "-F", "tid,time,event,trace", "-i"])
-        .arg(file)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    let out = succeed(
+        oracle()
+            .command()
+            .args(["script", "--ns", "-F", "tid,time,event,trace", "-i"])
+            .arg(file),
     );
     let text = String::from_utf8_lossy(&out.stdout);
     let field = |l: &str, k: &str| -> Option<String> {

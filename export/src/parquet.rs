@@ -505,6 +505,9 @@ impl ParquetSink {
     /// Rows for the off-CPU intervals closed so far.
     fn interval_rows(&mut self) -> Result<(), Error> {
         let intervals = std::mem::take(&mut self.off.intervals);
+        // Counted once for all the intervals with a stack, each of which makes a row.
+        let rows = intervals.iter().filter(|iv| iv.stack.is_some()).count();
+        self.off_cpu_rows.add(rows as u64);
         for iv in &intervals {
             let Some(OffKey([comm, event, stack])) = iv.stack else {
                 continue;
@@ -527,7 +530,6 @@ impl ParquetSink {
                     .unwrap_or((u32::MAX, u32::MAX)),
                 tp: NO_TP,
             });
-            self.off_cpu_rows.add(1);
             if self.rows.len() >= ROW_GROUP {
                 self.flush_rows()?;
             }

@@ -377,6 +377,7 @@ impl Pprof {
 
     /// Counts the intervals closed so far as off-CPU samples.
     fn charge(&mut self) {
+        let mut charged = 0;
         for iv in self.off.intervals.drain(..) {
             let Some(OffKey([comm, pid, tid, stack])) = iv.stack else {
                 continue;
@@ -394,8 +395,9 @@ impl Pprof {
                 .or_default();
             v.0 += 1;
             v.1 += iv.duration();
-            self.off_cpu_intervals.add(1);
+            charged += 1;
         }
+        self.off_cpu_intervals.add(charged);
     }
 
     /// Whether the profile has off-CPU samples types.

@@ -307,16 +307,16 @@ impl Aggregate {
         let Some(mut off) = self.off.take() else {
             return;
         };
+        // Counted once for all (an atomic add each interval went against `Counter::add`).
+        let (mut empty, mut intervals, mut open_at_end, mut woken) = (0, 0, 0, 0);
         for iv in off.intervals.drain(..) {
             let Some(k) = iv.stack else {
                 // A switch-out without a stack (a SWITCH record with no sample before it).
-                self.empty.add(1);
+                empty += 1;
                 continue;
             };
-            self.offcpu_intervals.add(1);
-            if iv.open_at_end {
-                self.offcpu_open_at_end.add(1);
-            }
+            intervals += 1;
+            open_at_end += u64::from(iv.open_at_end);
             let frames = off.stacks.get(k.stack);
             let open = if iv.open_at_end { OPEN_AT_END } else { 0 };
             let mut root = [k.root[0], k.root[1], k.root[2], mark_of(iv.state) | open];
@@ -327,13 +327,14 @@ impl Aggregate {
                 root[2] = 0;
             }
             let waker = iv.waker.and_then(|w| self.waker_of(&off.stacks, w));
-            if waker.is_some() {
-                self.offcpu_woken.add(1);
-            }
-            let waker = waker.as_ref().map(|(r, f)| (*r, *f));
+            woken += u64::from(waker.is_some());
             let fp = self.fingerprint_of(&root, frames, waker);
             self.count((root, fp), frames, waker, iv.duration());
         }
+        self.empty.add(empty);
+        self.offcpu_intervals.add(intervals);
+        self.offcpu_open_at_end.add(open_at_end);
+        self.offcpu_woken.add(woken);
         self.off = Some(off);
     }
 

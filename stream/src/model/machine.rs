@@ -1148,8 +1148,9 @@ mod tests {
 
     #[test]
     fn equal_stamps_give_equal_maps_in_every_order() {
-        // The promise a cache by stamp rests on, after every record of every order of the
-        // records above: one stamp of a pid is one list of maps, whenever it was given.
+        // The promise a cache by stamp rests on, after every record of every order of records
+        // like those above (the last two changed so that maps replace maps of the same
+        // address): one stamp of a pid is one list of maps, whenever it was given.
         let records: [Rec; 7] = [
             (b'm', 10, 0x1000, "/usr/bin/env", 10),
             (b'm', 10, 0x5000, "/usr/bin/bash", 50),

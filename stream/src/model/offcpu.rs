@@ -32,7 +32,7 @@
 //!
 //! **Wakers**: when [`Switches::wakeups`] is set and the recording has `sched:sched_waking` or
 //! `sched:sched_wakeup` samples (`perf record -a -g -e sched:sched_switch -e
-//! sched:sched_wakeup`), each wakeup joins the woken thread's switches (its `pid` field, read by
+//! sched:sched_waking`), each wakeup joins the woken thread's switches (its `pid` field, read by
 //! name) and is ordered with them by time, as they are: an interval's [`Interval::waker`] is the
 //! last wakeup of the thread after its switch-out and at or before its switch-in, the wakeup
 //! sample's thread and stack. A thread keeps only its latest wakeup once decided; a preempted
