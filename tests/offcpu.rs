@@ -961,9 +961,12 @@ pipetest!(needs(perf, cc, tracefs, go, duckdb)
             *labelled.entry(w.split(']').next().unwrap().to_string()).or_default() += v[ns];
         }
     }
-    // wait_pipe's 300 ms are among them, under whichever waker perf script names.
+    // wait_pipe's 300 ms are among them, under whichever waker perf script names: within 5 %
+    // of what it measured, which is the clock around its read, so a little more than the
+    // interval from its switch-out to its switch-in.
     let want = measured.iter().find(|m| m.0 == "wait_pipe").unwrap().1;
-    assert!(pipe_wakers.values().sum::<u64>() >= want, "{pipe_wakers:?}");
+    let woken: u64 = pipe_wakers.values().sum();
+    assert!(woken as f64 >= 0.95 * want as f64, "{woken} of {want}: {pipe_wakers:?}");
     assert_eq!(labelled, pipe_wakers);
     assert!(samples.iter().any(|(_, l)| l.contains("waker:[") && !l.contains("cpu:[")));
 });
