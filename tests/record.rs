@@ -507,6 +507,45 @@ pipetest!(needs(perf) record_system_wide_until_sigint, |dir| {
     );
 });
 
+pipetest!(needs(perf, cc)
+    /// `-a`: the events run before `/proc` is read, so a process exec'd once the preamble is out
+    /// (and any exec'd while it was written) has its COMM and maps in the stream, and its samples
+    /// are named. Before, the events were enabled after the preamble, and a process exec'd in
+    /// between kept `[unknown]` frames for its whole life.
+    record_system_wide_names_a_process_started_after_the_preamble, |dir| {
+    let exe = spin(&dir);
+    let mut rec = Command::new(bin())
+        .args(["record", "-a", "-e", "cpu-clock", "-c", "1000000"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("perfpipe record -a");
+    let out = Watch::new(rec.stdout.take().unwrap());
+    let err = Watch::new(rec.stderr.take().unwrap());
+    out.wait_for("PERFILE2");
+    let spun = Command::new(&exe).arg("100000000").output().unwrap();
+    assert!(spun.status.success());
+    signal(&rec, libc::SIGINT);
+    let status = wait_for(&mut rec, Duration::from_secs(30));
+    assert!(status.success(), "{status:?}: {}", err.finish_text());
+    let bytes = out.finish();
+    let text = perf_on(
+        &["report", "--stdio", "--no-children", "-q", "--comm", "spin", "--sort", "sym"],
+        &bytes,
+    );
+    // Shares of all samples, by symbol: spin_a and spin_b hold nearly all of spin's.
+    let share = |keep: &dyn Fn(&str) -> bool| -> f64 {
+        text.lines()
+            .filter(|l| keep(l))
+            .filter_map(|l| l.split_whitespace().next()?.trim_end_matches('%').parse::<f64>().ok())
+            .sum()
+    };
+    let named = share(&|l| l.contains("spin_a") || l.contains("spin_b"));
+    let all = share(&|_| true);
+    assert!(named > 0.9 * all, "spin's samples by symbol:\n{text}");
+});
+
 /// `perfpipe record -e cpu-clock -c PERIOD -p PID` of `command`, started 200 ms before, until it
 /// exits: the stream, asserting success. With `go`, that signal is sent to the target once the
 /// recording has written its preamble (and so enabled its events): a target that waits for it

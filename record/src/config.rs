@@ -409,6 +409,18 @@ impl RecordConfig {
             }
         }
 
+        // `-a` and `-p`: the events run before /proc is read, so whatever a process maps, names
+        // or forks while (or after) its state is read is recorded too: perf's immediate tracking
+        // event for `-a`. (Enabled after, a process exec'd in between kept no map and its
+        // samples were `[unknown]` for its whole life.) Samples taken meanwhile wait in the rings
+        // until the preamble is out. `-- CMD`'s events start at its exec (`enable_on_exec`).
+        if !matches!(self.target, Target::Command(_)) {
+            for ev in &events {
+                ev.enable()
+                    .map_err(|e| perf_err("ioctl ENABLE", "an event", e))?;
+            }
+        }
+
         let e = synthetic_events::endian();
         let mut pre = Vec::new();
         pre.extend_from_slice(&e.put_u64(perfpipe_stream::format::PIPE_MAGIC));
@@ -497,7 +509,6 @@ impl RecordConfig {
                 _ => None,
             },
             preamble: Some(pre),
-            enable_on_exec: matches!(self.target, Target::Command(_)),
             started: false,
             stop: self.stop.clone(),
             dumps: self.dumps.clone(),

@@ -6,9 +6,10 @@
 //! (HOSTNAME, OSRELEASE, VERSION, ARCH, NRCPUS, CMDLINE, EVENT_DESC, then the LAST_FEATURE end
 //! mark); with tracepoints, HEADER_TRACING_DATA and the tracing data read from tracefs (mounted if
 //! it is not); ID_INDEX; the kernel MMAP; COMM/MMAP2 of the processes that already run (`-a`: all,
-//! `-p`: that one; for `-- CMD` the kernel writes them itself, `comm_exec`/`mmap2`); FINISHED_INIT;
-//! then the kernel's records, every ring drained once per pass and a FINISHED_ROUND after each
-//! pass, which is the ordering perf's readers sort by.
+//! `-p`: that one, read from `/proc` after the events are enabled, so that what changes while it
+//! is read is recorded too; for `-- CMD` the kernel writes them itself, `comm_exec`/`mmap2`);
+//! FINISHED_INIT; then the kernel's records, every ring drained once per pass and a
+//! FINISHED_ROUND after each pass, which is the ordering perf's readers sort by.
 //!
 //! Samples carry `IDENTIFIER|IP|TID|TIME|CPU` (`PERIOD` with `-F` and for tracepoints, `RAW` for
 //! tracepoints, `CALLCHAIN` with `-g`) and every record a `sample_id` trailer; the identifier lets
@@ -135,8 +136,6 @@ pub struct Record {
     workload: Option<Workload>,
     pid: Option<i32>,
     preamble: Option<Vec<u8>>,
-    /// The events are enabled by the workload's exec (`-- CMD`), not by `start`.
-    enable_on_exec: bool,
     started: bool,
     stop: Option<Arc<AtomicBool>>,
     dumps: Option<Arc<AtomicBool>>,
@@ -160,12 +159,8 @@ pub struct Record {
 impl Record {
     fn start(&mut self) -> Result<(), Error> {
         self.started = true;
-        if !self.enable_on_exec {
-            for ev in &self.events {
-                ev.enable()
-                    .map_err(|e| perf_err("ioctl ENABLE", "an event", e))?;
-            }
-        }
+        // The events are running already (`-a`, `-p`: enabled before /proc was read) or start
+        // at the workload's exec.
         if let Some(w) = &mut self.workload {
             w.start()
                 .map_err(|e| perf_err("start", "the workload", e))?;
