@@ -457,44 +457,39 @@ pipetest!(needs(perf, cc) record_overwrite_single_output_keeps_the_newest, |dir|
     );
 });
 
-pipetest!(needs(perf) record_system_wide_until_sigint, |dir| {
-    let _ = &dir;
-    let mut child = Command::new(bin())
-        .args(["record", "-a", "-e", "cpu-clock", "-c", "1000000"])
+/// `perfpipe record ARGS`, its standard output and error read as it runs.
+fn spawn_record(args: &[&str]) -> (Child, Watch, Watch) {
+    let mut rec = Command::new(bin())
+        .arg("record")
+        .args(args)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
-        .stderr(Stdio::null())
+        .stderr(Stdio::piped())
         .spawn()
-        .expect("spawn");
-    // The preamble is written when sampling starts (after /proc has been read, which takes a
-    // while on a loaded machine): interrupt one second after it arrives.
-    let mut stdout = child.stdout.take().unwrap();
-    let (tx, rx) = std::sync::mpsc::channel();
-    let reader = std::thread::spawn(move || {
-        let mut all = Vec::new();
-        let mut buf = vec![0u8; 1 << 16];
-        loop {
-            match std::io::Read::read(&mut stdout, &mut buf) {
-                Ok(0) | Err(_) => break,
-                Ok(n) => {
-                    all.extend_from_slice(&buf[..n]);
-                    let _ = tx.send(());
-                }
-            }
-        }
-        all
-    });
-    rx.recv_timeout(Duration::from_secs(60))
-        .expect("no preamble");
-    std::thread::sleep(Duration::from_secs(1));
-    signal(&child, libc::SIGINT);
-    let status = wait_for(&mut child, Duration::from_secs(30));
-    assert!(status.success(), "{status:?}");
-    let bytes = reader.join().unwrap();
+        .expect("perfpipe record");
+    let out = Watch::new(rec.stdout.take().unwrap());
+    let err = Watch::new(rec.stderr.take().unwrap());
+    (rec, out, err)
+}
+
+pipetest!(needs(perf, cc)
+    /// `-a` until SIGINT. The processes that ran before have their synthesized COMM and MMAP2
+    /// (this test's among them). The events run before `/proc` is read, so a process exec'd once
+    /// the preamble is out (or while it was written) has its COMM and maps in the stream, and its
+    /// samples are named: before, the events were enabled after the preamble, and a process
+    /// exec'd in between kept `[unknown]` frames for its whole life.
+    record_system_wide_until_sigint, |dir| {
+    let exe = spin(&dir);
+    let (mut rec, out, err) = spawn_record(&["-a", "-e", "cpu-clock", "-c", "1000000"]);
+    out.wait_for("PERFILE2");
+    let spun = Command::new(&exe).arg("100000000").output().unwrap();
+    assert!(spun.status.success());
+    signal(&rec, libc::SIGINT);
+    let status = wait_for(&mut rec, Duration::from_secs(30));
+    assert!(status.success(), "{status:?}: {}", err.finish_text());
+    let bytes = out.finish();
     let st = stats(&bytes);
     assert!(st.get("SAMPLE").copied().unwrap_or(0) > 100, "{st:?}");
-    // Processes that ran before the recording have their synthesized COMM and MMAP2 (this
-    // test's among them).
     let script = perf_on(
         &["script", "--show-task-events", "--show-mmap-events"],
         &bytes,
@@ -505,31 +500,6 @@ pipetest!(needs(perf) record_system_wide_until_sigint, |dir| {
         script.contains(&format!("PERF_RECORD_MMAP2 {me}/{me}:")),
         "no map of the test process {me}: {st:?}"
     );
-});
-
-pipetest!(needs(perf, cc)
-    /// `-a`: the events run before `/proc` is read, so a process exec'd once the preamble is out
-    /// (and any exec'd while it was written) has its COMM and maps in the stream, and its samples
-    /// are named. Before, the events were enabled after the preamble, and a process exec'd in
-    /// between kept `[unknown]` frames for its whole life.
-    record_system_wide_names_a_process_started_after_the_preamble, |dir| {
-    let exe = spin(&dir);
-    let mut rec = Command::new(bin())
-        .args(["record", "-a", "-e", "cpu-clock", "-c", "1000000"])
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("perfpipe record -a");
-    let out = Watch::new(rec.stdout.take().unwrap());
-    let err = Watch::new(rec.stderr.take().unwrap());
-    out.wait_for("PERFILE2");
-    let spun = Command::new(&exe).arg("100000000").output().unwrap();
-    assert!(spun.status.success());
-    signal(&rec, libc::SIGINT);
-    let status = wait_for(&mut rec, Duration::from_secs(30));
-    assert!(status.success(), "{status:?}: {}", err.finish_text());
-    let bytes = out.finish();
     let text = perf_on(
         &["report", "--stdio", "--no-children", "-q", "--comm", "spin", "--sort", "sym"],
         &bytes,
@@ -557,15 +527,7 @@ fn record_running(command: &mut Command, period: &str, go: Option<libc::c_int>) 
         await_handler(target.id(), sig);
     }
     let pid = target.id().to_string();
-    let mut rec = Command::new(bin())
-        .args(["record", "-e", "cpu-clock", "-c", period, "-p", &pid])
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("perfpipe record -p");
-    let out = Watch::new(rec.stdout.take().unwrap());
-    let err = Watch::new(rec.stderr.take().unwrap());
+    let (mut rec, out, err) = spawn_record(&["-e", "cpu-clock", "-c", period, "-p", &pid]);
     if let Some(sig) = go {
         out.wait_for("PERFILE2");
         signal(&target, sig);
