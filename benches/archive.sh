@@ -18,6 +18,7 @@
 set -euo pipefail
 
 script_dir=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+source "$script_dir/lib.sh"
 repo_root=$(cd "$script_dir/.." && pwd)
 PERF=${PERF:-perf}
 PERFPIPE=${PERFPIPE:-$repo_root/target/release/perfpipe}
@@ -29,8 +30,6 @@ trap 'rm -rf "$work"' EXIT
 BENCH_OUT=${BENCH_OUT:-/tmp/perfpipe-bench/archive.runs.tsv}
 mkdir -p "$(dirname "$BENCH_OUT")"
 
-die() { echo "archive.sh: $*" >&2; exit 1; }
-log() { echo "# $*" >&2; }
 [[ -x $PERFPIPE ]] || die "perfpipe binary not found: $PERFPIPE (cargo build --release, or set PERFPIPE=...)"
 
 mkdir -p "$work/w" "$work/empty" "$work/cache"
@@ -69,7 +68,6 @@ for ((r = 0; r < BENCH_ROUNDS; r++)); do
     done
 done
 
-median() { sort -n | awk '{ v[NR] = $1 } END { print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
 host=$(awk -F'\t' '$2 == "host" { print $3 }' "$BENCH_OUT" | median)
 echo "recording $(stat -c %s "$work/rec") bytes; perfpipe $("$PERFPIPE" --version | head -1); perf: $("$PERF" --version); kernel: $(uname -r); $(nproc) CPUs; $(date -u +%FT%TZ)"
 printf '%-12s %10s %8s %s\n' command median_s vs_host "folded = host's"

@@ -15,6 +15,7 @@
 set -euo pipefail
 
 script_dir=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+source "$script_dir/lib.sh"
 repo_root=$(cd "$script_dir/.." && pwd)
 bench_dir=/tmp/perfpipe-bench
 INPUT=${FILEMODE_INPUT:-$bench_dir/rec.file.data}
@@ -22,8 +23,6 @@ BENCH_ROUNDS=${BENCH_ROUNDS:-3}
 PERF=${PERF:-perf}
 PERFPIPE=${PERFPIPE:-$repo_root/target/release/perfpipe}
 
-die() { echo "filemode.sh: $*" >&2; exit 1; }
-log() { echo "# $*" >&2; }
 
 [[ -x /usr/bin/time ]] || die "needs GNU time (apt-get install time)"
 [[ -x $PERFPIPE ]] || die "build it first: cargo build --release ($PERFPIPE)"
@@ -76,13 +75,12 @@ for ((r = 1; r <= BENCH_ROUNDS; r++)); do
     done
 done
 
-median() { sort -n | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }'; }
 echo
 echo "input: $size bytes ($want samples), rounds: $BENCH_ROUNDS, $(nproc) CPUs, $(uname -r), $("$PERF" --version)"
 printf '%-16s %8s %8s %8s %8s\n' command wall_s user_s sys_s rss_MB
 for i in "${!names[@]}"; do
-    col() { for ((r = 1; r <= BENCH_ROUNDS; r++)); do awk -v c="$1" '{ print $c }' "$work/t.$i.$r"; done | median; }
-    printf '%-16s %8s %8s %8s %8d\n' "${names[$i]}" "$(col 1)" "$(col 2)" "$(col 3)" "$(( $(col 4) / 1024 ))"
+    tcol() { for ((r = 1; r <= BENCH_ROUNDS; r++)); do awk -v c="$1" '{ print $c }' "$work/t.$i.$r"; done | median; }
+    printf '%-16s %8s %8s %8s %8d\n' "${names[$i]}" "$(tcol 1)" "$(tcol 2)" "$(tcol 3)" "$(( $(tcol 4) / 1024 ))"
 done
 echo "build ids listed: perfpipe -b $(wc -l <"$work/ids.0"), perf inject -b $(wc -l <"$work/ids.1");" \
     "only in perf inject's: $(comm -13 "$work/ids.0" "$work/ids.1" | awk '{ printf "%s ", $2 }')"

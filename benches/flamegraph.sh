@@ -13,6 +13,7 @@ set -euo pipefail
 
 script_dir=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 repo_root=$(cd "$script_dir/.." && pwd)
+source "$script_dir/lib.sh"
 
 bench_dir=/tmp/perfpipe-bench
 INPUT=${PERFPIPE_BENCH_INPUT:-$bench_dir/rec.pipe}
@@ -25,9 +26,6 @@ COLLAPSE=${INFERNO_COLLAPSE:-inferno-collapse-perf}
 FLAMEGRAPH=${INFERNO_FLAMEGRAPH:-inferno-flamegraph}
 BENCH_MIN_MB=${BENCH_MIN_MB:-400}                 # MiB
 BENCH_WORKLOAD_LOOPS=${BENCH_WORKLOAD_LOOPS:-15}  # starting value, grown if too small
-
-die() { echo "flamegraph.sh: $*" >&2; exit 1; }
-log() { echo "# $*" >&2; }
 
 [[ $BENCH_ROUNDS =~ ^[1-9][0-9]*$ ]] || die "BENCH_ROUNDS must be a positive integer"
 for tool in "$PERF" "$COLLAPSE" "$FLAMEGRAPH"; do
@@ -44,33 +42,7 @@ fi
 # ---------------------------------------------------------------------------
 # 1. Input recording (only if missing): the same one benches/passthrough.sh uses
 # ---------------------------------------------------------------------------
-record_input() {
-    local min_bytes=$((BENCH_MIN_MB * 1024 * 1024))
-    local loops=$BENCH_WORKLOAD_LOOPS size tmp
-    mkdir -p "$(dirname "$INPUT")"
-    tmp="$INPUT.tmp.$$"
-    trap 'rm -f "$tmp"' EXIT
-    while :; do
-        log "recording $INPUT (workload loops=$loops, need >= $BENCH_MIN_MB MiB); takes minutes"
-        BENCH_WORKLOAD_LOOPS=$loops \
-            "$PERF" record -e cpu-clock -c 20000 -g -o - -- "$script_dir/workload.sh" >"$tmp"
-        size=$(stat -c %s "$tmp")
-        log "recorded $size bytes ($((size / 1024 / 1024)) MiB)"
-        ((size >= min_bytes)) && break
-        loops=$(( (loops * min_bytes * 115 / 100 + size - 1) / size ))
-        log "too small; re-recording with loops=$loops"
-    done
-    mv -f "$tmp" "$INPUT"
-    trap - EXIT
-    {
-        echo "command: BENCH_WORKLOAD_LOOPS=$loops $PERF record -e cpu-clock -c 20000 -g -o - -- benches/workload.sh > $INPUT"
-        echo "perf: $("$PERF" --version)"
-        echo "kernel: $(uname -r)"
-        echo "date: $(date -u +%FT%TZ)"
-        echo "bytes: $size"
-    } >"$INPUT.info"
-}
-[[ -s $INPUT ]] || record_input
+[[ -s $INPUT ]] || record_workload_input "$INPUT"
 input_size=$(stat -c %s "$INPUT")
 echo "input: $INPUT ($input_size bytes, $(awk -v b="$input_size" 'BEGIN{printf "%.1f", b/1048576}') MiB)"
 
@@ -79,7 +51,7 @@ echo "input: $INPUT ($input_size bytes, $(awk -v b="$input_size" 'BEGIN{printf "
 # ---------------------------------------------------------------------------
 workdir=$(mktemp -d)
 trap 'rm -rf "$workdir"' EXIT
-T="/usr/bin/time -f %e_%U_%S_%M -o $workdir/t"
+T="/usr/bin/time -f $T_FORMAT -o $workdir/t"
 names=("perfpipe folded" "perf folded" "perfpipe svg" "perf svg")
 cmds=(
     "cat '$INPUT' | $T '$PERFPIPE' $PERFPIPE_ARGS -o '$workdir/ours.folded'"
@@ -87,43 +59,15 @@ cmds=(
     "cat '$INPUT' | $T '$PERFPIPE' $PERFPIPE_ARGS -o '$workdir/ours.svg'"
     "$T '$PERF' script -i '$INPUT' 2>/dev/null | '$COLLAPSE' | '$FLAMEGRAPH' > '$workdir/theirs.svg'"
 )
-ncmd=${#names[@]}
 
 mkdir -p "$(dirname "$BENCH_OUT")"
 runs_out="${BENCH_OUT%.tsv}.runs.tsv"
-printf 'round\tname\tcommand\tpipeline_wall_s\twall_s\tuser_s\tsys_s\tmaxrss_kb\tstatus\n' >"$runs_out"
 cat "$INPUT" >/dev/null # page cache
-
-# run_one IDX: prints "pipeline_wall wall user sys rss_kb status"
-run_one() {
-    local i=$1 t0 t1 st=ok vals
-    rm -f "$workdir/t"
-    t0=$(date +%s%N)
-    bash -o pipefail -c "${cmds[$i]}" 2>"$workdir/err" || st=fail
-    t1=$(date +%s%N)
-    vals=$(tr '_' ' ' <"$workdir/t" 2>/dev/null | grep -E '^[0-9.]+ [0-9.]+ [0-9.]+ [0-9]+$' | tail -n1 || true)
-    [[ -n $vals ]] || vals="NA NA NA NA"
-    [[ $st == ok ]] || log "'${names[$i]}' failed: $(tail -n3 "$workdir/err" | tr '\n' ' ')"
-    echo "$(awk -v a="$t0" -v b="$t1" 'BEGIN{printf "%.3f", (b-a)/1e9}') $vals $st"
-}
-
-for ((r = 1; r <= BENCH_ROUNDS; r++)); do
-    for ((k = 0; k < ncmd; k++)); do
-        i=$(( (k + r - 1) % ncmd ))
-        read -r pw wall user sys rss st < <(run_one "$i")
-        printf '%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$r" "${names[$i]}" "${cmds[$i]}" \
-            "$pw" "$wall" "$user" "$sys" "$rss" "$st" >>"$runs_out"
-        log "round $r/$BENCH_ROUNDS  $(printf '%-16s' "${names[$i]}") pipeline ${pw}s (first process: wall ${wall}s user ${user}s sys ${sys}s rss ${rss}KB)  $st"
-    done
-done
+run_rounds
 
 # ---------------------------------------------------------------------------
 # 3. Summary
 # ---------------------------------------------------------------------------
-median() { sort -g | awk '{a[NR]=$1} END{if(NR==0){print "NA"} else if(NR%2){print a[(NR+1)/2]} else {printf "%.3f\n",(a[NR/2]+a[NR/2+1])/2}}'; }
-col() { awk -F'\t' -v n="$1" -v f="$2" 'NR>1 && $2==n && $9=="ok" && $f!="NA"{print $f}' "$runs_out"; }
-ratio() { awk -v a="$1" -v b="$2" 'BEGIN{ if (a=="NA"||b=="NA"||b==0) print "NA"; else printf "%.1f", a/b }'; }
-
 declare -A pw rss
 printf 'name\truns_ok\tmedian_pipeline_wall_s\tmedian_user_s\tmedian_sys_s\tmedian_maxrss_mb\n' >"$BENCH_OUT"
 echo
@@ -150,5 +94,5 @@ if [[ -s $workdir/ours.folded && -s $workdir/theirs.folded ]]; then
         "$workdir/theirs.folded" "$workdir/ours.folded"
 fi
 echo "results: $BENCH_OUT (summary), $runs_out (per run)"
-nfail=$(awk -F'\t' 'NR>1 && $9!="ok"' "$runs_out" | wc -l)
+nfail=$(failed_runs)
 ((nfail == 0)) || { echo "FAILED runs: $nfail (see $runs_out)"; exit 1; }

@@ -19,14 +19,12 @@ set -euo pipefail
 
 script_dir=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 repo_root=$(cd "$script_dir/.." && pwd)
+source "$script_dir/lib.sh"
 INPUT=${OFFCPU_INPUT:-/tmp/perfpipe-bench/offcpu.data}
 BENCH_ROUNDS=${BENCH_ROUNDS:-3}
 PERF=${PERF:-perf}
 PERFPIPE=${PERFPIPE:-$repo_root/target/release/perfpipe}
 BENCH_OUT=${BENCH_OUT:-$script_dir/results/offcpu-$(date -u +%F).tsv}
-
-die() { echo "offcpu.sh: $*" >&2; exit 1; }
-log() { echo "# $*" >&2; }
 
 [[ -x /usr/bin/time ]] || die "needs GNU time (apt-get install time)"
 [[ -x $PERFPIPE ]] || die "build it first: cargo build --release ($PERFPIPE)"
@@ -70,7 +68,7 @@ in_sample && /^$/ {
 END { for (k in w) print k, w[k] }
 AWK
 
-T="/usr/bin/time -f %e_%U_%S_%M -o $workdir/t"
+T="/usr/bin/time -f $T_FORMAT -o $workdir/t"
 names=("perfpipe" "perf+awk")
 cmds=(
     "$T '$PERFPIPE' -i '$INPUT' --weight offcpu -o '$workdir/ours.folded'"
@@ -78,45 +76,21 @@ cmds=(
 )
 mkdir -p "$(dirname "$BENCH_OUT")"
 runs_out="${BENCH_OUT%.tsv}.runs.tsv"
-printf 'round\tname\tpipeline_wall_s\twall_s\tuser_s\tsys_s\tmaxrss_kb\tstatus\n' >"$runs_out"
 cat "$INPUT" >/dev/null # page cache
-
-run_one() {
-    local i=$1 t0 t1 st=ok vals
-    rm -f "$workdir/t"
-    t0=$(date +%s%N)
-    bash -o pipefail -c "${cmds[$i]}" 2>"$workdir/err" || st=fail
-    t1=$(date +%s%N)
-    vals=$(tr '_' ' ' <"$workdir/t" 2>/dev/null | grep -E '^[0-9.]+ [0-9.]+ [0-9.]+ [0-9]+$' | tail -n1 || true)
-    [[ -n $vals ]] || vals="NA NA NA NA"
-    [[ $st == ok ]] || log "'${names[$i]}' failed: $(tail -n3 "$workdir/err" | tr '\n' ' ')"
-    echo "$(awk -v a="$t0" -v b="$t1" 'BEGIN{printf "%.3f", (b-a)/1e9}') $vals $st"
-}
-
-for ((r = 1; r <= BENCH_ROUNDS; r++)); do
-    for ((k = 0; k < 2; k++)); do
-        i=$(( (k + r - 1) % 2 ))
-        read -r pw wall user sys rss st < <(run_one "$i")
-        printf '%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$r" "${names[$i]}" "$pw" "$wall" "$user" "$sys" "$rss" "$st" >>"$runs_out"
-        log "round $r/$BENCH_ROUNDS  $(printf '%-9s' "${names[$i]}") pipeline ${pw}s (first process: user ${user}s sys ${sys}s rss ${rss}KB)  $st"
-    done
-done
-
-median() { sort -g | awk '{a[NR]=$1} END{if(NR==0){print "NA"} else if(NR%2){print a[(NR+1)/2]} else {printf "%.3f\n",(a[NR/2]+a[NR/2+1])/2}}'; }
-col() { awk -F'\t' -v n="$1" -v f="$2" 'NR>1 && $2==n && $8=="ok" && $f!="NA"{print $f}' "$runs_out"; }
+run_rounds
 
 printf 'name\tmedian_pipeline_wall_s\tmedian_user_s\tmedian_sys_s\tmedian_maxrss_mb\n' >"$BENCH_OUT"
 echo "rounds: $BENCH_ROUNDS   machine: $(nproc) CPU, $(uname -r), $("$PERF" --version)"
 printf '%-9s %9s %8s %8s %9s\n' command pipe_s user_s sys_s rss_MB
 declare -A pw
 for n in "${names[@]}"; do
-    pw[$n]=$(col "$n" 3 | median)
-    u=$(col "$n" 5 | median); s=$(col "$n" 6 | median)
-    rss=$(col "$n" 7 | median | awk '{ if ($1=="NA") print "NA"; else printf "%.1f", $1/1024 }')
+    pw[$n]=$(col "$n" 4 | median)
+    u=$(col "$n" 6 | median); s=$(col "$n" 7 | median)
+    rss=$(col "$n" 8 | median | awk '{ if ($1=="NA") print "NA"; else printf "%.1f", $1/1024 }')
     printf '%s\t%s\t%s\t%s\t%s\n' "$n" "${pw[$n]}" "$u" "$s" "$rss" >>"$BENCH_OUT"
     printf '%-9s %9s %8s %8s %9s\n' "$n" "${pw[$n]}" "$u" "$s" "$rss"
 done
-echo "perf+awk / perfpipe wall time: $(awk -v a="${pw[perf+awk]}" -v b="${pw[perfpipe]}" 'BEGIN{printf "%.1f", a/b}')x"
+echo "perf+awk / perfpipe wall time: $(ratio "${pw[perf+awk]}" "${pw[perfpipe]}")x"
 
 # Agreement: the off-CPU ns per state, both ways, of the intervals closed by a switch-in (the
 # text route drops those the recording ended in; perfpipe shows them apart, "open at end"). Per
@@ -133,3 +107,5 @@ awk -F'\t' 'FNR == NR { o[$1] = $2; next } { t[$1] = $2 }
         for (k in o) printf "  %-16s ours %14.0f  theirs %14.0f\n", k, o[k], t[k]
         printf "off-CPU ns by state (closed intervals): ours %.0f, theirs %.0f, |difference| %.3f%% of theirs\n", a, b, 100 * d / b
     }' "$workdir/ours.by-comm" "$workdir/theirs.by-comm"
+nfail=$(failed_runs)
+((nfail == 0)) || { echo "FAILED runs: $nfail (see $runs_out)"; exit 1; }

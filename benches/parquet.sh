@@ -10,6 +10,7 @@
 set -euo pipefail
 
 script_dir=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+source "$script_dir/lib.sh"
 repo_root=$(cd "$script_dir/.." && pwd)
 INPUT=${PERFPIPE_BENCH_INPUT:-/tmp/perfpipe-bench/rec.pipe}
 PERFPIPE=${PERFPIPE:-$repo_root/target/release/perfpipe}
@@ -21,7 +22,6 @@ trap 'rm -rf "$out"' EXIT
 [[ -x $PERFPIPE ]] || cargo build --release --manifest-path "$repo_root/Cargo.toml"
 python3 -c "import duckdb" 2>/dev/null || python3 -m pip install -q duckdb
 
-median() { sort -n | awk '{a[NR]=$1} END {print (NR%2) ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2}'; }
 
 walls=(); rss=()
 for ((i = 0; i < BENCH_ROUNDS; i++)); do

@@ -12,6 +12,7 @@ set -euo pipefail
 
 script_dir=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 repo_root=$(cd "$script_dir/.." && pwd)
+source "$script_dir/lib.sh"
 
 bench_dir=/tmp/perfpipe-bench
 INPUT=${PERFPIPE_BENCH_INPUT:-$bench_dir/rec.pipe}
@@ -25,48 +26,14 @@ INJECT_VARIANTS=${INJECT_VARIANTS:-}
 BENCH_MIN_MB=${BENCH_MIN_MB:-400}                 # MiB
 BENCH_WORKLOAD_LOOPS=${BENCH_WORKLOAD_LOOPS:-15}  # starting value, grown if too small
 
-die() { echo "passthrough.sh: $*" >&2; exit 1; }
-log() { echo "# $*" >&2; }
-
 [[ $BENCH_ROUNDS =~ ^[1-9][0-9]*$ ]] || die "BENCH_ROUNDS must be a positive integer"
 
 # ---------------------------------------------------------------------------
 # 1. Input recording (only if missing)
 # ---------------------------------------------------------------------------
-record_input() {
-    local min_bytes=$((BENCH_MIN_MB * 1024 * 1024))
-    local loops=$BENCH_WORKLOAD_LOOPS size tmp
-    mkdir -p "$(dirname "$INPUT")"
-    tmp="$INPUT.tmp.$$"
-    trap 'rm -f "$tmp"' EXIT
-    while :; do
-        log "recording $INPUT (workload loops=$loops, need >= $BENCH_MIN_MB MiB); takes minutes"
-        local t0=$SECONDS
-        BENCH_WORKLOAD_LOOPS=$loops \
-            "$PERF" record -e cpu-clock -c 20000 -g -o - -- "$script_dir/workload.sh" >"$tmp"
-        size=$(stat -c %s "$tmp")
-        log "recorded $size bytes ($((size / 1024 / 1024)) MiB) in $((SECONDS - t0)) s"
-        if ((size >= min_bytes)); then
-            break
-        fi
-        # grow proportionally, with 15 % margin
-        loops=$(( (loops * min_bytes * 115 / 100 + size - 1) / size ))
-        log "too small; re-recording with loops=$loops"
-    done
-    mv -f "$tmp" "$INPUT"
-    trap - EXIT
-    {
-        echo "command: BENCH_WORKLOAD_LOOPS=$loops $PERF record -e cpu-clock -c 20000 -g -o - -- benches/workload.sh > $INPUT"
-        echo "perf: $("$PERF" --version)"
-        echo "kernel: $(uname -r)"
-        echo "date: $(date -u +%FT%TZ)"
-        echo "bytes: $size"
-    } >"$INPUT.info"
-}
-
 if [[ ! -s $INPUT ]]; then
     command -v "$PERF" >/dev/null || die "perf not found (PERF=$PERF)"
-    record_input
+    record_workload_input "$INPUT"
 fi
 input_size=$(stat -c %s "$INPUT")
 echo "input: $INPUT ($input_size bytes, $(awk -v b="$input_size" 'BEGIN{printf "%.1f", b/1048576}') MiB)"
@@ -216,10 +183,6 @@ done
 # ---------------------------------------------------------------------------
 # 6. Summary
 # ---------------------------------------------------------------------------
-median() { sort -g | awk '{a[NR]=$1} END{if(NR==0){print "NA"} else if(NR%2){print a[(NR+1)/2]} else {printf "%.3f\n",(a[NR/2]+a[NR/2+1])/2}}'; }
-col() { # col NAME FIELD -> values of successful runs
-    awk -F'\t' -v n="$1" -v f="$2" 'NR>1 && $2==n && $9=="ok" && $f!="NA"{print $f}' "$runs_out"
-}
 
 declare -A med_wall med_rss
 printf 'name\tcommand\truns_ok\tmedian_wall_s\tmedian_user_s\tmedian_sys_s\tmedian_maxrss_mb\tmedian_pipeline_wall_s\twall_ratio_to_floor\n' >"$BENCH_OUT"
@@ -232,10 +195,8 @@ for ((i = 0; i < ncmd; i++)); do
     # ratios use the wall time of the whole pipeline (cat | X | cat), which is what a user waits for
     med_wall[$n]=$pw; med_rss[$n]=$mb
     printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t' "$n" "${progs[$i]}${argss[$i]:+ ${argss[$i]}}" "$ok" "$w" "$u" "$s" "$mb" "$pw" >>"$BENCH_OUT"
-    awk -v a="$pw" -v b="${med_wall[floor]}" 'BEGIN{ if (a=="NA"||b=="NA"||b==0) print "NA"; else printf "%.2f\n", a/b }' >>"$BENCH_OUT"
+    echo "$(ratio "$pw" "${med_wall[floor]}" 2)" >>"$BENCH_OUT"
 done
-
-ratio() { awk -v a="$1" -v b="$2" 'BEGIN{ if (a=="NA"||b=="NA"||b==0) print "NA"; else printf "%.2f", a/b }'; }
 
 echo
 echo "rounds: $BENCH_ROUNDS   input: $input_size bytes   machine: $(nproc) CPU, $(uname -r), $("$PERF" --version)"
@@ -247,14 +208,14 @@ tail -n +2 "$BENCH_OUT" | while IFS=$'\t' read -r n c ok w u s mb pw rf; do
 done
 echo
 pp_base="${names[1]}"
-echo "perf inject / perfpipe (wall): $(ratio "${med_wall[perf inject]}" "${med_wall[$pp_base]}")   (perf inject vs $pp_base)"
+echo "perf inject / perfpipe (wall): $(ratio "${med_wall[perf inject]}" "${med_wall[$pp_base]}" 2)   (perf inject vs $pp_base)"
 # positional pairing of variants: PERFPIPE_VARIANTS[k] vs INJECT_VARIANTS[k]
 pp_vars=() inj_vars=()
 for ((i = 3; i < ncmd; i++)); do
     if [[ ${kinds[$i]} == perfpipe ]]; then pp_vars+=("${names[$i]}"); else inj_vars+=("${names[$i]}"); fi
 done
 for ((k = 0; k < ${#pp_vars[@]} && k < ${#inj_vars[@]}; k++)); do
-    echo "${inj_vars[$k]} / ${pp_vars[$k]} (wall): $(ratio "${med_wall[${inj_vars[$k]}]}" "${med_wall[${pp_vars[$k]}]}")"
+    echo "${inj_vars[$k]} / ${pp_vars[$k]} (wall): $(ratio "${med_wall[${inj_vars[$k]}]}" "${med_wall[${pp_vars[$k]}]}" 2)"
 done
 echo "passthrough byte-identity: $identity"
 echo "results: $BENCH_OUT (summary), $runs_out (per run)"

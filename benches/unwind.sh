@@ -27,6 +27,7 @@
 set -euo pipefail
 
 script_dir=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+source "$script_dir/lib.sh"
 repo_root=$(cd "$script_dir/.." && pwd)
 BENCH_DIR=${BENCH_DIR:-/tmp/perfpipe-bench}
 BENCH_ROUNDS=${BENCH_ROUNDS:-3}
@@ -43,8 +44,6 @@ shell) INPUT=$BENCH_DIR/dwarf-shell-$BENCH_STACK.data ;;
 esac
 FIELDS=(--no-inline -F comm,tid,time,ip,sym,dso)
 
-die() { echo "unwind.sh: $*" >&2; exit 1; }
-log() { echo "# $*" >&2; }
 [[ -x $PERFPIPE ]] || die "no $PERFPIPE (cargo build --release)"
 [[ -x /usr/bin/time ]] || die "needs GNU time (apt-get install time)"
 mkdir -p "$BENCH_DIR"
@@ -110,7 +109,6 @@ for ((r = 0; r < BENCH_ROUNDS; r++)); do
 done
 out_bytes=$(stat -c %s "$BENCH_DIR/out.pipe")
 
-median() { sort -n | awk '{a[NR]=$1} END {print (NR % 2) ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2}'; }
 printf '%-28s %9s %9s %10s\n' variant "wall (s)" "CPU (s)" "RSS (MB)"
 declare -A wall
 for v in "${names[@]}"; do
