@@ -163,3 +163,28 @@ pipetest!(needs(perf, perf612, cc, inferno)
         assert!(hit(&from_file) > 0, "{f} is not in the folded stacks:\n{from_file}");
     }
 });
+
+pipetest!(needs(perf, perf612)
+    /// perf 6.12's `perf inject -b -o FILE` from a pipe writes a BUILD_ID feature section that
+    /// overlaps the attrs it puts after the data, so its first entry is 0 bytes and 6.12's own
+    /// `buildid-list` lists nothing. perfpipe reads it as perf does: the table up to the bad
+    /// entry (none of it here), said on standard error and counted, then every sample; both
+    /// perfs read the pipe it makes, 6.12 as it reads the file. (perfpipe refused the file.)
+    perf612_inject_b_file_with_a_broken_build_id_table, |dir| {
+    let p612 = perf612();
+    let w = workload();
+    let pipe = p612.record(&["-e", "cpu-clock", "-c", "100000", "-g"], &[&w, "multi", "1"]);
+    let injected = dir.path("injected.data");
+    let r = run(p612.command().args(["inject", "-b", "-i", "-", "-o", s(&injected)]), &pipe);
+    assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
+    let as_pipe = dir.path("ours.pipe");
+    let out = perfpipe(&["-i", s(&injected), "-o", s(&as_pipe), "--pipe", "--stats"], b"");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert!(err.contains("BUILD_ID feature entry of") && err.contains("read up to there"), "{err}");
+    assert_eq!(counter(&err, "file_build_id_tables_cut"), 1, "{err}");
+    readers::reads_like(&p612, Input::File(&injected), Input::File(&as_pipe))
+        .unwrap_or_else(|e| panic!("{e}"));
+    let n = readers::samples(&p612, Input::File(&injected)).unwrap();
+    eqnice!(n, readers::assert_every_reader_accepts("ours", Input::File(&as_pipe)));
+});

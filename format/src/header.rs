@@ -591,24 +591,28 @@ pub fn build_id_entry(rec: &[u8], e: Endian) -> Option<Vec<u8>> {
 /// `offset`), byte for byte but for the type: `write_buildid()` leaves `header.type` 0 in the
 /// table. Trailing bytes shorter than a record header are ignored.
 ///
-/// # Errors
-/// [`HeaderError::BuildIdEntry`] for an entry shorter than 36 bytes or running past the section.
-pub fn build_id_records(section: &[u8], offset: u64, e: Endian) -> Result<Vec<u8>, HeaderError> {
+/// The entries are self-sized, so the first bad one ends what can be read: the records before
+/// it are returned with [`HeaderError::BuildIdEntry`] for it (shorter than 36 bytes or running
+/// past the section). perf reads such a table up to there too (`perf_header__read_build_ids()`)
+/// and goes on with the file, as a reader should: perf 6.12's `inject -b -o FILE` from a pipe
+/// writes a section whose first entry is 0 bytes.
+pub fn build_id_records(section: &[u8], offset: u64, e: Endian) -> (Vec<u8>, Option<HeaderError>) {
     let mut out = Vec::with_capacity(section.len());
     let mut pos = 0;
     while section.len() - pos >= EVENT_HEADER_SIZE {
         let size = EventHeader::parse(&section[pos..], e).map_or(0, |h| usize::from(h.size));
         if size < 36 || pos + size > section.len() {
-            return Err(HeaderError::BuildIdEntry {
+            let bad = HeaderError::BuildIdEntry {
                 offset: offset + pos as u64,
                 size,
-            });
+            };
+            return (out, Some(bad));
         }
         out.extend_from_slice(&e.put_u32(RecordType::HEADER_BUILD_ID.0));
         out.extend_from_slice(&section[pos + 4..pos + size]);
         pos += size;
     }
-    Ok(out)
+    (out, None)
 }
 
 #[cfg(test)]
@@ -847,14 +851,22 @@ mod tests {
         // In the file the type is 0; reading gives the record back, padded as the table pads it.
         let mut table = entry.clone();
         table[..4].copy_from_slice(&[0; 4]);
-        let back = build_id_records(&table, 1000, e).unwrap();
+        let (back, bad) = build_id_records(&table, 1000, e);
+        assert!(bad.is_none());
         assert_eq!(back, entry);
         assert_eq!(build_id_entry(&back, e).unwrap(), entry);
-        let err = build_id_records(&table[..40], 1000, e).unwrap_err();
+        // A bad entry ends the table; the entries before it are kept.
+        let mut two = table.clone();
+        two.extend_from_slice(&table[..40]);
+        let (kept, bad) = build_id_records(&two, 1000, e);
+        assert_eq!(kept, entry);
+        let err = bad.unwrap();
         assert_eq!(
             (err.offset(), err.to_string().contains("36 bytes")),
-            (1000, true)
+            (1000 + table.len() as u64, true)
         );
+        let (none, bad) = build_id_records(&table[..40], 1000, e);
+        assert!(none.is_empty() && bad.is_some_and(|b| b.offset() == 1000));
         assert!(build_id_entry(&rec[..30], e).is_none());
     }
 }

@@ -21,7 +21,8 @@
 //!    then the HEADER_LAST_FEATURE end mark;
 //! 4. HEADER_TRACING_DATA and its blob when the file has the TRACING_DATA feature (tracepoints);
 //! 5. the records of the HEADER_BUILD_ID feature section, as HEADER_BUILD_ID records (perf 6.1
-//!    drops this table when it converts to a pipe; perfpipe keeps it).
+//!    drops this table when it converts to a pipe; perfpipe keeps it), up to a bad entry if one
+//!    is found (said and counted: `file_build_id_tables_cut`; perf reads the table as far).
 //!
 //! Feature sections larger than a record (64 KiB) and unknown feature ids (≥ 32, from a newer perf:
 //! perf 6.1 rejects them in a pipe) are left out.
@@ -129,6 +130,7 @@ impl ReadFile {
             pos: 0,
             end: 0,
             data_bytes: Counter::new(),
+            build_id_tables_cut: Counter::new(),
         };
         let head = r.read_at(0, len.min(FILE_HEADER_SIZE))?;
         r.header = FileHeader::parse_head(&head, len)?;
@@ -197,6 +199,7 @@ pub struct ReadFile {
     pos: u64,
     end: u64,
     data_bytes: Counter,
+    build_id_tables_cut: Counter,
 }
 
 impl ReadFile {
@@ -256,10 +259,20 @@ impl ReadFile {
         Ok(out)
     }
 
-    /// Appends the records of the HEADER_BUILD_ID feature section, byte for byte.
+    /// Appends the records of the HEADER_BUILD_ID feature section, byte for byte. A bad entry
+    /// ends the table, as in perf: the entries before it are kept, the rest skipped, said on
+    /// standard error and counted (`file_build_id_tables_cut`); the samples are read on.
     fn build_ids(&self, s: &FileSection, out: &mut Vec<u8>) -> Result<(), Error> {
         let bytes = self.read_at(s.offset, s.size)?;
-        out.extend(build_id_records(&bytes, s.offset, self.header.endian)?);
+        let (records, bad) = build_id_records(&bytes, s.offset, self.header.endian);
+        out.extend(records);
+        if let Some(bad) = bad {
+            eprintln!(
+                "perfpipe: read: {}: {bad}; the build-id table is read up to there, as perf reads it",
+                self.name.display()
+            );
+            self.build_id_tables_cut.add(1);
+        }
         Ok(())
     }
 }
@@ -299,7 +312,10 @@ impl Source for ReadFile {
     }
 
     fn counters(&self) -> Vec<(&'static str, Counter)> {
-        vec![("file_data_bytes", self.data_bytes.clone())]
+        vec![
+            ("file_data_bytes", self.data_bytes.clone()),
+            ("file_build_id_tables_cut", self.build_id_tables_cut.clone()),
+        ]
     }
 }
 
