@@ -657,11 +657,14 @@ impl Symbols {
         });
         let before = out.len();
         match entry.as_deref() {
-            None if q.kernel => self.resolve_kernel(q, host, "[kernel.kallsyms]", out),
+            // No kernel map covers it (a user address after a `PERF_CONTEXT_KERNEL` that is a
+            // stack word, or a stream without the kernel's map): named from kallsyms if a symbol
+            // holds it, else `[unknown]` in `[unknown]`, as perf names a frame of no map.
+            None if q.kernel => self.resolve_kernel(q, host, None, out),
             None => out.push(unknown(q.ip, "[unknown]".into(), FrameKind::User)),
             Some(e) => match &e.kind {
-                EntryKind::Kernel => self.resolve_kernel(q, host, &e.name, out),
-                _ if q.kernel => self.resolve_kernel(q, host, "[kernel.kallsyms]", out),
+                EntryKind::Kernel => self.resolve_kernel(q, host, Some(&e.name), out),
+                _ if q.kernel => self.resolve_kernel(q, host, Some("[kernel.kallsyms]"), out),
                 EntryKind::Anon => {
                     let pid = if e.pid == u32::MAX { q.pid } else { e.pid };
                     let m = self.perf_map(pid);
@@ -688,9 +691,18 @@ impl Symbols {
         }
     }
 
-    fn resolve_kernel(&self, q: &Query, host: bool, dso: &str, out: &mut Vec<Resolved>) {
+    /// A kernel frame, in the map of `dso` (`None`: no map covers it, and a frame kallsyms does
+    /// not name either is `[unknown]` in `[unknown]`).
+    fn resolve_kernel(&self, q: &Query, host: bool, dso: Option<&str>, out: &mut Vec<Resolved>) {
+        let unnamed = |in_map: &str| {
+            unknown(
+                q.ip,
+                dso.map_or("[unknown]", |_| in_map).into(),
+                FrameKind::Kernel,
+            )
+        };
         let Some(t) = self.kernel_table(host) else {
-            out.push(unknown(q.ip, "[kernel.kallsyms]".into(), FrameKind::Kernel));
+            out.push(unnamed("[kernel.kallsyms]"));
             return;
         };
         match t.find(q.ip) {
@@ -701,11 +713,11 @@ impl Symbols {
                     .modules
                     .get(h.module as usize)
                     .cloned()
-                    .unwrap_or_else(|| dso.into()),
+                    .unwrap_or_else(|| dso.unwrap_or("[kernel.kallsyms]").into()),
                 kind: FrameKind::Kernel,
                 inlined: false,
             }),
-            None => out.push(unknown(q.ip, dso.into(), FrameKind::Kernel)),
+            None => out.push(unnamed(dso.unwrap_or_default())),
         }
     }
 

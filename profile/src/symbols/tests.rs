@@ -308,7 +308,41 @@ fn kernel_frames_from_kallsyms_or_unknown() {
         (&*out[0].dso, out[0].offset, out[0].kind),
         ("[xfs]", 1, FrameKind::Kernel)
     );
-    // Not this host's kernel: no name, [kernel.kallsyms].
+    // In the kernel's map, no symbol: [kernel.kallsyms]. In no map (a stack word after a
+    // PERF_CONTEXT_KERNEL marker in a user callchain), no symbol: [unknown], as perf names it.
+    let kernel_map = |s: &Symbols| {
+        let name = b"[kernel.kallsyms]";
+        let desc = DsoDesc {
+            name,
+            build_id: None,
+            kernel: true,
+            pid: u32::MAX,
+        };
+        s.note(DsoId(0), desc);
+    };
+    kernel_map(&s);
+    let named = |s: &Symbols, dso: Option<DsoId>, ip: u64| {
+        let mut out = Vec::new();
+        let q = Query {
+            dso,
+            ip,
+            rel: ip,
+            ..q
+        };
+        s.resolve(&q, &mut out);
+        (out[0].name.clone(), out[0].dso.to_string(), out[0].kind)
+    };
+    let none = |dso: &str| (None, dso.to_string(), FrameKind::Kernel);
+    assert_eq!(
+        named(&s, Some(DsoId(0)), 0xffffffff81002000),
+        none("[kernel.kallsyms]")
+    );
+    assert_eq!(named(&s, None, 0x55f129f00a98), none("[unknown]"));
+    assert_eq!(
+        named(&s, Some(DsoId(0)), 0xffffffff81000305).0.as_deref(),
+        Some("do_syscall_64")
+    );
+    // Not this host's kernel: no name, in [kernel.kallsyms] or, in no map, [unknown].
     let s = Symbols::new(
         SymbolsConfig {
             host_kernel: false,
@@ -316,13 +350,13 @@ fn kernel_frames_from_kallsyms_or_unknown() {
         },
         None,
     );
-    out.clear();
-    s.resolve(&q, &mut out);
+    kernel_map(&s);
     assert_eq!(
-        (out[0].name.clone(), &*out[0].dso),
-        (None, "[kernel.kallsyms]")
+        named(&s, Some(DsoId(0)), 0xffffffffc0000101),
+        none("[kernel.kallsyms]")
     );
-    assert_eq!(s.counters().unresolved.get(), 1);
+    assert_eq!(named(&s, None, 0xffffffffc0000101), none("[unknown]"));
+    assert_eq!(s.counters().unresolved.get(), 2);
     assert_eq!(
         kernel_dso_name(b"/lib/modules/6.1.0/kernel/fs/xfs/xfs-mod.ko.xz"),
         "[xfs_mod]"
