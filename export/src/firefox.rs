@@ -66,7 +66,7 @@ impl kit::Profile for Firefox {
             let stack = self.stacks.id(stacks.frames(s));
             self.threads
                 .entry((s.pid, s.tid))
-                .or_insert_with(|| s.comm_name().into_owned());
+                .or_insert_with(|| stacks.comm_name(s).into_owned());
             self.points.push(Point {
                 pid: s.pid,
                 tid: s.tid,

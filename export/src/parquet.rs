@@ -493,7 +493,7 @@ impl ParquetSink {
             }
             self.sample_row(s, &rec, info, stacks, dataset)?;
             let key = OffKey([
-                self.comms.id(s),
+                self.comms.id(stacks, s),
                 self.events.id(info, s.attr),
                 self.stacks.id(stacks.frames(s)),
             ]);
@@ -564,7 +564,7 @@ impl ParquetSink {
             pid: s.pid,
             tid: s.tid,
             cpu: s.cpu,
-            comm: self.comms.id(s),
+            comm: self.comms.id(stacks, s),
             event: self.events.id(info, s.attr),
             period: s.period,
             stack: self.stacks.id(stacks.frames(s)),

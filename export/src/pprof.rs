@@ -322,7 +322,7 @@ impl Pprof {
     /// its stack's ids.
     fn count(&mut self, info: &StreamInfo, stacks: &Stacks, s: &StackSample) -> (u32, u32) {
         self.events.id(info, s.attr);
-        let comm = self.comms.id(s);
+        let comm = self.comms.id(stacks, s);
         let stack = self.stacks.id(stacks.frames(s));
         let v = self
             .samples

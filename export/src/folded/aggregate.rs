@@ -278,7 +278,7 @@ impl Aggregate {
             if sw.stack || sw.stack_of.is_some() || sw.wake.is_some() {
                 // A waker is named by its thread even without frames.
                 let key = (!frames.is_empty() || sw.wake.is_some()).then(|| OffKey {
-                    root: self.root_of(&list[i]),
+                    root: self.root_of(stacks, &list[i]),
                     stack: off.stacks.id(frames),
                 });
                 off.model.add(&sw, key, &mut off.intervals);
@@ -371,8 +371,8 @@ impl Aggregate {
     }
 
     /// The root of a sample's stack: comm, pid, tid.
-    fn root_of(&mut self, s: &StackSample) -> [u32; 3] {
-        [self.comms.id(s), s.pid, s.tid]
+    fn root_of(&mut self, stacks: &Stacks, s: &StackSample) -> [u32; 3] {
+        [self.comms.id(stacks, s), s.pid, s.tid]
     }
 
     /// The fingerprint of a key `root, frames root first` (frames given innermost first), and
@@ -405,7 +405,7 @@ impl Aggregate {
     /// them) and its fingerprint.
     fn key_of(&mut self, stacks: &Stacks, s: &StackSample) -> ([u32; ROOT], u128) {
         let frames = stacks.frames(s);
-        let comm = self.comms.id(s);
+        let comm = self.comms.id(stacks, s);
         let pid = if self.options.pid || self.options.tid {
             s.pid
         } else {

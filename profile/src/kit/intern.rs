@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use rustc_hash::FxHashMap;
 
-use crate::symbolize::{FrameId, StackSample};
+use crate::symbolize::{FrameId, StackSample, Stacks};
 
 /// Distinct stacks (frame ids, innermost first, as [`Stacks::frames`] gives them) by id.
 ///
@@ -95,7 +95,7 @@ impl FrameSet {
     }
 }
 
-/// Thread names by id, each as perf shows it ([`StackSample::comm_name`]): names that show the
+/// Thread names by id, each as perf shows it ([`Stacks::comm_name`]): names that show the
 /// same are one id.
 #[derive(Debug, Default)]
 pub struct Comms {
@@ -107,14 +107,15 @@ pub struct Comms {
 }
 
 impl Comms {
-    /// The id of the sample's thread name.
-    pub fn id(&mut self, s: &StackSample) -> u32 {
-        if let (Some(c), Some((last, id))) = (&s.comm, &self.last) {
+    /// The id of the thread name of `s`, a sample of `stacks`.
+    pub fn id(&mut self, stacks: &Stacks, s: &StackSample) -> u32 {
+        let comm = stacks.comm(s);
+        if let (Some(c), Some((last, id))) = (comm, &self.last) {
             if Arc::ptr_eq(c, last) {
                 return *id;
             }
         }
-        let name = s.comm_name();
+        let name = stacks.comm_name(s);
         let id = match self.ids.get(name.as_ref()) {
             Some(&id) => id,
             None => {
@@ -124,7 +125,7 @@ impl Comms {
                 id
             }
         };
-        if let Some(c) = &s.comm {
+        if let Some(c) = comm {
             self.last = Some((c.clone(), id));
         }
         id

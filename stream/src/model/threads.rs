@@ -36,7 +36,9 @@ enum Name {
 }
 
 impl Threads {
-    fn comm_at(&self, tid: u32, time: u64) -> Option<&Arc<[u8]>> {
+    /// The comm of `tid` at `time`, if the thread was named (see [`Threads::name_of`] for the
+    /// name perf gives an unnamed one).
+    pub fn comm_at(&self, tid: u32, time: u64) -> Option<&Arc<[u8]>> {
         let (mut tid, mut time) = (tid, time);
         // Follow FORK links up a bounded number of generations (a cycle is corrupt input).
         for _ in 0..64 {
