@@ -53,12 +53,6 @@ impl Threads {
         None
     }
 
-    /// The comm of `tid` at `time`, shared, if the thread was named (see [`Threads::name_of`]
-    /// for the name perf gives an unnamed one).
-    pub fn comm_shared(&self, tid: u32, time: u64) -> Option<Arc<[u8]>> {
-        self.comm_at(tid, time).cloned()
-    }
-
     /// The name perf gives a thread no COMM named: `swapper` for the idle thread 0, else
     /// `:<tid>` (`thread__new()`, a signed tid: `:-1`).
     pub fn name_of(tid: u32) -> String {
