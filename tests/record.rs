@@ -16,15 +16,31 @@ use crate::util::{
 /// A C workload with symbols of its own: `spin_a` does twice the work of `spin_b`. At the end it
 /// writes the CPU time it used to standard error (`spin cpu_ns=N`), so a sample count can be
 /// compared with what the workload really ran: that time varies by 2× between runs on a shared VM.
+/// `spin N gated` waits for SIGUSR1 before it spins (the handler is in once `SigCgt` shows it).
 const SPIN_C: &str = r#"
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 volatile unsigned long sink;
+static volatile sig_atomic_t go;
+static void on_go(int s) { (void)s; go = 1; }
 __attribute__((noinline)) void spin_a(long n) { for (long i = 0; i < n; i++) sink += i * i; }
 __attribute__((noinline)) void spin_b(long n) { for (long i = 0; i < n; i++) sink ^= i * 7; }
 int main(int argc, char **argv) {
     long n = argc > 1 ? atol(argv[1]) : 60000000;
+    if (argc > 2 && strcmp(argv[2], "gated") == 0) {
+        sigset_t usr1, old;
+        sigemptyset(&usr1);
+        sigaddset(&usr1, SIGUSR1);
+        sigprocmask(SIG_BLOCK, &usr1, &old);
+        struct sigaction sa = {0};
+        sa.sa_handler = on_go;
+        sigaction(SIGUSR1, &sa, 0);
+        while (!go) sigsuspend(&old);
+        sigprocmask(SIG_SETMASK, &old, 0);
+    }
     spin_a(2 * n);
     spin_b(n);
     struct timespec t;
@@ -516,22 +532,17 @@ pipetest!(needs(perf, cc)
     assert!(named > 0.9 * all, "spin's samples by symbol:\n{text}");
 });
 
-/// `perfpipe record -e cpu-clock -c PERIOD -p PID` of `command`, started 200 ms before, until it
-/// exits: the stream, asserting success. With `go`, that signal is sent to the target once the
-/// recording has written its preamble (and so enabled its events): a target that waits for it
-/// does its work while recorded, however long the recorder took to start.
-fn record_running(command: &mut Command, period: &str, go: Option<libc::c_int>) -> Vec<u8> {
+/// `perfpipe record -e cpu-clock -c PERIOD -p PID` of `command`, until it exits: the stream,
+/// asserting success. The target waits for signal `go`, sent once it has its handler and the
+/// recording has written its preamble (and so enabled its events): it does its work while
+/// recorded, however long the recorder took to start, and its maps are read from `/proc`.
+fn record_running(command: &mut Command, period: &str, go: libc::c_int) -> Vec<u8> {
     let mut target = command.spawn().expect("spawn the target");
-    std::thread::sleep(Duration::from_millis(200));
-    if let Some(sig) = go {
-        await_handler(target.id(), sig);
-    }
+    await_handler(target.id(), go);
     let pid = target.id().to_string();
     let (mut rec, out, err) = spawn_record(&["-e", "cpu-clock", "-c", period, "-p", &pid]);
-    if let Some(sig) = go {
-        out.wait_for("PERFILE2");
-        signal(&target, sig);
-    }
+    out.wait_for("PERFILE2");
+    signal(&target, go);
     target.wait().unwrap();
     let status = rec.wait().unwrap();
     assert!(status.success(), "{}", err.finish_text());
@@ -539,7 +550,8 @@ fn record_running(command: &mut Command, period: &str, go: Option<libc::c_int>) 
 }
 
 pipetest!(needs(perf, cc) record_a_running_process_until_it_exits, |dir| {
-    let rec = record_running(Command::new(spin(&dir)).arg("600000000"), "100000", None);
+    let spin = &mut Command::new(spin(&dir));
+    let rec = record_running(spin.args(["600000000", "gated"]), "100000", libc::SIGUSR1);
     // The process's maps came from /proc: its samples resolve to its own functions.
     let syms = symbols(&rec);
     assert!(
@@ -585,7 +597,7 @@ pipetest!(needs(perf, cc)
     /// redirection with EINVAL and the recording failed): every spinning thread has samples.
     record_a_running_process_with_threads, |dir| {
     let exe = compile(&dir, "threads", THREADS_C);
-    let rec = record_running(&mut Command::new(exe), "1000000", Some(libc::SIGUSR1));
+    let rec = record_running(&mut Command::new(exe), "1000000", libc::SIGUSR1);
     let script = perf_on(&["script", "-F", "tid"], &rec);
     let mut per_tid: HashMap<&str, u64> = HashMap::new();
     for tid in script.lines().map(str::trim) {
