@@ -336,31 +336,36 @@ pipetest!(needs(perf)
         let (a, b) = (cut(1), cut(2));
         let pattern = dir.path("dump-%n.data");
         let mut child = Command::new(bin())
-            .args(["--ring", "64M", "--pipe", "-o", pattern.to_str().unwrap()])
+            .args(["--ring", "64M", "--pipe", "--progress", "-o", pattern.to_str().unwrap()])
             .stdin(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn()
             .unwrap();
+        let err = Watch::new(child.stderr.take().unwrap());
+        // The part has reached the stage when `--progress` (a line a second) counts its records
+        // there, and the pipe header; `signal` waits until the handler is in.
+        let reached = |end: usize| {
+            let want = records(&input[..end]).len() as u64 + 1;
+            err.wait_until(&format!("{want} records at the ring stage"), |text| {
+                text.lines()
+                    .filter_map(|l| l.trim_start_matches("perfpipe:").trim().strip_prefix("ring "))
+                    .filter_map(|l| l.split_whitespace().next()?.parse::<u64>().ok())
+                    .any(|n| n >= want)
+            });
+        };
         let mut stdin = child.stdin.take().unwrap();
         stdin.write_all(&input[..a]).unwrap();
-        // The pauses let the part reach the stage; `signal` waits until the handler is in.
-        std::thread::sleep(Duration::from_millis(500));
+        reached(a);
         signal(&child, libc::SIGUSR2);
         let first = settled(&dir.path("dump-1.data"));
         stdin.write_all(&input[a..b]).unwrap();
-        std::thread::sleep(Duration::from_millis(500));
+        reached(b);
         signal(&child, libc::SIGUSR2);
         let second = settled(&dir.path("dump-2.data"));
         stdin.write_all(&input[b..]).unwrap();
         drop(stdin);
         let status = child.wait().unwrap();
-        let mut stderr = String::new();
-        child
-            .stderr
-            .take()
-            .unwrap()
-            .read_to_string(&mut stderr)
-            .unwrap();
+        let stderr = err.finish_text();
         assert!(status.success(), "{stderr}");
         let third = std::fs::read(dir.path("dump-3.data")).unwrap();
         assert!(!dir.path("dump-4.data").exists());

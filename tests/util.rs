@@ -596,16 +596,25 @@ impl Watch {
     ///
     /// When the stream ends or the time is up first.
     pub fn wait_for(&self, needle: &str) {
+        self.wait_until(needle, |text| text.contains(needle));
+    }
+
+    /// Waits, at most 30 s, until what was read satisfies `done` (`what` says what it waits for).
+    ///
+    /// # Panics
+    ///
+    /// When the stream ends or the time is up first.
+    pub fn wait_until(&self, what: &str, done: impl Fn(&str) -> bool) {
         let t0 = Instant::now();
         let mut got = self.state.0.lock().unwrap();
         loop {
             let text = String::from_utf8_lossy(&got.0).into_owned();
-            if text.contains(needle) {
+            if done(&text) {
                 return;
             }
-            assert!(!got.1, "the stream ended without {needle:?}: {text}");
+            assert!(!got.1, "the stream ended without {what}: {text}");
             let left = Duration::from_secs(30).checked_sub(t0.elapsed());
-            let left = left.unwrap_or_else(|| panic!("no {needle:?} after 30 s: {text}"));
+            let left = left.unwrap_or_else(|| panic!("no {what} after 30 s: {text}"));
             got = self.state.1.wait_timeout(got, left).unwrap().0;
         }
     }
