@@ -169,15 +169,9 @@ fn frames(stream: &[u8]) -> String {
     perf_on(&FRAMES, stream)
 }
 
-/// `(build id, path)` pairs `perf buildid-list -i -` lists.
+/// `(build id, path)` pairs the oracle's `perf buildid-list -i -` lists.
 fn pairs(stream: &[u8]) -> BTreeSet<(String, String)> {
-    perf_on(&["buildid-list"], stream)
-        .lines()
-        .filter_map(|l| {
-            let mut w = l.split_whitespace();
-            Some((w.next()?.to_string(), w.next()?.to_string()))
-        })
-        .collect()
+    readers::buildid_pairs(&oracle(), Input::Stream(stream))
 }
 
 /// The MMAP2 styles on a multi-process `-g` recording: every reader's `perf script` resolves every

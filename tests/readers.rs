@@ -191,7 +191,15 @@ pub fn buildid_pairs(perf: &Perf, input: Input<'_>) -> BTreeSet<(String, String)
         .lines()
         .filter_map(|l| {
             let mut w = l.split_whitespace();
-            Some((w.next()?.to_string(), w.next()?.to_string()))
+            let (id, path) = (w.next()?, w.next()?);
+            // perf 6.1 lists a vdso a sample hit under the temporary file it extracts it to, a
+            // new name each run: it is `[vdso]`, whichever run listed it.
+            let path = if path.starts_with("/tmp/perf-vdso.so-") {
+                "[vdso]"
+            } else {
+                path
+            };
+            Some((id.to_string(), path.to_string()))
         })
         .collect()
 }
