@@ -364,19 +364,8 @@ impl Stacks {
 /// See [`Stacks::resolve`]; for a sink that keeps frames past their batch.
 pub fn resolve(symbols: &Symbols, host_kernel: bool, frame: &Frame, out: &mut Vec<Resolved>) {
     if frame.query.kernel && !host_kernel && !symbols.names_foreign_kernel() {
-        // (`[unknown]` where no kernel map covers the address, as in `Symbols::resolve_for`.)
-        let dso = if frame.query.dso.is_some() {
-            "[kernel.kallsyms]"
-        } else {
-            "[unknown]"
-        };
-        out.push(Resolved {
-            name: None,
-            offset: frame.query.ip,
-            dso: Arc::from(dso),
-            kind: FrameKind::Kernel,
-            inlined: false,
-        });
+        let q = &frame.query;
+        out.push(crate::symbols::unnamed_kernel_frame(q, q.dso.is_some()));
     } else {
         symbols.resolve_for(&frame.query, host_kernel, out);
     }

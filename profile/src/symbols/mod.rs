@@ -691,18 +691,10 @@ impl Symbols {
         }
     }
 
-    /// A kernel frame, in the map of `dso` (`None`: no map covers it, and a frame kallsyms does
-    /// not name either is `[unknown]` in `[unknown]`).
+    /// A kernel frame, in the map of `dso` (`None`: no map covers it).
     fn resolve_kernel(&self, q: &Query, host: bool, dso: Option<&str>, out: &mut Vec<Resolved>) {
-        let unnamed = |in_map: &str| {
-            unknown(
-                q.ip,
-                dso.map_or("[unknown]", |_| in_map).into(),
-                FrameKind::Kernel,
-            )
-        };
         let Some(t) = self.kernel_table(host) else {
-            out.push(unnamed("[kernel.kallsyms]"));
+            out.push(unnamed_kernel_frame(q, dso.is_some()));
             return;
         };
         match t.find(q.ip) {
@@ -717,7 +709,11 @@ impl Symbols {
                 kind: FrameKind::Kernel,
                 inlined: false,
             }),
-            None => out.push(unnamed(dso.unwrap_or_default())),
+            None => out.push(unknown(
+                q.ip,
+                dso.unwrap_or("[unknown]").into(),
+                FrameKind::Kernel,
+            )),
         }
     }
 
@@ -863,6 +859,18 @@ impl Slot {
             l
         })
     }
+}
+
+/// A kernel frame no table names: in `[kernel.kallsyms]` when a kernel map covers it (`in_map`),
+/// else in `[unknown]`, as perf names a frame of no map (a stack word after a
+/// `PERF_CONTEXT_KERNEL` marker in a user callchain is such a "kernel" frame).
+pub fn unnamed_kernel_frame(q: &Query, in_map: bool) -> Resolved {
+    let dso = if in_map {
+        "[kernel.kallsyms]"
+    } else {
+        "[unknown]"
+    };
+    unknown(q.ip, dso.into(), FrameKind::Kernel)
 }
 
 fn unknown(offset: u64, dso: Arc<str>, kind: FrameKind) -> Resolved {
