@@ -58,11 +58,15 @@ pub enum Need {
     Uts,
     /// Spark: PyPI's `pyspark` and a Java runtime for it (Debian `openjdk-17-jre-headless`).
     Spark,
+    /// The Debian trixie root that `.ci/trixie-root` makes ([`trixie_root`]): another machine's
+    /// userland (glibc 2.41 beside bookworm's 2.36) with perf 7.x from trixie-backports in it, and
+    /// the wrapper that runs that perf on this machine's files ([`perf7_program`]).
+    Trixie,
 }
 
 impl Need {
     /// Every need, for the cfgs a build script declares.
-    pub const ALL: [Need; 14] = [
+    pub const ALL: [Need; 15] = [
         Need::Perf,
         Need::Perf612,
         Need::Cc,
@@ -77,6 +81,7 @@ impl Need {
         Need::Tls,
         Need::Uts,
         Need::Spark,
+        Need::Trixie,
     ];
 
     /// The cfg a build script sets when this need is missing and `CI` is not set.
@@ -96,6 +101,7 @@ impl Need {
             Need::Tls => "skip_tls",
             Need::Uts => "skip_uts",
             Need::Spark => "skip_spark",
+            Need::Trixie => "skip_trixie",
         }
     }
 
@@ -126,6 +132,10 @@ impl Need {
                 "Spark (`python3 -c 'import pyspark'`, PyPI pyspark; `java -version`, Debian \
                  openjdk-17-jre-headless)"
             }
+            Need::Trixie => {
+                "the trixie root with perf 7.x (`.ci/trixie-root` makes it at $PERFPIPE_TRIXIE, \
+                 else /var/cache/perfpipe/trixie)"
+            }
         }
     }
 
@@ -146,6 +156,8 @@ impl Need {
             Need::Tls => &["socat", "openssl"],
             Need::Uts => &["unshare", "hostname"],
             Need::Spark => &["python3", "java"],
+            // Not looked up on PATH: see `rerun_lines`.
+            Need::Trixie => &["unshare", "chroot"],
         }
     }
 
@@ -177,6 +189,24 @@ impl Need {
             Need::Uts => runs("unshare", &["--uts", "hostname", "perfpipe-probe"]),
             Need::Spark => runs("java", &["-version"])
                 .and_then(|()| runs("python3", &["-c", "import pyspark"])),
+            Need::Trixie => {
+                let prog = perf7_program().to_string_lossy().into_owned();
+                let out = Command::new(&prog).arg("--version").output();
+                let says = out.map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string());
+                match says {
+                    Ok(v) if v.starts_with("perf version 7.") => {
+                        let root = trixie_root();
+                        let libc = root.join("usr/lib/x86_64-linux-gnu/libc.so.6");
+                        if libc.exists() {
+                            Need::Mount.probe()
+                        } else {
+                            Err(format!("{} is missing", libc.display()))
+                        }
+                    }
+                    Ok(v) => Err(format!("`{prog} --version` says {v:?}, not 7.x")),
+                    Err(e) => Err(format!("`{prog}`: {e}")),
+                }
+            }
             Need::Mount => {
                 let at = std::env::temp_dir().to_string_lossy().into_owned();
                 let args = [
@@ -209,6 +239,25 @@ pub fn perf612_program() -> PathBuf {
     std::env::var_os("PERF_612")
         .filter(|v| !v.is_empty())
         .map_or_else(|| PathBuf::from(PERF_612_DEFAULT), PathBuf::from)
+}
+
+/// Where `.ci/trixie-root` makes the trixie root when `PERFPIPE_TRIXIE` is not set.
+pub const TRIXIE_DEFAULT: &str = "/var/cache/perfpipe/trixie";
+
+/// The trixie root: `PERFPIPE_TRIXIE`, else [`TRIXIE_DEFAULT`]. Its mounts are made only inside
+/// private mount namespaces (`util::in_trixie`), never left on the host.
+pub fn trixie_root() -> PathBuf {
+    std::env::var_os("PERFPIPE_TRIXIE")
+        .filter(|v| !v.is_empty())
+        .map_or_else(|| PathBuf::from(TRIXIE_DEFAULT), PathBuf::from)
+}
+
+/// The wrapper `.ci/trixie-root` writes beside the root (`ROOT.perf7`): the root's perf 7.x run
+/// on this machine's files through the root's own loader and libraries.
+pub fn perf7_program() -> PathBuf {
+    let mut p = trixie_root().into_os_string();
+    p.push(".perf7");
+    PathBuf::from(p)
 }
 
 /// Where tracepoint recordings look for the sched events.
@@ -296,6 +345,9 @@ pub fn rerun_lines(needs: &[Need], path: &OsStr) -> Vec<String> {
         if let Some(at) = prog.ancestors().find(|p| p.exists()) {
             watched.push(at.to_path_buf());
         }
+    }
+    if needs.contains(&Need::Trixie) {
+        lines.push("cargo::rerun-if-env-changed=PERFPIPE_TRIXIE".to_string());
     }
     watched.sort();
     watched.dedup();

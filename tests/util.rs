@@ -134,6 +134,16 @@ macro_rules! pipetest {
             [#[cfg_attr(any(skip_perf, skip_tracefs), ignore = "needs perf and tracefs (missing at build time)")]]
             [Perf, Tracefs] $($rest)*);
     };
+    (needs(perf, trixie) $($rest:tt)*) => {
+        $crate::pipetest!(@needs
+            [#[cfg_attr(any(skip_perf, skip_trixie), ignore = "needs perf and the trixie root (missing at build time)")]]
+            [Perf, Trixie] $($rest)*);
+    };
+    (needs(perf, cc, trixie) $($rest:tt)*) => {
+        $crate::pipetest!(@needs
+            [#[cfg_attr(any(skip_perf, skip_cc, skip_trixie), ignore = "needs perf, cc and the trixie root (missing at build time)")]]
+            [Perf, Cc, Trixie] $($rest)*);
+    };
     (needs(mount) $($rest:tt)*) => {
         $crate::pipetest!(@needs
             [#[cfg_attr(skip_mount, ignore = "needs mounting (missing at build time)")]]
@@ -453,6 +463,33 @@ pub fn perf612() -> Perf {
         name: "perf 6.12",
         program: crate::needs::perf612_program(),
     }
+}
+
+/// perf 7.x of the trixie root, run on this machine's files through the root's loader (the
+/// wrapper `.ci/trixie-root` writes); a test that calls this needs [`Need::Trixie`].
+pub fn perf7() -> Perf {
+    require(Need::Trixie);
+    Perf {
+        name: "perf 7",
+        program: crate::needs::perf7_program(),
+    }
+}
+
+/// A command that runs `args` inside the trixie root ([`crate::needs::trixie_root`]): in a
+/// private mount namespace of its own, with the host's `/proc`, `/sys` and `/dev` bound into the
+/// root only there, so no bound `/proc` is ever left under a directory of the host.
+pub fn in_trixie(args: &[&str]) -> Command {
+    require(Need::Trixie);
+    let mut cmd = Command::new("unshare");
+    cmd.args(["-m", "--propagation", "private", "sh", "-c"])
+        .arg(
+            "r=$1; shift; for m in proc sys dev; do mount --rbind /$m $r/$m || exit 125; done; \
+             exec chroot \"$r\" \"$@\"",
+        )
+        .arg("sh")
+        .arg(crate::needs::trixie_root())
+        .args(args);
+    cmd
 }
 
 /// Every reader: the oracle and perf 6.12 (a test that calls this needs both).
