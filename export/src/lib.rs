@@ -11,11 +11,15 @@
 //! - [`parquet`](mod@parquet): Parquet tables and datasets (`-o FILE.parquet`, `-o DIR/`); feature
 //!   `parquet`.
 //!
+//! - [`diff`]: two profiles compared (`perfpipe diff`): three-column folded stacks, differential
+//!   flame graphs, pprof with BASE negative.
+//!
 //! Every format reads the frames the `symbolize` stage attaches to each batch
 //! ([`perfpipe_profile::symbolize::Stacks`]).
 
 #![deny(missing_docs)]
 
+pub mod diff;
 #[cfg(feature = "firefox")]
 pub mod firefox;
 #[cfg(feature = "flamegraph")]

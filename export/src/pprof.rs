@@ -227,19 +227,19 @@ pub mod proto {
 
 /// The strings of a profile, each once.
 #[derive(Debug, Default)]
-struct Strings {
-    table: Vec<String>,
+pub(crate) struct Strings {
+    pub(crate) table: Vec<String>,
     index: FxHashMap<String, i64>,
 }
 
 impl Strings {
-    fn new() -> Strings {
+    pub(crate) fn new() -> Strings {
         let mut s = Strings::default();
         s.get("");
         s
     }
 
-    fn get(&mut self, s: &str) -> i64 {
+    pub(crate) fn get(&mut self, s: &str) -> i64 {
         if let Some(&i) = self.index.get(s) {
             return i;
         }
