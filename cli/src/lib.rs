@@ -21,6 +21,7 @@ pub mod args;
 mod bench;
 mod bench_inject;
 pub mod chain;
+mod diff;
 mod inject;
 mod progress;
 mod record;
@@ -76,6 +77,9 @@ enum Command {
     /// On the recording host: a tar of the files that name a recording's frames (perf's
     /// build-id-cache layout), for `--symbols ARCHIVE` or `tar xf ARCHIVE -C ~/.debug` elsewhere.
     Archive(archive::ArchiveArgs),
+    /// Compare two profiles (recordings or folded stacks) stack by stack: three-column folded
+    /// stacks, a differential flame graph or pprof; NEW is standard input by default.
+    Diff(diff::DiffArgs),
 }
 
 /// Options of a pipeline run.
@@ -109,6 +113,7 @@ pub fn command_with(registry: &Registry) -> clap::Command {
                 .subcommand(bench_inject::command())
         })
         .mut_subcommand("record", |r| stage_args(r, registry))
+        .mut_subcommand("diff", |d| stage_args(d, registry))
 }
 
 /// Adds the flags the registered stages declare, and `--stage`.
@@ -289,6 +294,10 @@ pub fn main_with(registry: Registry) -> ExitCode {
         }
         Some(Command::Inject(args)) => return inject::main(args, &registry),
         Some(Command::Archive(args)) => return archive::main(args, &registry),
+        Some(Command::Diff(args)) => {
+            let sub = matches.subcommand_matches("diff").expect("diff has its matches");
+            return diff::main(args, sub, &registry);
+        }
         Some(Command::Record(args)) => {
             let sub = matches
                 .subcommand_matches("record")

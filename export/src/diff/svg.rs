@@ -80,14 +80,19 @@ fn tree(diff: &Diff) -> Vec<Node> {
     nodes
 }
 
-/// The fill of a frame whose subtree changed by `delta`, `max` the largest change of any frame.
+/// The fill of a frame whose subtree changed by `delta`, `max` the largest change of any frame:
+/// grey when unchanged or when the change is under 1/440 of the largest, else red (grown) or
+/// blue (shrunk), from the palest to pure as the change goes to the largest.
 pub fn fill(delta: f64, max: f64) -> (u8, u8, u8) {
     if delta == 0.0 || max <= 0.0 {
         return (NEUTRAL, NEUTRAL, NEUTRAL);
     }
     let s = (delta.abs() / max).min(1.0);
     let faded = (f64::from(NEUTRAL) * (1.0 - s)).round() as u8;
-    if delta > 0.0 {
+    if faded == NEUTRAL {
+        // A change too small to take a shade (truncation's few units in a scaled BASE).
+        (NEUTRAL, NEUTRAL, NEUTRAL)
+    } else if delta > 0.0 {
         (255, faded, faded)
     } else {
         (faded, faded, 255)
@@ -190,7 +195,7 @@ impl DiffGraph {
             s,
             r#"<?xml version="1.0" standalone="no"?>
 <!DOCTYPE svg PUBLIC "-//W3C//DTD SVG 1.1//EN" "http://www.w3.org/Graphics/SVG/1.1/DTD/svg11.dtd">
-<svg version="1.1" width="{image_w}" height="{image_h}" viewBox="0 0 {image_w} {image_h}" xmlns="http://www.w3.org/2000/svg" onload="init(evt)">
+<svg version="1.1" width="{image_w}" height="{image_h}" viewBox="0 0 {image_w} {image_h}" xmlns="http://www.w3.org/2000/svg" xmlns:fg="http://github.com/jonhoo/inferno" onload="init(evt)">
 <style type="text/css">
 text {{ font-family: Verdana, sans-serif; font-size: {FONT}px; fill: rgb(0,0,0); }}
 #title {{ text-anchor: middle; font-size: 17px; }}
