@@ -150,7 +150,11 @@ impl Need {
             Need::Script => &["script"],
             Need::Go => &["go"],
             Need::Duckdb => &["python3"],
-            Need::Inferno => &["inferno-collapse-perf", "inferno-flamegraph"],
+            Need::Inferno => &[
+                "inferno-collapse-perf",
+                "inferno-flamegraph",
+                "inferno-diff-folded",
+            ],
             Need::Chromium => &["chromium"],
             Need::Debuginfod => &["debuginfod"],
             Need::Tls => &["socat", "openssl"],

@@ -30,6 +30,9 @@
 //! - `fold`: folded stacks and flame graphs of live C, C++, Rust, kernel-heavy, `-a` and `-z`
 //!   recordings against `perf script | inferno-collapse-perf` (≥ 99.9 % of the weight), and the SVG
 //!   rendered by headless Chromium; `oracle` holds the comparison, `workloads` the programs.
+//! - `diff`: `perfpipe diff` of live recordings whose hot function moved, against
+//!   `inferno-diff-folded -n`, `go tool pprof -diff_base` and `perf script`'s times; the
+//!   differential flame graph's pixels in headless Chromium.
 //! - `export`: pprof and Parquet against `perf report --sort sym` on live recordings (top 20 within
 //!   0.1 pp), the pprof read by a protobuf decoder of its own and by `go tool pprof`, DuckDB's row counts.
 //! - `another_machine`: symbols of a recording made elsewhere: `perfpipe archive`, `--symbols`
@@ -56,6 +59,7 @@ mod chunking;
 mod current;
 mod dataset;
 mod decompress;
+mod diff;
 mod ends;
 mod export;
 mod fields;

@@ -155,3 +155,18 @@ pub fn noploop(dir: &Dir) -> Workload {
 pub fn offcpu_c(dir: &Dir) -> PathBuf {
     c_program(dir, "offcpu.c", "offcpu")
 }
+
+/// `shift.c`: `shift A B` spends A rounds in `shift_a` and B in `shift_b` (under `shift_work`),
+/// then 150 in `shift_same`: `rounds` `(A, B)`, and swapped runs move the work from one hot
+/// function to the other (the diff tests' BASE and NEW).
+pub fn shift(dir: &Dir, rounds: (u32, u32)) -> Workload {
+    let exe = dir.path("shift");
+    if !exe.is_file() {
+        c_program(dir, "shift.c", "shift");
+    }
+    Workload {
+        exe,
+        args: vec![rounds.0.to_string(), rounds.1.to_string()],
+        functions: &["shift_work", "shift_a", "shift_b", "shift_same"],
+    }
+}
