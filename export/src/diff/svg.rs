@@ -233,11 +233,17 @@ text {{ font-family: Verdana, sans-serif; font-size: {FONT}px; fill: rgb(0,0,0);
             escape(&tooltip(n, totals), &mut s);
             let _ = write!(
                 s,
-                r#"</title><rect x="{px:.2}" y="{y:.1}" width="{w:.2}" height="{h}" rx="2" fill="rgb({r},{g},{b})" fg:x="{x}" fg:w="{fw}" fg:d="{d}"/><text x="{tx:.2}" y="{ty:.1}">"#,
+                r#"</title><rect x="{px:.2}" y="{y:.1}" width="{w:.2}" height="{h}" rx="2" fill="rgb({r},{g},{b})" fg:x="{x}" fg:w="{fw}" fg:d="{d}"/><text x="{tx:.2}" y="{ty:.1}"{light}>"#,
                 h = FRAME_H - 1.0,
                 fw = width_of(n),
                 tx = px + 3.0,
                 ty = y + FRAME_H - 4.5,
+                // White names on the deepest reds and blues.
+                light = if 0.3 * f64::from(r) + 0.59 * f64::from(g) + 0.11 * f64::from(b) < 110.0 {
+                    r#" style="fill:white""#
+                } else {
+                    ""
+                },
             );
             let fits = ((w - 6.0) / CHAR_W).floor();
             if fits >= 3.0 {
