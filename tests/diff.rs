@@ -203,6 +203,56 @@ fn frames(svg: &str) -> Vec<(String, f64, f64, String)> {
         .collect()
 }
 
+/// Runs our SVG's own script in Chromium, the SVG inlined in a page whose script searches `re`
+/// and then zooms on the frame `zoom`: `(matched text, the zoomed frame's width, frames hidden)`.
+fn search_and_zoom(dir: &Dir, svg: &str, re: &str, zoom: &str) -> (String, f64, usize) {
+    let body = svg.split_once("<svg ").map(|(_, b)| format!("<svg {b}")).unwrap();
+    let page = format!(
+        r#"<!DOCTYPE html><html><body>{body}<script>
+window.addEventListener("load", function () {{
+  init(null);
+  search({re:?});
+  var gs = document.getElementById("frames").getElementsByTagName("g"), target = null, hidden = 0;
+  for (var i = 0; i < gs.length; i++) if (name_of(gs[i]) === {zoom:?}) target = gs[i];
+  zoom(target);
+  for (var i = 0; i < gs.length; i++) if (gs[i].getAttribute("class") === "hide") hidden++;
+  var out = document.createElement("pre");
+  out.id = "report";
+  out.textContent = document.getElementById("matched").textContent + "|" +
+    target.getElementsByTagName("rect")[0].getAttribute("width") + "|" + hidden;
+  document.body.appendChild(out);
+}});
+</script></body></html>"#
+    );
+    let html = dir.write("page.html", page.as_bytes());
+    let out = succeed(Command::new("chromium").args([
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--no-first-run",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        &format!("--user-data-dir={}", dir.path("chromium").display()),
+        "--dump-dom",
+        &format!("file://{}", html.display()),
+    ]));
+    let dom = String::from_utf8(out.stdout).unwrap();
+    let report = dom
+        .split("<pre id=\"report\">")
+        .nth(1)
+        .and_then(|r| r.split("</pre>").next())
+        .unwrap_or_else(|| panic!("the page's script reported nothing: {dom:.3000}"));
+    let parts: Vec<&str> = report.split('|').collect();
+    (parts[0].to_string(), parts[1].parse().unwrap(), parts[2].parse().unwrap())
+}
+
+/// NEW's weight of the frames named `name` (none nests in another), from their tooltips.
+fn new_of(svg: &str, name: &str) -> u64 {
+    let tips = svg.split(&format!("<title>{name}: NEW ")).skip(1);
+    tips.map(|t| t[..t.find(' ').unwrap()].parse::<u64>().unwrap()).sum()
+}
+
 pipetest!(needs(perf, cc, chromium) the_differential_flame_graph_renders_red_and_blue_in_chromium, |dir| {
     let (base, new) = record_pair(&dir);
     let svg = dir.path("d.svg");
@@ -225,6 +275,16 @@ pipetest!(needs(perf, cc, chromium) the_differential_flame_graph_renders_red_and
     let (work, _) = pixel("shift_work");
     let depth = |p: [u8; 3]| 255 - p[0].min(p[1]).min(p[2]);
     assert!(depth(work) < depth(grew) && depth(work) < depth(shrank), "{work:?}");
+
+    // The search box and the zoom work in the browser: the share of `shift_a|shift_b` is
+    // theirs of NEW's total, and a click on `shift_a` gives it the whole width.
+    let text = std::fs::read_to_string(&svg).unwrap();
+    let (matched, zoomed, hidden) = search_and_zoom(&dir, &text, "^shift_[ab]$", "shift_a");
+    let share = (new_of(&text, "shift_a") + new_of(&text, "shift_b")) as f64 * 100.0
+        / new_of(&text, "all") as f64;
+    assert_eq!(matched, format!("Matched: {share:.2}%"));
+    assert_eq!(zoomed, 1180.0, "the frames' width, 1200 less the margins");
+    assert!(hidden > 0, "frames outside shift_a are hidden");
 
     // A recording diffed with itself: every frame grey, in the file and on the screen.
     let same = dir.path("same.svg");
