@@ -47,7 +47,13 @@ fn by_leaf(folded: &str) -> BTreeMap<String, (i64, i64)> {
         let mut parts = line.rsplitn(3, ' ');
         let new: i64 = parts.next().unwrap().parse().unwrap();
         let base: i64 = parts.next().unwrap().parse().unwrap();
-        let leaf = parts.next().unwrap().rsplit(';').next().unwrap().to_string();
+        let leaf = parts
+            .next()
+            .unwrap()
+            .rsplit(';')
+            .next()
+            .unwrap()
+            .to_string();
         let e = m.entry(leaf).or_default();
         e.0 += base;
         e.1 += new;
@@ -103,7 +109,15 @@ fn png_rgb(png: &[u8]) -> (usize, usize, Vec<[u8; 3]>) {
         let kind = &png[at + 4..at + 8];
         let data = &png[at + 8..at + 8 + len];
         match kind {
-            b"IHDR" => head = Some((data[..4].to_vec(), data[4..8].to_vec(), data[8], data[9], data[12])),
+            b"IHDR" => {
+                head = Some((
+                    data[..4].to_vec(),
+                    data[4..8].to_vec(),
+                    data[8],
+                    data[9],
+                    data[12],
+                ))
+            }
             b"IDAT" => idat.extend_from_slice(data),
             _ => {}
         }
@@ -112,10 +126,15 @@ fn png_rgb(png: &[u8]) -> (usize, usize, Vec<[u8; 3]>) {
     let (w, h, depth, color, interlace) = head.expect("an IHDR chunk");
     let w = u32::from_be_bytes(w.try_into().unwrap()) as usize;
     let h = u32::from_be_bytes(h.try_into().unwrap()) as usize;
-    assert!(depth == 8 && (color == 2 || color == 6) && interlace == 0, "8-bit RGB(A)");
+    assert!(
+        depth == 8 && (color == 2 || color == 6) && interlace == 0,
+        "8-bit RGB(A)"
+    );
     let bpp = if color == 6 { 4 } else { 3 };
     let mut raw = Vec::new();
-    flate2::read::ZlibDecoder::new(&idat[..]).read_to_end(&mut raw).unwrap();
+    flate2::read::ZlibDecoder::new(&idat[..])
+        .read_to_end(&mut raw)
+        .unwrap();
     let stride = w * bpp;
     let mut prev = vec![0u8; stride];
     let mut pixels = Vec::with_capacity(w * h);
@@ -206,7 +225,10 @@ fn frames(svg: &str) -> Vec<(String, f64, f64, String)> {
 /// Runs our SVG's own script in Chromium, the SVG inlined in a page whose script searches `re`
 /// and then zooms on the frame `zoom`: `(matched text, the zoomed frame's width, frames hidden)`.
 fn search_and_zoom(dir: &Dir, svg: &str, re: &str, zoom: &str) -> (String, f64, usize) {
-    let body = svg.split_once("<svg ").map(|(_, b)| format!("<svg {b}")).unwrap();
+    let body = svg
+        .split_once("<svg ")
+        .map(|(_, b)| format!("<svg {b}"))
+        .unwrap();
     let page = format!(
         r#"<!DOCTYPE html><html><body>{body}<script>
 window.addEventListener("load", function () {{
@@ -244,13 +266,19 @@ window.addEventListener("load", function () {{
         .and_then(|r| r.split("</pre>").next())
         .unwrap_or_else(|| panic!("the page's script reported nothing: {dom:.3000}"));
     let parts: Vec<&str> = report.split('|').collect();
-    (parts[0].to_string(), parts[1].parse().unwrap(), parts[2].parse().unwrap())
+    (
+        parts[0].to_string(),
+        parts[1].parse().unwrap(),
+        parts[2].parse().unwrap(),
+    )
 }
 
 /// NEW's weight of the frames named `name` (none nests in another), from their tooltips.
 fn new_of(svg: &str, name: &str) -> u64 {
-    let tips = svg.split(&format!("<title>{name}: NEW ")).skip(1);
-    tips.map(|t| t[..t.find(' ').unwrap()].parse::<u64>().unwrap()).sum()
+    let tip = format!("<title>{name}: NEW ");
+    let tips = svg.split(&tip).skip(1);
+    tips.map(|t| t[..t.find(' ').unwrap()].parse::<u64>().unwrap())
+        .sum()
 }
 
 pipetest!(needs(perf, cc, chromium) the_differential_flame_graph_renders_red_and_blue_in_chromium, |dir| {
@@ -306,12 +334,23 @@ pipetest!(needs(perf, cc, chromium) the_differential_flame_graph_renders_red_and
 fn pprof_top(args: &[&str]) -> BTreeMap<String, (i64, i64)> {
     let out = succeed(
         Command::new("go")
-            .args(["tool", "pprof", "-top", "-nodecount=100000", "-nodefraction=0", "-edgefraction=0"])
+            .args([
+                "tool",
+                "pprof",
+                "-top",
+                "-nodecount=100000",
+                "-nodefraction=0",
+                "-edgefraction=0",
+            ])
             .args(args),
     );
     let text = String::from_utf8(out.stdout).unwrap();
     let mut m = BTreeMap::new();
-    for line in text.lines().skip_while(|l| !l.trim_start().starts_with("flat")).skip(1) {
+    for line in text
+        .lines()
+        .skip_while(|l| !l.trim_start().starts_with("flat"))
+        .skip(1)
+    {
         let cols: Vec<&str> = line.split_whitespace().collect();
         if cols.len() < 6 {
             continue;

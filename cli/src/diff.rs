@@ -211,11 +211,7 @@ pub(crate) fn main(args: &DiffArgs, matches: &ArgMatches, registry: &Registry) -
         Err(e) => return crate::chain_error(e, WHO),
     };
     #[cfg(feature = "pprof")]
-    let value = value_type(
-        plan.format
-            .as_ref()
-            .and_then(|f| f.options.text("weight")),
-    );
+    let value = value_type(plan.format.as_ref().and_then(|f| f.options.text("weight")));
     let mut inputs = Vec::new();
     for path in [&args.base, &args.new] {
         match classify(path) {
@@ -279,7 +275,10 @@ pub(crate) fn main(args: &DiffArgs, matches: &ArgMatches, registry: &Registry) -
         return ExitCode::from(EXIT_FAILURE);
     }
     let (grew, shrank) = diff.rows.iter().fold((0, 0), |(g, s), r| {
-        (g + usize::from(r.new > r.base), s + usize::from(r.new < r.base))
+        (
+            g + usize::from(r.new > r.base),
+            s + usize::from(r.new < r.base),
+        )
     });
     eprintln!(
         "{WHO}: {}; {} stacks, {grew} grew, {shrank} shrank",

@@ -295,7 +295,9 @@ pub fn main_with(registry: Registry) -> ExitCode {
         Some(Command::Inject(args)) => return inject::main(args, &registry),
         Some(Command::Archive(args)) => return archive::main(args, &registry),
         Some(Command::Diff(args)) => {
-            let sub = matches.subcommand_matches("diff").expect("diff has its matches");
+            let sub = matches
+                .subcommand_matches("diff")
+                .expect("diff has its matches");
             return diff::main(args, sub, &registry);
         }
         Some(Command::Record(args)) => {

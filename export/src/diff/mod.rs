@@ -146,7 +146,10 @@ impl Side {
             }
             *merged.entry(stack).or_default() += count;
         }
-        side.lines = merged.into_iter().map(|(s, c)| (s.to_string(), c)).collect();
+        side.lines = merged
+            .into_iter()
+            .map(|(s, c)| (s.to_string(), c))
+            .collect();
         Ok(side)
     }
 
@@ -220,9 +223,7 @@ impl Diff {
         let (base_sum, new_sum) = (base.total(), new.total());
         let (num, den) = match normalize {
             Normalize::None => (1, 1),
-            Normalize::Total if base_sum == 0 && new_sum != 0 => {
-                return Err(DiffError::EmptyBase)
-            }
+            Normalize::Total if base_sum == 0 && new_sum != 0 => return Err(DiffError::EmptyBase),
             Normalize::Total => (new_sum, base_sum),
             Normalize::Time => match (base.span_ns, new.span_ns) {
                 (Some(b), Some(n)) if b > 0 && n > 0 => (n, b),
@@ -287,7 +288,8 @@ impl Diff {
     /// One line naming the normalization and the totals, for the SVG's subtitle and the end of
     /// the run: `normalize=total: BASE 1200 ×0.83 = 1000, NEW 1000`.
     pub fn summary(&self) -> String {
-        let secs = |s: Option<u64>| s.map_or(String::new(), |s| format!(" in {:.3} s", s as f64 / 1e9));
+        let secs =
+            |s: Option<u64>| s.map_or(String::new(), |s| format!(" in {:.3} s", s as f64 / 1e9));
         let how = match self.normalize {
             Normalize::Total => "BASE scaled to NEW's total",
             Normalize::Time => "BASE scaled to NEW's sample time",

@@ -22,7 +22,9 @@ use crate::pprof::{proto, Strings};
 /// # Errors
 /// What writing to `out` returns.
 pub fn write(diff: &Diff, value: (&str, &str), out: &mut dyn Write) -> std::io::Result<()> {
-    crate::gzip(out, |out| out.write_all(&profile(diff, value).encode_to_vec()))
+    crate::gzip(out, |out| {
+        out.write_all(&profile(diff, value).encode_to_vec())
+    })
 }
 
 /// The profile of `diff` (see the module doc).
@@ -119,8 +121,10 @@ mod tests {
             ("same<main<app", -10, true),
             ("same<main<app", 40, false),
         ];
-        let want: Vec<(String, i64, bool)> =
-            want.iter().map(|(a, b, c)| (a.to_string(), *b, *c)).collect();
+        let want: Vec<(String, i64, bool)> = want
+            .iter()
+            .map(|(a, b, c)| (a.to_string(), *b, *c))
+            .collect();
         assert_eq!(got, want);
         assert_eq!(s(p.sample_type[0].r#type), "samples");
         assert!(s(p.comment[0]).starts_with("normalize=none"));

@@ -211,7 +211,11 @@ text {{ font-family: Verdana, sans-serif; font-size: {FONT}px; fill: rgb(0,0,0);
             cx = image_w / 2.0,
         );
         escape(title, &mut s);
-        let _ = write!(s, r#"</text><text id="subtitle" x="{}" y="44">"#, image_w / 2.0);
+        let _ = write!(
+            s,
+            r#"</text><text id="subtitle" x="{}" y="44">"#,
+            image_w / 2.0
+        );
         escape(&sub, &mut s);
         let _ = write!(
             s,
@@ -373,7 +377,10 @@ mod tests {
     #[test]
     fn ancestors_take_the_colour_of_their_whole_subtree() {
         // `main` has no samples of its own; `hot` under it grew, `cold` beside it did not.
-        let d = diff("app;main;hot 10\napp;cold 10\n", "app;main;hot 30\napp;cold 10\n");
+        let d = diff(
+            "app;main;hot 10\napp;cold 10\n",
+            "app;main;hot 30\napp;cold 10\n",
+        );
         let mut svg = Vec::new();
         DiffGraph::default().render(&d, &mut svg).unwrap();
         let svg = String::from_utf8(svg).unwrap();
@@ -385,9 +392,16 @@ mod tests {
                 .clone()
         };
         assert_eq!(of("hot").1, "rgb(255,0,0)", "the largest change");
-        assert_eq!(of("main").1, "rgb(255,0,0)", "its whole subtree grew as much");
+        assert_eq!(
+            of("main").1,
+            "rgb(255,0,0)",
+            "its whole subtree grew as much"
+        );
         assert_eq!(of("cold").1, "rgb(220,220,220)", "unchanged");
-        assert_eq!(of("hot").0, "hot: NEW 30 (75.00%), BASE 10 (50.00%), +20 (+200.00%)");
+        assert_eq!(
+            of("hot").0,
+            "hot: NEW 30 (75.00%), BASE 10 (50.00%), +20 (+200.00%)"
+        );
         assert!(svg.contains("normalize=none"), "the normalization is named");
         assert!(svg.contains("id=\"search\""));
     }
@@ -411,12 +425,22 @@ mod tests {
         // Widths from NEW: `gone` has none; `a` shrank by 35 (the largest change).
         assert_eq!(
             names(&plain),
-            ["all rgb(0,0,255)", "a rgb(0,0,255)", "kept rgb(220,220,220)", "new rgb(255,189,189)"]
+            [
+                "all rgb(0,0,255)",
+                "a rgb(0,0,255)",
+                "kept rgb(220,220,220)",
+                "new rgb(255,189,189)"
+            ]
         );
         // Widths from BASE: `gone` shows (and `new`, with none, does not).
         assert_eq!(
             names(&negated),
-            ["all rgb(28,28,255)", "a rgb(28,28,255)", "gone rgb(0,0,255)", "kept rgb(220,220,220)"]
+            [
+                "all rgb(28,28,255)",
+                "a rgb(28,28,255)",
+                "gone rgb(0,0,255)",
+                "kept rgb(220,220,220)"
+            ]
         );
     }
 
