@@ -433,3 +433,73 @@ pipetest!(needs(perf, cc) a_recording_diffed_with_itself_is_neutral_and_time_is_
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     assert_work_moved(&std::fs::read_to_string(&d).unwrap());
 });
+
+pipetest!(
+    bad_sides_and_outputs_get_clear_errors_and_keep_what_was_read,
+    |dir| {
+        let good = fixture("callgraph.pipe.data");
+        let bytes = fixture_bytes("callgraph.pipe.data");
+        let cut = dir.write("cut.data", &bytes[..bytes.len() * 2 / 3 + 5]);
+        let out = dir.path("d.folded");
+        let run = |args: &[&str]| {
+            let mut all = vec!["diff"];
+            all.extend_from_slice(args);
+            let r = perfpipe(&all, b"");
+            (
+                r.status.code(),
+                String::from_utf8_lossy(&r.stderr).into_owned(),
+            )
+        };
+        // A truncated NEW: the error, and the diff of what was read before it (exit 1).
+        let (code, err) = run(&[s(&good), s(&cut), "-o", s(&out)]);
+        assert_eq!(code, Some(1), "{err}");
+        assert!(
+            err.contains("truncated") && err.contains("what was read"),
+            "{err}"
+        );
+        let new_total = |text: &str| -> u64 {
+            let news = text
+                .lines()
+                .map(|l| l.rsplit(' ').next().unwrap().parse::<u64>().unwrap());
+            news.sum()
+        };
+        let written = new_total(&std::fs::read_to_string(&out).unwrap());
+        let whole =
+            new_total(&String::from_utf8(perfpipe_ok(&["diff", s(&good), s(&good)], b"")).unwrap());
+        assert!(0 < written && written < whole, "NEW {written} of {whole}");
+        // Neither a recording nor folded stacks; a side that does not exist.
+        let junk = dir.write("junk.txt", b"this is not a profile\n");
+        let (code, err) = run(&[s(&good), s(&junk)]);
+        assert_eq!(code, Some(1));
+        assert!(
+            err.contains("neither a perf recording nor folded stacks"),
+            "{err}"
+        );
+        let (code, err) = run(&[s(&good), s(&dir.path("missing.data"))]);
+        assert_eq!(code, Some(1));
+        assert!(err.contains("missing.data"), "{err}");
+        // Usage errors, found before anything is read (exit 2).
+        for (args, says) in [
+            (
+                vec![s(&good), "-o", "x.data"],
+                "a diff is written as folded stacks",
+            ),
+            (
+                vec![s(&good), "-o", "x.json.gz"],
+                "a diff is written as folded stacks",
+            ),
+            (vec![s(&good), "--negate"], "--negate draws a flame graph"),
+            (vec![s(&good), "-o", "x.folded", "--title", "T"], "--title"),
+            (
+                vec![s(&good), "-o", "x.svg", "--colors", "mem"],
+                "not one of a differential flame graph",
+            ),
+            (vec!["-", "-"], "cannot both be standard input"),
+            (vec![s(&good), "--normalize", "sometimes"], "sometimes"),
+        ] {
+            let (code, err) = run(&args);
+            assert_eq!(code, Some(2), "{args:?}: {err}");
+            assert!(err.contains(says), "{args:?}: {err}");
+        }
+    }
+);

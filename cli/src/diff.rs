@@ -16,9 +16,8 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use clap::{ArgMatches, Args};
-use perfpipe_chain::{Chain, Plan, SinkSpec, SourceSpec, Word};
+use perfpipe_chain::{Plan, Word};
 use perfpipe_core::spec::Registry;
-use perfpipe_core::Requests;
 use perfpipe_export::diff::{side, svg::DiffGraph, Diff, Normalize, Side};
 use perfpipe_export::folded::FOLD_FLAGS;
 use perfpipe_stream::write::file::OutputMode;
@@ -244,12 +243,18 @@ pub(crate) fn main(args: &DiffArgs, matches: &ArgMatches, registry: &Registry) -
         ..ReportArgs::default()
     };
     let mut sides: [Option<Side>; 2] = [None, None];
+    let mut status = ExitCode::SUCCESS;
     for i in order {
         let side = match std::mem::replace(&mut inputs[i], Input::Recording) {
             Input::Folded(side) => side,
             Input::Recording => match run_side(paths[i], plan.clone(), &registry, &report) {
-                Ok(side) => side,
-                Err(code) => return code,
+                (Some(side), code) => {
+                    if code != ExitCode::SUCCESS {
+                        status = code;
+                    }
+                    side
+                }
+                (None, code) => return code,
             },
         };
         sides[i] = Some(side);
@@ -285,48 +290,43 @@ pub(crate) fn main(args: &DiffArgs, matches: &ArgMatches, registry: &Registry) -
         diff.summary(),
         diff.rows.len()
     );
-    ExitCode::SUCCESS
+    status
 }
 
-/// Runs one recorded side's chain into a temporary file and reads it back.
+/// Runs one recorded side's chain into a temporary file and reads it back. A chain that fails
+/// (a truncated or malformed recording) still gives the stacks read before the fault, with its
+/// failing status: the diff is written of what was read, and the run exits 1.
 fn run_side(
     input: &Path,
     plan: Plan,
     registry: &Registry,
     report: &ReportArgs,
-) -> Result<Side, ExitCode> {
+) -> (Option<Side>, ExitCode) {
     static N: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
     let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let tmp = std::env::temp_dir().join(format!("perfpipe-diff-{}-{n}.side", std::process::id()));
-    let chain = Chain {
-        settings: perfpipe_core::Settings::default(),
-        source: SourceSpec::Input {
-            path: input.to_path_buf(),
-            pipe_buffer: 1 << 20,
-        },
-        plan,
-        taps: &[],
-        sink: SinkSpec::Output {
-            path: tmp.clone(),
-            mode: OutputMode::Auto,
-            pipe_buffer: 0,
-        },
-        requests: Requests::default(),
-        before_source: None,
-    };
-    let code = crate::build_and_run(chain, registry, report, Some(input), WHO);
+    let code =
+        crate::run_file_to_file(plan, (input, &tmp, OutputMode::Auto), registry, report, WHO);
     let text = std::fs::read_to_string(&tmp);
     let _ = std::fs::remove_file(&tmp);
-    if code != ExitCode::SUCCESS {
-        return Err(code);
+    let Ok(text) = text else {
+        return (None, code); // the chain said why
+    };
+    match Side::parse(&text) {
+        Ok(side) => {
+            if code != ExitCode::SUCCESS {
+                eprintln!(
+                    "{WHO}: {}: the diff has what was read before the error",
+                    input.display()
+                );
+            }
+            (Some(side), code)
+        }
+        Err(e) => {
+            eprintln!("{WHO}: {}: {e}", input.display());
+            (None, ExitCode::from(EXIT_FAILURE))
+        }
     }
-    let side = text
-        .map_err(|e| e.to_string())
-        .and_then(|t| Side::parse(&t).map_err(|e| e.to_string()));
-    side.map_err(|e| {
-        eprintln!("{WHO}: {}: {e}", input.display());
-        ExitCode::from(EXIT_FAILURE)
-    })
 }
 
 #[cfg(test)]

@@ -206,7 +206,8 @@ fn chain_error(e: perfpipe_chain::Error, who: &str) -> ExitCode {
 }
 
 /// Runs `plan` from `input` (a file or `-`) to `output` with the default settings and 1 MiB
-/// pipe buffers, SIGUSR2 wired: the file-to-file commands (`inject`, `archive`).
+/// pipe buffers, SIGUSR2 wired: the file-to-file commands (`inject`, `archive`, each side of
+/// `diff`).
 fn run_file_to_file(
     plan: Plan,
     (input, output, mode): (&std::path::Path, &std::path::Path, OutputMode),
