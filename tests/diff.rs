@@ -503,3 +503,48 @@ pipetest!(
         }
     }
 );
+
+pipetest!(needs(perf, cc, tracefs) each_side_is_the_profile_output_of_the_same_flags_off_cpu_too, |dir| {
+    // `perfpipe diff base new --comm nap --weight offcpu`: where `nap` waited, each column the
+    // folded output `perfpipe --comm nap --weight offcpu` makes of its side.
+    let exe = workloads::offcpu_c(&dir);
+    let args = ["-g", "-e", "sched:sched_switch", "--switch-events"];
+    let rec = |name: &str| {
+        let (bytes, _) = crate::offcpu::record_workload_with(perf_record_err, &exe, &args);
+        dir.write(name, &bytes)
+    };
+    let (base, new) = (rec("base.data"), rec("new.data"));
+    let flags = ["--comm", "nap", "--weight", "offcpu"];
+    let folded = |rec: &Path| -> BTreeMap<String, u64> {
+        let mut all = vec!["-i", s(rec), "--folded"];
+        all.extend_from_slice(&flags);
+        let out = String::from_utf8(perfpipe_ok(&all, b"")).unwrap();
+        out.lines()
+            .map(|l| {
+                let (stack, n) = l.rsplit_once(' ').unwrap();
+                (stack.to_string(), n.parse().unwrap())
+            })
+            .collect()
+    };
+    let (want_base, want_new) = (folded(&base), folded(&new));
+    let mut all = vec!["diff", s(&base), s(&new), "--normalize", "none"];
+    all.extend_from_slice(&flags);
+    let out = String::from_utf8(perfpipe_ok(&all, b"")).unwrap();
+    let (mut got_base, mut got_new) = (BTreeMap::new(), BTreeMap::new());
+    for line in out.lines() {
+        let mut p = line.rsplitn(3, ' ');
+        let new: u64 = p.next().unwrap().parse().unwrap();
+        let base: u64 = p.next().unwrap().parse().unwrap();
+        let stack = p.next().unwrap().to_string();
+        assert!(stack.starts_with("nap;"), "--comm nap reached the sides: {stack}");
+        if base > 0 {
+            got_base.insert(stack.clone(), base);
+        }
+        if new > 0 {
+            got_new.insert(stack, new);
+        }
+    }
+    assert!(want_new.keys().any(|k| k.starts_with("nap;[off-cpu: S];")), "{want_new:?}");
+    eqnice!(want_base, got_base);
+    eqnice!(want_new, got_new);
+});
