@@ -4,6 +4,8 @@
 //!
 //! - [`args`]: the option groups commands share (output, reporting, batches, pipes);
 //! - [`chain`]: the mapping from the stage and format arguments to the library's words;
+//! - `diff`: `perfpipe diff`, two profiles compared (each side a chain ending in the
+//!   `diff-side` format);
 //! - this file: the commands, the stage flags generated from the registry, and `main`.
 
 use std::io::Write as _;
