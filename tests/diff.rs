@@ -12,11 +12,18 @@ use std::process::{Command, Stdio};
 use crate::util::*;
 use crate::workloads;
 
-/// BASE and NEW recorded in `dir`: `(base.data, new.data)`.
+/// BASE and NEW recorded in `dir`: `(base.data, new.data)`, BASE in file mode (`perf record -o
+/// FILE`), NEW in pipe mode (`perf record -o -`), so every test diffs both kinds.
 fn record_pair(dir: &Dir) -> (PathBuf, PathBuf) {
-    let base = workloads::shift(dir, (240, 80)).record(&[]);
+    let base = dir.path("base.data");
+    let w = workloads::shift(dir, (240, 80));
+    oracle().record_file(
+        &base,
+        &["-e", "cpu-clock", "-F", workloads::FREQ, "-g"],
+        &w.argv(),
+    );
     let new = workloads::shift(dir, (80, 240)).record(&[]);
-    (dir.write("base.data", &base), dir.write("new.data", &new))
+    (base, dir.write("new.data", &new))
 }
 
 fn s(p: &Path) -> &str {
@@ -395,7 +402,7 @@ pipetest!(needs(perf, cc) a_recording_diffed_with_itself_is_neutral_and_time_is_
     }
     // --normalize time scales BASE by NEW's sample time over BASE's, as perf script times them.
     let span = |rec: &Path| -> f64 {
-        let script = perf_on(&["script", "-F", "time"], &std::fs::read(rec).unwrap());
+        let script = oracle().on_file(&["script", "-F", "time"], rec);
         let times: Vec<f64> = script
             .lines()
             .filter_map(|l| l.trim().trim_end_matches(':').parse().ok())
