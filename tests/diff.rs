@@ -502,6 +502,10 @@ pipetest!(
                 "not one of a differential flame graph",
             ),
             (vec!["-", "-"], "cannot both be standard input"),
+            (
+                vec![s(&good), "--format", "folded:weight=samples"],
+                "given as flags",
+            ),
             (vec![s(&good), "--normalize", "sometimes"], "sometimes"),
         ] {
             let (code, err) = run(&args);

@@ -19,7 +19,7 @@ use clap::{ArgMatches, Args};
 use perfpipe_chain::{Plan, Word};
 use perfpipe_core::spec::Registry;
 use perfpipe_export::diff::{side, svg::DiffGraph, Diff, Normalize, Side};
-use perfpipe_export::folded::FOLD_FLAGS;
+use perfpipe_export::folded::{FOLD_FLAGS, FOLD_OPTIONS};
 use perfpipe_stream::write::file::OutputMode;
 
 use crate::args::ReportArgs;
@@ -146,6 +146,12 @@ fn output_of(words: &[Word<'_>], args: &DiffArgs, registry: &Registry) -> Result
         };
     };
     let o = &format.options;
+    if let Some(k) = FOLD_OPTIONS.iter().map(|f| f.key).find(|k| o.has(k)) {
+        return Err(format!(
+            "--format {}:{k}=…: folded options are given as flags (--weight, --stack-pid, …), which apply to both sides",
+            format.spec.name
+        ));
+    }
     match format.spec.name {
         "folded" => Ok(Output::Folded),
         "flamegraph" => {
