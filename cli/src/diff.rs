@@ -207,6 +207,10 @@ pub(crate) fn main(args: &DiffArgs, matches: &ArgMatches, registry: &Registry) -
     if args.negate && !matches!(output, Output::Graph(_)) {
         return usage("--negate draws a flame graph (-o FILE.svg)".into());
     }
+    // As for any output: a place that cannot take the file is refused before anything is read.
+    if let Err(e) = perfpipe_chain::output::check_writable(&args.output, false) {
+        return crate::chain_error(e, WHO);
+    }
     let mut registry = registry.clone();
     registry.add_format(side::SPEC);
     let mut words = side_words;
