@@ -42,8 +42,8 @@ pub enum Need {
     Go,
     /// DuckDB's Python package (PyPI `duckdb`), to query our Parquet output.
     Duckdb,
-    /// inferno's `inferno-collapse-perf` and `inferno-flamegraph`, the folded-stack oracle
-    /// (`cargo install inferno --locked`).
+    /// inferno's `inferno-collapse-perf` and `inferno-flamegraph`, the folded-stack oracle, and
+    /// `inferno-diff-folded`, the diff's (`cargo install inferno --locked`).
     Inferno,
     /// Debian's `chromium`, a headless browser that renders our flame graphs.
     Chromium,
@@ -120,7 +120,7 @@ impl Need {
             Need::Go => "the Go toolchain (`go tool pprof`; Debian golang-go)",
             Need::Duckdb => "DuckDB for Python (`python3 -c 'import duckdb'`; PyPI duckdb)",
             Need::Inferno => {
-                "inferno-collapse-perf and inferno-flamegraph (`cargo install inferno --locked`)"
+                "inferno-collapse-perf, inferno-flamegraph and inferno-diff-folded (`cargo install inferno --locked`)"
             }
             Need::Chromium => "a headless browser (`chromium --version` runs; Debian chromium)",
             Need::Debuginfod => {
