@@ -10,7 +10,6 @@
 //! Ctrl-F) highlights the frames whose name matches a regular expression and shows their share;
 //! a click zooms on a frame, `Reset zoom` undoes it.
 
-use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::io::Write;
 
@@ -29,15 +28,6 @@ pub struct DiffGraph {
     pub negate: bool,
 }
 
-/// A frame of the merged tree: its subtree's weights on each side.
-#[derive(Debug, Default)]
-struct Node {
-    name: String,
-    base: u64,
-    new: u64,
-    children: BTreeMap<String, usize>,
-}
-
 const FRAME_H: f64 = 16.0;
 const PAD_X: f64 = 10.0;
 const PAD_TOP: f64 = 3.0 * FRAME_H + 18.0;
@@ -49,35 +39,74 @@ const MIN_W: f64 = 0.1;
 /// The grey of an unchanged frame, and the lightest red or blue.
 const NEUTRAL: u8 = 220;
 
-/// The merged tree of the diff's stacks; node 0 is the root (`all`).
-fn tree(diff: &Diff) -> Vec<Node> {
-    let mut nodes = vec![Node {
-        name: "all".into(),
-        ..Node::default()
-    }];
-    for row in &diff.rows {
-        let mut at = 0;
-        nodes[0].base += row.base;
-        nodes[0].new += row.new;
-        for frame in row.stack.split(';') {
-            let next = match nodes[at].children.get(frame) {
-                Some(&i) => i,
-                None => {
-                    let i = nodes.len();
-                    nodes[at].children.insert(frame.to_string(), i);
-                    nodes.push(Node {
-                        name: frame.to_string(),
-                        ..Node::default()
-                    });
-                    i
-                }
-            };
-            at = next;
-            nodes[at].base += row.base;
-            nodes[at].new += row.new;
+/// A frame of the merged stacks: its name, depth (0: the root, `all`), place in width units, and
+/// its subtree's weights on each side.
+#[derive(Clone, Copy, Debug)]
+struct Node<'a> {
+    name: &'a str,
+    depth: usize,
+    x: u64,
+    base: u64,
+    new: u64,
+}
+
+/// The frames of the diff's stacks wider than `min` width units (the root always), merged as a
+/// flame graph merges them. The stacks are taken in the order of their frames (`;` before any
+/// character), so the stacks under a frame are consecutive: a frame opens at the first of them
+/// and closes at the first stack that leaves it, and only the open frames (one per depth) are
+/// held, never a tree of every frame: memory grows with the frames drawn, not with the stacks.
+fn merged<'a>(diff: &'a Diff, negate: bool, min: f64) -> Vec<Node<'a>> {
+    let width = |base: u64, new: u64| if negate { base } else { new };
+    let mut rows: Vec<&super::Row> = diff.rows.iter().collect();
+    rows.sort_unstable_by(|a, b| a.stack.split(';').cmp(b.stack.split(';')));
+    let mut root = Node {
+        name: "all",
+        depth: 0,
+        x: 0,
+        base: 0,
+        new: 0,
+    };
+    let mut open: Vec<Node<'a>> = Vec::new();
+    let mut drawn = Vec::new();
+    let close = |n: Node<'a>, drawn: &mut Vec<Node<'a>>| {
+        if width(n.base, n.new) as f64 >= min {
+            drawn.push(n);
         }
+    };
+    let mut x = 0u64;
+    for row in rows {
+        let mut same = 0;
+        for frame in row.stack.split(';') {
+            match open.get(same) {
+                Some(n) if n.name == frame => same += 1,
+                _ => break,
+            }
+        }
+        while open.len() > same {
+            let n = open.pop().expect("an open frame");
+            close(n, &mut drawn);
+        }
+        for frame in row.stack.split(';').skip(same) {
+            open.push(Node {
+                name: frame,
+                depth: open.len() + 1,
+                x,
+                base: 0,
+                new: 0,
+            });
+        }
+        for n in open.iter_mut().chain(std::iter::once(&mut root)) {
+            n.base += row.base;
+            n.new += row.new;
+        }
+        x += width(row.base, row.new);
     }
-    nodes
+    while let Some(n) = open.pop() {
+        close(n, &mut drawn);
+    }
+    drawn.push(root);
+    drawn.sort_unstable_by_key(|n| (n.depth, n.x));
+    drawn
 }
 
 /// The fill of a frame whose subtree changed by `delta`, `max` the largest change of any frame:
@@ -115,7 +144,7 @@ fn escape(name: &str, out: &mut String) {
 }
 
 /// The tooltip of a frame: `NAME: NEW 120 (12.00%), BASE 100 (10.00%), +20 (+20.00%)`.
-fn tooltip(n: &Node, totals: (u64, u64)) -> String {
+fn tooltip(n: &Node<'_>, totals: (u64, u64)) -> String {
     let pct = |w: u64, t: u64| {
         if t == 0 {
             0.0
@@ -145,34 +174,23 @@ impl DiffGraph {
     /// # Errors
     /// What writing to `out` returns.
     pub fn render(&self, diff: &Diff, out: &mut dyn Write) -> std::io::Result<()> {
-        let nodes = tree(diff);
-        let width_of = |n: &Node| if self.negate { n.base } else { n.new };
         let image_w = self.width.unwrap_or(1200) as f64;
-        let total = width_of(&nodes[0]).max(1) as f64;
-        let scale = (image_w - 2.0 * PAD_X) / total;
-        // The frames drawn, root first: (node, depth, x in weight units).
-        let mut drawn: Vec<(usize, usize, u64)> = Vec::new();
-        let mut todo = vec![(0usize, 0usize, 0u64)];
-        while let Some((i, depth, x)) = todo.pop() {
-            if width_of(&nodes[i]) as f64 * scale < MIN_W {
-                continue;
-            }
-            drawn.push((i, depth, x));
-            let mut cx = x;
-            for &c in nodes[i].children.values() {
-                todo.push((c, depth + 1, cx));
-                cx += width_of(&nodes[c]);
-            }
-        }
-        drawn.sort_unstable_by_key(|d| (d.1, d.2));
-        let depth = drawn.iter().map(|d| d.1).max().unwrap_or(0);
+        let total: u64 = (diff.rows.iter())
+            .map(|r| if self.negate { r.base } else { r.new })
+            .sum();
+        let scale = (image_w - 2.0 * PAD_X) / total.max(1) as f64;
+        // The frames drawn, root first.
+        let drawn = merged(diff, self.negate, MIN_W / scale);
+        let width_of = |n: &Node<'_>| if self.negate { n.base } else { n.new };
+        let depth = drawn.iter().map(|n| n.depth).max().unwrap_or(0);
         let image_h = PAD_TOP + (depth + 1) as f64 * FRAME_H + PAD_BOTTOM;
         let max = drawn
             .iter()
-            .filter(|d| d.0 != 0)
-            .map(|d| (nodes[d.0].new as f64 - nodes[d.0].base as f64).abs())
+            .filter(|n| n.depth != 0)
+            .map(|n| (n.new as f64 - n.base as f64).abs())
             .fold(0.0, f64::max);
-        let totals = (nodes[0].base, nodes[0].new);
+        let root = drawn[0];
+        let totals = (root.base, root.new);
 
         let mut s = String::with_capacity(drawn.len() * 300 + 8192);
         let title = self.title.as_deref().unwrap_or("Differential Flame Graph");
@@ -225,10 +243,10 @@ text {{ font-family: Verdana, sans-serif; font-size: {FONT}px; fill: rgb(0,0,0);
             sx = image_w - PAD_X - 60.0,
             my = image_h - 17.0,
             fw = image_w - 2.0 * PAD_X,
-            total = width_of(&nodes[0]),
+            total = total,
         );
-        for &(i, d, x) in &drawn {
-            let n = &nodes[i];
+        for n in &drawn {
+            let (d, x) = (n.depth, n.x);
             let w = width_of(n) as f64 * scale;
             let px = x as f64 * scale;
             let y = image_h - PAD_BOTTOM - (d + 1) as f64 * FRAME_H;
@@ -442,6 +460,31 @@ mod tests {
                 "kept rgb(220,220,220)"
             ]
         );
+    }
+
+    #[test]
+    fn a_frame_is_one_frame_whatever_names_sort_between_its_stacks() {
+        // As strings `x;a b` sorts between `x;a;c` and `x;a;d` (' ' < ';'); as frames it follows.
+        let d = diff("x;a;c 1\nx;a b 4\nx;a;d 2\n", "x;a;c 1\nx;a b 4\nx;a;d 3\n");
+        let nodes = merged(&d, false, 0.0);
+        let got: Vec<(&str, usize, u64, u64, u64)> = nodes
+            .iter()
+            .map(|n| (n.name, n.depth, n.x, n.base, n.new))
+            .collect();
+        assert_eq!(
+            got,
+            [
+                ("all", 0, 0, 7, 8),
+                ("x", 1, 0, 7, 8),
+                ("a", 2, 0, 3, 4),
+                ("a b", 2, 4, 4, 4),
+                ("c", 3, 0, 1, 1),
+                ("d", 3, 1, 2, 3),
+            ]
+        );
+        // Frames narrower than the least width are left out, with all they hold.
+        let wide: Vec<&str> = merged(&d, false, 3.5).iter().map(|n| n.name).collect();
+        assert_eq!(wide, ["all", "x", "a", "a b"]);
     }
 
     #[test]
