@@ -271,7 +271,7 @@ text {{ font-family: Verdana, sans-serif; font-size: {FONT}px; fill: rgb(0,0,0);
             if fits >= 3.0 {
                 let chars = n.name.chars().count();
                 if chars as f64 <= fits {
-                    escape(&n.name, &mut s);
+                    escape(n.name, &mut s);
                 } else {
                     let keep: String = n.name.chars().take(fits as usize - 2).collect();
                     escape(&keep, &mut s);
