@@ -324,20 +324,22 @@ t.close()
     at
 }
 
-#[test]
-fn archive_members_that_leave_it_are_skipped_and_counted() {
-    let dir = Dir::new("hostile");
-    let tar = hostile_tar(&dir);
-    let none = empty_dir(&dir, "no-cache");
-    let rec = fixture("callgraph.pipe.data");
-    let args = ["--symbols", tar.to_str().unwrap(), "--stats"];
-    let (stats, folded) = profile(&dir, &none, &[], &rec, &args);
-    // `../escape`, `/absolute`, the hard link out, the link out of `.build-id` and the absolute
-    // link the kernel's kallsyms was looked up through.
-    assert!(counter(&stats, "archive_entries_rejected") >= 4, "{stats}");
-    assert!(folded.contains("[[kernel.kallsyms]]"), "{folded}");
-    assert!(!dir.path("escape").exists() && !Path::new("/absolute").exists());
-}
+pipetest!(
+    archive_members_that_leave_it_are_skipped_and_counted,
+    |_dir| {
+        let dir = Dir::new("hostile");
+        let tar = hostile_tar(&dir);
+        let none = empty_dir(&dir, "no-cache");
+        let rec = fixture("callgraph.pipe.data");
+        let args = ["--symbols", tar.to_str().unwrap(), "--stats"];
+        let (stats, folded) = profile(&dir, &none, &[], &rec, &args);
+        // `../escape`, `/absolute`, the hard link out, the link out of `.build-id` and the absolute
+        // link the kernel's kallsyms was looked up through.
+        assert!(counter(&stats, "archive_entries_rejected") >= 4, "{stats}");
+        assert!(folded.contains("[[kernel.kallsyms]]"), "{folded}");
+        assert!(!dir.path("escape").exists() && !Path::new("/absolute").exists());
+    }
+);
 
 /// `record` as another host: in a UTS namespace of its own named `perfpipe-otherhost`, so the
 /// stream's HEADER_HOSTNAME is not this machine's.

@@ -4,9 +4,12 @@
 //!   every reader, 6.1 and 6.12), signals sent once they are caught.
 //! - `readers`: the reader check (every reader reads our output as it reads the input), and that a
 //!   reader rejecting a broken header fails it.
-//! - `needs`: what tests need (perf, cc, mounting, tracefs, `script`): a missing need makes its
+//! - `needs`: the harness (`harness = false`: libtest's command line and summary through
+//!   `libtest-mimic`, the tests that `pipetest!` declares collected by `inventory`) and what tests
+//!   need (perf, cc, mounting, tracefs, `script`, …), probed when they run: a missing need makes its
 //!   tests ignored with the reason, counted in the summary, or under `CI` failed; never a silent pass.
-//! - `skipping`: that mechanism, checked: a test that needs perf fails without it, and the rules.
+//! - `skipping`: that mechanism, checked: a test that needs perf is never a pass without it, no
+//!   plain `#[test]` (it would never run), no test skips by itself.
 //! - `passthrough`: byte-identical round trips over fixtures and live recordings, accepted by perf.
 //! - `chunking`: the same stream in every read size and split gives the same output.
 //! - `buildid`: `--buildid`/`--buildid-all`/`perfpipe inject` against `perf inject -b` on live recordings.
@@ -80,3 +83,7 @@ mod skipping;
 mod stats;
 mod unwind;
 mod workloads;
+
+fn main() -> std::process::ExitCode {
+    needs::main()
+}
