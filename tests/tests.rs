@@ -43,6 +43,7 @@
 //! - `memory`: RSS stays under the stated bound behind a throttled reader; a stalled producer costs no CPU.
 //! - `outputs`: the output decided and checked before the first byte is read, on an input that never
 //!   ends: `-o DIR/` writes the dataset while it is open; an impossible output exits 2 at once.
+//! - `help`: every command's `--help` fits 100 columns, with one help column per section.
 //! - `dataset`: the Parquet dataset as a fleet writes it: partitions from the stream (a recording
 //!   made in a UTS namespace, CLOCK_DATA dates), `--rotate` parts, read by Spark and DuckDB against
 //!   `perf report`, and the queries of `docs/parquet.md` run on it.
@@ -65,6 +66,7 @@ mod fields;
 mod filemode;
 mod filter;
 mod fold;
+mod help;
 mod inject;
 mod malformed;
 mod memory;
