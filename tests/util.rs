@@ -387,6 +387,39 @@ pub fn perf_record(args: &[&str], workload: &[&str]) -> Vec<u8> {
     oracle().record(args, workload)
 }
 
+/// How many times [`record_until`] records at most: the workload does `2^(ROUNDS-1)` = 32 times
+/// the first round's work in the last.
+pub const RECORD_ROUNDS: u32 = 6;
+
+/// Records until the recording has what the test needs, never for a time: `record(round)` makes
+/// a recording whose workload does `2^round` times the work of round 0 (the test's choice of a
+/// work count, doubled each round), and `lacks(&recording)` says what it still lacks (`None` once
+/// it has everything). Returns the first recording that lacks nothing, with the round it took.
+/// A sampled event that counts the workload's own CPU time gives samples in proportion to the
+/// work done, whatever else runs on the machine; the rounds are for what a busy machine can still
+/// take away (a sample rate the kernel throttles, an unlucky phase of a short loop).
+///
+/// # Panics
+///
+/// After [`RECORD_ROUNDS`] recordings that all lack something, naming what the last one lacked.
+pub fn record_until(
+    mut record: impl FnMut(u32) -> Vec<u8>,
+    lacks: impl Fn(&[u8]) -> Option<String>,
+) -> (Vec<u8>, u32) {
+    let mut last = String::new();
+    for round in 0..RECORD_ROUNDS {
+        let rec = record(round);
+        match lacks(&rec) {
+            None => return (rec, round),
+            Some(why) => {
+                eprintln!("record_until: round {round} lacks {why}; recording twice the work");
+                last = why;
+            }
+        }
+    }
+    panic!("{RECORD_ROUNDS} recordings, each of twice the work of the one before, all lack {last}")
+}
+
 /// [`perf_record`], with perf's standard error (where the workload's own goes too).
 pub fn perf_record_err(args: &[&str], workload: &[&str]) -> (Vec<u8>, String) {
     oracle().record_err(args, workload)
