@@ -374,10 +374,64 @@ impl Test {
 /// Runs every submitted [`Test`] as libtest would (its arguments: filters, `--exact`, `--list`,
 /// `--test-threads`, `--ignored`, …), in name order.
 pub fn main() -> ExitCode {
-    let args = libtest_mimic::Arguments::from_args();
+    let (filters, rest) = filters(std::env::args().collect());
+    let mut args = libtest_mimic::Arguments::from_iter(rest);
     let ci = is_ci(std::env::var_os("CI").as_deref());
     let mut tests: Vec<&Test> = inventory::iter::<Test>.into_iter().collect();
     tests.sort_by_key(|t| t.path());
+    // libtest takes any number of filters (a test runs if it matches one); libtest-mimic takes
+    // one: with more, they are applied here.
+    let mut filtered_out = 0;
+    match &filters[..] {
+        [] => {}
+        [one] => args.filter = Some(one.clone()),
+        many => {
+            let before = tests.len();
+            tests.retain(|t| {
+                let path = t.path();
+                many.iter().any(|f| {
+                    if args.exact {
+                        path == *f
+                    } else {
+                        path.contains(f.as_str())
+                    }
+                })
+            });
+            filtered_out = before - tests.len();
+        }
+    }
     let trials = tests.iter().map(|t| t.trial(ci)).collect();
-    libtest_mimic::run(&args, trials).exit_code()
+    let conclusion = libtest_mimic::run(&args, trials);
+    if filtered_out > 0 && !args.list {
+        println!("({filtered_out} more filtered out by the filters)");
+    }
+    conclusion.exit_code()
+}
+
+/// The filters (libtest's positional arguments) of a test binary's command line `argv`, and the
+/// command line without them.
+fn filters(argv: Vec<String>) -> (Vec<String>, Vec<String>) {
+    const TAKE_A_VALUE: [&str; 6] = [
+        "--test-threads",
+        "--skip",
+        "--logfile",
+        "--color",
+        "--format",
+        "-Z",
+    ];
+    let mut rest = Vec::new();
+    let mut filters = Vec::new();
+    let mut args = argv.into_iter();
+    rest.extend(args.next());
+    while let Some(a) = args.next() {
+        if TAKE_A_VALUE.contains(&a.as_str()) {
+            rest.push(a);
+            rest.extend(args.next());
+        } else if a.starts_with('-') {
+            rest.push(a);
+        } else {
+            filters.push(a);
+        }
+    }
+    (filters, rest)
 }

@@ -233,3 +233,18 @@ fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
         }
     }
 }
+
+pipetest!(
+    /// As with libtest, every filter on the command line selects tests (libtest-mimic alone takes
+    /// one): two exact names run those two tests.
+    several_filters_select_the_tests_of_each, |_dir| {
+        let out = Command::new(std::env::current_exe().expect("this test binary"))
+            .args(["--exact", "skipping::what_counts_as_ci", "skipping::every_missing_need_is_named"])
+            .env_remove("CI")
+            .output()
+            .expect("run this test binary");
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(out.status.success(), "{text}");
+        assert!(text.contains("test result: ok. 2 passed; 0 failed; 0 ignored;"), "{text}");
+    }
+);
