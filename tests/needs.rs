@@ -376,6 +376,12 @@ impl Test {
 pub fn main() -> ExitCode {
     let (filters, rest) = filters(std::env::args().collect());
     let mut args = libtest_mimic::Arguments::from_iter(rest);
+    // libtest's variable for --test-threads, which libtest-mimic does not read.
+    if args.test_threads.is_none() {
+        args.test_threads = std::env::var("RUST_TEST_THREADS")
+            .ok()
+            .and_then(|n| n.parse().ok());
+    }
     let ci = is_ci(std::env::var_os("CI").as_deref());
     let mut tests: Vec<&Test> = inventory::iter::<Test>.into_iter().collect();
     tests.sort_by_key(|t| t.path());
