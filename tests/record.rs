@@ -532,6 +532,15 @@ pipetest!(needs(perf, cc)
     };
     let named = share(&|l| l.contains("spin_a") || l.contains("spin_b"));
     let all = share(&|_| true);
+    let by_comm = || {
+        let t = perf_on(&["report", "--stdio", "--no-children", "-q", "--sort", "comm,pid"], &bytes);
+        t.lines().take(25).collect::<Vec<_>>().join("\n")
+    };
+    assert!(
+        all > 0.0,
+        "no sample of comm `spin` ({st:?}); by comm and pid:\n{}",
+        by_comm()
+    );
     assert!(named > 0.9 * all, "spin's samples by symbol:\n{text}");
 });
 
