@@ -25,14 +25,12 @@ fn assert_fails(out: &Output, input: &[u8], kept: usize, needle: &str) {
     eqnice!(input[..kept].to_vec(), out.stdout);
 }
 
-#[test]
-fn empty_input() {
+pipetest!(empty_input, |_dir| {
     let out = perfpipe(&[], b"");
     assert_fails(&out, b"", 0, "empty input");
-}
+});
 
-#[test]
-fn wrong_magic() {
+pipetest!(wrong_magic, |_dir| {
     let mut v = valid();
     v[..8].copy_from_slice(b"NOTPERF!");
     assert_fails(
@@ -41,18 +39,16 @@ fn wrong_magic() {
         0,
         "offset 0: not a perf pipe stream",
     );
-}
+});
 
-#[test]
-fn file_mode_header_gets_a_conversion_hint() {
+pipetest!(file_mode_header_gets_a_conversion_hint, |_dir| {
     let mut v = b"PERFILE2".to_vec();
     v.extend_from_slice(&104u64.to_le_bytes());
     v.resize(200, 0);
     assert_fails(&perfpipe(&[], &v), &v, 0, "perf inject -i FILE -o -");
-}
+});
 
-#[test]
-fn bad_header_size() {
+pipetest!(bad_header_size, |_dir| {
     let mut v = valid();
     v[8..16].copy_from_slice(&24u64.to_le_bytes());
     assert_fails(
@@ -61,16 +57,14 @@ fn bad_header_size() {
         0,
         "offset 8: pipe header size is 24",
     );
-}
+});
 
-#[test]
-fn truncated_header() {
+pipetest!(truncated_header, |_dir| {
     let v = valid();
     assert_fails(&perfpipe(&[], &v[..11]), &v, 0, "offset 0: input truncated");
-}
+});
 
-#[test]
-fn truncated_record() {
+pipetest!(truncated_record, |_dir| {
     let mut v = valid();
     v.extend_from_slice(&raw_record(9, 48)[..30]);
     let out = perfpipe(&[], &v);
@@ -80,10 +74,9 @@ fn truncated_record() {
         32,
         "offset 32: input truncated inside a SAMPLE record: 30 of 48 bytes",
     );
-}
+});
 
-#[test]
-fn truncated_record_header() {
+pipetest!(truncated_record_header, |_dir| {
     let mut v = valid();
     v.extend_from_slice(&[9, 0, 0]);
     assert_fails(
@@ -92,10 +85,9 @@ fn truncated_record_header() {
         32,
         "offset 32: input truncated inside a record header",
     );
-}
+});
 
-#[test]
-fn size_smaller_than_header() {
+pipetest!(size_smaller_than_header, |_dir| {
     for size in [0u16, 4, 7] {
         let mut v = valid();
         v.extend_from_slice(&raw_record(9, 8)[..6]);
@@ -109,10 +101,9 @@ fn size_smaller_than_header() {
             &format!("offset 32: SAMPLE record has size {size}, smaller than its 8-byte header"),
         );
     }
-}
+});
 
-#[test]
-fn absurd_tracing_data_size() {
+pipetest!(absurd_tracing_data_size, |_dir| {
     let mut v = valid();
     let mut r = raw_record(66, 16);
     r[8..12].copy_from_slice(&u32::MAX.to_le_bytes());
@@ -124,10 +115,9 @@ fn absurd_tracing_data_size() {
         32,
         "offset 32: TRACING_DATA payload of 4294967295 bytes exceeds",
     );
-}
+});
 
-#[test]
-fn tracing_data_beyond_the_stream() {
+pipetest!(tracing_data_beyond_the_stream, |_dir| {
     let mut v = valid();
     let mut r = raw_record(66, 16);
     r[8..12].copy_from_slice(&4096u32.to_le_bytes());
@@ -140,30 +130,28 @@ fn tracing_data_beyond_the_stream() {
         32,
         "offset 32: input truncated inside a TRACING_DATA record: 116 of 4112 bytes",
     );
-}
+});
 
-#[test]
-fn bogus_attr_size() {
+pipetest!(bogus_attr_size, |_dir| {
     let mut v = valid();
     let mut r = raw_record(64, 80);
     r[12..16].copy_from_slice(&13u32.to_le_bytes()); // attr.size
     v.extend_from_slice(&r);
     let out = perfpipe(&[], &v);
     assert_fails(&out, &v, 32, "offset 32: ATTR record: attr.size 13");
-}
+});
 
-#[test]
-fn invalid_record_type() {
+pipetest!(invalid_record_type, |_dir| {
     let mut v = valid();
     v.extend_from_slice(&raw_record(0x1234_5678, 16));
     let out = perfpipe(&[], &v);
     assert_fails(&out, &v, 32, "offset 32: invalid record type 305419896");
-}
+});
 
-/// Random bytes after a valid start: an error (never a panic or a hang), and the valid records
-/// before the garbage are written.
-#[test]
-fn random_bytes_after_a_valid_start() {
+pipetest!(
+    /// Random bytes after a valid start: an error (never a panic or a hang), and the valid records
+    /// before the garbage are written.
+    random_bytes_after_a_valid_start, |_dir| {
     let base = fixture_bytes("cpu-clock.pipe.data");
     // A prefix of whole records: the preamble up to and including the first FEATURE records.
     let keep = 16 + 8 * 1024;
@@ -185,4 +173,4 @@ fn random_bytes_after_a_valid_start() {
         assert!(v.starts_with(&out.stdout), "round {round}");
         assert!(out.stdout.len() >= 16, "round {round}");
     }
-}
+});

@@ -122,29 +122,15 @@ fn accept(input: &[u8]) {
     }
 }
 
-#[test]
-#[cfg_attr(
-    any(skip_perf, skip_perf612),
-    ignore = "needs perf and perf 6.12 (missing at build time)"
-)]
-fn multiprocess_callgraph() {
-    require(Need::Perf);
-    require(Need::Perf612);
+pipetest!(needs(perf, perf612) multiprocess_callgraph, |_dir| {
     let w = workload();
     accept(&perf_record(
         &["-e", "cpu-clock", "-c", "200000", "-g"],
         &[&w, "multi", "2"],
     ));
-}
+});
 
-#[test]
-#[cfg_attr(
-    any(skip_perf, skip_perf612),
-    ignore = "needs perf and perf 6.12 (missing at build time)"
-)]
-fn dwarf_callgraph() {
-    require(Need::Perf);
-    require(Need::Perf612);
+pipetest!(needs(perf, perf612) dwarf_callgraph, |_dir| {
     let w = workload();
     accept(&perf_record(
         &[
@@ -157,31 +143,17 @@ fn dwarf_callgraph() {
         ],
         &[&w, "single", "3"],
     ));
-}
+});
 
-#[test]
-#[cfg_attr(
-    any(skip_perf, skip_perf612),
-    ignore = "needs perf and perf 6.12 (missing at build time)"
-)]
-fn two_events() {
-    require(Need::Perf);
-    require(Need::Perf612);
+pipetest!(needs(perf, perf612) two_events, |_dir| {
     let w = workload();
     accept(&perf_record(
         &["-e", "cpu-clock,task-clock", "-c", "200000"],
         &[&w, "single"],
     ));
-}
+});
 
-#[test]
-#[cfg_attr(
-    any(skip_perf, skip_perf612),
-    ignore = "needs perf and perf 6.12 (missing at build time)"
-)]
-fn threads() {
-    require(Need::Perf);
-    require(Need::Perf612);
+pipetest!(needs(perf, perf612) threads, |_dir| {
     // perf's own threaded benchmark: 2 groups of 20 sender/receiver threads.
     let input = perf_record(
         &["-e", "cpu-clock", "-c", "100000", "-g"],
@@ -213,26 +185,22 @@ fn threads() {
         "expected the benchmark's threads, got {forks} FORKs"
     );
     accept(&input);
-}
+});
 
-/// `--buildid-callchain` marks at least what `--buildid` marks, and perf reads it.
-#[test]
-#[cfg_attr(skip_perf, ignore = "needs perf (missing at build time)")]
-fn callchain_frames_hit_too() {
-    require(Need::Perf);
+pipetest!(needs(perf)
+    /// `--buildid-callchain` marks at least what `--buildid` marks, and perf reads it.
+    callchain_frames_hit_too, |_dir| {
     let input = fixture_bytes("callgraph.pipe.data");
     let (ip, _) = ours(&["--buildid"], &input);
     let (cc, stats) = ours(&["--buildid-callchain"], &input);
     let (ip, cc) = (pairs(&ip), pairs(&cc));
     assert!(cc.is_superset(&ip), "callchain: {cc:?}\nip: {ip:?}");
     assert_eq!(counter(&stats, "build_ids_injected") as usize, cc.len());
-}
+});
 
-/// A byte-swapped (big-endian) stream gets its records in its own byte order.
-#[test]
-#[cfg_attr(skip_perf, ignore = "needs perf (missing at build time)")]
-fn big_endian_stream() {
-    require(Need::Perf);
+pipetest!(needs(perf)
+    /// A byte-swapped (big-endian) stream gets its records in its own byte order.
+    big_endian_stream, |_dir| {
     let input = fixture_bytes("bigendian.pipe.data");
     let (out, stats) = ours(&["--buildid"], &input);
     assert!(counter(&stats, "build_ids_injected") >= 2, "{stats}");
@@ -240,22 +208,15 @@ fn big_endian_stream() {
         count_samples(&perf_script(&input)),
         count_samples(&perf_script(&out))
     );
-}
+});
 
-#[test]
-#[cfg_attr(
-    any(skip_perf, skip_perf612),
-    ignore = "needs perf and perf 6.12 (missing at build time)"
-)]
-fn buildid_mmap() {
-    require(Need::Perf);
-    require(Need::Perf612);
+pipetest!(needs(perf, perf612) buildid_mmap, |_dir| {
     let w = workload();
     accept(&perf_record(
         &["-e", "cpu-clock", "-c", "200000", "--buildid-mmap"],
         &[&w, "single"],
     ));
-}
+});
 
 pipetest!(needs(perf)
     /// A binary deleted between recording and injection is counted missing, not fatal, and the
@@ -277,10 +238,7 @@ pipetest!(needs(perf)
     same_samples(&input, &out);
 });
 
-#[test]
-#[cfg_attr(skip_perf, ignore = "needs perf (missing at build time)")]
-fn compressed() {
-    require(Need::Perf);
+pipetest!(needs(perf) compressed, |_dir| {
     let w = workload();
     let input = perf_record(&["-e", "cpu-clock", "-c", "100000", "-z"], &[&w, "single"]);
     let (out, stats) = ours(&["--buildid"], &input);
@@ -292,16 +250,9 @@ fn compressed() {
     // perf 6.1 cannot read its own compressed pipe streams ("Couldn't decompress data"): compare
     // with the decompressed input.
     same_samples(&plain, &out);
-}
+});
 
-#[test]
-#[cfg_attr(
-    any(skip_perf, skip_tracefs),
-    ignore = "needs perf and tracefs (missing at build time)"
-)]
-fn tracepoints() {
-    require(Need::Perf);
-    require(Need::Tracefs);
+pipetest!(needs(perf, tracefs) tracepoints, |_dir| {
     let w = workload();
     let input = perf_record(&["-e", "sched:sched_switch"], &[&w, "multi", "2"]);
     // perf 6.1 inject -b and buildid-list fail on tracing data in a pipe ("tracing data size
@@ -311,12 +262,9 @@ fn tracepoints() {
     let (a, b) = (perf_script(&input), perf_script(&out));
     assert!(count_samples(&a) > 0);
     eqnice!(count_samples(&a), count_samples(&b));
-}
+});
 
-#[test]
-#[cfg_attr(skip_perf, ignore = "needs perf (missing at build time)")]
-fn kernel_and_vdso_ids_come_from_this_host() {
-    require(Need::Perf);
+pipetest!(needs(perf) kernel_and_vdso_ids_come_from_this_host, |_dir| {
     // Recorded here and now: a fixture recorded on another kernel release is, rightly, not this
     // host, and gets no kernel id.
     let w = workload();
@@ -343,12 +291,9 @@ fn kernel_and_vdso_ids_come_from_this_host() {
     let out = perfpipe(&["inject", "--buildid-all", "--host-ids", "no"], &input);
     assert!(out.status.success());
     assert!(pairs(&out.stdout).iter().all(|(_, p)| !is_addition(p)));
-}
+});
 
-#[test]
-#[cfg_attr(skip_perf, ignore = "needs perf (missing at build time)")]
-fn inject_is_a_drop_in() {
-    require(Need::Perf);
+pipetest!(needs(perf) inject_is_a_drop_in, |_dir| {
     let input = fixture_bytes("multiproc.pipe.data");
     let a = perfpipe(&["inject", "-b", "-i", "-", "-o", "-"], &input);
     assert!(a.status.success());
@@ -388,12 +333,12 @@ fn inject_is_a_drop_in() {
     let bad = perfpipe(&["inject", "-b", "--known-build-ids", "nonsense"], &input);
     assert!(!bad.status.success());
     assert!(String::from_utf8_lossy(&bad.stderr).contains("--known-build-ids"));
-}
+});
 
-/// Output flows while the input is still open: the BUILD_ID records and the samples after them come
-/// out before the writer closes the pipe.
-#[test]
-fn streams_before_input_ends() {
+pipetest!(
+    /// Output flows while the input is still open: the BUILD_ID records and the samples after them come
+    /// out before the writer closes the pipe.
+    streams_before_input_ends, |_dir| {
     let input = fixture_bytes("multiproc.pipe.data");
     let mut child = Command::new(bin())
         .args(["--buildid", "--batch-size", "4K", "--queue", "1"])
@@ -444,7 +389,7 @@ fn streams_before_input_ends() {
     assert!(child.wait().unwrap().success());
     assert!(out.len() > input.len(), "no BUILD_ID records added");
     assert!(out.windows(8).any(|w| w == b"/usr/bin"), "no BUILD_ID path");
-}
+});
 
 // ---------------------------------------------------------------------------------------------
 // `perf record --buildid-mmap` (perf record's default since 6.17): the ids come in the MMAP2s.
@@ -559,3 +504,49 @@ pipetest!(needs(perf)
         superset(&file_pairs(&ours_file), &theirs_file);
     }
 });
+
+pipetest!(needs(mount)
+    /// A file that exists only in another mount namespace (a tmpfs of a private namespace) is read
+    /// through `/proc/<pid>/root`: with the pid its build id is the original's, without it the
+    /// file is missing. The namespace's shell says `ready` once the file is there, and waits for
+    /// its standard input to close (at the end of the test) before it exits.
+    other_mount_namespace_is_read_through_proc_root, |dir| {
+        use perfpipe_stream::model::dso::{read_build_id, Outcome};
+        use std::io::BufRead as _;
+        let at = dir.path("ns");
+        std::fs::create_dir_all(&at).unwrap();
+        let script = format!(
+            "mount -t tmpfs none {d} && cp /usr/bin/gzip {d}/g && echo ready && cat >/dev/null",
+            d = at.display()
+        );
+        let mut child = Command::new("unshare")
+            .args(["--mount", "--propagation", "private", "sh", "-c", &script])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("unshare");
+        let mut line = String::new();
+        let _ = std::io::BufReader::new(child.stdout.take().unwrap()).read_line(&mut line);
+        if line.trim() != "ready" {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("cannot make a mount namespace with a tmpfs in it");
+        }
+        let pid = child.id();
+        let inside = at.join("g");
+        let outcomes = (
+            inside.exists(),
+            read_build_id(std::path::Path::new("/usr/bin/gzip"), None, false),
+            read_build_id(&inside, Some(pid), false),
+            read_build_id(&inside, None, false),
+        );
+        drop(child.stdin.take());
+        let _ = child.wait();
+        let (visible, want, through_proc, without_pid) = outcomes;
+        assert!(!visible, "the tmpfs is private to the namespace");
+        assert!(matches!(want, Outcome::Found(_)), "{want:?}");
+        assert_eq!(through_proc, want);
+        assert_eq!(without_pid, Outcome::Missing);
+    }
+);

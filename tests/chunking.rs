@@ -82,9 +82,9 @@ fn decode_prefix(v: &[u8]) -> ((), usize) {
     }
 }
 
-/// Every read size from 1 byte up to several records gives the same output.
-#[test]
-fn every_read_size_gives_the_same_records() {
+pipetest!(
+    /// Every read size from 1 byte up to several records gives the same output.
+    every_read_size_gives_the_same_records, |_dir| {
     for input in inputs() {
         let want = reference(&input);
         assert_eq!(want.0, *input);
@@ -95,24 +95,23 @@ fn every_read_size_gives_the_same_records() {
             }
         }
     }
-}
+});
 
-/// Splitting the stream in two at every byte position gives the same records.
-#[test]
-fn every_split_point_gives_the_same_records() {
+pipetest!(
+    /// Splitting the stream in two at every byte position gives the same records.
+    every_split_point_gives_the_same_records, |_dir| {
     let input = inputs().remove(0);
     let want = reference(&input);
     for cut in 1..input.len() {
         let got = decode(&input, vec![cut, input.len()], HEADROOM);
         assert!(got == want, "split at {cut}");
     }
-}
+});
 
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(64))]
     /// Arbitrary sequences of read sizes give the same records.
-    #[test]
-    fn random_read_sizes(sizes in proptest::collection::vec(1usize..5000, 1..40), headroom in prop::bool::ANY) {
+    fn random_read_sizes_cases(sizes in proptest::collection::vec(1usize..5000, 1..40), headroom in prop::bool::ANY) {
         for input in inputs() {
             let want = reference(&input);
             let got = decode(&input, sizes.clone(), if headroom { HEADROOM } else { 0 });
@@ -120,3 +119,7 @@ proptest! {
         }
     }
 }
+
+pipetest!(random_read_sizes, |_dir| {
+    random_read_sizes_cases();
+});

@@ -54,12 +54,12 @@ fn drain<R: std::io::Read + Send + 'static>(mut r: R) -> std::thread::JoinHandle
     })
 }
 
-/// First SIGINT or SIGTERM while the input is still coming: perfpipe keeps draining, says why
-/// after a second, writes every byte, prints the figures and exits 0. Through passthrough and
-/// through a four-thread pipeline. The signal goes once perfpipe catches it (`signal`), the rest
-/// of the input once the notice is out.
-#[test]
-fn first_signal_drains_until_upstream_ends() {
+pipetest!(
+    /// First SIGINT or SIGTERM while the input is still coming: perfpipe keeps draining, says why
+    /// after a second, writes every byte, prints the figures and exits 0. Through passthrough and
+    /// through a four-thread pipeline. The signal goes once perfpipe catches it (`signal`), the rest
+    /// of the input once the notice is out.
+    first_signal_drains_until_upstream_ends, |_dir| {
     let input = big_stream(20);
     for sig in [libc::SIGINT, libc::SIGTERM] {
         for args in [&["--stats"][..], &["--stats", "--decompress"]] {
@@ -90,12 +90,12 @@ fn first_signal_drains_until_upstream_ends() {
             );
         }
     }
-}
+});
 
-/// A second SIGINT stops at once even though the upstream never ends: status 130, the figures so
-/// far, and what was written is whole records from the start of the input.
-#[test]
-fn second_sigint_aborts_at_once() {
+pipetest!(
+    /// A second SIGINT stops at once even though the upstream never ends: status 130, the figures so
+    /// far, and what was written is whole records from the start of the input.
+    second_sigint_aborts_at_once, |_dir| {
     let input = big_stream(4);
     let mut child = spawn(&["--stats"]);
     let mut sin = child.stdin.take().unwrap();
@@ -138,7 +138,7 @@ fn second_sigint_aborts_at_once() {
     // Everything sent had been written before the signals, and nothing after it was torn.
     assert!(is_record_prefix(&input, &out), "{} bytes", out.len());
     eqnice!(input.len(), out.len());
-}
+});
 
 /// A producer that writes the stream's records forever (until its reader goes away).
 fn endless_upstream(mut sin: std::process::ChildStdin) -> std::thread::JoinHandle<u64> {
@@ -157,10 +157,10 @@ fn endless_upstream(mut sin: std::process::ChildStdin) -> std::thread::JoinHandl
     })
 }
 
-/// The downstream closes while the upstream never ends: perfpipe stops promptly with status 0,
-/// no error text, and with `--stats` says how many records it had written.
-#[test]
-fn closed_downstream_stops_promptly_and_says_how_far() {
+pipetest!(
+    /// The downstream closes while the upstream never ends: perfpipe stops promptly with status 0,
+    /// no error text, and with `--stats` says how many records it had written.
+    closed_downstream_stops_promptly_and_says_how_far, |_dir| {
     let input = fixture_bytes("callgraph.pipe.data");
     for args in [&["--stats"][..], &["--stats", "--buildid-all"]] {
         let mut child = spawn(args);
@@ -192,13 +192,13 @@ fn closed_downstream_stops_promptly_and_says_how_far() {
         );
         assert!(!err.contains("Broken pipe"), "{args:?}: {err}");
     }
-}
+});
 
-/// The upstream is killed in the middle of a record: every complete record before it is written
-/// (through passthrough, and through `--buildid` exactly as for the input cut at the last
-/// boundary), the truncation is reported with its offset and type, and the status is 1.
-#[test]
-fn upstream_killed_mid_record() {
+pipetest!(
+    /// The upstream is killed in the middle of a record: every complete record before it is written
+    /// (through passthrough, and through `--buildid` exactly as for the input cut at the last
+    /// boundary), the truncation is reported with its offset and type, and the status is 1.
+    upstream_killed_mid_record, |_dir| {
     let input = big_stream(3);
     let dir = Dir::new("upstream-killed");
     let file = dir.write("in.data", &input);
@@ -262,7 +262,7 @@ fn upstream_killed_mid_record() {
             expected.len()
         );
     }
-}
+});
 
 /// A 1 MiB tmpfs, unmounted at drop.
 struct SmallDisk(std::path::PathBuf);
@@ -289,14 +289,10 @@ impl Drop for SmallDisk {
     }
 }
 
-/// The output is on a full disk: a clear error naming the file (or stdout) and ENOSPC, status 1,
-/// and what reached the disk is the start of the stream, never a torn or reordered record run.
-#[test]
-#[cfg_attr(
-    skip_mount,
-    ignore = "needs to mount a tmpfs (not allowed at build time)"
-)]
-fn output_on_a_full_disk() {
+pipetest!(needs(mount)
+    /// The output is on a full disk: a clear error naming the file (or stdout) and ENOSPC, status 1,
+    /// and what reached the disk is the start of the stream, never a torn or reordered record run.
+    output_on_a_full_disk, |_dir| {
     let dir = Dir::new("full-disk");
     let disk = SmallDisk::mount(&dir);
     let input = big_stream(20); // ~3 MB, three times the disk
@@ -365,4 +361,4 @@ fn output_on_a_full_disk() {
             let _ = std::fs::remove_file(e.unwrap().path());
         }
     }
-}
+});

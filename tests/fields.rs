@@ -115,36 +115,34 @@ fn perf_samples(script: &str) -> Vec<String> {
     v
 }
 
-/// Sample counts per attr follow the fixture's recorded stats (cpu-clock 1836, task-clock 1837).
-#[test]
-fn two_events_samples_are_told_apart_by_id() {
+pipetest!(
+    /// Sample counts per attr follow the fixture's recorded stats (cpu-clock 1836, task-clock 1837).
+    two_events_samples_are_told_apart_by_id, |_dir| {
     let f = extract("two-events.pipe.data");
     eqnice!(vec![1836, 1837], f.per_attr);
-}
+});
 
-/// The big-endian fixture reads the same fields as the little-endian one it was made from.
-#[test]
-fn byte_swapped_stream_reads_the_same_fields() {
+pipetest!(
+    /// The big-endian fixture reads the same fields as the little-endian one it was made from.
+    byte_swapped_stream_reads_the_same_fields, |_dir| {
     let le = extract("cpu-clock.pipe.data");
     let be = extract("bigendian.pipe.data");
     assert_eq!(le.samples.len(), 3333);
     eqnice!(le.samples, be.samples);
     eqnice!(le.trailers, be.trailers);
-}
+});
 
-/// Callchains are found after the fixed fields, and start with a context marker.
-#[test]
-fn callchains_start_with_a_context_marker() {
+pipetest!(
+    /// Callchains are found after the fixed fields, and start with a context marker.
+    callchains_start_with_a_context_marker, |_dir| {
     let f = extract("callgraph.pipe.data");
     assert_eq!(f.chains.1, 1777);
     assert_eq!(f.chains.0, 1777);
-}
+});
 
-/// pid, tid, time and ip of every sample, and pid/tid/time of every trailer, equal perf script's.
-#[test]
-#[cfg_attr(skip_perf, ignore = "needs perf (missing at build time)")]
-fn fields_match_perf_script() {
-    require(Need::Perf);
+pipetest!(needs(perf)
+    /// pid, tid, time and ip of every sample, and pid/tid/time of every trailer, equal perf script's.
+    fields_match_perf_script, |_dir| {
     for name in [
         "cpu-clock.pipe.data",
         "two-events.pipe.data",
@@ -183,4 +181,4 @@ fn fields_match_perf_script() {
             .collect();
         eqnice!(theirs, ours_nonzero);
     }
-}
+});

@@ -386,8 +386,7 @@ fn oracles() -> &'static [Oracle] {
 proptest! {
     #![proptest_config(ProptestConfig { cases: 24, ..ProptestConfig::default() })]
 
-    #[test]
-    fn expressions_are_the_algebra_of_their_predicates(t in tree(), u in tree()) {
+    fn expressions_are_the_algebra_cases(t in tree(), u in tree()) {
         for o in oracles() {
             let want = t.eval(&o.leaves, &o.all);
             prop_assert_eq!(o.run(&["--filter", &t.text()]), want, "{}", t.text());
@@ -398,6 +397,10 @@ proptest! {
         }
     }
 }
+
+pipetest!(expressions_are_the_algebra_of_their_predicates, |_dir| {
+    expressions_are_the_algebra_cases();
+});
 
 pipetest!(needs(perf) prune_sideband_keeps_what_kept_samples_need, |_dir| {
     let r = recordings();

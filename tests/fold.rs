@@ -146,7 +146,7 @@ fn check_whole_machine(dir: &Dir, test: &str, rec: &[u8], root: u32) {
         &theirs_tree,
     );
     assert!(
-        tree.len() > 1 && a.theirs >= 100,
+        tree.len() > 1 && a.theirs >= WHOLE_MACHINE_MIN_SAMPLES as u64,
         "{test}: the test's processes ({} of them) have only {} samples",
         tree.len() - 1,
         a.theirs
@@ -223,6 +223,42 @@ fn record_whole_machine(dir: &Dir, args: &[&str], argv: &[&str]) -> (Vec<u8>, u3
     (rec, root)
 }
 
+/// The fewest samples of the test's processes a whole-machine check takes.
+const WHOLE_MACHINE_MIN_SAMPLES: usize = 100;
+
+/// [`record_whole_machine`] of `argv(round)` (a workload doing `2^round` times the work of round
+/// 0) until the test's processes have [`WHOLE_MACHINE_MIN_SAMPLES`] samples in it, by perf's
+/// script: `-e cpu-clock` samples them in proportion to their CPU time, whatever else runs, so
+/// the first round has them but where the machine takes the sampling away ([`record_until`]).
+fn record_whole_machine_until(
+    dir: &Dir,
+    args: &[&str],
+    argv: impl Fn(u32) -> Vec<String>,
+) -> (Vec<u8>, u32) {
+    let root = std::cell::Cell::new(0);
+    let (rec, _) = record_until(
+        |round| {
+            let argv = argv(round);
+            let argv: Vec<&str> = argv.iter().map(String::as_str).collect();
+            let (rec, pid) = record_whole_machine(dir, args, &argv);
+            root.set(pid);
+            rec
+        },
+        |rec| {
+            let tree = descendants(rec, root.get());
+            let n = perf_on(&["script", "-F", "pid"], rec)
+                .lines()
+                .filter_map(|l| l.trim().parse::<u32>().ok())
+                .filter(|pid| tree.contains(pid))
+                .count();
+            (n < WHOLE_MACHINE_MIN_SAMPLES).then(|| {
+                format!("{WHOLE_MACHINE_MIN_SAMPLES} samples of the test's processes (has {n})")
+            })
+        },
+    );
+    (rec, root.get())
+}
+
 fn default_options(dir: &Dir, test: &str, w: &Workload, record: &[&str]) {
     let rec = w.record(record);
     check(dir, test, &rec, &[], &[], &[]);
@@ -252,7 +288,10 @@ pipetest!(needs(perf, cc, inferno) system_wide, |dir| {
     // -a: every process on the machine while the workload runs, idle and kernel threads too.
     let w = workloads::frame_pointer_c(&dir);
     let args = ["-e", "cpu-clock", "-F", workloads::FREQ, "-g"];
-    let (rec, root) = record_whole_machine(&dir, &args, &w.argv());
+    let (rec, root) = record_whole_machine_until(&dir, &args, |round| {
+        let rounds = w.args[0].parse::<u32>().unwrap() << round;
+        vec![w.argv()[0].to_string(), rounds.to_string()]
+    });
     check_whole_machine(&dir, "system_wide", &rec, root);
 });
 
@@ -279,10 +318,11 @@ pipetest!(needs(perf, inferno) fork_exec_storm_system_wide, |dir| {
     // FORKs, and samples after their process's EXIT in the stream; the frames must be the ones
     // perf finds after sorting by time.
     let script = dir.write("storm.sh", STORM.as_bytes());
-    let (rec, root) = record_whole_machine(
+    let script = script.to_str().unwrap();
+    let (rec, root) = record_whole_machine_until(
         &dir,
         &["-g", "-e", "cpu-clock", "-F", workloads::FREQ],
-        &["sh", script.to_str().unwrap(), "400"],
+        |round| ["sh", script, &(400 << round).to_string()].map(String::from).to_vec(),
     );
     check_whole_machine(&dir, "fork_exec_storm", &rec, root);
 });

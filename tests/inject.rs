@@ -134,32 +134,19 @@ fn pipe_test_cases(perf: &Perf, dir: &Dir) -> usize {
     passed
 }
 
-/// Upstream `pipe_test.sh`'s cases with the system perf (6.1) recording and reading.
-#[test]
-#[cfg_attr(
-    any(skip_perf, skip_cc),
-    ignore = "needs perf and cc (missing at build time)"
-)]
-fn pipe_test_cases_for_every_build_id_style() {
-    require(Need::Perf);
-    require(Need::Cc);
+pipetest!(needs(perf, cc)
+    /// Upstream `pipe_test.sh`'s cases with the system perf (6.1) recording and reading.
+    pipe_test_cases_for_every_build_id_style, |_dir| {
     let dir = Dir::new("pipe_test_cases");
     assert_eq!(pipe_test_cases(&oracle(), &dir), 25);
-}
+});
 
-/// Perf 6.12's own `pipe_test.sh` cases, all 25, with perf 6.12 recording and reading.
-#[test]
-#[cfg_attr(
-    any(skip_perf, skip_perf612, skip_cc),
-    ignore = "needs perf, perf 6.12 and cc (missing at build time)"
-)]
-fn pipe_test_cases_of_perf_612() {
-    require(Need::Perf);
-    require(Need::Perf612);
-    require(Need::Cc);
+pipetest!(needs(perf, perf612, cc)
+    /// Perf 6.12's own `pipe_test.sh` cases, all 25, with perf 6.12 recording and reading.
+    pipe_test_cases_of_perf_612, |_dir| {
     let dir = Dir::new("pipe_test_cases_612");
     assert_eq!(pipe_test_cases(&perf612(), &dir), 25);
-}
+});
 
 /// `perf script` printing frames (comm, ip, symbol, dso of every sample and callchain entry).
 const FRAMES: [&str; 3] = ["script", "-F", "comm,tid,ip,sym,dso"];
@@ -174,21 +161,15 @@ fn pairs(stream: &[u8]) -> BTreeSet<(String, String)> {
     readers::buildid_pairs(&oracle(), Input::Stream(stream))
 }
 
-/// The MMAP2 styles on a multi-process `-g` recording: every reader's `perf script` resolves every
-/// frame as on the input and `report --stats` counts its samples; perf 6.1's `perf buildid-list`
-/// lists the ids of the dsos samples hit (what it lists for `-b`'s output), perf 6.12's what its
-/// own `perf inject -B` and `--mmap2-buildid-all` list (6.1 has neither); and the `-B` output
-/// leaves out the maps no sample hit. (Its size against `-b`'s is no invariant: the maps left out
-/// and the build-id records added are both a few KB; one local `.ci/run` saw -B 1,008 bytes
-/// larger of 9 MB, the next 2.8 KB smaller.)
-#[test]
-#[cfg_attr(
-    any(skip_perf, skip_perf612),
-    ignore = "needs perf and perf 6.12 (missing at build time)"
-)]
-fn mmap2_styles_keep_every_frame_and_list_the_ids() {
-    require(Need::Perf);
-    require(Need::Perf612);
+pipetest!(needs(perf, perf612)
+    /// The MMAP2 styles on a multi-process `-g` recording: every reader's `perf script` resolves every
+    /// frame as on the input and `report --stats` counts its samples; perf 6.1's `perf buildid-list`
+    /// lists the ids of the dsos samples hit (what it lists for `-b`'s output), perf 6.12's what its
+    /// own `perf inject -B` and `--mmap2-buildid-all` list (6.1 has neither); and the `-B` output
+    /// leaves out the maps no sample hit. (Its size against `-b`'s is no invariant: the maps left out
+    /// and the build-id records added are both a few KB; one local `.ci/run` saw -B 1,008 bytes
+    /// larger of 9 MB, the next 2.8 KB smaller.)
+    mmap2_styles_keep_every_frame_and_list_the_ids, |_dir| {
     let input = perf_record(
         &["-e", "cpu-clock", "-c", "20000", "-g"],
         &[&workload(), "multi"],
@@ -262,16 +243,14 @@ fn mmap2_styles_keep_every_frame_and_list_the_ids() {
         all.len(),
         input.len()
     );
-}
+});
 
-/// A `--buildid-mmap` recording (perf record's default since 6.17): its MMAP2 records that carry
-/// ids are left alone, the rest (perf's synthesized kernel MMAP, maps the kernel wrote without an
-/// id) get theirs from the file; a second pass changes nothing. A recording without ids gets
-/// every file's id, and perf resolves the same frames.
-#[test]
-#[cfg_attr(skip_perf, ignore = "needs perf (missing at build time)")]
-fn mmap2_buildid_all_leaves_carried_ids_and_fills_the_rest() {
-    require(Need::Perf);
+pipetest!(needs(perf)
+    /// A `--buildid-mmap` recording (perf record's default since 6.17): its MMAP2 records that carry
+    /// ids are left alone, the rest (perf's synthesized kernel MMAP, maps the kernel wrote without an
+    /// id) get theirs from the file; a second pass changes nothing. A recording without ids gets
+    /// every file's id, and perf resolves the same frames.
+    mmap2_buildid_all_leaves_carried_ids_and_fills_the_rest, |_dir| {
     let carried = perf_record(
         &["-e", "cpu-clock", "--buildid-mmap"],
         &[&workload(), "single"],
@@ -292,12 +271,12 @@ fn mmap2_buildid_all_leaves_carried_ids_and_fills_the_rest() {
     eqnice!(out.stdout, inject_ok(&["--mmap2-buildid-all"], &out.stdout));
     eqnice!(frames(&plain), frames(&out.stdout));
     assert!(!pairs(&out.stdout).is_empty());
-}
+});
 
-/// Every refused perf inject option exits 2 with a message naming it, before reading any input;
-/// `--help` lists the supported and the refused options.
-#[test]
-fn refused_options_are_named() {
+pipetest!(
+    /// Every refused perf inject option exits 2 with a message naming it, before reading any input;
+    /// `--help` lists the supported and the refused options.
+    refused_options_are_named, |_dir| {
     let cases: &[(&[&str], &str)] = &[
         (&["-s"], "-s/--sched-stat is not supported"),
         (&["--sched-stat"], "-s/--sched-stat is not supported"),
@@ -368,7 +347,7 @@ fn refused_options_are_named() {
     ] {
         assert!(help.contains(flag), "--help lacks {flag}:\n{help}");
     }
-}
+});
 
 /// Records of a little-endian pipe stream after its 16-byte header: (type, bytes).
 fn split_records(s: &[u8]) -> Vec<(u32, Vec<u8>)> {
@@ -476,12 +455,12 @@ fn only_new(s: &[u8]) -> Vec<Vec<u8>> {
         .collect()
 }
 
-/// Every record type of current perf (CALLCHAIN_DEFERRED 22, COMPRESSED2 83, BPF_METADATA 84,
-/// SCHEDSTAT_CPU 85, SCHEDSTAT_DOMAIN 86) and types no perf defines yet pass through byte for byte,
-/// are named in `--stats-json` and by `--drop`, and the unknown ones are counted; through
-/// `perfpipe inject` (every build-id style) they come out unchanged and in order.
-#[test]
-fn new_record_types_round_trip() {
+pipetest!(
+    /// Every record type of current perf (CALLCHAIN_DEFERRED 22, COMPRESSED2 83, BPF_METADATA 84,
+    /// SCHEDSTAT_CPU 85, SCHEDSTAT_DOMAIN 86) and types no perf defines yet pass through byte for byte,
+    /// are named in `--stats-json` and by `--drop`, and the unknown ones are counted; through
+    /// `perfpipe inject` (every build-id style) they come out unchanged and in order.
+    new_record_types_round_trip, |_dir| {
     let base = fixture_bytes("cpu-clock.pipe.data");
     let input = with_new_records(&base, true);
     let dir = Dir::new("new_record_types");
@@ -524,7 +503,7 @@ fn new_record_types_round_trip() {
         eqnice!(want, only_new(&out));
     }
     eqnice!(input, inject_ok(&[], &input));
-}
+});
 
 fn le64(b: &[u8], at: usize) -> u64 {
     u64::from_le_bytes(b[at..at + 8].try_into().unwrap())
@@ -581,11 +560,11 @@ fn attrs_after_data(file: &[u8]) -> Vec<u8> {
     out
 }
 
-/// Input conventions of current perf: a pipe-format stream saved to a regular file is read as a
-/// pipe (byte for byte back), and a file-mode perf.data with its attrs after the data (as perf
-/// ≥ 6.12 writes one it made from a pipe) reads as the same stream as the usual layout.
-#[test]
-fn pipe_format_files_and_attrs_after_data_are_read() {
+pipetest!(
+    /// Input conventions of current perf: a pipe-format stream saved to a regular file is read as a
+    /// pipe (byte for byte back), and a file-mode perf.data with its attrs after the data (as perf
+    /// ≥ 6.12 writes one it made from a pipe) reads as the same stream as the usual layout.
+    pipe_format_files_and_attrs_after_data_are_read, |_dir| {
     let dir = Dir::new("input_conventions");
     let pipe = fixture_bytes("cpu-clock.pipe.data");
     let saved = dir.write("saved.pipe.data", &pipe);
@@ -607,7 +586,7 @@ fn pipe_format_files_and_attrs_after_data_are_read() {
         b"",
     );
     eqnice!(want, inject_ok(&["-i", out.to_str().unwrap()], b""));
-}
+});
 
 /// Turns every MMAP2 in build-id form back into the inode form with zeros (misc without
 /// MMAP_BUILD_ID), as the kernel writes a `--buildid-mmap` map whose ELF pages it could not read.
@@ -626,13 +605,11 @@ fn strip_ids(stream: &[u8]) -> (Vec<u8>, usize) {
     (out, n)
 }
 
-/// A `--buildid-mmap` recording whose MMAP2 records lost their ids (the kernel could not read
-/// them): `--mmap2-buildid-all` fills each from its file with exactly the bytes the kernel
-/// wrote, so the result equals that of the intact recording; and `-b` lists the same ids.
-#[test]
-#[cfg_attr(skip_perf, ignore = "needs perf (missing at build time)")]
-fn buildid_mmap_maps_without_ids_are_filled() {
-    require(Need::Perf);
+pipetest!(needs(perf)
+    /// A `--buildid-mmap` recording whose MMAP2 records lost their ids (the kernel could not read
+    /// them): `--mmap2-buildid-all` fills each from its file with exactly the bytes the kernel
+    /// wrote, so the result equals that of the intact recording; and `-b` lists the same ids.
+    buildid_mmap_maps_without_ids_are_filled, |_dir| {
     let rec = perf_record(
         &["-e", "cpu-clock", "--buildid-mmap"],
         &[&workload(), "multi"],
@@ -645,4 +622,4 @@ fn buildid_mmap_maps_without_ids_are_filled() {
         pairs(&inject_ok(&["-b"], &rec)),
         pairs(&inject_ok(&["-b"], &stripped))
     );
-}
+});

@@ -659,9 +659,9 @@ pipetest!(
     }
 );
 
-/// The guard itself fails on a hang: `perfpipe` reading a pipe that never ends is killed.
-#[test]
-fn the_guard_detects_a_hang() {
+pipetest!(
+    /// The guard itself fails on a hang: `perfpipe` reading a pipe that never ends is killed.
+    the_guard_detects_a_hang, |_dir| {
     let r = std::panic::catch_unwind(|| {
         // A writer that keeps the pipe open: feed from a FIFO nobody closes is simulated by
         // reading a path that blocks (a FIFO without writer) as the input file.
@@ -677,4 +677,4 @@ fn the_guard_detects_a_hang() {
         )
     });
     assert!(r.is_err(), "a blocked run was not reported as a hang");
-}
+});

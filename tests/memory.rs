@@ -43,10 +43,10 @@ fn feed(mut sin: std::process::ChildStdin, times: usize) -> std::thread::JoinHan
     })
 }
 
-/// A reader throttled to 4 MB/s for 3 s cannot make perfpipe hold more than the bound, while the
-/// producer has ~64 MB ready to send; then everything is read and nothing was lost.
-#[test]
-fn rss_is_bounded_behind_a_throttled_reader() {
+pipetest!(
+    /// A reader throttled to 4 MB/s for 3 s cannot make perfpipe hold more than the bound, while the
+    /// producer has ~64 MB ready to send; then everything is read and nothing was lost.
+    rss_is_bounded_behind_a_throttled_reader, |_dir| {
     let configs: [(&[&str], usize, usize, usize); 3] = [
         (&[], 256 << 10, 4, 3),
         (&["--batch-size", "1M", "--queue", "2"], 1 << 20, 2, 3),
@@ -101,7 +101,7 @@ fn rss_is_bounded_behind_a_throttled_reader() {
             "{args:?}: input too small to show a bound"
         );
     }
-}
+});
 
 /// Waits `secs` and returns the CPU ticks the process used meanwhile.
 fn ticks_over(pid: u32, secs: u64) -> u64 {
@@ -110,10 +110,10 @@ fn ticks_over(pid: u32, secs: u64) -> u64 {
     cpu_ticks(pid) - before
 }
 
-/// A producer that stalls (the pipe open, nothing written) and a consumer that stalls (not
-/// reading): perfpipe blocks in `read`/`write`/`recv`, using no CPU (≤ 2 ticks, 20 ms, in 2 s).
-#[test]
-fn stalls_do_not_spin() {
+pipetest!(
+    /// A producer that stalls (the pipe open, nothing written) and a consumer that stalls (not
+    /// reading): perfpipe blocks in `read`/`write`/`recv`, using no CPU (≤ 2 ticks, 20 ms, in 2 s).
+    stalls_do_not_spin, |_dir| {
     let input = fixture_bytes("callgraph.pipe.data");
     for args in [&[][..], &["--stats", "--decompress", "--buildid-all"]] {
         // Stalled producer: part of the stream, then silence with the pipe open.
@@ -167,4 +167,4 @@ fn stalls_do_not_spin() {
             "{args:?}: {idle} ticks of CPU while the consumer stalled"
         );
     }
-}
+});

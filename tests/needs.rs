@@ -1,26 +1,30 @@
 //! What some tests need from the machine (perf, perf 6.12, a C compiler, mounting, tracefs, a
-//! pseudo-terminal, debuginfod, a TLS terminator, a UTS namespace, Spark…),
-//! and how a missing need shows: as a skip that libtest prints and counts, or, under `CI`, as a
-//! failure. A test never returns early.
+//! pseudo-terminal, debuginfod, a TLS terminator, a UTS namespace, Spark…), and the harness that
+//! runs the integration tests (`tests/tests.rs`, `harness = false`): libtest's command line, output
+//! and summary line (`libtest-mimic`), with each need probed when the tests run, never when they
+//! are built.
 //!
-//! One file for the build scripts (`cli/build.rs` for the integration tests, `stream/build.rs`,
-//! `profile/build.rs` and `examples/redact/build.rs` include it) and the tests:
+//! - A test declares what it needs: `pipetest!(needs(perf, cc) name, |dir| ..)` (tests/util.rs)
+//!   registers it ([`Test`], collected by `inventory`) with its needs.
+//! - When a test is about to run, each of its needs is probed, once per run of the binary
+//!   ([`missing`]). A missing one makes the test *ignored* with the probe's reason (`test x ...
+//!   ignored (needs perf (`perf --version` runs): `perf` is not on PATH)`), counted in the summary
+//!   (`test result: ok. N passed; 0 failed; M ignored`).
+//! - Under `CI` (set to anything but empty, `0` or `false`) the test runs all the same and fails
+//!   with that reason, first thing: CI runs every test.
+//! - Installing a tool, or gaining a privilege, is noticed by the next run: nothing is cached
+//!   between runs, and nothing is probed by a build script (building the binary probes nothing).
 //!
-//! - The build script probes each need of its package ([`build_script`]). A missing one sets the
-//!   cfg `skip_<need>` ([`Need::cfg`]) and prints a build warning with the probe's reason. The tests
-//!   that need it carry `#[cfg_attr(skip_perf, ignore = "needs perf …")]`, so libtest prints
-//!   `test x ... ignored, needs perf …` and counts them (`test result: ok. N passed; 0 failed;
-//!   M ignored`).
-//! - Under `CI` (set to anything but empty, `0` or `false`) no `skip_*` cfg is set: those tests run,
-//!   and [`require`], which each calls first, fails them with the probe's reason.
-//! - A build script reruns when `CI` or `PATH` changes, when a program it found changes or goes,
-//!   and, for a program it did not find, when any directory on `PATH` changes: installing perf is
-//!   noticed by the next `cargo test`. Privileges (mounting) are probed when it runs; after
-//!   changing them, `touch cli/build.rs`.
+//! A test never returns early, and no test is a plain `#[test]` (that attribute is silently
+//! dropped by a `harness = false` binary; `skipping::no_test_is_a_plain_test_fn` holds it).
+//!
+//! A new need: a [`Need`] variant, its line in [`Need::ALL`], [`Need::what`], [`Need::probe`] and
+//! [`named`] (the lower-case name `pipetest!(needs(..))` takes), and its install in `.ci/run`.
 
 use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::{Command, ExitCode, Stdio};
+use std::sync::OnceLock;
 
 /// Something a test needs from the machine.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -65,7 +69,7 @@ pub enum Need {
 }
 
 impl Need {
-    /// Every need, for the cfgs a build script declares.
+    /// Every need.
     pub const ALL: [Need; 15] = [
         Need::Perf,
         Need::Perf612,
@@ -83,27 +87,6 @@ impl Need {
         Need::Spark,
         Need::Trixie,
     ];
-
-    /// The cfg a build script sets when this need is missing and `CI` is not set.
-    pub fn cfg(self) -> &'static str {
-        match self {
-            Need::Perf => "skip_perf",
-            Need::Perf612 => "skip_perf612",
-            Need::Cc => "skip_cc",
-            Need::Mount => "skip_mount",
-            Need::Tracefs => "skip_tracefs",
-            Need::Script => "skip_script",
-            Need::Go => "skip_go",
-            Need::Duckdb => "skip_duckdb",
-            Need::Inferno => "skip_inferno",
-            Need::Chromium => "skip_chromium",
-            Need::Debuginfod => "skip_debuginfod",
-            Need::Tls => "skip_tls",
-            Need::Uts => "skip_uts",
-            Need::Spark => "skip_spark",
-            Need::Trixie => "skip_trixie",
-        }
-    }
 
     /// What it is, for messages.
     pub fn what(self) -> &'static str {
@@ -139,32 +122,6 @@ impl Need {
         }
     }
 
-    /// The programs its probe runs.
-    fn programs(self) -> &'static [&'static str] {
-        match self {
-            Need::Perf => &["perf"],
-            // Not looked up on PATH: see `rerun_lines`.
-            Need::Perf612 => &[],
-            Need::Cc => &["cc"],
-            Need::Mount | Need::Tracefs => &["unshare", "mount"],
-            Need::Script => &["script"],
-            Need::Go => &["go"],
-            Need::Duckdb => &["python3"],
-            Need::Inferno => &[
-                "inferno-collapse-perf",
-                "inferno-flamegraph",
-                "inferno-diff-folded",
-            ],
-            Need::Chromium => &["chromium"],
-            Need::Debuginfod => &["debuginfod"],
-            Need::Tls => &["socat", "openssl"],
-            Need::Uts => &["unshare", "hostname"],
-            Need::Spark => &["python3", "java"],
-            // Not looked up on PATH: see `rerun_lines`.
-            Need::Trixie => &["unshare", "chroot"],
-        }
-    }
-
     /// Probes for it now, with this process's `PATH` and privileges: `Err(why)` if it is missing.
     /// Side-effect free: a mount is tried inside a private mount namespace that ends with it.
     pub fn probe(self) -> Result<(), String> {
@@ -186,7 +143,8 @@ impl Need {
             Need::Go => runs("go", &["version"]),
             Need::Duckdb => runs("python3", &["-c", "import duckdb"]),
             Need::Inferno => runs("inferno-collapse-perf", &["--help"])
-                .and_then(|()| runs("inferno-flamegraph", &["--help"])),
+                .and_then(|()| runs("inferno-flamegraph", &["--help"]))
+                .and_then(|()| runs("inferno-diff-folded", &["--help"])),
             Need::Chromium => runs("chromium", &["--version"]),
             Need::Debuginfod => runs("debuginfod", &["--version"]),
             Need::Tls => runs("socat", &["-V"]).and_then(|()| runs("openssl", &["version"])),
@@ -232,6 +190,28 @@ impl Need {
                 .map_err(|e| format!("{TRACEFS_SCHED} is missing and cannot be mounted: {e}")),
         }
     }
+}
+
+/// Each need by the lower-case name `pipetest!(needs(..))` takes: `needs(perf, cc)` is
+/// [`Need::Perf`] and [`Need::Cc`].
+#[allow(non_upper_case_globals)]
+pub mod named {
+    use super::Need;
+    pub const perf: Need = Need::Perf;
+    pub const perf612: Need = Need::Perf612;
+    pub const cc: Need = Need::Cc;
+    pub const mount: Need = Need::Mount;
+    pub const tracefs: Need = Need::Tracefs;
+    pub const script: Need = Need::Script;
+    pub const go: Need = Need::Go;
+    pub const duckdb: Need = Need::Duckdb;
+    pub const inferno: Need = Need::Inferno;
+    pub const chromium: Need = Need::Chromium;
+    pub const debuginfod: Need = Need::Debuginfod;
+    pub const tls: Need = Need::Tls;
+    pub const uts: Need = Need::Uts;
+    pub const spark: Need = Need::Spark;
+    pub const trixie: Need = Need::Trixie;
 }
 
 /// Where `.ci/run` unpacks perf 6.12, and the tests look for it when `PERF_612` is not set: a
@@ -299,110 +279,166 @@ pub fn is_ci(value: Option<&OsStr>) -> bool {
     value.is_some_and(|v| !v.is_empty() && v != "0" && !v.eq_ignore_ascii_case("false"))
 }
 
-/// What a build script tells cargo about `probed` (each need with its probe's result): the
-/// declaration of every `skip_*` cfg, one `skip_*` cfg per missing need unless `ci`, and a warning
-/// per missing need that says which it is (a skip, or under `CI` a failure to come).
-pub fn build_lines(ci: bool, probed: &[(Need, Result<(), String>)]) -> Vec<String> {
-    let names: Vec<&str> = Need::ALL.iter().map(|n| n.cfg()).collect();
-    let mut lines = vec![format!("cargo::rustc-check-cfg=cfg({})", names.join(", "))];
-    for (need, result) in probed {
-        let Err(why) = result else { continue };
-        if ci {
-            lines.push(format!(
-                "cargo::warning=CI is set: the tests that need {} will fail: {why}",
-                need.what()
-            ));
-        } else {
-            lines.push(format!("cargo::rustc-cfg={}", need.cfg()));
-            lines.push(format!(
-                "cargo::warning=the tests that need {} are ignored (set CI=1 to fail them \
-                 instead): {why}",
-                need.what()
-            ));
+/// Whether `need` is missing on this machine now: `Some(why)` if it is. Probed once per run of
+/// the test binary (the first test that needs it waits for the probe); for [`Need::Tracefs`],
+/// mounting tracefs is tried first.
+pub fn missing(need: Need) -> Option<&'static str> {
+    static PROBED: [OnceLock<Result<(), String>>; Need::ALL.len()] =
+        [const { OnceLock::new() }; Need::ALL.len()];
+    let at = Need::ALL
+        .iter()
+        .position(|&n| n == need)
+        .expect("in Need::ALL");
+    let result = PROBED[at].get_or_init(|| {
+        if need == Need::Tracefs && !Path::new(TRACEFS_SCHED).exists() {
+            let _ = Command::new("mount")
+                .args(["-t", "tracefs", "nodev", "/sys/kernel/tracing"])
+                .stdin(Stdio::null())
+                .stderr(Stdio::null())
+                .status();
         }
-    }
-    lines
+        need.probe()
+    });
+    result.as_ref().err().map(String::as_str)
 }
 
-/// The rerun rules for `needs` under `path` (the value of `PATH`): `CI` and `PATH` themselves,
-/// each program found (its file), and for a program not found every directory on `PATH`, so
-/// that installing it is noticed. Perf 6.12 is not on `PATH`: `PERF_612`, and its program's file
-/// or, while that is missing, the closest directory above it that exists.
-pub fn rerun_lines(needs: &[Need], path: &OsStr) -> Vec<String> {
-    let mut lines = vec![
-        "cargo::rerun-if-env-changed=CI".to_string(),
-        "cargo::rerun-if-env-changed=PATH".to_string(),
-    ];
-    let dirs: Vec<PathBuf> = std::env::split_paths(path)
-        .filter(|d| d.is_absolute() && d.is_dir())
+/// Why a test whose needs are `missing` (each with the probe's answer) cannot run, in one line:
+/// its reason to be ignored, or under `CI` its failure. `None` when nothing is missing.
+pub fn verdict(missing: &[(Need, &str)]) -> Option<String> {
+    let reasons: Vec<String> = missing
+        .iter()
+        .map(|(need, why)| format!("needs {}: {why}", need.what()))
         .collect();
-    let mut watched = Vec::new();
-    for prog in needs.iter().flat_map(|n| n.programs()) {
-        match dirs.iter().map(|d| d.join(prog)).find(|p| p.is_file()) {
-            Some(found) => watched.push(found),
-            None => watched.extend(dirs.iter().cloned()),
-        }
-    }
-    if needs.contains(&Need::Perf612) {
-        lines.push("cargo::rerun-if-env-changed=PERF_612".to_string());
-        let prog = perf612_program();
-        if let Some(at) = prog.ancestors().find(|p| p.exists()) {
-            watched.push(at.to_path_buf());
-        }
-    }
-    if needs.contains(&Need::Trixie) {
-        lines.push("cargo::rerun-if-env-changed=PERFPIPE_TRIXIE".to_string());
-    }
-    watched.sort();
-    watched.dedup();
-    lines.extend(
-        watched
-            .iter()
-            .map(|p| format!("cargo::rerun-if-changed={}", p.display())),
-    );
-    lines
+    (!reasons.is_empty()).then(|| reasons.join("; "))
 }
 
-/// The whole build script of a package whose tests have `needs`.
-pub fn build_script(needs: &[Need]) {
-    let path = std::env::var_os("PATH").unwrap_or_default();
-    let ci = is_ci(std::env::var_os("CI").as_deref());
-    let probed: Vec<(Need, Result<(), String>)> = needs.iter().map(|&n| (n, n.probe())).collect();
-    // The script and this file too: once a script names one file, cargo reruns it only for the
-    // files it names, and a need added here would leave the cfgs declared by the last run.
-    println!("cargo::rerun-if-changed=build.rs");
-    if let Some(dir) = std::env::var_os("CARGO_MANIFEST_DIR") {
-        let this = Path::new(&dir).join("../tests/needs.rs");
-        println!("cargo::rerun-if-changed={}", this.display());
-    }
-    for line in rerun_lines(needs, &path)
-        .into_iter()
-        .chain(build_lines(ci, &probed))
-    {
-        println!("{line}");
-    }
-}
-
-/// Fails the calling test unless `need` is there (mounting tracefs first, for [`Need::Tracefs`]).
-/// Called first by every test that has a need, under its `#[cfg_attr(skip_…, ignore = …)]`: such
-/// a test runs only when its need was there at build time, or under `CI`.
+/// Fails the calling test unless `need` is there: for a helper that needs something (a test's
+/// declared needs are checked before it starts; this makes a forgotten declaration a failure that
+/// names the need, never a pass).
 ///
 /// # Panics
 ///
 /// When the need is missing, with the probe's reason.
 pub fn require(need: Need) {
-    if need == Need::Tracefs && !Path::new(TRACEFS_SCHED).exists() {
-        let _ = Command::new("mount")
-            .args(["-t", "tracefs", "nodev", "/sys/kernel/tracing"])
-            .status();
+    if let Some(why) = missing(need) {
+        panic!("needs {}: {why}", need.what());
     }
-    if let Err(why) = need.probe() {
-        let ci = is_ci(std::env::var_os("CI").as_deref());
-        let then = if ci {
-            "CI is set, so a missing need fails the test"
+}
+
+/// One test of a `harness = false` binary: its path (`module::name`), its needs and its body.
+/// `pipetest!` submits one per test; [`main`] runs every one submitted.
+#[derive(Debug)]
+pub struct Test {
+    /// `module_path!()` where it is declared: the crate's name, then its modules.
+    pub module: &'static str,
+    /// Its function's name.
+    pub name: &'static str,
+    /// What it needs from the machine.
+    pub needs: &'static [Need],
+    /// The test: passes unless it panics.
+    pub run: fn(),
+}
+
+inventory::collect!(Test);
+
+impl Test {
+    /// Its name as libtest prints and filters it: the module path below the crate, then the
+    /// function (`fold::system_wide`).
+    pub fn path(&self) -> String {
+        match self.module.split_once("::") {
+            Some((_crate, below)) => format!("{below}::{}", self.name),
+            None => self.name.to_string(),
+        }
+    }
+
+    /// The trial that runs it: its needs probed first (a missing one: ignored, or under `CI` a
+    /// failure), then its body.
+    fn trial(&self, ci: bool) -> libtest_mimic::Trial {
+        let (needs, run) = (self.needs, self.run);
+        libtest_mimic::Trial::ignorable_test(self.path(), move || {
+            let gone: Vec<(Need, &str)> = needs
+                .iter()
+                .filter_map(|&n| missing(n).map(|why| (n, why)))
+                .collect();
+            match verdict(&gone) {
+                Some(why) if ci => Err(format!("{why} (CI is set: a missing need fails)").into()),
+                Some(why) => Ok(libtest_mimic::Completion::ignored_with(why)),
+                None => {
+                    run();
+                    Ok(libtest_mimic::Completion::Completed)
+                }
+            }
+        })
+    }
+}
+
+/// Runs every submitted [`Test`] as libtest would (its arguments: filters, `--exact`, `--list`,
+/// `--test-threads`, `--ignored`, …), in name order.
+pub fn main() -> ExitCode {
+    let (filters, rest) = filters(std::env::args().collect());
+    let mut args = libtest_mimic::Arguments::from_iter(rest);
+    // libtest's variable for --test-threads, which libtest-mimic does not read.
+    if args.test_threads.is_none() {
+        args.test_threads = std::env::var("RUST_TEST_THREADS")
+            .ok()
+            .and_then(|n| n.parse().ok());
+    }
+    let ci = is_ci(std::env::var_os("CI").as_deref());
+    let mut tests: Vec<&Test> = inventory::iter::<Test>.into_iter().collect();
+    tests.sort_by_key(|t| t.path());
+    // libtest takes any number of filters (a test runs if it matches one); libtest-mimic takes
+    // one: with more, they are applied here.
+    let mut filtered_out = 0;
+    match &filters[..] {
+        [] => {}
+        [one] => args.filter = Some(one.clone()),
+        many => {
+            let before = tests.len();
+            tests.retain(|t| {
+                let path = t.path();
+                many.iter().any(|f| {
+                    if args.exact {
+                        path == *f
+                    } else {
+                        path.contains(f.as_str())
+                    }
+                })
+            });
+            filtered_out = before - tests.len();
+        }
+    }
+    let trials = tests.iter().map(|t| t.trial(ci)).collect();
+    let conclusion = libtest_mimic::run(&args, trials);
+    if filtered_out > 0 && !args.list {
+        println!("({filtered_out} more filtered out by the filters)");
+    }
+    conclusion.exit_code()
+}
+
+/// The filters (libtest's positional arguments) of a test binary's command line `argv`, and the
+/// command line without them.
+fn filters(argv: Vec<String>) -> (Vec<String>, Vec<String>) {
+    const TAKE_A_VALUE: [&str; 6] = [
+        "--test-threads",
+        "--skip",
+        "--logfile",
+        "--color",
+        "--format",
+        "-Z",
+    ];
+    let mut rest = Vec::new();
+    let mut filters = Vec::new();
+    let mut args = argv.into_iter();
+    rest.extend(args.next());
+    while let Some(a) = args.next() {
+        if TAKE_A_VALUE.contains(&a.as_str()) {
+            rest.push(a);
+            rest.extend(args.next());
+        } else if a.starts_with('-') {
+            rest.push(a);
         } else {
-            "it was there when this test binary was built; rebuild to skip the tests that need it"
-        };
-        panic!("needs {}: {why} ({then})", need.what());
+            filters.push(a);
+        }
     }
+    (filters, rest)
 }

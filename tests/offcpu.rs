@@ -243,7 +243,10 @@ fn model_intervals(path: &Path) -> (Vec<Iv>, Vec<Iv>, BTreeMap<u32, String>) {
         m: OffCpu<()>,
         iv: Vec<Iv>,
         all: Vec<(u64, usize, Switch)>,
-        names: BTreeMap<u32, String>,
+        /// Each thread's newest name by time: the COMM records of a system-wide recording come
+        /// per cpu, so a process that exec'd on another cpu than the one it forked on (often, on
+        /// a busy machine: `chrt` then the workload) can have its COMMs out of time order.
+        names: BTreeMap<u32, (u64, String)>,
     }
     let st = Arc::new(Mutex::new(St::default()));
     let s2 = st.clone();
@@ -254,8 +257,12 @@ fn model_intervals(path: &Path) -> (Vec<Iv>, Vec<Iv>, BTreeMap<u32, String>) {
             RecordType::FINISHED_ROUND => s.m.round(&mut s.iv),
             RecordType::COMM => {
                 if let Some(c) = rec.comm() {
-                    s.names
-                        .insert(c.tid, String::from_utf8_lossy(c.comm).into_owned());
+                    let time = rec.sample_id().and_then(|i| i.time).unwrap_or(0);
+                    let name = String::from_utf8_lossy(c.comm).into_owned();
+                    let known = s.names.entry(c.tid).or_insert((time, name.clone()));
+                    if time >= known.0 {
+                        *known = (time, name);
+                    }
                 }
             }
             _ => {
@@ -288,7 +295,11 @@ fn model_intervals(path: &Path) -> (Vec<Iv>, Vec<Iv>, BTreeMap<u32, String>) {
     let mut ours = std::mem::take(&mut s.iv);
     ours.sort_by_key(key);
     iv.sort_by_key(key);
-    (ours, iv, std::mem::take(&mut s.names))
+    let names = std::mem::take(&mut s.names)
+        .into_iter()
+        .map(|(tid, (_, n))| (tid, n))
+        .collect();
+    (ours, iv, names)
 }
 
 /// `perf sched timehist`'s rows, each the end of an interval it closes: `(tid, switch-in time

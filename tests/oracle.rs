@@ -223,60 +223,63 @@ pub fn assert_agrees(what: &str, ours: &str, theirs: &str) -> Agreement {
     agreement
 }
 
-#[test]
-fn identical_outputs_agree_whatever_their_order() {
+pipetest!(identical_outputs_agree_whatever_their_order, |_dir| {
     let a = "p;main;f 30\np;main;g 70\n";
     let b = "p;main;g 70\np;main;f 30\n";
     let r = compare(a, b);
     assert_eq!((r.agreed, r.ours, r.theirs), (100, 100, 100));
     assert_eq!(r.fraction(), 1.0);
     assert!(r.diffs.is_empty() && r.frames.is_empty(), "{r}");
-}
+});
 
-#[test]
-fn every_kind_of_difference_counts_against_the_agreement_and_is_listed_largest_first() {
-    // ours: `g` is a count short, `h` is extra; the oracle has `k` that we lack.
-    let ours = "p;main;f 500\np;main;g 299\np;main;h 1\n";
-    let theirs = "p;main;f 500\np;main;g 300\np;main;k 200\n";
-    let r = compare(ours, theirs);
-    assert_eq!((r.agreed, r.ours, r.theirs), (500, 800, 1000));
-    assert_eq!(r.fraction(), 0.5);
-    let got: Vec<(&str, u64, u64)> = r
-        .diffs
-        .iter()
-        .map(|d| (d.stack.as_str(), d.ours, d.theirs))
-        .collect();
-    assert_eq!(
-        got,
-        [
-            ("p;main;k", 0, 200),
-            ("p;main;g", 299, 300),
-            ("p;main;h", 1, 0)
-        ]
-    );
-    assert_eq!(
-        r.frames,
-        [
-            ("k".to_string(), 0, 200),
-            ("main".to_string(), 800, 1000),
-            ("g".to_string(), 299, 300),
-            ("h".to_string(), 1, 0)
-        ]
-    );
-    let report = r.to_string();
-    assert!(
-        report.starts_with("50.000% of the weight agrees"),
-        "{report}"
-    );
-    assert!(
-        report.contains("  0          200  20.000%  p;main;k"),
-        "{report}"
-    );
-}
+pipetest!(
+    every_kind_of_difference_counts_against_the_agreement_and_is_listed_largest_first,
+    |_dir| {
+        // ours: `g` is a count short, `h` is extra; the oracle has `k` that we lack.
+        let ours = "p;main;f 500\np;main;g 299\np;main;h 1\n";
+        let theirs = "p;main;f 500\np;main;g 300\np;main;k 200\n";
+        let r = compare(ours, theirs);
+        assert_eq!((r.agreed, r.ours, r.theirs), (500, 800, 1000));
+        assert_eq!(r.fraction(), 0.5);
+        let got: Vec<(&str, u64, u64)> = r
+            .diffs
+            .iter()
+            .map(|d| (d.stack.as_str(), d.ours, d.theirs))
+            .collect();
+        assert_eq!(
+            got,
+            [
+                ("p;main;k", 0, 200),
+                ("p;main;g", 299, 300),
+                ("p;main;h", 1, 0)
+            ]
+        );
+        assert_eq!(
+            r.frames,
+            [
+                ("k".to_string(), 0, 200),
+                ("main".to_string(), 800, 1000),
+                ("g".to_string(), 299, 300),
+                ("h".to_string(), 1, 0)
+            ]
+        );
+        let report = r.to_string();
+        assert!(
+            report.starts_with("50.000% of the weight agrees"),
+            "{report}"
+        );
+        assert!(
+            report.contains("  0          200  20.000%  p;main;k"),
+            "{report}"
+        );
+    }
+);
 
-#[test]
-fn stacks_with_spaces_parse_at_the_last_space_and_repeats_add_up() {
-    let m = parse("tpl;std::sort<int, (lambda)> 5\ntpl;std::sort<int, (lambda)> 7\n");
-    assert_eq!(m.len(), 1);
-    assert_eq!(m["tpl;std::sort<int, (lambda)>"], 12);
-}
+pipetest!(
+    stacks_with_spaces_parse_at_the_last_space_and_repeats_add_up,
+    |_dir| {
+        let m = parse("tpl;std::sort<int, (lambda)> 5\ntpl;std::sort<int, (lambda)> 7\n");
+        assert_eq!(m.len(), 1);
+        assert_eq!(m["tpl;std::sort<int, (lambda)>"], 12);
+    }
+);

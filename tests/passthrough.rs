@@ -4,9 +4,9 @@
 use crate::readers::{self, Input};
 use crate::util::*;
 
-/// Every checked-in fixture, at several batch sizes, comes back byte-identical.
-#[test]
-fn fixtures_round_trip_byte_identical() {
+pipetest!(
+    /// Every checked-in fixture, at several batch sizes, comes back byte-identical.
+    fixtures_round_trip_byte_identical, |_dir| {
     for name in all_fixtures() {
         let input = fixture_bytes(&name);
         for batch in ["4K", "64K", "256K", "1M"] {
@@ -22,7 +22,7 @@ fn fixtures_round_trip_byte_identical() {
             );
         }
     }
-}
+});
 
 pipetest!(
     /// `-i FILE -o FILE --pipe` works like standard input and output.
@@ -51,9 +51,9 @@ pipetest!(
     );
 });
 
-/// `--stats` prints one row per stage with the records that passed.
-#[test]
-fn stats_table_counts_records() {
+pipetest!(
+    /// `--stats` prints one row per stage with the records that passed.
+    stats_table_counts_records, |_dir| {
     let input = fixture_bytes("cpu-clock.pipe.data");
     let out = perfpipe(&["--stats"], &input);
     assert!(out.status.success());
@@ -66,18 +66,12 @@ fn stats_table_counts_records() {
     assert!(decode.contains(" 3502 "), "{decode}");
     let write = err.lines().find(|l| l.starts_with("write")).unwrap();
     assert!(write.contains(" 3502 "), "{write}");
-}
+});
 
-/// Every reader (perf 6.1 and 6.12) reads our output of every fixture, and sees the same
-/// side-band and samples.
-#[test]
-#[cfg_attr(
-    any(skip_perf, skip_perf612),
-    ignore = "needs perf and perf 6.12 (missing at build time)"
-)]
-fn perf_script_accepts_fixture_output() {
-    require(Need::Perf);
-    require(Need::Perf612);
+pipetest!(needs(perf, perf612)
+    /// Every reader (perf 6.1 and 6.12) reads our output of every fixture, and sees the same
+    /// side-band and samples.
+    perf_script_accepts_fixture_output, |_dir| {
     for name in all_fixtures() {
         let input = fixture_bytes(&name);
         let out = perfpipe(&[], &input);
@@ -100,18 +94,12 @@ fn perf_script_accepts_fixture_output() {
             }
         }
     }
-}
+});
 
-/// Live recordings of every shape the issue lists: byte-identical, and accepted by every reader's
-/// `perf script` and `perf report --stats`.
-#[test]
-#[cfg_attr(
-    any(skip_perf, skip_perf612),
-    ignore = "needs perf and perf 6.12 (missing at build time)"
-)]
-fn live_recordings_round_trip() {
-    require(Need::Perf);
-    require(Need::Perf612);
+pipetest!(needs(perf, perf612)
+    /// Live recordings of every shape the issue lists: byte-identical, and accepted by every reader's
+    /// `perf script` and `perf report --stats`.
+    live_recordings_round_trip, |_dir| {
     let w = workload();
     let shapes: &[(&str, &[&str], &[&str])] = &[
         (
@@ -182,11 +170,11 @@ fn live_recordings_round_trip() {
             }
         }
     }
-}
+});
 
-/// A closed downstream ends the run at once with status 0 and no error text, like Unix filters.
-#[test]
-fn closed_downstream_is_a_quiet_success() {
+pipetest!(
+    /// A closed downstream ends the run at once with status 0 and no error text, like Unix filters.
+    closed_downstream_is_a_quiet_success, |_dir| {
     use std::io::Read as _;
     use std::process::{Command, Stdio};
     let input = fixture_bytes("callgraph.pipe.data");
@@ -216,4 +204,4 @@ fn closed_downstream_is_a_quiet_success() {
     assert_eq!(first[..16], input[..16]);
     assert!(out.status.success(), "status {:?}", out.status);
     eqnice!("", String::from_utf8_lossy(&out.stderr));
-}
+});

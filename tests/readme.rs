@@ -104,8 +104,7 @@ fn subcommand(line: &str) -> Vec<String> {
         .collect()
 }
 
-#[test]
-fn usage_flags_are_in_the_help() {
+pipetest!(usage_flags_are_in_the_help, |_dir| {
     let text = readme();
     let usage = section(&text, "Usage");
     let mut helps: BTreeMap<Vec<String>, BTreeSet<String>> = BTreeMap::new();
@@ -171,7 +170,7 @@ fn usage_flags_are_in_the_help() {
         "README.md's usage block names flags that `--help` does not list:\n  {}",
         wrong.join("\n  ")
     );
-}
+});
 
 /// A row of one of the README's tables: its first cell's name and whether it is optional.
 #[derive(Debug)]
@@ -226,8 +225,7 @@ fn printed_stages() -> BTreeSet<String> {
         .collect()
 }
 
-#[test]
-fn stage_table_lists_what_perfpipe_stages_prints() {
+pipetest!(stage_table_lists_what_perfpipe_stages_prints, |_dir| {
     let text = readme();
     let rows = table_rows(&section(&text, "Stages and formats"));
     let mut listed = BTreeSet::new();
@@ -262,7 +260,7 @@ fn stage_table_lists_what_perfpipe_stages_prints() {
         "README.md's stage and format tables list what `perfpipe stages` does not print \
          (mark a cargo feature's row `yes` under `optional`): {unknown:?}"
     );
-}
+});
 
 /// The arguments of the README's main job: its `cargo run --release -- ARGS` line.
 fn main_job() -> Vec<String> {
@@ -333,8 +331,7 @@ fn unnamed_share(frames: &[(String, u64)]) -> f64 {
     unnamed as f64 / total as f64
 }
 
-#[test]
-fn main_job_names_its_frames_from_the_archive() {
+pipetest!(main_job_names_its_frames_from_the_archive, |_dir| {
     let args = main_job();
     assert!(args.iter().any(|a| a == "--symbols"), "{args:?}");
     let frames = run_main_job(&args);
@@ -382,4 +379,4 @@ fn main_job_names_its_frames_from_the_archive() {
         "{names:?}"
     );
     assert!(unnamed_share(&frames) > 0.5, "{frames:?}");
-}
+});

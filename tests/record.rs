@@ -437,19 +437,22 @@ pipetest!(needs(perf, perf612, cc) record_overwrite_dumps_on_sigusr2_as_valid_st
 pipetest!(needs(perf, cc) record_overwrite_single_output_keeps_the_newest, |dir| {
     let exe = spin(&dir);
     let exe = exe.to_string_lossy().into_owned();
+    // On one cpu (`taskset -c 0`, which execs the workload): each cpu's ring keeps its own
+    // newest samples, so a workload that migrates leaves older ones in the other cpu's ring, and
+    // on a busy machine it migrates often (the dump was then mostly spin_a). Pinned, the one ring
+    // holds the newest samples of the run, whatever else runs.
+    let pinned = ["taskset", "-c", "0", &exe];
     let args = ["-e", "cpu-clock", "-c", "100000", "-g"];
-    let (full, _) = record(&args, &[&exe]);
+    let (full, _) = record(&args, &pinned);
     let (dump, err) = record(
         &[&args[..], &["--overwrite", "-m", "4", "--stats"]].concat(),
-        &[&exe],
+        &pinned,
     );
     assert_eq!(counter(&err, "dumps"), 1);
     let (nf, nd) = (samples(&full), samples(&dump));
     assert!(nd > 20 && nd * 2 < nf, "dump {nd}, full {nf}");
-    // The program ends in spin_b (a third of its work), so the newest samples are mostly there.
-    // Each cpu's ring keeps its own newest: a cpu the workload left early still holds older
-    // samples (spin_a), as in perf's overwrite mode, so with one migration the dump can be half
-    // spin_a (seen: 50.0 % vs 49.1 %); spin_b's share still far exceeds its share of the run.
+    // The program ends in spin_b (a third of its work), so the newest samples are mostly there:
+    // spin_b's share of the dump far exceeds its share of the run.
     let (syms, whole) = (symbols(&dump), symbols(&full));
     let share = |m: &HashMap<String, f64>| m.get("spin_b").copied().unwrap_or(0.0);
     assert!(
@@ -529,6 +532,15 @@ pipetest!(needs(perf, cc)
     };
     let named = share(&|l| l.contains("spin_a") || l.contains("spin_b"));
     let all = share(&|_| true);
+    let by_comm = || {
+        let t = perf_on(&["report", "--stdio", "--no-children", "-q", "--sort", "comm,pid"], &bytes);
+        t.lines().take(25).collect::<Vec<_>>().join("\n")
+    };
+    assert!(
+        all > 0.0,
+        "no sample of comm `spin` ({st:?}); by comm and pid:\n{}",
+        by_comm()
+    );
     assert!(named > 0.9 * all, "spin's samples by symbol:\n{text}");
 });
 
@@ -561,7 +573,9 @@ pipetest!(needs(perf, cc) record_a_running_process_until_it_exits, |dir| {
 });
 
 /// Three threads that wait for SIGUSR1 (each reads a byte of a pipe its handler writes), then spin
-/// for 1.5 s, while the main thread waits for them. The handler is installed once they exist.
+/// for 0.2 s of their own CPU time (not of the clock: a thread sampled every 1 ms of its CPU time
+/// then has about 200 samples however busy the machine is), while the main thread waits for them.
+/// The handler is installed once they exist.
 const THREADS_C: &str = r#"
 #include <pthread.h>
 #include <signal.h>
@@ -570,12 +584,12 @@ const THREADS_C: &str = r#"
 volatile unsigned long sink;
 static int p[2];
 static void go(int s) { (void)s; if (write(p[1], "xyz", 3) != 3) _exit(1); }
-static double now(void) { struct timespec t; clock_gettime(CLOCK_MONOTONIC, &t); return t.tv_sec + t.tv_nsec / 1e9; }
+static double now(void) { struct timespec t; clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t); return t.tv_sec + t.tv_nsec / 1e9; }
 static void *spin(void *a) {
     char c;
     while (read(p[0], &c, 1) != 1) {}
     double t = now();
-    while (now() - t < 1.5) sink++;
+    while (now() - t < 0.2) sink++;
     return a;
 }
 int main(void) {

@@ -32,14 +32,14 @@ fn decode_error(data: &[u8], cuts: &[usize], headroom: usize) -> Option<String> 
         .map(|e| e.to_string())
 }
 
-/// Found by `fuzz/fuzz_targets/decode.rs` (14 artifacts, e.g. crash-2375c2f4…: 13 bytes after the
-/// 8-byte seed): an input shorter than the 16-byte pipe header with a bad magic, split so that the
-/// first batch held fewer than 8 bytes and the next had no headroom, was reported as "truncated
-/// inside a record header" instead of "not a perf pipe stream": `decode` accumulated the header
-/// without looking at the magic, and called the pipe header a record header. Fixed in
-/// `Decode::flush` (check the magic of a partial header) and `Error::Truncated`'s text.
-#[test]
-fn r7_short_bad_magic_split_without_headroom() {
+pipetest!(
+    /// Found by `fuzz/fuzz_targets/decode.rs` (14 artifacts, e.g. crash-2375c2f4…: 13 bytes after the
+    /// 8-byte seed): an input shorter than the 16-byte pipe header with a bad magic, split so that the
+    /// first batch held fewer than 8 bytes and the next had no headroom, was reported as "truncated
+    /// inside a record header" instead of "not a perf pipe stream": `decode` accumulated the header
+    /// without looking at the magic, and called the pipe header a record header. Fixed in
+    /// `Decode::flush` (check the magic of a partial header) and `Error::Truncated`'s text.
+    r7_short_bad_magic_split_without_headroom, |_dir| {
     let input = b"\x0b\x0b\x00\xaai\x0b\x0b\x0b\x0b\x0b\x0b\x0b\x12";
     let whole = decode_error(input, &[], HEADROOM).expect("an error");
     assert!(
@@ -52,11 +52,11 @@ fn r7_short_bad_magic_split_without_headroom() {
             assert_eq!(split, whole, "cut at {cut}, headroom {headroom}");
         }
     }
-}
+});
 
-/// The same fix: a good magic whose header is cut short names the pipe header, in every split.
-#[test]
-fn r7_short_pipe_header_is_named() {
+pipetest!(
+    /// The same fix: a good magic whose header is cut short names the pipe header, in every split.
+    r7_short_pipe_header_is_named, |_dir| {
     let input = b"PERFILE2\x10\x00";
     for headroom in [0, HEADROOM] {
         for cut in 0..input.len() {
@@ -68,16 +68,16 @@ fn r7_short_pipe_header_is_named() {
             );
         }
     }
-}
+});
 
-/// Found by the soak (`benches/soak.sh`, which repeats a recording's records, preamble
-/// included): every repeated HEADER_ATTR was added to the stream's attr table again, so memory
-/// grew with the stream's length (RSS 10 → 67 MiB after ~6 GB) and every batch that followed
-/// copied the growing table. Fixed in `StreamInfo::add_attr` (an attr equal to a known one is not
-/// added again) and `decode` (no copy of the shared info for a repeated attr; a new attr beyond
-/// 65535 distinct ones, which a `u16` tag cannot index, is an error).
-#[test]
-fn r7_repeated_attrs_do_not_accumulate() {
+pipetest!(
+    /// Found by the soak (`benches/soak.sh`, which repeats a recording's records, preamble
+    /// included): every repeated HEADER_ATTR was added to the stream's attr table again, so memory
+    /// grew with the stream's length (RSS 10 → 67 MiB after ~6 GB) and every batch that followed
+    /// copied the growing table. Fixed in `StreamInfo::add_attr` (an attr equal to a known one is not
+    /// added again) and `decode` (no copy of the shared info for a repeated attr; a new attr beyond
+    /// 65535 distinct ones, which a `u16` tag cannot index, is an error).
+    r7_repeated_attrs_do_not_accumulate, |_dir| {
     let one = crate::util::fixture_bytes("callgraph.pipe.data");
     let mut input = one.clone();
     for _ in 0..200 {
@@ -95,11 +95,11 @@ fn r7_repeated_attrs_do_not_accumulate() {
         }
     }
     assert!(written == input, "round trip");
-}
+});
 
-/// The limit of the same fix: the 65536th distinct attr is a clear error at its offset.
-#[test]
-fn r7_too_many_distinct_attrs_is_an_error() {
+pipetest!(
+    /// The limit of the same fix: the 65536th distinct attr is a clear error at its offset.
+    r7_too_many_distinct_attrs_is_an_error, |_dir| {
     let mut input = b"PERFILE2".to_vec();
     input.extend_from_slice(&16u64.to_le_bytes());
     let n = perfpipe_stream::format::MAX_ATTRS + 1;
@@ -121,17 +121,17 @@ fn r7_too_many_distinct_attrs_is_an_error() {
         e,
         format!("offset {last}: ATTR record: more than 65535 distinct attrs in one stream")
     );
-}
+});
 
 // See: issue 15 item 6 ("Fuzzing to the bar … every crash found becomes a regression test").
 //
-/// Found while fuzzing for issue 15, from what `fuzz/fuzz_targets/filter.rs` cannot reach (its
-/// inputs are at most 4 KiB, a `--filter` argument up to 128 KiB): an expression nested 60,000
-/// levels deep in `(` or `!` overflowed the parser's stack, and perfpipe died of SIGABRT ("thread
-/// 'main' has overflowed its stack"), no error, no column. Fixed in `filter/expr.rs` (`Parser`:
-/// nesting deeper than `MAX_NESTING` is a syntax error at the `(` or `!` that goes too deep).
-#[test]
-fn r15_deeply_nested_filter_is_a_clear_error() {
+pipetest!(
+    /// Found while fuzzing for issue 15, from what `fuzz/fuzz_targets/filter.rs` cannot reach (its
+    /// inputs are at most 4 KiB, a `--filter` argument up to 128 KiB): an expression nested 60,000
+    /// levels deep in `(` or `!` overflowed the parser's stack, and perfpipe died of SIGABRT ("thread
+    /// 'main' has overflowed its stack"), no error, no column. Fixed in `filter/expr.rs` (`Parser`:
+    /// nesting deeper than `MAX_NESTING` is a syntax error at the `(` or `!` that goes too deep).
+    r15_deeply_nested_filter_is_a_clear_error, |_dir| {
     let input = crate::util::fixture_bytes("cpu-clock.pipe.data");
     let parens = format!("{}pid == 1{}", "(".repeat(60_000), ")".repeat(60_000));
     let nots = format!("{}pid == 1", "!".repeat(100_000));
@@ -146,16 +146,16 @@ fn r15_deeply_nested_filter_is_a_clear_error() {
         );
         assert!(out.stdout.is_empty(), "wrote output");
     }
-}
+});
 
-/// The same review: long but flat expressions, which a generated filter makes (`pid in [...]` of
-/// 9,156 pids, a `||` chain of 9,156 predicates, an `&&` chain of 8,000), built a syntax tree or
-/// program as deep, and the `filter` thread overflowed its stack when it evaluated or dropped it
-/// (SIGABRT). Fixed in `filter/expr.rs` (chains of `&&` and `||` are built as balanced trees) and
-/// `filter/program.rs` (so is an `in` list): the depth is the log of the length. Each keeps what
-/// `pid <= 9155` keeps, on the fixture's first 600 records (pids 9149 to 9159: some of each).
-#[test]
-fn r15_long_flat_filters_run() {
+pipetest!(
+    /// The same review: long but flat expressions, which a generated filter makes (`pid in [...]` of
+    /// 9,156 pids, a `||` chain of 9,156 predicates, an `&&` chain of 8,000), built a syntax tree or
+    /// program as deep, and the `filter` thread overflowed its stack when it evaluated or dropped it
+    /// (SIGABRT). Fixed in `filter/expr.rs` (chains of `&&` and `||` are built as balanced trees) and
+    /// `filter/program.rs` (so is an `in` list): the depth is the log of the length. Each keeps what
+    /// `pid <= 9155` keeps, on the fixture's first 600 records (pids 9149 to 9159: some of each).
+    r15_long_flat_filters_run, |_dir| {
     let all = crate::util::fixture_bytes("cpu-clock.pipe.data");
     let mut end = 16;
     for _ in 0..600 {
@@ -186,4 +186,4 @@ fn r15_long_flat_filters_run() {
             &expr[..40]
         );
     }
-}
+});

@@ -19,9 +19,9 @@ fn verdict_line(stderr: &[u8]) -> String {
         .to_string()
 }
 
-/// A consumer that reads slowly makes the output the limit.
-#[test]
-fn slow_consumer_names_the_output() {
+pipetest!(
+    /// A consumer that reads slowly makes the output the limit.
+    slow_consumer_names_the_output, |_dir| {
     let big = big_stream(60);
     let mut child = Command::new(bin())
         .args(["--stats", "--pipe-buffer", "0", "--batch-size", "64K"])
@@ -48,11 +48,11 @@ fn slow_consumer_names_the_output() {
     assert!(total > 5_000_000);
     let v = verdict_line(&out.stderr);
     assert!(v.starts_with("bottleneck: the output (write waits"), "{v}");
-}
+});
 
-/// A producer that writes slowly makes the input the limit.
-#[test]
-fn slow_producer_names_the_input() {
+pipetest!(
+    /// A producer that writes slowly makes the input the limit.
+    slow_producer_names_the_input, |_dir| {
     let big = big_stream(4);
     let mut child = Command::new(bin())
         .args(["--stats", "-o", "/dev/null"])
@@ -70,7 +70,7 @@ fn slow_producer_names_the_input() {
     assert!(out.status.success());
     let v = verdict_line(&out.stderr);
     assert!(v.starts_with("bottleneck: the input (read waits"), "{v}");
-}
+});
 
 /// A minimal JSON Schema check (type, enum, required, properties, items, additionalProperties,
 /// local `$ref`): enough for docs/stats.schema.json, and strict about what it checks.
@@ -197,9 +197,9 @@ pipetest!(needs(perf)
     }
 );
 
-/// Without a terminal, no progress noise; with `--progress` forced, plain status lines.
-#[test]
-fn no_progress_noise_without_a_terminal() {
+pipetest!(
+    /// Without a terminal, no progress noise; with `--progress` forced, plain status lines.
+    no_progress_noise_without_a_terminal, |_dir| {
     let input = fixture_bytes("callgraph.pipe.data");
     let out = perfpipe(&[], &input);
     assert!(out.status.success());
@@ -208,16 +208,11 @@ fn no_progress_noise_without_a_terminal() {
     let err = String::from_utf8_lossy(&forced.stderr);
     assert!(err.contains("perfpipe: input "), "{err}");
     assert!(err.contains("decode"), "{err}");
-}
+});
 
-/// Under a pseudo-terminal (util-linux `script`), the live lines are drawn.
-#[test]
-#[cfg_attr(
-    skip_script,
-    ignore = "needs util-linux script (missing at build time)"
-)]
-fn live_progress_on_a_terminal() {
-    require(Need::Script);
+pipetest!(needs(script)
+    /// Under a pseudo-terminal (util-linux `script`), the live lines are drawn.
+    live_progress_on_a_terminal, |_dir| {
     let input = fixture("multiproc.pipe.data");
     let cmd = format!("{} -i {} -o /dev/null", bin().display(), input.display());
     let out = Command::new("script")
@@ -232,14 +227,14 @@ fn live_progress_on_a_terminal() {
         screen.contains("decode") && screen.contains("MB/s"),
         "{screen}"
     );
-}
+});
 
-/// Interrupts: the first keeps draining the input (everything is written, status 0, figures
-/// printed); the second stops at once with status 130 and the figures so far. Each signal goes
-/// once the one before has been taken: the handlers installed (`signal`), then the first
-/// interrupt's notice printed.
-#[test]
-fn interrupts_drain_then_abort() {
+pipetest!(
+    /// Interrupts: the first keeps draining the input (everything is written, status 0, figures
+    /// printed); the second stops at once with status 130 and the figures so far. Each signal goes
+    /// once the one before has been taken: the handlers installed (`signal`), then the first
+    /// interrupt's notice printed.
+    interrupts_drain_then_abort, |_dir| {
     let input = fixture_bytes("callgraph.pipe.data");
     for twice in [false, true] {
         let mut child = spawn(&["--stats"]);
@@ -269,4 +264,4 @@ fn interrupts_drain_then_abort() {
             assert!(err.contains("bottleneck:"), "{err}");
         }
     }
-}
+});

@@ -4,9 +4,12 @@
 //!   every reader, 6.1 and 6.12), signals sent once they are caught.
 //! - `readers`: the reader check (every reader reads our output as it reads the input), and that a
 //!   reader rejecting a broken header fails it.
-//! - `needs`: what tests need (perf, cc, mounting, tracefs, `script`): a missing need makes its
+//! - `needs`: the harness (`harness = false`: libtest's command line and summary through
+//!   `libtest-mimic`, the tests that `pipetest!` declares collected by `inventory`) and what tests
+//!   need (perf, cc, mounting, tracefs, `script`, …), probed when they run: a missing need makes its
 //!   tests ignored with the reason, counted in the summary, or under `CI` failed; never a silent pass.
-//! - `skipping`: that mechanism, checked: a test that needs perf fails without it, and the rules.
+//! - `skipping`: that mechanism, checked: a test that needs perf is never a pass without it, no
+//!   plain `#[test]` (it would never run), no test skips by itself.
 //! - `passthrough`: byte-identical round trips over fixtures and live recordings, accepted by perf.
 //! - `chunking`: the same stream in every read size and split gives the same output.
 //! - `buildid`: `--buildid`/`--buildid-all`/`perfpipe inject` against `perf inject -b` on live recordings.
@@ -43,6 +46,7 @@
 //! - `memory`: RSS stays under the stated bound behind a throttled reader; a stalled producer costs no CPU.
 //! - `outputs`: the output decided and checked before the first byte is read, on an input that never
 //!   ends: `-o DIR/` writes the dataset while it is open; an impossible output exits 2 at once.
+//! - `help`: every command's `--help` fits 100 columns, with one help column per section.
 //! - `dataset`: the Parquet dataset as a fleet writes it: partitions from the stream (a recording
 //!   made in a UTS namespace, CLOCK_DATA dates), `--rotate` parts, read by Spark and DuckDB against
 //!   `perf report`, and the queries of `docs/parquet.md` run on it.
@@ -66,6 +70,7 @@ mod fields;
 mod filemode;
 mod filter;
 mod fold;
+mod help;
 mod inject;
 mod malformed;
 mod memory;
@@ -84,3 +89,7 @@ mod skipping;
 mod stats;
 mod unwind;
 mod workloads;
+
+fn main() -> std::process::ExitCode {
+    needs::main()
+}

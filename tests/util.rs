@@ -2,9 +2,9 @@
 //! ([`oracle`] for names, [`readers`] for reading what we write), and signals sent only once the
 //! child catches them.
 //!
-//! A test that needs perf (or another [`Need`]) says so: `pipetest!(needs(perf) name, ..)`, or
-//! for a plain `#[test]`, `#[cfg_attr(skip_perf, ignore = "needs perf (missing at build time)")]`
-//! on it and `require(Need::Perf)` first in it (see `needs`). It never returns early.
+//! Every test is declared by [`pipetest!`] (a plain `#[test]` would never run: the binary's
+//! harness is `needs::main`). A test that needs perf (or another [`Need`]) says so:
+//! `pipetest!(needs(perf) name, ..)`. It never returns early.
 
 use std::io::{Read, Write as _};
 use std::path::{Path, PathBuf};
@@ -28,158 +28,33 @@ macro_rules! eqnice {
     }};
 }
 
-/// Declares a test that gets a fresh [`Dir`]. `pipetest!(needs(perf) name, |dir| ..)` declares
-/// one that needs perf (or `needs(perf, cc)`, `needs(perf, tracefs)`, `needs(perf, cc, inferno)`,
-/// …): ignored with the reason when the build found it missing, else it [`require`]s it first
-/// (see `needs`).
+/// Declares a test that gets a fresh [`Dir`]: `pipetest!(name, |dir| { .. })`, or with what it
+/// needs from the machine, `pipetest!(needs(perf, cc) name, |dir| { .. })`: any of the lower-case
+/// names of `needs::named` (perf, perf612, cc, mount, tracefs, script, go, duckdb, inferno,
+/// chromium, debuginfod, tls, uts, spark, trixie), in any number and order. A missing need makes
+/// the test ignored with the reason when it runs, or under `CI` a failure (see `needs`). Doc
+/// comments go after `needs(..)`, before the name. The test's name is `module::name`.
 #[macro_export]
 macro_rules! pipetest {
-    (needs(perf) $($rest:tt)*) => {
-        $crate::pipetest!(@needs
-            [#[cfg_attr(skip_perf, ignore = "needs perf (missing at build time)")]]
-            [Perf] $($rest)*);
+    (needs($($need:ident),+ $(,)?) $(#[$meta:meta])* $name:ident, |$dir:ident| $body:block) => {
+        $crate::pipetest!(@test [$($crate::needs::named::$need),+] $(#[$meta])* $name, |$dir| $body);
     };
-    (needs(perf, perf612) $($rest:tt)*) => {
-        $crate::pipetest!(@needs
-            [#[cfg_attr(any(skip_perf, skip_perf612), ignore = "needs perf and perf 6.12 (missing at build time)")]]
-            [Perf, Perf612] $($rest)*);
+    ($(#[$meta:meta])* $name:ident, |$dir:ident| $body:block) => {
+        $crate::pipetest!(@test [] $(#[$meta])* $name, |$dir| $body);
     };
-    (needs(perf, perf612, cc) $($rest:tt)*) => {
-        $crate::pipetest!(@needs
-            [#[cfg_attr(any(skip_perf, skip_perf612, skip_cc), ignore = "needs perf, perf 6.12 and cc (missing at build time)")]]
-            [Perf, Perf612, Cc] $($rest)*);
-    };
-    (needs(perf, perf612, tracefs) $($rest:tt)*) => {
-        $crate::pipetest!(@needs
-            [#[cfg_attr(any(skip_perf, skip_perf612, skip_tracefs), ignore = "needs perf, perf 6.12 and tracefs (missing at build time)")]]
-            [Perf, Perf612, Tracefs] $($rest)*);
-    };
-    (needs(perf, perf612, cc, inferno) $($rest:tt)*) => {
-        $crate::pipetest!(@needs
-            [#[cfg_attr(any(skip_perf, skip_perf612, skip_cc, skip_inferno), ignore = "needs perf, perf 6.12, cc and inferno (missing at build time)")]]
-            [Perf, Perf612, Cc, Inferno] $($rest)*);
-    };
-    (needs(perf, cc, inferno, debuginfod) $($rest:tt)*) => {
-        $crate::pipetest!(@needs
-            [#[cfg_attr(any(skip_perf, skip_cc, skip_inferno, skip_debuginfod), ignore = "needs perf, cc, inferno and debuginfod (missing at build time)")]]
-            [Perf, Cc, Inferno, Debuginfod] $($rest)*);
-    };
-    (needs(perf, cc, debuginfod, tls) $($rest:tt)*) => {
-        $crate::pipetest!(@needs
-            [#[cfg_attr(any(skip_perf, skip_cc, skip_debuginfod, skip_tls), ignore = "needs perf, cc, debuginfod and a TLS terminator (missing at build time)")]]
-            [Perf, Cc, Debuginfod, Tls] $($rest)*);
-    };
-    (needs(perf, cc) $($rest:tt)*) => {
-        $crate::pipetest!(@needs
-            [#[cfg_attr(any(skip_perf, skip_cc), ignore = "needs perf and cc (missing at build time)")]]
-            [Perf, Cc] $($rest)*);
-    };
-    (needs(go) $($rest:tt)*) => {
-        $crate::pipetest!(@needs
-            [#[cfg_attr(skip_go, ignore = "needs go (missing at build time)")]]
-            [Go] $($rest)*);
-    };
-    (needs(perf, duckdb) $($rest:tt)*) => {
-        $crate::pipetest!(@needs
-            [#[cfg_attr(any(skip_perf, skip_duckdb), ignore = "needs perf and duckdb (missing at build time)")]]
-            [Perf, Duckdb] $($rest)*);
-    };
-    (needs(perf, inferno) $($rest:tt)*) => {
-        $crate::pipetest!(@needs
-            [#[cfg_attr(any(skip_perf, skip_inferno), ignore = "needs perf and inferno (missing at build time)")]]
-            [Perf, Inferno] $($rest)*);
-    };
-    (needs(perf, cc, inferno) $($rest:tt)*) => {
-        $crate::pipetest!(@needs
-            [#[cfg_attr(any(skip_perf, skip_cc, skip_inferno), ignore = "needs perf, cc and inferno (missing at build time)")]]
-            [Perf, Cc, Inferno] $($rest)*);
-    };
-    (needs(perf, cc, chromium) $($rest:tt)*) => {
-        $crate::pipetest!(@needs
-            [#[cfg_attr(any(skip_perf, skip_cc, skip_chromium), ignore = "needs perf, cc and chromium (missing at build time)")]]
-            [Perf, Cc, Chromium] $($rest)*);
-    };
-    (needs(perf, cc, go) $($rest:tt)*) => {
-        $crate::pipetest!(@needs
-            [#[cfg_attr(any(skip_perf, skip_cc, skip_go), ignore = "needs perf, cc and go (missing at build time)")]]
-            [Perf, Cc, Go] $($rest)*);
-    };
-    (needs(perf, cc, duckdb) $($rest:tt)*) => {
-        $crate::pipetest!(@needs
-            [#[cfg_attr(any(skip_perf, skip_cc, skip_duckdb), ignore = "needs perf, cc and duckdb (missing at build time)")]]
-            [Perf, Cc, Duckdb] $($rest)*);
-    };
-    (needs(perf, cc, tracefs) $($rest:tt)*) => {
-        $crate::pipetest!(@needs
-            [#[cfg_attr(any(skip_perf, skip_cc, skip_tracefs), ignore = "needs perf, cc and tracefs (missing at build time)")]]
-            [Perf, Cc, Tracefs] $($rest)*);
-    };
-    (needs(perf, tracefs, go, duckdb) $($rest:tt)*) => {
-        $crate::pipetest!(@needs
-            [#[cfg_attr(any(skip_perf, skip_tracefs, skip_go, skip_duckdb), ignore = "needs perf, tracefs, go and duckdb (missing at build time)")]]
-            [Perf, Tracefs, Go, Duckdb] $($rest)*);
-    };
-    (needs(perf, cc, tracefs, go, duckdb) $($rest:tt)*) => {
-        $crate::pipetest!(@needs
-            [#[cfg_attr(any(skip_perf, skip_cc, skip_tracefs, skip_go, skip_duckdb), ignore = "needs perf, cc, tracefs, go and duckdb (missing at build time)")]]
-            [Perf, Cc, Tracefs, Go, Duckdb] $($rest)*);
-    };
-    (needs(perf, cc, tracefs, duckdb) $($rest:tt)*) => {
-        $crate::pipetest!(@needs
-            [#[cfg_attr(any(skip_perf, skip_cc, skip_tracefs, skip_duckdb), ignore = "needs perf, cc, tracefs and duckdb (missing at build time)")]]
-            [Perf, Cc, Tracefs, Duckdb] $($rest)*);
-    };
-    (needs(perf, tracefs) $($rest:tt)*) => {
-        $crate::pipetest!(@needs
-            [#[cfg_attr(any(skip_perf, skip_tracefs), ignore = "needs perf and tracefs (missing at build time)")]]
-            [Perf, Tracefs] $($rest)*);
-    };
-    (needs(perf, trixie) $($rest:tt)*) => {
-        $crate::pipetest!(@needs
-            [#[cfg_attr(any(skip_perf, skip_trixie), ignore = "needs perf and the trixie root (missing at build time)")]]
-            [Perf, Trixie] $($rest)*);
-    };
-    (needs(perf, cc, trixie) $($rest:tt)*) => {
-        $crate::pipetest!(@needs
-            [#[cfg_attr(any(skip_perf, skip_cc, skip_trixie), ignore = "needs perf, cc and the trixie root (missing at build time)")]]
-            [Perf, Cc, Trixie] $($rest)*);
-    };
-    (needs(mount) $($rest:tt)*) => {
-        $crate::pipetest!(@needs
-            [#[cfg_attr(skip_mount, ignore = "needs mounting (missing at build time)")]]
-            [Mount] $($rest)*);
-    };
-    (needs(perf, uts) $($rest:tt)*) => {
-        $crate::pipetest!(@needs
-            [#[cfg_attr(any(skip_perf, skip_uts), ignore = "needs perf and a UTS namespace (missing at build time)")]]
-            [Perf, Uts] $($rest)*);
-    };
-    (needs(perf, cc, uts) $($rest:tt)*) => {
-        $crate::pipetest!(@needs
-            [#[cfg_attr(any(skip_perf, skip_cc, skip_uts), ignore = "needs perf, cc and a UTS namespace (missing at build time)")]]
-            [Perf, Cc, Uts] $($rest)*);
-    };
-    (needs(perf, cc, uts, duckdb, spark) $($rest:tt)*) => {
-        $crate::pipetest!(@needs
-            [#[cfg_attr(any(skip_perf, skip_cc, skip_uts, skip_duckdb, skip_spark), ignore = "needs perf, cc, a UTS namespace, duckdb and spark (missing at build time)")]]
-            [Perf, Cc, Uts, Duckdb, Spark] $($rest)*);
-    };
-    (@needs [#[$ignore:meta]] [$($need:ident),+] $(#[$meta:meta])* $name:ident, |$dir:ident| $body:block) => {
+    (@test [$($need:expr),*] $(#[$meta:meta])* $name:ident, |$dir:ident| $body:block) => {
         $(#[$meta])*
-        #[test]
-        #[$ignore]
         fn $name() {
-            $($crate::util::require($crate::util::Need::$need);)+
             let $dir = $crate::util::Dir::new(stringify!($name));
             $body
         }
-    };
-    ($(#[$meta:meta])* $name:ident, |$dir:ident| $body:block) => {
-        $(#[$meta])*
-        #[test]
-        fn $name() {
-            let $dir = $crate::util::Dir::new(stringify!($name));
-            $body
+        ::inventory::submit! {
+            $crate::needs::Test {
+                module: module_path!(),
+                name: stringify!($name),
+                needs: &[$($need),*],
+                run: $name,
+            }
         }
     };
 }
@@ -510,6 +385,39 @@ pub fn perf_script(input: &[u8]) -> String {
 /// Records the oracle's `perf record ARGS -o - -- WORKLOAD…` and returns the pipe stream.
 pub fn perf_record(args: &[&str], workload: &[&str]) -> Vec<u8> {
     oracle().record(args, workload)
+}
+
+/// How many times [`record_until`] records at most: the workload does `2^(ROUNDS-1)` = 32 times
+/// the first round's work in the last.
+pub const RECORD_ROUNDS: u32 = 6;
+
+/// Records until the recording has what the test needs, never for a time: `record(round)` makes
+/// a recording whose workload does `2^round` times the work of round 0 (the test's choice of a
+/// work count, doubled each round), and `lacks(&recording)` says what it still lacks (`None` once
+/// it has everything). Returns the first recording that lacks nothing, with the round it took.
+/// A sampled event that counts the workload's own CPU time gives samples in proportion to the
+/// work done, whatever else runs on the machine; the rounds are for what a busy machine can still
+/// take away (a sample rate the kernel throttles, an unlucky phase of a short loop).
+///
+/// # Panics
+///
+/// After [`RECORD_ROUNDS`] recordings that all lack something, naming what the last one lacked.
+pub fn record_until(
+    mut record: impl FnMut(u32) -> Vec<u8>,
+    lacks: impl Fn(&[u8]) -> Option<String>,
+) -> (Vec<u8>, u32) {
+    let mut last = String::new();
+    for round in 0..RECORD_ROUNDS {
+        let rec = record(round);
+        match lacks(&rec) {
+            None => return (rec, round),
+            Some(why) => {
+                eprintln!("record_until: round {round} lacks {why}; recording twice the work");
+                last = why;
+            }
+        }
+    }
+    panic!("{RECORD_ROUNDS} recordings, each of twice the work of the one before, all lack {last}")
 }
 
 /// [`perf_record`], with perf's standard error (where the workload's own goes too).

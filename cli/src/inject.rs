@@ -86,7 +86,7 @@ struct Refused {
     #[arg(long = "vm-time-correlation", value_name = "OPTS", num_args = 0..=1, require_equals = true, default_missing_value = "")]
     vm_time_correlation: Option<String>,
     /// Refused: inserting a guest's perf.data.
-    #[arg(long = "guest-data", value_name = "PATH,PID[,OFF[,SCALE]]")]
+    #[arg(long = "guest-data", value_name = "SPEC")]
     guest_data: Option<String>,
     /// Refused: a guest's root file system.
     #[arg(long = "guestmount", value_name = "DIR")]

@@ -40,12 +40,12 @@ pub const EXIT_USAGE: u8 = 2;
 const AFTER_HELP: &str = "\
 Stage flags run in the order given on the command line, between decode and write.
 
-Exit status: 0 when the whole input was written, and also when the downstream reader closed the pipe
-early (like `head`, a closed pipe is a normal end: perfpipe stops at once and says nothing); 1 when
-the input is malformed or truncated (every record before the fault is still written) or on an I/O or
-stage error; 2 on a usage error, and on an output that cannot be written (a directory for a format of
-one file, a missing or read-only place, a format not built in), refused before anything is read.
-A directory output (`-o DIR/`, or a directory that exists) is a Parquet dataset.
+Exit status: 0 when the whole input was written, and also when the downstream reader closed the
+pipe early (like `head`, a closed pipe is a normal end: perfpipe stops at once and says nothing);
+1 when the input is malformed or truncated (every record before the fault is still written) or on
+an I/O or stage error; 2 on a usage error, and on an output that cannot be written (a directory
+for a format of one file, a missing or read-only place, a format not built in), refused before
+anything is read. A directory output (`-o DIR/`, or a directory that exists) is a Parquet dataset.
 
 Example:
   perf record -o - -- ./workload | perfpipe --stats | perf report -i -";
@@ -128,7 +128,7 @@ fn stage_args(mut cmd: clap::Command, registry: &Registry) -> clap::Command {
                 .help(flag.help)
                 .help_heading(HEADING)
                 .action(clap::ArgAction::Append);
-            arg = match (spec.value_name(flag), flag.value) {
+            arg = match (help_value_name(spec, flag), flag.value) {
                 // A list of options may be empty: `--count` alone takes the defaults.
                 (Some(v), FlagValue::Options) => {
                     arg.value_name(v).num_args(0..=1).default_missing_value("")
@@ -155,7 +155,7 @@ fn stage_args(mut cmd: clap::Command, registry: &Registry) -> clap::Command {
                 .help(flag.help)
                 .help_heading(FORMATS)
                 .action(clap::ArgAction::Append);
-            arg = match spec.value_name(flag) {
+            arg = match help_value_name(spec, flag) {
                 Some(v) => arg.value_name(v).num_args(1),
                 None => arg.num_args(0).default_missing_value(""),
             };
@@ -173,7 +173,7 @@ fn stage_args(mut cmd: clap::Command, registry: &Registry) -> clap::Command {
     cmd = cmd.arg(
         clap::Arg::new("format")
             .long("format")
-            .value_name("NAME[:key=value,…]")
+            .value_name("NAME[:OPTIONS]")
             .help(format!(
                 "the output's format, whatever its name: {} (default: by -o's extension, else perf); see `perfpipe stages`",
                 names.join(", ")
@@ -189,6 +189,22 @@ fn stage_args(mut cmd: clap::Command, registry: &Registry) -> clap::Command {
             .help_heading(HEADING)
             .action(clap::ArgAction::Append),
     )
+}
+
+/// The longest value name `--help` shows whole; a longer one (a list of choices) is the option's
+/// key in capitals, as clap lists the choices after the help (`--weight <WEIGHT>`).
+const HELP_VALUE_NAME_MAX: usize = 16;
+
+/// What `--help` shows as `flag`'s value: short, so that a section keeps one help column that
+/// starts well before the middle of a 100-column line (`tests/help.rs`).
+fn help_value_name(spec: &dyn Spec, flag: &perfpipe_core::spec::Flag) -> Option<String> {
+    let name = spec.value_name(flag)?;
+    match flag.value {
+        FlagValue::Option(key) if name.chars().count() > HELP_VALUE_NAME_MAX => {
+            Some(key.to_uppercase().replace('-', "_"))
+        }
+        _ => Some(name),
+    }
 }
 
 /// The plan of a command line's stage flags, or the exit status for a bad one.
@@ -459,7 +475,7 @@ mod tests {
         let mut r = perfpipe_chain::builtin();
         r.add(SPEC);
         let help = command_with(&r).render_long_help().to_string();
-        assert!(help.contains("--tally [<top=N>]"), "{help}");
+        assert!(help.contains("--tally [<OPTIONS>]"), "{help}");
         assert!(help.contains("--tally-top <N>"), "{help}");
         for argv in [
             &["perfpipe", "--tally-top", "3", "--tally"][..],

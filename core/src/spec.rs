@@ -548,7 +548,9 @@ pub trait Spec {
         Ok(options)
     }
 
-    /// What `flag` shows as its value in the help (`EXPR`, `SIZE`, `key=value,…`), if it takes one.
+    /// What `flag` shows as its value in the help (`EXPR`, `SIZE`, `OPTIONS`), if it takes one:
+    /// short, so that `--help` keeps one column for every flag. A flag that takes a list of the
+    /// spec's options shows `OPTIONS`; the options themselves are listed by `perfpipe stages`.
     fn value_name(&self, flag: &Flag) -> Option<String> {
         match flag.value {
             FlagValue::None => None,
@@ -556,13 +558,7 @@ pub trait Spec {
                 self.option(key)
                     .map_or_else(|| "VALUE".into(), |o| o.kind.value_name()),
             ),
-            FlagValue::Options => Some(
-                self.options()
-                    .iter()
-                    .map(|o| format!("{}={}", o.key, o.kind.value_name()))
-                    .collect::<Vec<_>>()
-                    .join(","),
-            ),
+            FlagValue::Options => Some("OPTIONS".into()),
         }
     }
 }

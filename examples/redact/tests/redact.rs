@@ -9,11 +9,32 @@ use perfpipe_stream::decode::DecodeConfig;
 use perfpipe_stream::format::{RecordType, StreamInfo};
 use perfpipe_stream::read::HEADROOM;
 
-// What the tests need (perf), probed by build.rs: see the workspace's `tests/needs.rs`.
+// The harness (`harness = false`) and what the tests need (perf), probed when they run: see the
+// workspace's `tests/needs.rs`. No test here is a plain `#[test]` (it would never run).
 #[allow(dead_code)]
 #[path = "../../../tests/needs.rs"]
 mod needs;
-use needs::{require, Need};
+use needs::Need;
+
+/// Registers the test `fn $name()` with what it needs (`Need`s).
+macro_rules! register {
+    ($($name:ident: [$($need:expr),*]),* $(,)?) => {
+        $(inventory::submit! {
+            needs::Test { module: module_path!(), name: stringify!($name), needs: &[$($need),*], run: $name }
+        })*
+    };
+}
+
+register! {
+    perf_reads_the_redacted_streams: [Need::Perf],
+    no_comm_or_path_survives_and_every_sample_does: [],
+    kept_prefixes_stay: [],
+    bad_options_are_errors: [],
+}
+
+fn main() -> std::process::ExitCode {
+    needs::main()
+}
 
 fn fixture(name: &str) -> Vec<u8> {
     let p = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -108,10 +129,7 @@ const FIXTURES: [&str; 4] = [
 ];
 
 /// perf reads the redacted streams and sees every sample.
-#[test]
-#[cfg_attr(skip_perf, ignore = "needs perf (missing at build time)")]
 fn perf_reads_the_redacted_streams() {
-    require(Need::Perf);
     for name in FIXTURES {
         let input = fixture(name);
         let out = redact(&input, &["--redact", KEY]);
@@ -126,7 +144,6 @@ fn perf_reads_the_redacted_streams() {
     }
 }
 
-#[test]
 fn no_comm_or_path_survives_and_every_sample_does() {
     for name in FIXTURES {
         let input = fixture(name);
@@ -151,7 +168,6 @@ fn no_comm_or_path_survives_and_every_sample_does() {
     }
 }
 
-#[test]
 fn kept_prefixes_stay() {
     let input = fixture("multiproc.pipe.data");
     let out = redact(&input, &["--redact", "keep=/usr/lib"]);
@@ -159,7 +175,6 @@ fn kept_prefixes_stay() {
     assert!(!contains(&out, b"/usr/bin/gzip"));
 }
 
-#[test]
 fn bad_options_are_errors() {
     let out = Command::new(env!("CARGO_BIN_EXE_perfpipe-redact"))
         .args(["--redact", "colour=red"])

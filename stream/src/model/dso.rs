@@ -609,48 +609,6 @@ mod tests {
         );
     }
 
-    /// A file that exists only in another mount namespace is read through `/proc/<pid>/root`.
-    /// Mounting is probed by `build.rs` (the workspace's `tests/needs.rs`): without it this test
-    /// is ignored, or under `CI` fails.
-    #[test]
-    #[cfg_attr(
-        skip_mount,
-        ignore = "needs to mount a tmpfs (not allowed at build time)"
-    )]
-    fn other_mount_namespace_is_read_through_proc_root() {
-        use std::io::BufRead as _;
-        assert!(!other_mount_namespace(std::process::id()));
-        let dir = std::env::temp_dir().join(format!("perfpipe-ns-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let script = format!(
-            "mount -t tmpfs none {d} && cp /usr/bin/gzip {d}/g && echo ready && sleep 10",
-            d = dir.display()
-        );
-        let child = std::process::Command::new("unshare")
-            .args(["--mount", "--propagation", "private", "sh", "-c", &script])
-            .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::null())
-            .spawn();
-        let mut child = child.expect("unshare");
-        let mut line = String::new();
-        let _ = std::io::BufReader::new(child.stdout.take().unwrap()).read_line(&mut line);
-        if line.trim() != "ready" {
-            let _ = child.wait();
-            panic!("cannot make a mount namespace with a tmpfs in it");
-        }
-        let pid = child.id();
-        let inside = dir.join("g");
-        assert!(!inside.exists(), "the tmpfs is private to the namespace");
-        assert!(other_mount_namespace(pid));
-        let want = read_build_id(Path::new("/usr/bin/gzip"), None, false);
-        assert!(matches!(want, Outcome::Found(_)));
-        assert_eq!(read_build_id(&inside, Some(pid), false), want);
-        assert_eq!(read_build_id(&inside, None, false), Outcome::Missing);
-        let _ = child.kill();
-        let _ = child.wait();
-        let _ = std::fs::remove_dir(&dir);
-    }
-
     #[test]
     fn kernel_dsos_resolve_by_kind() {
         use crate::model::machine::{Dso, DsoId, Identity};
