@@ -237,6 +237,22 @@ impl StageMetrics {
         i.queue_fill_max.fetch_max(len as u64, Relaxed);
     }
 
+    /// The cumulative counters a [`Timeline`](crate::Timeline) samples: a few loads, no lock.
+    pub fn sample(&self) -> crate::timeline::StageSample {
+        let i = &self.inner;
+        crate::timeline::StageSample {
+            working: Duration::from_nanos(i.working_ns.load(Relaxed)),
+            starved: Duration::from_nanos(i.starved_ns.load(Relaxed)),
+            blocked: Duration::from_nanos(i.blocked_ns.load(Relaxed)),
+            records_in: i.input.records.load(Relaxed),
+            records_out: i.output.records.load(Relaxed),
+            bytes_in: i.input.bytes.load(Relaxed),
+            bytes_out: i.output.bytes.load(Relaxed),
+            sends: i.queue_samples.load(Relaxed),
+            queued: i.queue_fill_sum.load(Relaxed),
+        }
+    }
+
     /// The stage's name.
     pub fn name(&self) -> &str {
         &self.inner.name

@@ -19,6 +19,8 @@
 //!   then [`Stage::tick`] runs, so it can act (and emit) while its input is quiet.
 //! - A source blocked in a read when the rest of the pipeline has ended is left behind (detached)
 //!   rather than waited for; [`Report::ends`] says so.
+//! - **Timeline** ([`Pipeline::timeline`]): one more thread samples every stage's counters
+//!   periodically, for [`Report::timeline`] ([`crate::Timeline`]).
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -32,6 +34,7 @@ use crate::batch::{Batch, BufferPool};
 use crate::metrics::{StageMetrics, StageSnapshot};
 use crate::parallel::{self, Factory};
 use crate::stage::{Flow, Out, Sink, Source, Stage, StageError};
+use crate::timeline::{Recorder, Sampler, Timeline};
 
 /// Tunables of a pipeline.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -143,6 +146,8 @@ pub struct Report {
     pub errors: Vec<Error>,
     /// Wall time from spawn to the end.
     pub wall: Duration,
+    /// The counters as they changed, when [`Pipeline::timeline`] asked for them.
+    pub timeline: Option<Timeline>,
 }
 
 impl Report {
@@ -198,6 +203,7 @@ enum Node {
 pub struct Pipeline {
     settings: Settings,
     nodes: Vec<(String, Node)>,
+    timeline: bool,
 }
 
 impl std::fmt::Debug for Pipeline {
@@ -206,6 +212,7 @@ impl std::fmt::Debug for Pipeline {
         f.debug_struct("Pipeline")
             .field("settings", &self.settings)
             .field("nodes", &names)
+            .field("timeline", &self.timeline)
             .finish()
     }
 }
@@ -216,7 +223,34 @@ impl Pipeline {
         Pipeline {
             settings,
             nodes: Vec::new(),
+            timeline: false,
         }
+    }
+
+    /// Samples every stage's counters while the pipeline runs, on a thread of its own
+    /// (`timeline`), into [`Report::timeline`]: every 62.5 ms at first, less often as the run
+    /// grows (at most [`crate::timeline::MAX_INTERVALS`] intervals). Without it, no thread and no
+    /// cost. See [`crate::Timeline`].
+    ///
+    /// ```
+    /// use perfpipe_core::harness::{framed, Collect, Feed};
+    /// use perfpipe_core::{Pipeline, Settings};
+    ///
+    /// let input: Vec<_> = (0..100u8).map(|i| framed(&[(&[i], 0)])).collect();
+    /// let report = Pipeline::new(Settings::default())
+    ///     .source("feed", Feed::new(input))
+    ///     .sink("collect", Collect::new())
+    ///     .timeline()
+    ///     .run();
+    /// let timeline = report.timeline.expect("asked for");
+    /// // The intervals add up to the totals.
+    /// let records: u64 = timeline.intervals().iter().map(|i| i.stages[1].records_in).sum();
+    /// assert_eq!(records, report.stages[1].input.records);
+    /// assert_eq!(records, 100);
+    /// ```
+    pub fn timeline(mut self) -> Pipeline {
+        self.timeline = true;
+        self
     }
 
     /// Sets the source (the first node). Replaces any previous source.
@@ -328,6 +362,7 @@ impl Pipeline {
                 ends: Vec::new(),
                 errors: vec![e],
                 wall: Duration::ZERO,
+                timeline: None,
             },
         }
     }
@@ -449,6 +484,18 @@ impl Pipeline {
             }
             metrics.push(m);
         }
+        let sampler = if self.timeline {
+            let sampler = Sampler::start(&metrics, started).map_err(|source| {
+                cancel.store(true, Ordering::Relaxed);
+                Error::Spawn {
+                    stage: "timeline".into(),
+                    source,
+                }
+            })?;
+            Some(sampler)
+        } else {
+            None
+        };
         Ok(Running {
             metrics,
             handles,
@@ -456,6 +503,7 @@ impl Pipeline {
             done_rx,
             cancel,
             started,
+            sampler,
         })
     }
 }
@@ -470,6 +518,7 @@ pub struct Running {
     done_rx: Receiver<Done>,
     cancel: Arc<AtomicBool>,
     started: Instant,
+    sampler: Option<Sampler>,
 }
 
 #[derive(Debug)]
@@ -483,6 +532,12 @@ impl Running {
     /// Live metrics handles, in pipeline order; read them while the pipeline runs (e.g. for progress).
     pub fn metrics(&self) -> &[StageMetrics] {
         &self.metrics
+    }
+
+    /// The samples taken so far, when [`Pipeline::timeline`] asked for them: for a report made
+    /// without waiting for the threads.
+    pub fn timeline(&self) -> Option<Recorder> {
+        self.sampler.as_ref().map(|s| s.recorder().clone())
     }
 
     /// Time since the pipeline was spawned.
@@ -524,11 +579,14 @@ impl Running {
             .into_iter()
             .map(|e| e.unwrap_or(End::Detached))
             .collect();
+        // The last sample and the report read the same final counters.
+        let timeline = self.sampler.take().map(|s| s.finish(wall));
         Report {
             stages: self.metrics.iter().map(StageMetrics::snapshot).collect(),
             ends,
             errors,
             wall,
+            timeline,
         }
     }
 
