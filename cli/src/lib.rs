@@ -4,6 +4,7 @@
 //!
 //! - [`args`]: the option groups commands share (output, reporting, batches, pipes);
 //! - [`chain`]: the mapping from the stage and format arguments to the library's words;
+//! - `timeline`: the `--timeline` SVG;
 //! - this file: the commands, the stage flags generated from the registry, and `main`.
 
 use std::io::Write as _;
@@ -25,6 +26,7 @@ mod inject;
 mod progress;
 mod record;
 mod run;
+mod timeline;
 
 use args::{BatchArgs, IoArgs, OutputArgs, ReportArgs};
 

@@ -328,7 +328,9 @@ impl Sampler {
         &self.recorder
     }
 
-    /// Stops the thread and takes the last sample, at `t` (the run's wall time).
+    /// Stops the thread and takes the last sample, at `t` (the run's wall time). A periodic
+    /// sample less than half a period before it is replaced by it, so that the last interval is
+    /// no sliver whose few batches would read as a burst of throughput.
     pub(crate) fn finish(mut self, t: Duration) -> Timeline {
         drop(self.stop.take());
         if let Some(h) = self.thread.take() {
@@ -340,6 +342,10 @@ impl Sampler {
             .series
             .lock()
             .unwrap_or_else(|e| e.into_inner());
+        let half = series.period / 2;
+        if series.samples.len() > 1 && series.samples.last().is_some_and(|l| t - l.t < half) {
+            series.samples.pop();
+        }
         series.push(sample);
         series.clone()
     }
