@@ -99,6 +99,11 @@ macro_rules! pipetest {
             [#[cfg_attr(any(skip_perf, skip_cc, skip_chromium), ignore = "needs perf, cc and chromium (missing at build time)")]]
             [Perf, Cc, Chromium] $($rest)*);
     };
+    (needs(chromium) $($rest:tt)*) => {
+        $crate::pipetest!(@needs
+            [#[cfg_attr(skip_chromium, ignore = "needs chromium (missing at build time)")]]
+            [Chromium] $($rest)*);
+    };
     (needs(perf, cc, go) $($rest:tt)*) => {
         $crate::pipetest!(@needs
             [#[cfg_attr(any(skip_perf, skip_cc, skip_go), ignore = "needs perf, cc and go (missing at build time)")]]
@@ -538,6 +543,25 @@ pub fn big_stream(times: usize) -> Vec<u8> {
         big.extend_from_slice(&input[16..]);
     }
     big
+}
+
+/// Headless Chromium with the flags that let it run as root on a machine with no network, a
+/// window of `width`×`height` and a profile in `dir`; add `--dump-dom URL` or `--screenshot=PNG URL`.
+pub fn chromium(dir: &Dir, width: u32, height: u32) -> Command {
+    let mut cmd = Command::new("chromium");
+    cmd.args([
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-quic",
+        "--no-first-run",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        &format!("--window-size={width},{height}"),
+        &format!("--user-data-dir={}", dir.path("chromium").display()),
+    ]);
+    cmd
 }
 
 /// Starts perfpipe with `args`, its three standard streams piped.

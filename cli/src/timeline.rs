@@ -4,7 +4,8 @@
 //! - on top, the bytes/s through the pipeline: read (the source's output) as an area, written
 //!   (the sink's input) as a line;
 //! - one lane per stage, in pipeline order: the share of its thread's time spent working,
-//!   blocked and starved in each interval, stacked (grey where no batch ended in the interval),
+//!   blocked and starved in each interval, stacked (grey where its time is not split yet: the
+//!   source inside a read, the sink inside a write),
 //!   and the mean fill of its output queue as a line (the lane's top is a full queue);
 //! - above each lane, a mark on every second that stage limited the run (`--stats`' verdict on
 //!   that second alone); on the source's lane when the input limited, on the sink's when the
@@ -83,7 +84,7 @@ pub(crate) fn render(report: &Report) -> Option<String> {
     marks(&mut s, tl, &x, lanes_top);
     let _ = writeln!(
         s,
-        r#"<text x="12" y="{:.1}" fill="{NOTE}">Lanes: each stage thread's time per {} (grey: no batch ended then); line: mean fill of its output queue (lane top = full). Marks: the bottleneck of each {}.</text>"#,
+        r#"<text x="12" y="{:.1}" fill="{NOTE}">Lanes: each stage thread's time per {} (grey: not split yet, a read or a write under way); line: mean fill of its output queue (top = full). Marks: the bottleneck of each {}.</text>"#,
         axis_y + 46.0,
         duration(tl.period),
         if tl.bin() > Duration::from_secs(1) {

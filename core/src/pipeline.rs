@@ -31,7 +31,7 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
 
 use crate::batch::{Batch, BufferPool};
-use crate::metrics::{StageMetrics, StageSnapshot};
+use crate::metrics::{Phase, StageMetrics, StageSnapshot};
 use crate::parallel::{self, Factory};
 use crate::stage::{Flow, Out, Sink, Source, Stage, StageError};
 use crate::timeline::{Recorder, Sampler, Timeline};
@@ -423,6 +423,7 @@ impl Pipeline {
             };
             let ctx = Ctx {
                 measure: settings.measure,
+                phases: settings.measure && self.timeline,
                 epoch: started,
                 metrics: m.clone(),
                 pool: pool.clone(),
@@ -608,6 +609,8 @@ impl Running {
 
 struct Ctx {
     measure: bool,
+    /// Whether to publish each [`Phase`] for the timeline's sampler.
+    phases: bool,
     epoch: Instant,
     metrics: StageMetrics,
     pool: BufferPool,
@@ -622,6 +625,15 @@ impl Ctx {
             Instant::now()
         } else {
             self.epoch
+        }
+    }
+
+    /// Publishes the phase the thread enters at `at`, when a timeline samples them. Called before
+    /// [`StageMetrics::add_times`] for the phases it closes.
+    #[inline]
+    fn enter(&self, phase: Phase, at: Instant) {
+        if self.phases {
+            self.metrics.enter(phase, at - self.epoch);
         }
     }
 }
@@ -658,15 +670,18 @@ fn run_source(
 ) -> (End, Option<StageError>) {
     let mut pending = Vec::new();
     let mut t0 = ctx.now();
+    ctx.enter(Phase::Other, t0);
     loop {
         if ctx.cancel.load(Ordering::Relaxed) {
             return (End::Cancelled, None);
         }
         let result = source.produce(&mut Out::new(&mut pending, &ctx.pool));
         let t1 = ctx.now();
+        ctx.enter(Phase::Blocked, t1);
         let waited = source.take_io_wait().min(t1 - t0);
         let sent = send_all(&mut pending, &tx, ctx);
         let t2 = ctx.now();
+        ctx.enter(Phase::Other, t2);
         ctx.metrics.add_times(t1 - t0 - waited, waited, t2 - t1);
         t0 = t2;
         match result {
@@ -686,6 +701,7 @@ fn run_stage(
 ) -> (End, Option<StageError>) {
     let mut pending = Vec::new();
     let mut t0 = ctx.now();
+    ctx.enter(Phase::Starved, t0);
     let tick = stage.tick_interval();
     let end = loop {
         let received = match tick {
@@ -697,6 +713,7 @@ fn run_stage(
             },
         };
         let t1 = ctx.now();
+        ctx.enter(Phase::Working, t1);
         let result = match received {
             Some(Sent { batch, bytes }) => {
                 if ctx.measure {
@@ -708,8 +725,18 @@ fn run_stage(
             None => stage.tick(&mut Out::new(&mut pending, &ctx.pool)),
         };
         let t2 = ctx.now();
+        ctx.enter(Phase::Blocked, t2);
         let sent = send_all(&mut pending, &tx, ctx);
         let t3 = ctx.now();
+        let goes_on = sent && matches!(result, Ok(Flow::Continue));
+        ctx.enter(
+            if goes_on {
+                Phase::Starved
+            } else {
+                Phase::Other
+            },
+            t3,
+        );
         ctx.metrics.add_times(t2 - t1, t1 - t0, t3 - t2);
         t0 = t3;
         match result {
@@ -722,11 +749,15 @@ fn run_stage(
     // Drop the input first so upstream stops at once rather than after our flush.
     drop(rx);
     let t1 = ctx.now();
+    ctx.enter(Phase::Working, t1);
     let result = stage.flush(&mut Out::new(&mut pending, &ctx.pool));
     let t2 = ctx.now();
+    ctx.enter(Phase::Blocked, t2);
     let sent = send_all(&mut pending, &tx, ctx);
-    ctx.metrics
-        .add_times(t2 - t1, Duration::ZERO, ctx.now() - t2);
+    let t3 = ctx.now();
+    ctx.enter(Phase::Other, t3);
+    // The last wait for input, the one that ended in a disconnection, is starved time too.
+    ctx.metrics.add_times(t2 - t1, t1 - t0, t3 - t2);
     match result {
         Err(e) => (End::Failed, Some(e)),
         Ok(()) if !sent => (End::DownstreamClosed, None),
@@ -736,17 +767,28 @@ fn run_stage(
 
 fn run_sink(mut sink: Box<dyn Sink>, rx: Receiver<Sent>, ctx: &Ctx) -> (End, Option<StageError>) {
     let mut t0 = ctx.now();
+    ctx.enter(Phase::Starved, t0);
     let end = loop {
         let Ok(Sent { batch, bytes }) = rx.recv() else {
             break End::Eof;
         };
         let t1 = ctx.now();
+        ctx.enter(Phase::Other, t1);
         if ctx.measure {
             ctx.metrics.input().count_received(&batch, bytes);
         }
         let result = sink.consume(&batch);
         ctx.pool.put(batch);
         let t2 = ctx.now();
+        let goes_on = matches!(result, Ok(Flow::Continue));
+        ctx.enter(
+            if goes_on {
+                Phase::Starved
+            } else {
+                Phase::Other
+            },
+            t2,
+        );
         let waited = sink.take_io_wait().min(t2 - t1);
         ctx.metrics.add_times(t2 - t1 - waited, t1 - t0, waited);
         t0 = t2;
@@ -758,11 +800,12 @@ fn run_sink(mut sink: Box<dyn Sink>, rx: Receiver<Sent>, ctx: &Ctx) -> (End, Opt
     };
     drop(rx);
     let t1 = ctx.now();
+    ctx.enter(Phase::Other, t1);
     let result = sink.finish();
     let t2 = ctx.now();
     let waited = sink.take_io_wait().min(t2 - t1);
-    ctx.metrics
-        .add_times(t2 - t1 - waited, Duration::ZERO, waited);
+    // The last wait for input, the one that ended in a disconnection, is starved time too.
+    ctx.metrics.add_times(t2 - t1 - waited, t1 - t0, waited);
     match result {
         Err(e) => (End::Failed, Some(e)),
         Ok(()) => (end, None),

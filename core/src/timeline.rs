@@ -12,9 +12,11 @@
 //! - **Bounded**: past [`MAX_INTERVALS`] intervals every other sample is dropped and the period
 //!   doubles (62.5 ms, 125 ms, … 1 s after about 17 minutes, 2 s after 34), so a day-long run
 //!   keeps about a thousand samples.
-//! - **Granularity**: the runner adds a thread's times once per batch, when the batch is done. An
-//!   interval holds the batches that ended in it; a stage that spends longer than a period on one
-//!   batch (or one read) shows nothing until it finishes, then all of it at once.
+//! - **Open phases**: the runner adds a thread's times once per batch, when the batch is done; with
+//!   a timeline it also publishes what each thread is doing and since when (waiting for input,
+//!   working, waiting to send), and a sample counts that time too, so a long wait shows while it
+//!   lasts. A source's `produce` and a sink's `consume` split into working and waiting (in
+//!   `read(2)`, `write(2)`) only when they return: their time shows then.
 //! - **Bottleneck**: [`Timeline::bottlenecks`] applies `--stats`' [`verdict`](crate::verdict) to the
 //!   time split of each second (of each interval once the period is longer than a second).
 
@@ -77,6 +79,19 @@ impl StageSample {
             sends: self.sends.saturating_sub(earlier.sends),
             queued: self.queued.saturating_sub(earlier.queued),
         }
+    }
+
+    /// Raises each field to `o`'s if it is larger.
+    fn at_least(&mut self, o: &StageSample) {
+        self.working = self.working.max(o.working);
+        self.starved = self.starved.max(o.starved);
+        self.blocked = self.blocked.max(o.blocked);
+        self.records_in = self.records_in.max(o.records_in);
+        self.records_out = self.records_out.max(o.records_out);
+        self.bytes_in = self.bytes_in.max(o.bytes_in);
+        self.bytes_out = self.bytes_out.max(o.bytes_out);
+        self.sends = self.sends.max(o.sends);
+        self.queued = self.queued.max(o.queued);
     }
 
     fn add(&mut self, o: &StageSample) {
@@ -162,7 +177,16 @@ impl Timeline {
     /// Appends a sample; at [`MAX_INTERVALS`] intervals, drops every other sample (never the
     /// first or the last) and doubles the period. Samples on the grid of the period are thinned
     /// out to the grid of the doubled one: the count is then odd, the last index even.
-    pub fn push(&mut self, sample: Sample) {
+    ///
+    /// A sample is raised to the one before it field by field: an open phase counted in one
+    /// sample is counted in the counters only when it ends, and the phase after it may be
+    /// sampled first ([`StageMetrics::sample`]); values never go back.
+    pub fn push(&mut self, mut sample: Sample) {
+        if let Some(last) = self.samples.last() {
+            for (s, l) in sample.stages.iter_mut().zip(&last.stages) {
+                s.at_least(l);
+            }
+        }
         self.samples.push(sample);
         if self.samples.len() > MAX_INTERVALS {
             let last = self.samples.len() - 1;
@@ -254,7 +278,7 @@ impl Recorder {
     fn sample(&self, t: Duration) -> Sample {
         Sample {
             t,
-            stages: self.metrics.iter().map(StageMetrics::sample).collect(),
+            stages: self.metrics.iter().map(|m| m.sample(t)).collect(),
         }
     }
 
