@@ -77,6 +77,10 @@ fn floats(v: &Value) -> Vec<f64> {
 fn check_series(doc: &Value) -> Vec<(String, String, f64, f64)> {
     let schema = schema();
     validate(&schema, &schema, doc, "$").unwrap();
+    // The schema describes the series: the validator rejects one that breaks it.
+    let mut broken = doc.clone();
+    broken["timeline"]["stages"][0]["bytes_in"][0] = Value::from("many");
+    assert!(validate(&schema, &schema, &broken, "$").is_err());
     let tl = &doc["timeline"];
     let period = f(&tl["period_seconds"]);
     let t = floats(&tl["t"]);
