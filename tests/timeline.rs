@@ -236,6 +236,36 @@ fn marks(svg: &str) -> Vec<(String, String, f64, f64)> {
         .collect()
 }
 
+/// The top of each lane's band (its grey background), by stage name.
+fn lane_tops(svg: &str) -> Vec<(String, f64)> {
+    lanes(svg)
+        .into_iter()
+        .map(|name| {
+            let start = svg
+                .find(&format!("<g class=\"lane\" data-stage=\"{name}\">"))
+                .unwrap();
+            let lane = &svg[start..start + svg[start..].find("</g>").unwrap()];
+            let rect = lane.split("<rect ").nth(1).expect("a background");
+            let y = attr(&format!(" {rect}"), "y").parse().unwrap();
+            (name, y)
+        })
+        .collect()
+}
+
+/// Each mark is drawn just above the lane of the stage it names, and above no other.
+fn marks_sit_on_their_lanes(svg: &str) {
+    let tops = lane_tops(svg);
+    for t in tags(svg, "rect", "mark") {
+        let y: f64 = attr(t, "y").parse().unwrap();
+        let above: Vec<&str> = tops
+            .iter()
+            .filter(|(_, top)| top - y > 0.0 && top - y <= 12.0)
+            .map(|(n, _)| n.as_str())
+            .collect();
+        assert_eq!(above, [attr(t, "data-stage")], "{t}: lanes at {tops:?}");
+    }
+}
+
 /// The lanes' stage names, in order.
 fn lanes(svg: &str) -> Vec<String> {
     let lanes: Vec<String> = tags(svg, "g", "lane")
@@ -298,6 +328,7 @@ pipetest!(
         eqnice!(names, ["read", "decode", "tap:decode", "write"]);
         eqnice!(names, lanes(&run.svg));
         let drawn = marks(&run.svg);
+        marks_sit_on_their_lanes(&run.svg);
         assert_eq!(drawn.len(), bins.len() - bins.iter().filter(|b| b.0 == "unknown").count());
         for (d, b) in drawn.iter().zip(bins.iter().filter(|b| b.0 != "unknown")) {
             assert_eq!((&d.0, &d.1), (&b.0, &b.1));
@@ -339,6 +370,7 @@ pipetest!(
         assert!(output * 2 > bins.len(), "most seconds name the output: {bins:?}");
         // The picture: the marks on write's lane say so, and its lane is mostly orange.
         let drawn = marks(&run.svg);
+        marks_sit_on_their_lanes(&run.svg);
         assert!(drawn.iter().any(|m| m.0 == "output" && m.1 == "write"), "{drawn:?}");
         let areas = lane_areas(&run.svg, "write");
         let total: f64 = areas.iter().map(|a| a.1).sum();
