@@ -13,7 +13,7 @@ use crate::util::*;
 use crate::workloads::{self, Workload};
 
 /// Keeps `files` in `$PERFPIPE_KEEP/<test>/` when that is set, for a look after the run.
-fn keep(test: &str, files: &[(&str, &[u8])]) {
+pub(crate) fn keep(test: &str, files: &[(&str, &[u8])]) {
     let Some(root) = std::env::var_os("PERFPIPE_KEEP") else {
         return;
     };
@@ -464,23 +464,9 @@ pipetest!(needs(perf, cc, chromium) the_flame_graph_renders_in_chromium_with_the
     );
     assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
     let svg = std::fs::read_to_string(&svg_path).unwrap();
-    // The flags that let Chromium run headless as root on a machine with no network.
     let width = 900;
-    let out = Command::new("chromium")
-        .args([
-            "--headless",
-            "--no-sandbox",
-            "--disable-gpu",
-            "--disable-quic",
-            "--no-first-run",
-            "--disable-background-networking",
-            "--disable-component-update",
-            "--disable-sync",
-            &format!("--window-size={width},700"),
-            &format!("--user-data-dir={}", dir.path("chromium").display()),
-            "--dump-dom",
-            &format!("file://{}", svg_path.display()),
-        ])
+    let out = chromium(&dir, width, 700)
+        .args(["--dump-dom", &format!("file://{}", svg_path.display())])
         .output()
         .expect("chromium");
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));

@@ -43,6 +43,8 @@
 //!   real debuginfod on loopback against perf script of the unstripped binaries, and faulty servers.
 //! - `offcpu`: tracepoint fields by name against `perf script -F trace`, off-CPU intervals against
 //!   `perf sched timehist` and the known waits of `offcpu.c`, bad tracing data (issue 31).
+//! - `timeline`: `--timeline` and the series of `--stats-json`: sums, each second's bottleneck, a
+//!   slow reader in the sink's lane, the SVG rendered by headless Chromium.
 //! - `memory`: RSS stays under the stated bound behind a throttled reader; a stalled producer costs no CPU.
 //! - `outputs`: the output decided and checked before the first byte is read, on an input that never
 //!   ends: `-o DIR/` writes the dataset while it is open; an impossible output exits 2 at once.
@@ -87,6 +89,7 @@ mod regression;
 mod ring;
 mod skipping;
 mod stats;
+mod timeline;
 mod unwind;
 mod workloads;
 

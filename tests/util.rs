@@ -448,6 +448,25 @@ pub fn big_stream(times: usize) -> Vec<u8> {
     big
 }
 
+/// Headless Chromium with the flags that let it run as root on a machine with no network, a
+/// window of `width`×`height` and a profile in `dir`; add `--dump-dom URL` or `--screenshot=PNG URL`.
+pub fn chromium(dir: &Dir, width: u32, height: u32) -> Command {
+    let mut cmd = Command::new("chromium");
+    cmd.args([
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-quic",
+        "--no-first-run",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        &format!("--window-size={width},{height}"),
+        &format!("--user-data-dir={}", dir.path("chromium").display()),
+    ]);
+    cmd
+}
+
 /// Starts perfpipe with `args`, its three standard streams piped.
 pub fn spawn(args: &[&str]) -> Child {
     Command::new(bin())

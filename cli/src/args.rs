@@ -36,7 +36,7 @@ impl OutputArgs {
     }
 }
 
-/// What to report: `--stats`, `--stats-json`, `--progress`, `--tap`.
+/// What to report: `--stats`, `--stats-json`, `--timeline`, `--progress`, `--tap`.
 #[derive(Clone, Debug, Default, Args)]
 pub struct ReportArgs {
     /// Print a per-stage table (records, MB/s, working/starved/blocked time, the bottleneck) on
@@ -46,6 +46,11 @@ pub struct ReportArgs {
     /// Write the same figures as JSON to FILE at the end (schema: docs/stats.schema.json).
     #[arg(long, value_name = "FILE")]
     pub stats_json: Option<PathBuf>,
+    /// Draw the run to FILE (SVG) at the end: one lane per stage with its working, starved and
+    /// blocked time as they changed, the bytes/s through the pipeline, the queue depths and the
+    /// bottleneck of each second (docs/measuring.md).
+    #[arg(long, value_name = "FILE.svg")]
+    pub timeline: Option<PathBuf>,
     /// Show live per-stage progress on stderr (default: only when stderr is a terminal).
     #[arg(long, overrides_with = "no_progress")]
     pub progress: bool,

@@ -2,9 +2,9 @@
 //!
 //! `bench pipeline` replays a stream held in memory (a recording given with `-i`, or a synthetic
 //! profile-shaped workload) through `decode` and the stage flags given, into a sink that discards,
-//! so that disk and pipes are out of the picture. Each round runs the chain twice, once with the
-//! runner measuring and once without, so the report shows per-stage throughput and what measuring
-//! itself costs.
+//! so that disk and pipes are out of the picture. Each round runs the chain three times: with the
+//! runner measuring, without, and measuring with a timeline sampled (`--timeline`), so the report
+//! shows per-stage throughput and what measuring and sampling themselves cost.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -37,7 +37,8 @@ pub(crate) struct PipelineBench {
     /// Size of the synthetic workload (suffixes K, M, G).
     #[arg(long, value_name = "SIZE", default_value = "128M", value_parser = parse_size)]
     synthetic: usize,
-    /// Rounds; each runs the chain measured and unmeasured. Medians are reported.
+    /// Rounds; each runs the chain measured, unmeasured and measured with a timeline. Medians are
+    /// reported.
     #[arg(long, value_name = "N", default_value_t = 5, value_parser = clap::value_parser!(u32).range(1..))]
     rounds: u32,
     #[command(flatten)]
@@ -86,16 +87,14 @@ fn pipeline(args: &PipelineBench, registry: &Registry, plan: &Plan) -> anyhow::R
         names.join(" "),
         args.rounds
     );
-    let (mut measured, mut unmeasured) = (Vec::new(), Vec::new());
+    let (mut measured, mut unmeasured, mut sampled) = (Vec::new(), Vec::new(), Vec::new());
     let mut last = None;
+    // (measure, timeline)
+    let modes = [(true, false), (false, false), (true, true)];
     for round in 0..args.rounds {
-        // Alternate which mode goes first, so neither always runs on a warmer machine.
-        let order = if round % 2 == 0 {
-            [true, false]
-        } else {
-            [false, true]
-        };
-        for measure in order {
+        // Rotate which mode goes first, so none always runs on a warmer machine.
+        for k in 0..modes.len() {
+            let (measure, timeline) = modes[(k + round as usize) % modes.len()];
             let chain = Chain {
                 settings: args.batch.settings(measure),
                 source: SourceSpec::Memory(data.clone()),
@@ -105,15 +104,22 @@ fn pipeline(args: &PipelineBench, registry: &Registry, plan: &Plan) -> anyhow::R
                 requests: Requests::default(),
                 before_source: None,
             };
-            let report = chain.build(registry)?.run();
+            let pipeline = chain.build(registry)?;
+            let report = if timeline {
+                pipeline.timeline().run()
+            } else {
+                pipeline.run()
+            };
             if let Some(e) = report.errors.first() {
                 anyhow::bail!("{e}");
             }
-            if measure {
-                measured.push(report.wall);
-                last = Some(report);
-            } else {
-                unmeasured.push(report.wall);
+            match (measure, timeline) {
+                (true, false) => {
+                    measured.push(report.wall);
+                    last = Some(report);
+                }
+                (false, _) => unmeasured.push(report.wall),
+                (true, true) => sampled.push(report.wall),
             }
         }
     }
@@ -124,7 +130,7 @@ fn pipeline(args: &PipelineBench, registry: &Registry, plan: &Plan) -> anyhow::R
             .map_or_else(|| format!("type {k}"), str::to_string)
     };
     println!("{}", render_table(&report, &kind));
-    let (m, u) = (median(measured), median(unmeasured));
+    let (m, u, t) = (median(measured), median(unmeasured), median(sampled));
     let mb = data.len() as f64 / 1e6;
     let records = report.stages.get(1).map_or(0, |s| s.output.records);
     println!(
@@ -144,6 +150,14 @@ fn pipeline(args: &PipelineBench, registry: &Registry, plan: &Plan) -> anyhow::R
         extra * 1e3,
         extra * 1e9 / batches.max(1) as f64,
         batches
+    );
+    let sampling = t.as_secs_f64() - m.as_secs_f64();
+    println!(
+        "cost of a timeline (--timeline, --stats-json): {:+.1}% wall over measuring ({:+.1} ms; \
+         median {:.3} s: a thread sampling the counters every 62.5 ms, each stage publishing its phase)",
+        100.0 * sampling / m.as_secs_f64(),
+        sampling * 1e3,
+        t.as_secs_f64()
     );
     Ok(())
 }

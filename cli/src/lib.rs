@@ -6,6 +6,7 @@
 //! - [`chain`]: the mapping from the stage and format arguments to the library's words;
 //! - `diff`: `perfpipe diff`, two profiles compared (each side a chain ending in the
 //!   `diff-side` format);
+//! - `timeline`: the `--timeline` SVG;
 //! - this file: the commands, the stage flags generated from the registry, and `main`.
 
 use std::io::Write as _;
@@ -28,6 +29,7 @@ mod inject;
 mod progress;
 mod record;
 mod run;
+mod timeline;
 
 use args::{BatchArgs, IoArgs, OutputArgs, ReportArgs};
 

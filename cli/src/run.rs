@@ -1,7 +1,8 @@
 //! Running a pipeline from the command line: signals, progress, and the end-of-run report.
 //!
-//! Every kind of end prints the `--stats` table and writes `--stats-json`: the input exhausted, an
-//! error, an interrupt, a closed downstream.
+//! Every kind of end prints the `--stats` table and writes `--stats-json` and `--timeline`: the
+//! input exhausted, an error, an interrupt, a closed downstream. The runner samples its counters
+//! over time only when `--timeline` or `--stats-json` asks for them.
 //!
 //! - **First SIGINT or SIGTERM**: keep going until the input ends. In a shell pipeline `perf record`
 //!   gets the same Ctrl-C, flushes and closes its output, so perfpipe then writes everything it
@@ -18,6 +19,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use perfpipe_core::timeline::Recorder;
 use perfpipe_core::{render_json, render_table, Pipeline, Report, Requests, StageMetrics};
 
 use crate::args::ReportArgs;
@@ -62,21 +64,33 @@ fn report_figures(report: &Report, args: &ReportArgs) {
             eprintln!("perfpipe: --stats-json {}: {e}", path.display());
         }
     }
+    if let Some(path) = &args.timeline {
+        let svg = crate::timeline::render(report).unwrap_or_default();
+        if let Err(e) = std::fs::write(path, svg) {
+            eprintln!("perfpipe: --timeline {}: {e}", path.display());
+        }
+    }
 }
 
 /// A report from live metrics, for an end that does not wait for the threads.
-fn snapshot(metrics: &[StageMetrics], wall: Duration) -> Report {
+fn snapshot(metrics: &[StageMetrics], timeline: Option<&Recorder>, wall: Duration) -> Report {
     Report {
         stages: metrics.iter().map(StageMetrics::snapshot).collect(),
         ends: Vec::new(),
         errors: Vec::new(),
         wall,
+        timeline: timeline.map(Recorder::now),
     }
 }
 
 /// Runs the pipeline to its end and reports; returns the exit status. `input` is the input file,
 /// if there is one, for the progress bar.
 pub(crate) fn run(pipeline: Pipeline, args: &ReportArgs, input: Option<&Path>) -> ExitCode {
+    let pipeline = if args.timeline.is_some() || args.stats_json.is_some() {
+        pipeline.timeline()
+    } else {
+        pipeline
+    };
     let running = match pipeline.spawn() {
         Ok(r) => r,
         Err(e) => {
@@ -87,7 +101,13 @@ pub(crate) fn run(pipeline: Pipeline, args: &ReportArgs, input: Option<&Path>) -
     let metrics = running.metrics().to_vec();
     let started = std::time::Instant::now();
     let done = Arc::new(AtomicBool::new(false));
-    watch_signals(metrics.clone(), args, started, done.clone());
+    watch_signals(
+        metrics.clone(),
+        running.timeline(),
+        args,
+        started,
+        done.clone(),
+    );
 
     let show = !args.no_progress && (args.progress || std::io::stderr().is_terminal());
     let input_size = input
@@ -125,6 +145,7 @@ pub(crate) fn run(pipeline: Pipeline, args: &ReportArgs, input: Option<&Path>) -
 /// First SIGINT/SIGTERM: note it and let the pipeline drain; second: report and exit 130.
 fn watch_signals(
     metrics: Vec<StageMetrics>,
+    timeline: Option<Recorder>,
     args: &ReportArgs,
     started: std::time::Instant,
     done: Arc<AtomicBool>,
@@ -136,6 +157,7 @@ fn watch_signals(
     let args_for_report = ReportArgs {
         stats: args.stats,
         stats_json: args.stats_json.clone(),
+        timeline: args.timeline.clone(),
         ..ReportArgs::default()
     };
     std::thread::Builder::new()
@@ -159,7 +181,7 @@ fn watch_signals(
                     });
                     continue;
                 }
-                let report = snapshot(&metrics, started.elapsed());
+                let report = snapshot(&metrics, timeline.as_ref(), started.elapsed());
                 report_figures(&report, &args_for_report);
                 eprintln!("perfpipe: interrupted twice: stopped before the end of the input");
                 std::process::exit(i32::from(EXIT_INTERRUPTED));

@@ -6,7 +6,7 @@
 //! [`Pipeline::run`], and measured by the runner per stage ([`StageMetrics`], [`Report`]). A stage
 //! changes a batch's records in one pass with [`Batch::edit`] ([`Editor`]); a slow one runs on
 //! several threads, in order, with [`Pipeline::parallel_stage`]. [`harness`] has a source and a sink
-//! for tests.
+//! for tests. Asked for, the runner also keeps the counters as they changed ([`Timeline`]).
 //!
 //! [`spec`] is the vocabulary in which a stage declares itself to a command line: its flags, its
 //! typed options and its constructor ([`spec::StageSpec`], [`spec::FormatSpec`]), what a
@@ -86,6 +86,7 @@ pub mod spec;
 mod stage;
 mod summary;
 mod tap;
+pub mod timeline;
 
 pub use batch::{Batch, BatchContext, BufferPool, Runs, Span};
 pub use edit::Editor;
@@ -97,3 +98,4 @@ pub use requests::{Requests, DUMP};
 pub use stage::{Flow, Out, Sink, Source, Stage, StageError};
 pub use summary::{render_json, render_table, verdict, KindName, Verdict};
 pub use tap::Tap;
+pub use timeline::Timeline;

@@ -5,7 +5,10 @@
 //! (waiting on a full output), plus the fill of its output queue. All are relaxed atomics updated once
 //! per batch, so they can be read while the pipeline runs. Stages add their own [`Counter`]s.
 
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::{
+    AtomicU64,
+    Ordering::{Acquire, Relaxed, Release},
+};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -185,7 +188,28 @@ struct Inner {
     counters: Vec<(&'static str, Counter)>,
     notes: Option<Notes>,
     lifetime_ns: AtomicU64,
+    /// What the thread is doing and since when ([`Phase`] in the top two bits, nanoseconds since
+    /// the pipeline's start below), kept only for a timeline.
+    phase: AtomicU64,
 }
+
+/// What a stage thread is doing now, as far as the runner knows without asking the stage: a
+/// timeline's sample counts the time since it began, so that a long wait shows while it lasts
+/// rather than all at once when it ends.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Phase {
+    /// Ended, or in code whose time splits only afterwards (a source's `produce`, which may wait
+    /// in `read(2)`; a sink's `consume`, which may wait in `write(2)`).
+    Other = 0,
+    /// Waiting on an empty input.
+    Starved = 1,
+    /// In the stage's own code.
+    Working = 2,
+    /// Waiting on a full output.
+    Blocked = 3,
+}
+
+const SINCE_MASK: u64 = (1 << 62) - 1;
 
 impl StageMetrics {
     pub(crate) fn new(
@@ -211,6 +235,7 @@ impl StageMetrics {
                 counters,
                 notes,
                 lifetime_ns: AtomicU64::new(0),
+                phase: AtomicU64::new(0),
             }),
         }
     }
@@ -221,11 +246,21 @@ impl StageMetrics {
     pub(crate) fn output(&self) -> &Flow {
         &self.inner.output
     }
+    /// Adds the times of a batch. Release: a sample that sees the new times also sees the
+    /// [`Phase`] entered before them ([`StageMetrics::sample`]).
     pub(crate) fn add_times(&self, working: Duration, starved: Duration, blocked: Duration) {
         let i = &self.inner;
-        i.working_ns.fetch_add(working.as_nanos() as u64, Relaxed);
-        i.starved_ns.fetch_add(starved.as_nanos() as u64, Relaxed);
-        i.blocked_ns.fetch_add(blocked.as_nanos() as u64, Relaxed);
+        i.working_ns.fetch_add(working.as_nanos() as u64, Release);
+        i.starved_ns.fetch_add(starved.as_nanos() as u64, Release);
+        i.blocked_ns.fetch_add(blocked.as_nanos() as u64, Release);
+    }
+    /// The thread enters `phase` at `since` (from the pipeline's start). Entered before the times
+    /// of the phases it closes are added, so a sample never counts a phase twice.
+    pub(crate) fn enter(&self, phase: Phase, since: Duration) {
+        let since = (since.as_nanos() as u64) & SINCE_MASK;
+        self.inner
+            .phase
+            .store((phase as u64) << 62 | since, Relaxed);
     }
     pub(crate) fn set_lifetime(&self, d: Duration) {
         self.inner.lifetime_ns.store(d.as_nanos() as u64, Relaxed);
@@ -235,6 +270,40 @@ impl StageMetrics {
         i.queue_samples.fetch_add(1, Relaxed);
         i.queue_fill_sum.fetch_add(len as u64, Relaxed);
         i.queue_fill_max.fetch_max(len as u64, Relaxed);
+    }
+
+    /// The cumulative counters a [`Timeline`](crate::Timeline) samples at `now` (from the
+    /// pipeline's start, read before this call), with the time since the thread entered its
+    /// current [`Phase`] (kept only when the pipeline has a timeline): a few loads, no lock.
+    ///
+    /// Never more than the counters will say once the phase has ended: the times are loaded
+    /// before the phase, and a phase is entered before the times of the one it closes are added,
+    /// so a sample sees either the old times and a phase still open, or the new ones and the new
+    /// phase; and `now` precedes the loads.
+    pub fn sample(&self, now: Duration) -> crate::timeline::StageSample {
+        let i = &self.inner;
+        let mut working = i.working_ns.load(Acquire);
+        let mut starved = i.starved_ns.load(Acquire);
+        let mut blocked = i.blocked_ns.load(Acquire);
+        let phase = i.phase.load(Relaxed);
+        let open = (now.as_nanos() as u64).saturating_sub(phase & SINCE_MASK);
+        match phase >> 62 {
+            1 => starved += open,
+            2 => working += open,
+            3 => blocked += open,
+            _ => {}
+        }
+        crate::timeline::StageSample {
+            working: Duration::from_nanos(working),
+            starved: Duration::from_nanos(starved),
+            blocked: Duration::from_nanos(blocked),
+            records_in: i.input.records.load(Relaxed),
+            records_out: i.output.records.load(Relaxed),
+            bytes_in: i.input.bytes.load(Relaxed),
+            bytes_out: i.output.bytes.load(Relaxed),
+            sends: i.queue_samples.load(Relaxed),
+            queued: i.queue_fill_sum.load(Relaxed),
+        }
     }
 
     /// The stage's name.

@@ -19,6 +19,8 @@
 //!   then [`Stage::tick`] runs, so it can act (and emit) while its input is quiet.
 //! - A source blocked in a read when the rest of the pipeline has ended is left behind (detached)
 //!   rather than waited for; [`Report::ends`] says so.
+//! - **Timeline** ([`Pipeline::timeline`]): one more thread samples every stage's counters
+//!   periodically, for [`Report::timeline`] ([`crate::Timeline`]).
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -29,9 +31,10 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
 
 use crate::batch::{Batch, BufferPool};
-use crate::metrics::{StageMetrics, StageSnapshot};
+use crate::metrics::{Phase, StageMetrics, StageSnapshot};
 use crate::parallel::{self, Factory};
 use crate::stage::{Flow, Out, Sink, Source, Stage, StageError};
+use crate::timeline::{Recorder, Sampler, Timeline};
 
 /// Tunables of a pipeline.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -143,6 +146,8 @@ pub struct Report {
     pub errors: Vec<Error>,
     /// Wall time from spawn to the end.
     pub wall: Duration,
+    /// The counters as they changed, when [`Pipeline::timeline`] asked for them.
+    pub timeline: Option<Timeline>,
 }
 
 impl Report {
@@ -198,6 +203,7 @@ enum Node {
 pub struct Pipeline {
     settings: Settings,
     nodes: Vec<(String, Node)>,
+    timeline: bool,
 }
 
 impl std::fmt::Debug for Pipeline {
@@ -206,6 +212,7 @@ impl std::fmt::Debug for Pipeline {
         f.debug_struct("Pipeline")
             .field("settings", &self.settings)
             .field("nodes", &names)
+            .field("timeline", &self.timeline)
             .finish()
     }
 }
@@ -216,7 +223,34 @@ impl Pipeline {
         Pipeline {
             settings,
             nodes: Vec::new(),
+            timeline: false,
         }
+    }
+
+    /// Samples every stage's counters while the pipeline runs, on a thread of its own
+    /// (`timeline`), into [`Report::timeline`]: every 62.5 ms at first, less often as the run
+    /// grows (at most [`crate::timeline::MAX_INTERVALS`] intervals). Without it, no thread and no
+    /// cost. See [`crate::Timeline`].
+    ///
+    /// ```
+    /// use perfpipe_core::harness::{framed, Collect, Feed};
+    /// use perfpipe_core::{Pipeline, Settings};
+    ///
+    /// let input: Vec<_> = (0..100u8).map(|i| framed(&[(&[i], 0)])).collect();
+    /// let report = Pipeline::new(Settings::default())
+    ///     .source("feed", Feed::new(input))
+    ///     .sink("collect", Collect::new())
+    ///     .timeline()
+    ///     .run();
+    /// let timeline = report.timeline.expect("asked for");
+    /// // The intervals add up to the totals.
+    /// let records: u64 = timeline.intervals().iter().map(|i| i.stages[1].records_in).sum();
+    /// assert_eq!(records, report.stages[1].input.records);
+    /// assert_eq!(records, 100);
+    /// ```
+    pub fn timeline(mut self) -> Pipeline {
+        self.timeline = true;
+        self
     }
 
     /// Sets the source (the first node). Replaces any previous source.
@@ -328,6 +362,7 @@ impl Pipeline {
                 ends: Vec::new(),
                 errors: vec![e],
                 wall: Duration::ZERO,
+                timeline: None,
             },
         }
     }
@@ -388,6 +423,7 @@ impl Pipeline {
             };
             let ctx = Ctx {
                 measure: settings.measure,
+                phases: settings.measure && self.timeline,
                 epoch: started,
                 metrics: m.clone(),
                 pool: pool.clone(),
@@ -449,6 +485,18 @@ impl Pipeline {
             }
             metrics.push(m);
         }
+        let sampler = if self.timeline {
+            let sampler = Sampler::start(&metrics, started).map_err(|source| {
+                cancel.store(true, Ordering::Relaxed);
+                Error::Spawn {
+                    stage: "timeline".into(),
+                    source,
+                }
+            })?;
+            Some(sampler)
+        } else {
+            None
+        };
         Ok(Running {
             metrics,
             handles,
@@ -456,6 +504,7 @@ impl Pipeline {
             done_rx,
             cancel,
             started,
+            sampler,
         })
     }
 }
@@ -470,6 +519,7 @@ pub struct Running {
     done_rx: Receiver<Done>,
     cancel: Arc<AtomicBool>,
     started: Instant,
+    sampler: Option<Sampler>,
 }
 
 #[derive(Debug)]
@@ -483,6 +533,12 @@ impl Running {
     /// Live metrics handles, in pipeline order; read them while the pipeline runs (e.g. for progress).
     pub fn metrics(&self) -> &[StageMetrics] {
         &self.metrics
+    }
+
+    /// The samples taken so far, when [`Pipeline::timeline`] asked for them: for a report made
+    /// without waiting for the threads.
+    pub fn timeline(&self) -> Option<Recorder> {
+        self.sampler.as_ref().map(|s| s.recorder().clone())
     }
 
     /// Time since the pipeline was spawned.
@@ -524,11 +580,14 @@ impl Running {
             .into_iter()
             .map(|e| e.unwrap_or(End::Detached))
             .collect();
+        // The last sample and the report read the same final counters.
+        let timeline = self.sampler.take().map(|s| s.finish(wall));
         Report {
             stages: self.metrics.iter().map(StageMetrics::snapshot).collect(),
             ends,
             errors,
             wall,
+            timeline,
         }
     }
 
@@ -550,6 +609,8 @@ impl Running {
 
 struct Ctx {
     measure: bool,
+    /// Whether to publish each [`Phase`] for the timeline's sampler.
+    phases: bool,
     epoch: Instant,
     metrics: StageMetrics,
     pool: BufferPool,
@@ -564,6 +625,15 @@ impl Ctx {
             Instant::now()
         } else {
             self.epoch
+        }
+    }
+
+    /// Publishes the phase the thread enters at `at`, when a timeline samples them. Called before
+    /// [`StageMetrics::add_times`] for the phases it closes.
+    #[inline]
+    fn enter(&self, phase: Phase, at: Instant) {
+        if self.phases {
+            self.metrics.enter(phase, at - self.epoch);
         }
     }
 }
@@ -600,15 +670,18 @@ fn run_source(
 ) -> (End, Option<StageError>) {
     let mut pending = Vec::new();
     let mut t0 = ctx.now();
+    ctx.enter(Phase::Other, t0);
     loop {
         if ctx.cancel.load(Ordering::Relaxed) {
             return (End::Cancelled, None);
         }
         let result = source.produce(&mut Out::new(&mut pending, &ctx.pool));
         let t1 = ctx.now();
+        ctx.enter(Phase::Blocked, t1);
         let waited = source.take_io_wait().min(t1 - t0);
         let sent = send_all(&mut pending, &tx, ctx);
         let t2 = ctx.now();
+        ctx.enter(Phase::Other, t2);
         ctx.metrics.add_times(t1 - t0 - waited, waited, t2 - t1);
         t0 = t2;
         match result {
@@ -628,6 +701,7 @@ fn run_stage(
 ) -> (End, Option<StageError>) {
     let mut pending = Vec::new();
     let mut t0 = ctx.now();
+    ctx.enter(Phase::Starved, t0);
     let tick = stage.tick_interval();
     let end = loop {
         let received = match tick {
@@ -639,6 +713,7 @@ fn run_stage(
             },
         };
         let t1 = ctx.now();
+        ctx.enter(Phase::Working, t1);
         let result = match received {
             Some(Sent { batch, bytes }) => {
                 if ctx.measure {
@@ -650,8 +725,18 @@ fn run_stage(
             None => stage.tick(&mut Out::new(&mut pending, &ctx.pool)),
         };
         let t2 = ctx.now();
+        ctx.enter(Phase::Blocked, t2);
         let sent = send_all(&mut pending, &tx, ctx);
         let t3 = ctx.now();
+        let goes_on = sent && matches!(result, Ok(Flow::Continue));
+        ctx.enter(
+            if goes_on {
+                Phase::Starved
+            } else {
+                Phase::Other
+            },
+            t3,
+        );
         ctx.metrics.add_times(t2 - t1, t1 - t0, t3 - t2);
         t0 = t3;
         match result {
@@ -664,11 +749,15 @@ fn run_stage(
     // Drop the input first so upstream stops at once rather than after our flush.
     drop(rx);
     let t1 = ctx.now();
+    ctx.enter(Phase::Working, t1);
     let result = stage.flush(&mut Out::new(&mut pending, &ctx.pool));
     let t2 = ctx.now();
+    ctx.enter(Phase::Blocked, t2);
     let sent = send_all(&mut pending, &tx, ctx);
-    ctx.metrics
-        .add_times(t2 - t1, Duration::ZERO, ctx.now() - t2);
+    let t3 = ctx.now();
+    ctx.enter(Phase::Other, t3);
+    // The last wait for input, the one that ended in a disconnection, is starved time too.
+    ctx.metrics.add_times(t2 - t1, t1 - t0, t3 - t2);
     match result {
         Err(e) => (End::Failed, Some(e)),
         Ok(()) if !sent => (End::DownstreamClosed, None),
@@ -678,17 +767,28 @@ fn run_stage(
 
 fn run_sink(mut sink: Box<dyn Sink>, rx: Receiver<Sent>, ctx: &Ctx) -> (End, Option<StageError>) {
     let mut t0 = ctx.now();
+    ctx.enter(Phase::Starved, t0);
     let end = loop {
         let Ok(Sent { batch, bytes }) = rx.recv() else {
             break End::Eof;
         };
         let t1 = ctx.now();
+        ctx.enter(Phase::Other, t1);
         if ctx.measure {
             ctx.metrics.input().count_received(&batch, bytes);
         }
         let result = sink.consume(&batch);
         ctx.pool.put(batch);
         let t2 = ctx.now();
+        let goes_on = matches!(result, Ok(Flow::Continue));
+        ctx.enter(
+            if goes_on {
+                Phase::Starved
+            } else {
+                Phase::Other
+            },
+            t2,
+        );
         let waited = sink.take_io_wait().min(t2 - t1);
         ctx.metrics.add_times(t2 - t1 - waited, t1 - t0, waited);
         t0 = t2;
@@ -700,11 +800,12 @@ fn run_sink(mut sink: Box<dyn Sink>, rx: Receiver<Sent>, ctx: &Ctx) -> (End, Opt
     };
     drop(rx);
     let t1 = ctx.now();
+    ctx.enter(Phase::Other, t1);
     let result = sink.finish();
     let t2 = ctx.now();
     let waited = sink.take_io_wait().min(t2 - t1);
-    ctx.metrics
-        .add_times(t2 - t1 - waited, Duration::ZERO, waited);
+    // The last wait for input, the one that ended in a disconnection, is starved time too.
+    ctx.metrics.add_times(t2 - t1 - waited, t1 - t0, waited);
     match result {
         Err(e) => (End::Failed, Some(e)),
         Ok(()) => (end, None),

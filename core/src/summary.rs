@@ -1,5 +1,5 @@
 //! Reading a run's metrics: the bottleneck verdict, the `--stats` table and the `--stats-json`
-//! document.
+//! document (with the [`Timeline`] when there is one).
 //!
 //! The verdict follows from each thread's three-way time split. Under backpressure every stage runs
 //! at the bottleneck's rate, so throughput alone cannot locate it; where the time goes can:
@@ -15,6 +15,7 @@ use std::time::Duration;
 
 use crate::metrics::StageSnapshot;
 use crate::pipeline::{End, Report};
+use crate::timeline::{Interval, StageSample, Timeline};
 
 /// Which part of the pipeline limits its throughput.
 #[derive(Clone, Debug, PartialEq)]
@@ -67,10 +68,46 @@ impl std::fmt::Display for Verdict {
 /// Names the part of the pipeline that limits it, from the stages' time splits (pipeline order:
 /// source first, sink last).
 pub fn verdict(stages: &[StageSnapshot]) -> Verdict {
+    let splits: Vec<Split<'_>> = stages
+        .iter()
+        .map(|s| Split {
+            name: &s.name,
+            working: s.working,
+            starved: s.starved,
+            blocked: s.blocked,
+        })
+        .collect();
+    verdict_of(&splits)
+}
+
+/// A stage's three-way time split, over a whole run or part of one.
+pub(crate) struct Split<'a> {
+    pub(crate) name: &'a str,
+    pub(crate) working: Duration,
+    pub(crate) starved: Duration,
+    pub(crate) blocked: Duration,
+}
+
+impl Split<'_> {
+    fn pct(&self, d: Duration) -> f64 {
+        let t = (self.working + self.starved + self.blocked).as_secs_f64();
+        if t == 0.0 {
+            0.0
+        } else {
+            100.0 * d.as_secs_f64() / t
+        }
+    }
+}
+
+/// [`verdict`] on time splits: of a run (`--stats`) or of one second of it (the timeline).
+pub(crate) fn verdict_of(stages: &[Split<'_>]) -> Verdict {
     let (Some(first), Some(last)) = (stages.first(), stages.last()) else {
         return Verdict::Unknown;
     };
-    if stages.iter().all(|s| s.total().is_zero()) {
+    if stages
+        .iter()
+        .all(|s| (s.working + s.starved + s.blocked).is_zero())
+    {
         return Verdict::Unknown;
     }
     let busiest = stages
@@ -82,17 +119,17 @@ pub fn verdict(stages: &[StageSnapshot]) -> Verdict {
     let output = last.pct(last.blocked);
     if output > working && output >= input {
         Verdict::Output {
-            name: last.name.clone(),
+            name: last.name.to_string(),
             waiting: output,
         }
     } else if input > working {
         Verdict::Input {
-            name: first.name.clone(),
+            name: first.name.to_string(),
             waiting: input,
         }
     } else {
         Verdict::Stage {
-            name: busiest.name.clone(),
+            name: busiest.name.to_string(),
             working,
         }
     }
@@ -258,19 +295,12 @@ fn end_name(e: End) -> &'static str {
 pub fn render_json(report: &Report, kind_name: KindName<'_>) -> String {
     let mut s = String::from("{\n  \"schema_version\": 1,\n");
     let _ = writeln!(s, "  \"wall_seconds\": {:.6},", report.wall.as_secs_f64());
-    let (kind, stage, pct) = match verdict(&report.stages) {
-        Verdict::Stage { name, working } => ("stage", Some(name), working),
-        Verdict::Input { name, waiting } => ("input", Some(name), waiting),
-        Verdict::Output { name, waiting } => ("output", Some(name), waiting),
-        Verdict::Unknown => ("unknown", None, 0.0),
-    };
+    let v = verdict(&report.stages);
     let _ = writeln!(
         s,
-        "  \"bottleneck\": {{\"kind\": {}, \"stage\": {}, \"percent\": {:.1}, \"text\": {}}},",
-        json_str(kind),
-        stage.as_deref().map_or("null".to_string(), json_str),
-        pct,
-        json_str(&verdict(&report.stages).to_string())
+        "  \"bottleneck\": {{{}, \"text\": {}}},",
+        json_verdict(&v),
+        json_str(&v.to_string())
     );
     let errors: Vec<String> = report
         .errors
@@ -315,8 +345,88 @@ pub fn render_json(report: &Report, kind_name: KindName<'_>) -> String {
             "\n"
         });
     }
-    s.push_str("  ]\n}\n");
+    s.push_str("  ]");
+    if let Some(t) = &report.timeline {
+        s.push_str(",\n");
+        json_timeline(&mut s, t);
+    }
+    s.push_str("\n}\n");
     s
+}
+
+/// `"kind": …, "stage": …, "percent": …` of a verdict.
+fn json_verdict(v: &Verdict) -> String {
+    let (kind, stage, pct) = match v {
+        Verdict::Stage { name, working } => ("stage", Some(name), *working),
+        Verdict::Input { name, waiting } => ("input", Some(name), *waiting),
+        Verdict::Output { name, waiting } => ("output", Some(name), *waiting),
+        Verdict::Unknown => ("unknown", None, 0.0),
+    };
+    format!(
+        "\"kind\": {}, \"stage\": {}, \"percent\": {pct:.1}",
+        json_str(kind),
+        stage.map_or("null".to_string(), |n| json_str(n))
+    )
+}
+
+/// The `timeline` member: the intervals' ends, each stage's series (one value per interval), and
+/// the bottleneck of each bin.
+fn json_timeline(s: &mut String, t: &Timeline) {
+    let ivs = t.intervals();
+    let list = |f: &dyn Fn(&Interval) -> String| -> String {
+        let v: Vec<String> = ivs.iter().map(f).collect();
+        format!("[{}]", v.join(", "))
+    };
+    let _ = writeln!(
+        s,
+        "  \"timeline\": {{\"period_seconds\": {}, \"bin_seconds\": {},",
+        t.period.as_secs_f64(),
+        t.bin().as_secs_f64()
+    );
+    let _ = writeln!(
+        s,
+        "    \"t\": {},",
+        list(&|i| format!("{:.6}", i.to.as_secs_f64()))
+    );
+    s.push_str("    \"stages\": [\n");
+    for (k, name) in t.names.iter().enumerate() {
+        let secs = |f: fn(&StageSample) -> Duration| {
+            list(&|i| format!("{:.6}", f(&i.stages[k]).as_secs_f64()))
+        };
+        let count = |f: fn(&StageSample) -> u64| list(&|i| f(&i.stages[k]).to_string());
+        let _ = write!(
+            s,
+            "      {{\"name\": {},\n       \"working_seconds\": {},\n       \"starved_seconds\": {},\n       \
+             \"blocked_seconds\": {},\n       \"records_in\": {},\n       \"records_out\": {},\n       \
+             \"bytes_in\": {},\n       \"bytes_out\": {},\n       \"queue_fill_avg\": {}}}",
+            json_str(name),
+            secs(|x| x.working),
+            secs(|x| x.starved),
+            secs(|x| x.blocked),
+            count(|x| x.records_in),
+            count(|x| x.records_out),
+            count(|x| x.bytes_in),
+            count(|x| x.bytes_out),
+            list(&|i| i.stages[k]
+                .queue_fill_avg()
+                .map_or("null".to_string(), |q| format!("{q:.3}"))),
+        );
+        s.push_str(if k + 1 < t.names.len() { ",\n" } else { "\n" });
+    }
+    s.push_str("    ],\n    \"bottlenecks\": [");
+    let bins: Vec<String> = t
+        .bottlenecks()
+        .iter()
+        .map(|b| {
+            format!(
+                "\n      {{\"from\": {:.6}, \"to\": {:.6}, {}}}",
+                b.from.as_secs_f64(),
+                b.to.as_secs_f64(),
+                json_verdict(&b.verdict)
+            )
+        })
+        .collect();
+    let _ = write!(s, "{}\n    ]\n  }}", bins.join(","));
 }
 
 #[cfg(test)]
