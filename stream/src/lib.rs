@@ -21,6 +21,7 @@
 //! - [`filter`]: keeps the samples an expression selects (`--filter`, `--pid`, `--comm`, `--time`…).
 //! - [`drop`](mod@drop): removes the records of the named types (`--drop switch,lost`).
 //! - [`prune_sideband`]: removes the side-band of processes without samples (`--prune-sideband`).
+//! - [`stitch`]: merges deferred user callchains (CALLCHAIN_DEFERRED records) into their samples (`--stitch`).
 //! - [`ring`]: the flight recorder; keeps the newest events and dumps complete streams on a trigger.
 //! - [`write`](mod@write): sink; standard output or a file, with `writev`.
 //! - [`write::file`]: sink; a file-mode `perf.data` (header, attrs, data, features), renamed at the end.
@@ -66,6 +67,7 @@ pub mod model;
 pub mod prune_sideband;
 pub mod read;
 pub mod ring;
+pub mod stitch;
 mod stream_info;
 #[cfg(test)]
 mod test_child;

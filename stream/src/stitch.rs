@@ -1,0 +1,269 @@
+//! `stitch`: puts the user frames of CALLCHAIN_DEFERRED records back into their samples.
+//!
+//! With deferred user callchains (Linux 6.19's unwind-deferred infrastructure, `perf record
+//! --call-graph fp,defer`, `attr.defer_callchain`), the kernel writes a sample's kernel frames at
+//! once and ends its callchain with `PERF_CONTEXT_USER_DEFERRED` and a cookie; the user frames
+//! come later, when the task returns to user space, in a `PERF_RECORD_CALLCHAIN_DEFERRED` (22)
+//! record `{ cookie, nr, ips[nr], sample_id }` that serves every sample the task took in that
+//! kernel entry. This stage merges them as perf's session does (`evlist__deliver_deferred_callchain()`
+//! in `tools/perf/util/session.c`, `sample__merge_deferred_callchain()` in `callchain.c`): a
+//! sample whose attr has `defer_callchain` and whose callchain ends in that marker and a cookie is
+//! held; when a CALLCHAIN_DEFERRED record of its thread comes, every held sample of the thread
+//! goes out in its place, in order, each with its callchain rewritten as the kernel part, then
+//! `PERF_CONTEXT_USER` and the record's frames when the cookies match (`deferred_stitched`), or
+//! the kernel part alone when they do not (`deferred_unmatched`, perf delivers those unmerged
+//! too). perf 7 keeps `PERF_CONTEXT_USER_DEFERRED` in the merged chain; `PERF_CONTEXT_USER` reads
+//! the same to it and is what every older perf knows. The CALLCHAIN_DEFERRED records are consumed:
+//! perf 6.1 stops reading a stream at the first one, so every output of this stage is readable by
+//! it. A record no held sample waits for is dropped (`deferred_orphans`), as perf ignores it.
+//!
+//! The profile outputs (through `symbolize`) and `unwind` need this stage, so the chain puts it
+//! before them; passthrough and `--drop` keep the records as they are.
+//!
+//! **Order**: input order, except that a deferred sample moves to where its CALLCHAIN_DEFERRED
+//! record was (perf delivers it there too). **Buffering**: the held samples, at most
+//! [`MAX_HELD_BYTES`]; past that the oldest goes out at once with its kernel part only.
+//! **EOF**: the held samples go out with their kernel part only, as perf flushes them.
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+
+use perfpipe_core::spec::{Flag, StageSpec};
+use perfpipe_core::{Batch, Counter, Editor, Flow, Out, Stage, StageError};
+
+use crate::format::{context, flag, Endian, RecordType, StreamInfo, EVENT_HEADER_SIZE};
+
+/// Most bytes of samples held for their deferred frames at once.
+pub const MAX_HELD_BYTES: usize = 64 << 20;
+
+/// The largest record perf can frame (`perf_event_header.size` is a u16), rounded down to 8.
+const MAX_RECORD: usize = 0xfff8;
+
+/// How `stitch` appears on the command line: `--stitch` (the profile outputs and `--unwind` add it
+/// themselves).
+pub const SPEC: StageSpec = StageSpec {
+    name: "stitch",
+    help: "merge deferred user callchains (CALLCHAIN_DEFERRED records, --call-graph fp,defer) into their samples, by cookie",
+    flags: &[Flag::stage(
+        "stitch",
+        "merge deferred user callchains (CALLCHAIN_DEFERRED records) into their samples",
+    )],
+    options: &[],
+    build: |_, _| Ok(Box::new(StitchConfig::default().build())),
+    needs: &["decompress"],
+};
+
+/// Configuration of the `stitch` stage (it has no options).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct StitchConfig {}
+
+impl StitchConfig {
+    /// Builds the stage.
+    pub fn build(&self) -> Stitch {
+        Stitch {
+            held: VecDeque::new(),
+            held_bytes: 0,
+            info: None,
+            stitched: Counter::new(),
+            unmatched: Counter::new(),
+            orphans: Counter::new(),
+            malformed: Counter::new(),
+        }
+    }
+}
+
+/// A sample waiting for its deferred user frames.
+#[derive(Debug)]
+struct Held {
+    tid: Option<u32>,
+    cookie: u64,
+    tag: u32,
+    bytes: Vec<u8>,
+}
+
+/// The running `stitch` stage.
+#[derive(Debug)]
+pub struct Stitch {
+    held: VecDeque<Held>,
+    held_bytes: usize,
+    /// The stream info of the last batch, for the batch the held samples go out in at EOF.
+    info: Option<Arc<StreamInfo>>,
+    stitched: Counter,
+    unmatched: Counter,
+    orphans: Counter,
+    malformed: Counter,
+}
+
+/// The sample `rec` with its callchain (at `cc`: `nr` and entries) made of `keep` entries of
+/// the old one, then `PERF_CONTEXT_USER` and `user` (unless empty; no marker is added when
+/// `user` starts with one). User frames that would make the record larger than perf can frame
+/// are left out.
+pub fn rewrite(
+    rec: &[u8],
+    e: Endian,
+    cc: std::ops::Range<usize>,
+    keep: usize,
+    user: &[u64],
+) -> Vec<u8> {
+    let kernel = &rec[cc.start + 8..cc.start + 8 + 8 * keep];
+    let marker = !user.is_empty() && user[0] < context::MAX;
+    let fixed = rec.len() - (cc.end - cc.start) + 8 + kernel.len() + 8 * usize::from(marker);
+    let room = MAX_RECORD.saturating_sub(fixed) / 8;
+    let user = &user[..user.len().min(room)];
+    let marker = marker && !user.is_empty();
+    let nr = keep + usize::from(marker) + user.len();
+    let mut out = Vec::with_capacity(fixed + 8 * user.len());
+    out.extend_from_slice(&rec[..cc.start]);
+    out.extend_from_slice(&e.put_u64(nr as u64));
+    out.extend_from_slice(kernel);
+    if marker {
+        out.extend_from_slice(&e.put_u64(context::USER));
+    }
+    for &ip in user {
+        out.extend_from_slice(&e.put_u64(ip));
+    }
+    out.extend_from_slice(&rec[cc.end..]);
+    let size = out.len() as u16;
+    out[6..8].copy_from_slice(&e.put_u16(size));
+    out
+}
+
+impl Stitch {
+    /// The held sample written again: with `user` frames, or (`None`) its kernel part alone.
+    fn finish_sample(&self, info: &StreamInfo, h: &Held, user: Option<&[u64]>) -> Vec<u8> {
+        let rec = crate::format::Record::new(&h.bytes, info.endian, info.attrs.get(h.tag as usize));
+        let Some(cc) = rec.sample().and_then(|s| s.callchain_bytes()) else {
+            return h.bytes.clone();
+        };
+        let n = (cc.end - cc.start) / 8 - 1;
+        match user {
+            Some(user) => {
+                self.stitched.add(1);
+                rewrite(&h.bytes, info.endian, cc, n - 2, user)
+            }
+            None => {
+                self.unmatched.add(1);
+                rewrite(&h.bytes, info.endian, cc, n - 2, &[])
+            }
+        }
+    }
+
+    /// Holds the current sample if it waits for deferred frames.
+    fn hold(&mut self, info: &StreamInfo, ed: &mut Editor<'_>, span: perfpipe_core::Span) {
+        let rec = info.record(ed.batch(), &span);
+        let deferred = rec
+            .attr
+            .is_some_and(|a| a.flags & flag::DEFER_CALLCHAIN != 0);
+        let Some(s) = rec.sample().filter(|_| deferred) else {
+            return;
+        };
+        let Some(cookie) = s.callchain().and_then(|c| c.deferred_cookie()) else {
+            return;
+        };
+        let held = Held {
+            tid: s.tid(),
+            cookie,
+            tag: span.tag,
+            bytes: rec.bytes.to_vec(),
+        };
+        ed.remove();
+        self.held_bytes += held.bytes.len();
+        self.held.push_back(held);
+        while self.held_bytes > MAX_HELD_BYTES {
+            let Some(h) = self.held.pop_front() else {
+                break;
+            };
+            self.held_bytes -= h.bytes.len();
+            let rec = self.finish_sample(info, &h, None);
+            ed.insert(&rec, RecordType::SAMPLE.0, h.tag);
+        }
+    }
+
+    /// A CALLCHAIN_DEFERRED record: every held sample of its thread goes out in its place.
+    fn deliver(&mut self, info: &StreamInfo, ed: &mut Editor<'_>, span: perfpipe_core::Span) {
+        let rec = info.record(ed.batch(), &span);
+        let Some(d) = rec.callchain_deferred() else {
+            self.malformed.add(1);
+            ed.remove();
+            return;
+        };
+        let tid = rec.sample_id().and_then(|s| s.tid);
+        let user: Vec<u64> = d.ips.entries().collect();
+        let cookie = d.cookie;
+        ed.remove();
+        let mut rest = VecDeque::with_capacity(self.held.len());
+        let mut delivered = 0;
+        for h in std::mem::take(&mut self.held) {
+            let mine = match tid {
+                Some(t) => h.tid == Some(t),
+                None => h.cookie == cookie,
+            };
+            if !mine {
+                rest.push_back(h);
+                continue;
+            }
+            self.held_bytes -= h.bytes.len();
+            let frames = (h.cookie == cookie).then_some(&user[..]);
+            let out = self.finish_sample(info, &h, frames);
+            ed.insert(&out, RecordType::SAMPLE.0, h.tag);
+            delivered += 1;
+        }
+        self.held = rest;
+        if delivered == 0 {
+            self.orphans.add(1);
+        }
+    }
+}
+
+impl Stage for Stitch {
+    fn process(&mut self, mut batch: Batch, out: &mut Out<'_>) -> Result<Flow, StageError> {
+        let Some(info) = StreamInfo::shared(&batch) else {
+            out.push(batch);
+            return Ok(Flow::Continue);
+        };
+        let mut ed = batch.edit();
+        while let Some(span) = ed.next_record() {
+            match RecordType(span.kind) {
+                RecordType::SAMPLE => self.hold(&info, &mut ed, span),
+                RecordType::CALLCHAIN_DEFERRED => self.deliver(&info, &mut ed, span),
+                _ => {}
+            }
+        }
+        ed.finish();
+        self.info = Some(info);
+        if batch.spans.is_empty() {
+            out.recycle(batch);
+        } else {
+            out.push(batch);
+        }
+        Ok(Flow::Continue)
+    }
+
+    fn flush(&mut self, out: &mut Out<'_>) -> Result<(), StageError> {
+        let Some(info) = self.info.clone() else {
+            return Ok(());
+        };
+        if self.held.is_empty() {
+            return Ok(());
+        }
+        let mut batch = out.take();
+        for h in std::mem::take(&mut self.held) {
+            let rec = self.finish_sample(&info, &h, None);
+            debug_assert!(rec.len() >= EVENT_HEADER_SIZE);
+            batch.append(&rec, RecordType::SAMPLE.0, h.tag);
+        }
+        self.held_bytes = 0;
+        batch.context = Some(info);
+        out.push(batch);
+        Ok(())
+    }
+
+    fn counters(&self) -> Vec<(&'static str, Counter)> {
+        vec![
+            ("deferred_stitched", self.stitched.clone()),
+            ("deferred_unmatched", self.unmatched.clone()),
+            ("deferred_orphans", self.orphans.clone()),
+            ("deferred_malformed", self.malformed.clone()),
+        ]
+    }
+}
