@@ -56,6 +56,7 @@ pub const TRANSFORMS: &[StageSpec] = &[
     perfpipe_stream::prune_sideband::SPEC,
     perfpipe_stream::ring::SPEC,
     perfpipe_stream::stitch::SPEC,
+    perfpipe_stream::aslr::SPEC,
     perfpipe_profile::unwind::SPEC,
     perfpipe_profile::symbolize::SPEC,
 ];

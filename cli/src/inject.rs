@@ -56,7 +56,8 @@ pub(crate) struct InjectArgs {
     host_ids: String,
     /// Unwind `--call-graph dwarf` samples into callchains and drop their registers and stack
     /// copies, as perf >= 7.0's --convert-callchain does, on pipes too (the `unwind` stage).
-    #[arg(long = "convert-callchain", conflicts_with = "aslr")]
+    /// With --aslr (which perf refuses), unwinding comes first.
+    #[arg(long = "convert-callchain")]
     convert_callchain: bool,
     /// Remap every recorded address to a canonical layout, as perf >= 7.3's --aslr does, on
     /// pipes too (the `aslr` stage).
@@ -227,8 +228,12 @@ fn stage(args: &InjectArgs, registry: &Registry) -> anyhow::Result<Option<Plan>>
     if args.aslr {
         let spec = find("aslr")?;
         let mut options = Options::new();
-        if let Some(what) = &args.aslr_drop {
-            spec.parse_option(&mut options, "drop", what)?;
+        for what in args.aslr_drop.iter().flat_map(|w| w.split(',')) {
+            match what.trim() {
+                "build-ids" => spec.parse_option(&mut options, "drop-build-ids", "yes")?,
+                "host" => spec.parse_option(&mut options, "drop-host", "yes")?,
+                other => anyhow::bail!("--aslr-drop: `{other}` is neither build-ids nor host"),
+            }
         }
         plan.push("aslr", spec, options);
     }

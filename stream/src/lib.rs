@@ -15,6 +15,7 @@
 //! - [`read`]: source; standard input or a file, in large reads.
 //! - [`read::file`]: source; a file-mode `perf.data`, read with `pread(2)` and presented as the pipe stream.
 //! - [`decode`]: frames records, validates the header, tracks attrs.
+//! - [`aslr`]: remaps every recorded address to a canonical layout (`--aslr`, `perf inject --aslr`).
 //! - [`decompress`]: replaces COMPRESSED records (`perf record -z`) with the records they hold.
 //! - [`buildid`]: injects a BUILD_ID record before the first sample that hits each dso (`perf inject -b`).
 //! - [`buildid::all`]: injects a BUILD_ID record before the map of every dso (`--buildid-all`).
@@ -57,6 +58,7 @@
 
 #![deny(missing_docs)]
 
+pub mod aslr;
 pub mod buildid;
 pub mod decode;
 pub mod decompress;
