@@ -40,6 +40,8 @@
 //! - `memory`: RSS stays under the stated bound behind a throttled reader; a stalled producer costs no CPU.
 //! - `outputs`: the output decided and checked before the first byte is read, on an input that never
 //!   ends: `-o DIR/` writes the dataset while it is open; an impossible output exits 2 at once.
+//! - `perf7`: what perf 7.x added, with perf 7.3 as the oracle: `inject --convert-callchain` and
+//!   `--aslr` on files and pipes, deferred user callchains stitched, `offcpu-time` samples weighed.
 //! - `dataset`: the Parquet dataset as a fleet writes it: partitions from the stream (a recording
 //!   made in a UTS namespace, CLOCK_DATA dates), `--rotate` parts, read by Spark and DuckDB against
 //!   `perf report`, and the queries of `docs/parquet.md` run on it.
@@ -69,6 +71,7 @@ mod offcpu;
 pub mod oracle;
 mod outputs;
 mod passthrough;
+mod perf7;
 mod profile;
 pub mod readers;
 mod readme;

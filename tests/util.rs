@@ -139,6 +139,11 @@ macro_rules! pipetest {
             [#[cfg_attr(any(skip_perf, skip_trixie), ignore = "needs perf and the trixie root (missing at build time)")]]
             [Perf, Trixie] $($rest)*);
     };
+    (needs(perf, cc, inferno, trixie) $($rest:tt)*) => {
+        $crate::pipetest!(@needs
+            [#[cfg_attr(any(skip_perf, skip_cc, skip_inferno, skip_trixie), ignore = "needs perf, cc, inferno and the trixie root (missing at build time)")]]
+            [Perf, Cc, Inferno, Trixie] $($rest)*);
+    };
     (needs(perf, cc, trixie) $($rest:tt)*) => {
         $crate::pipetest!(@needs
             [#[cfg_attr(any(skip_perf, skip_cc, skip_trixie), ignore = "needs perf, cc and the trixie root (missing at build time)")]]

@@ -159,6 +159,7 @@ impl AslrConfig {
             held_bytes: 0,
             rounds: 0,
             layouts: HashMap::new(),
+            placed: VecDeque::new(),
             ksymbols: Vec::new(),
             extras: Vec::new(),
             info_in: None,
@@ -210,6 +211,9 @@ pub struct Aslr {
     rounds: usize,
     /// By pid ([`KERNEL_PID`] for the kernel's).
     layouts: HashMap<u32, Layout>,
+    /// The new addresses of the MMAP, MMAP2 and KSYMBOL records taken in and not yet written,
+    /// in stream order (`None`: a record too short to read).
+    placed: VecDeque<Option<u64>>,
     /// KSYMBOLs: (address, length, new address).
     ksymbols: Vec<(u64, u64, u64)>,
     /// By attr index.
@@ -379,13 +383,20 @@ impl Aslr {
         new
     }
 
-    /// An MMAP/MMAP2, applied to the model and written with its new address.
+    /// Lays out the map of an MMAP/MMAP2 as it comes (just applied to the model): maps are laid
+    /// out in stream order, before the samples held with them look addresses up.
+    fn place_mmap(&mut self, rec: &Record<'_>) -> Option<u64> {
+        let m = rec.mmap()?;
+        let time = rec.sample_id().and_then(|s| s.time).unwrap_or(u64::MAX);
+        Some(self.findnew(m.pid, rec.cpumode(), m.addr, m.len, m.pgoff, time))
+    }
+
+    /// An MMAP/MMAP2 written with the new address [`Aslr::place_mmap`] gave it.
     fn mmap(&mut self, rec: &Record<'_>) -> Option<Vec<u8>> {
+        let new = self.placed.pop_front().flatten()?;
         let m = rec.mmap()?;
         let e = rec.endian;
-        let time = rec.sample_id().and_then(|s| s.time).unwrap_or(u64::MAX);
         let cpumode = rec.cpumode();
-        let new = self.findnew(m.pid, cpumode, m.addr, m.len, m.pgoff, time);
         let mut out = rec.bytes.to_vec();
         out[16..24].copy_from_slice(&e.put_u64(new));
         if is_anon(m.filename) || (is_kernel(cpumode) && is_kernel_image(m.filename)) {
@@ -403,14 +414,21 @@ impl Aslr {
         Some(out)
     }
 
-    /// A KSYMBOL: its address moved into the kernel's layout.
-    fn ksymbol(&mut self, rec: &Record<'_>) -> Option<Vec<u8>> {
+    /// Lays out a KSYMBOL as it comes, in the kernel's layout.
+    fn place_ksymbol(&mut self, rec: &Record<'_>) -> Option<u64> {
         let e = rec.endian;
         let b = rec.sized();
         let (addr, len) = (e.u64(b, 8)?, u64::from(e.u32(b, 16)?));
         let time = rec.sample_id().and_then(|s| s.time).unwrap_or(u64::MAX);
         let new = self.findnew(KERNEL_PID, misc::KERNEL, addr, len, 0, time);
         self.ksymbols.push((addr, len, new));
+        Some(new)
+    }
+
+    /// A KSYMBOL written with its new address.
+    fn ksymbol(&mut self, rec: &Record<'_>) -> Option<Vec<u8>> {
+        let new = self.placed.pop_front().flatten()?;
+        let e = rec.endian;
         let mut out = rec.bytes.to_vec();
         out[8..16].copy_from_slice(&e.put_u64(new));
         Some(out)
@@ -625,14 +643,7 @@ impl Aslr {
         let new = match RecordType(span.kind) {
             RecordType::HEADER_ATTR => Some(self.attr(info, &rec)),
             RecordType::MMAP | RecordType::MMAP2 => self.mmap(&rec),
-            RecordType::FORK => {
-                if let Some(t) = rec.task().filter(|t| t.pid != t.ppid) {
-                    if let Some(l) = self.ancestor_layout(t.pid).cloned() {
-                        self.layouts.entry(t.pid).or_insert(l);
-                    }
-                }
-                return;
-            }
+            RecordType::FORK => return,
             RecordType::SAMPLE => {
                 let extra = self
                     .extras
@@ -711,12 +722,27 @@ impl Aslr {
                 | RecordType::FINISHED_ROUND => {
                     let rec = info.record(batch, span);
                     self.machine.apply(&rec);
-                    if rt == RecordType::FORK {
-                        if let Some(t) = rec.task().filter(|t| t.pid != t.ppid) {
-                            self.parents.insert(t.pid, t.ppid);
+                    match rt {
+                        RecordType::MMAP | RecordType::MMAP2 => {
+                            let new = self.place_mmap(&rec);
+                            self.placed.push_back(new);
                         }
+                        RecordType::FORK => {
+                            if let Some(t) = rec.task().filter(|t| t.pid != t.ppid) {
+                                self.parents.insert(t.pid, t.ppid);
+                                // The child's own maps go on after its parent's.
+                                if let Some(l) = self.ancestor_layout(t.pid).cloned() {
+                                    self.layouts.entry(t.pid).or_insert(l);
+                                }
+                            }
+                        }
+                        _ => {}
                     }
                     self.rounds += usize::from(rt == RecordType::FINISHED_ROUND);
+                }
+                RecordType::KSYMBOL => {
+                    let new = self.place_ksymbol(&info.record(batch, span));
+                    self.placed.push_back(new);
                 }
                 _ => {}
             }
