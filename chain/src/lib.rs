@@ -25,8 +25,9 @@
 //! plan.choose_output(&registry, Some("db.folded".as_ref())).unwrap();
 //! plan.complete(&registry).unwrap();
 //! let stages: Vec<&str> = plan.stages.iter().map(|s| s.label.as_str()).collect();
-//! // The filter reads samples `perf record -z` may hide, and folded stacks need named frames.
-//! assert_eq!(stages, ["decompress", "comm", "symbolize"]);
+//! // The filter reads samples `perf record -z` may hide, and folded stacks need named frames
+//! // (and deferred user callchains stitched in).
+//! assert_eq!(stages, ["decompress", "comm", "stitch", "symbolize"]);
 //! assert_eq!(plan.format.unwrap().spec.name, "folded");
 //! ```
 

@@ -385,5 +385,28 @@ mod tests {
             .first()
             .is_none());
         assert!(T::try_parse_from(["x", "--host-ids", "maybe"]).is_err());
+        // perf 7's --convert-callchain and --aslr map to their stages, in perf inject's order;
+        // perf refuses the pair, perfpipe unwinds first.
+        let t = T::try_parse_from([
+            "x",
+            "-b",
+            "--aslr",
+            "--convert-callchain",
+            "--aslr-drop",
+            "build-ids,host",
+        ])
+        .unwrap();
+        let plan = stage(&t.a, &perfpipe_chain::builtin()).unwrap().unwrap();
+        let labels: Vec<&str> = plan.stages.iter().map(|s| s.label.as_str()).collect();
+        assert_eq!(labels, ["unwind", "aslr", "buildid"]);
+        assert!(plan.stages[1].options.switch("drop-build-ids"));
+        assert!(plan.stages[1].options.switch("drop-host"));
+        let t = T::try_parse_from(["x", "--aslr"]).unwrap();
+        let plan = stage(&t.a, &perfpipe_chain::builtin()).unwrap().unwrap();
+        assert!(!plan.stages[0].options.switch("drop-host"));
+        assert!(T::try_parse_from(["x", "--aslr-drop", "host"]).is_err());
+        let t = T::try_parse_from(["x", "--aslr", "--aslr-drop", "paths"]).unwrap();
+        let e = stage(&t.a, &perfpipe_chain::builtin()).unwrap_err();
+        assert!(e.to_string().contains("`paths`"), "{e}");
     }
 }

@@ -250,7 +250,8 @@ impl Stage for Stitch {
         for h in std::mem::take(&mut self.held) {
             let rec = self.finish_sample(&info, &h, None);
             debug_assert!(rec.len() >= EVENT_HEADER_SIZE);
-            batch.append(&rec, RecordType::SAMPLE.0, h.tag);
+            let span = batch.append(&rec, RecordType::SAMPLE.0, h.tag);
+            batch.spans.push(span);
         }
         self.held_bytes = 0;
         batch.context = Some(info);
@@ -265,5 +266,123 @@ impl Stage for Stitch {
             ("deferred_orphans", self.orphans.clone()),
             ("deferred_malformed", self.malformed.clone()),
         ]
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use perfpipe_core::harness;
+
+    use super::*;
+    use crate::test_stream::{decoded, SynthStream};
+
+    const K: u64 = context::KERNEL;
+    const D: u64 = context::USER_DEFERRED;
+
+    /// Every record the stage let out: (type, tid, callchain) for samples, (type, 0, []) else.
+    fn run(stream: &[u8], chunk: usize) -> (Vec<(u32, u32, Vec<u64>)>, Vec<(&'static str, u64)>) {
+        let mut stage = StitchConfig::default().build();
+        let out = harness::run_stage(&mut stage, decoded(stream, chunk)).unwrap();
+        let mut v = Vec::new();
+        for b in &out {
+            let info = StreamInfo::of(b).unwrap();
+            for span in &b.spans {
+                let rec = info.record(b, span);
+                match rec.sample() {
+                    Some(s) => v.push((
+                        span.kind,
+                        s.tid().unwrap(),
+                        s.callchain().unwrap().entries().collect(),
+                    )),
+                    None => v.push((span.kind, 0, Vec::new())),
+                }
+            }
+        }
+        let c = stage
+            .counters()
+            .into_iter()
+            .map(|(n, c)| (n, c.get()))
+            .collect();
+        (v, c)
+    }
+
+    #[test]
+    fn samples_get_their_deferred_frames_by_thread_and_cookie() {
+        let mut s = SynthStream::new();
+        s.set_attr_flags(flag::DEFER_CALLCHAIN | flag::DEFER_OUTPUT);
+        s.sample(1, 10, 100, 0, 0xa1, &[K, 0xa1, D, 7]);
+        s.sample(1, 10, 110, 0, 0xa2, &[K, 0xa2, D, 7]);
+        s.sample(1, 11, 115, 1, 0xb1, &[K, 0xb1, D, 9]);
+        s.finished_round();
+        s.callchain_deferred(1, 10, 120, 7, &[0x401000, 0x402000]);
+        s.sample(1, 11, 125, 1, 0xb2, &[K, 0xb2, D, 8]);
+        s.callchain_deferred(1, 11, 130, 8, &[0x403000]);
+        s.sample(1, 12, 140, 0, 0xc1, &[K, 0xc1, D, 5]);
+        s.callchain_deferred(1, 13, 150, 3, &[0x404000]);
+        s.sample(1, 14, 160, 0, 0x405000, &[context::USER, 0x405000]);
+        let stream = s.into_bytes();
+        let u = context::USER;
+        for chunk in [64, 4096, 1 << 20] {
+            let (recs, counters) = run(&stream, chunk);
+            let samples: Vec<(u32, Vec<u64>)> = recs
+                .iter()
+                .filter(|r| r.0 == RecordType::SAMPLE.0)
+                .map(|r| (r.1, r.2.clone()))
+                .collect();
+            assert_eq!(
+                samples,
+                [
+                    // At tid 10's deferred record, both of its samples, merged.
+                    (10, vec![K, 0xa1, u, 0x401000, 0x402000]),
+                    (10, vec![K, 0xa2, u, 0x401000, 0x402000]),
+                    // At tid 11's (cookie 8): the cookie 9 sample unmerged, then the merged one.
+                    (11, vec![K, 0xb1]),
+                    (11, vec![K, 0xb2, u, 0x403000]),
+                    // A sample that never waited passes where it is.
+                    (14, vec![u, 0x405000]),
+                    // Tid 12's never came: at the end, its kernel part.
+                    (12, vec![K, 0xc1]),
+                ],
+                "chunk {chunk}"
+            );
+            assert!(!recs.iter().any(|r| r.0 == RecordType::CALLCHAIN_DEFERRED.0));
+            let c = |n: &str| counters.iter().find(|(k, _)| *k == n).unwrap().1;
+            assert_eq!(
+                (
+                    c("deferred_stitched"),
+                    c("deferred_unmatched"),
+                    c("deferred_orphans")
+                ),
+                (3, 2, 1)
+            );
+        }
+    }
+
+    #[test]
+    fn without_defer_callchain_the_marker_is_left_alone() {
+        // perf merges only samples of attrs with `defer_callchain`.
+        let mut s = SynthStream::new();
+        s.sample(1, 10, 100, 0, 0xa1, &[K, 0xa1, D, 7]);
+        s.callchain_deferred(1, 10, 120, 7, &[0x401000]);
+        let (recs, _) = run(&s.into_bytes(), 4096);
+        assert_eq!(recs[recs.len() - 1].0, RecordType::SAMPLE.0);
+        assert_eq!(recs[recs.len() - 1].2, [K, 0xa1, D, 7]);
+    }
+
+    #[test]
+    fn a_merged_callchain_never_outgrows_a_record() {
+        let mut s = SynthStream::new();
+        s.set_attr_flags(flag::DEFER_CALLCHAIN);
+        s.sample(1, 10, 100, 0, 0xa1, &[K, 0xa1, D, 7]);
+        let user: Vec<u64> = (0..9000).map(|i| 0x400000 + i).collect();
+        // The sample is the stream's last record: 8 header, 48 fixed, `nr` and 4 entries.
+        let rec = &s.bytes()[s.bytes().len() - 96..];
+        assert_eq!(u16::from_le_bytes([rec[6], rec[7]]), 96);
+        let parts = rewrite(rec, Endian::Little, 56..96, 2, &user);
+        assert!(parts.len() <= MAX_RECORD);
+        assert_eq!(
+            u16::from_le_bytes([parts[6], parts[7]]) as usize,
+            parts.len()
+        );
     }
 }
