@@ -849,11 +849,25 @@ mod tests {
         let mut s = SynthStream::new();
         // A child's samples before its parent's maps and its own FORK, as a pipe without
         // FINISHED_ROUNDs brings them when the parent's cpu ring is read last.
-        s.sample(20, 20, 300, 1, 0x5555_0000_1010, &[u, 0x5555_0000_1010, 0x7f00_0000_2020]);
+        s.sample(
+            20,
+            20,
+            300,
+            1,
+            0x5555_0000_1010,
+            &[u, 0x5555_0000_1010, 0x7f00_0000_2020],
+        );
         s.comm(10, 10, "app", true, 90);
         s.mmap2(10, 0x5555_0000_1000, 0x1000, "/bin/app", 1, 100);
         s.mmap2(10, 0x7f00_0000_0000, 0x20_0000, "/lib/libc.so.6", 2, 110);
-        s.sample(10, 10, 200, 0, 0x5555_0000_1008, &[u, 0x5555_0000_1008, 0x9999]);
+        s.sample(
+            10,
+            10,
+            200,
+            0,
+            0x5555_0000_1008,
+            &[u, 0x5555_0000_1008, 0x9999],
+        );
         s.fork(20, 10, 150);
         s.mmap2(20, 0x7f10_0000_0000, 0x1000, "/lib/libm.so.6", 3, 310);
         s.sample(20, 20, 320, 1, 0x7f10_0000_0010, &[u, 0x7f10_0000_0010]);

@@ -279,8 +279,11 @@ mod tests {
     const K: u64 = context::KERNEL;
     const D: u64 = context::USER_DEFERRED;
 
-    /// Every record the stage let out: (type, tid, callchain) for samples, (type, 0, []) else.
-    fn run(stream: &[u8], chunk: usize) -> (Vec<(u32, u32, Vec<u64>)>, Vec<(&'static str, u64)>) {
+    /// A record let out: (type, tid, callchain) for a sample, (type, 0, []) else.
+    type Out = (u32, u32, Vec<u64>);
+
+    /// Every record the stage let out, and its counters.
+    fn run(stream: &[u8], chunk: usize) -> (Vec<Out>, Vec<(&'static str, u64)>) {
         let mut stage = StitchConfig::default().build();
         let out = harness::run_stage(&mut stage, decoded(stream, chunk)).unwrap();
         let mut v = Vec::new();
