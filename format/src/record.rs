@@ -477,3 +477,47 @@ pub struct BuildIdEvent<'a> {
     /// The header's `misc`: cpumode and BUILD_ID_SIZE.
     pub misc: u16,
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn le(words: &[u64]) -> Vec<u8> {
+        words.iter().flat_map(|w| w.to_le_bytes()).collect()
+    }
+
+    #[test]
+    fn a_deferred_callchain_has_its_cookie_and_no_frame_for_it() {
+        let ips = le(&[context::KERNEL, 0xffff_1000, context::USER_DEFERRED, 42]);
+        let c = Callchain {
+            ips: &ips,
+            endian: Endian::Little,
+        };
+        assert_eq!(c.deferred_cookie(), Some(42));
+        let frames: Vec<(u16, u64)> = c.frames(misc::USER).collect();
+        assert_eq!(frames, [(misc::KERNEL, 0xffff_1000)]);
+        let plain = le(&[context::USER, 0x401000, 42]);
+        let c = Callchain {
+            ips: &plain,
+            endian: Endian::Little,
+        };
+        assert_eq!(c.deferred_cookie(), None);
+        assert_eq!(c.frames(misc::KERNEL).count(), 2);
+    }
+
+    #[test]
+    fn callchain_deferred_records_are_read_and_bounded() {
+        // header (type 22, misc USER, size 40), cookie 7, nr 2, two ips.
+        let mut rec = vec![22, 0, 0, 0, 2, 0, 40, 0];
+        rec.extend(le(&[7, 2, 0x401000, 0x402000]));
+        let r = Record::new(&rec, Endian::Little, None);
+        let d = r.callchain_deferred().unwrap();
+        assert_eq!(d.cookie, 7);
+        assert_eq!(d.ips.entries().collect::<Vec<_>>(), [0x401000, 0x402000]);
+        // An `nr` past the record reads as nothing, not as what follows.
+        rec[16] = 3;
+        assert!(Record::new(&rec, Endian::Little, None)
+            .callchain_deferred()
+            .is_none());
+    }
+}
