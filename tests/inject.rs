@@ -308,11 +308,6 @@ pipetest!(
             &["--kallsyms", "/proc/kallsyms"],
             "--kallsyms is not supported",
         ),
-        (
-            &["--convert-callchain"],
-            "--convert-callchain is not supported",
-        ),
-        (&["--aslr"], "--aslr is not supported"),
         (&["-b", "--jit"], "-j/--jit is not supported"),
     ];
     for (args, want) in cases {

@@ -25,8 +25,9 @@
 //! plan.choose_output(&registry, Some("db.folded".as_ref())).unwrap();
 //! plan.complete(&registry).unwrap();
 //! let stages: Vec<&str> = plan.stages.iter().map(|s| s.label.as_str()).collect();
-//! // The filter reads samples `perf record -z` may hide, and folded stacks need named frames.
-//! assert_eq!(stages, ["decompress", "comm", "symbolize"]);
+//! // The filter reads samples `perf record -z` may hide, and folded stacks need named frames
+//! // (and deferred user callchains stitched in).
+//! assert_eq!(stages, ["decompress", "comm", "stitch", "symbolize"]);
 //! assert_eq!(plan.format.unwrap().spec.name, "folded");
 //! ```
 
@@ -55,6 +56,8 @@ pub const TRANSFORMS: &[StageSpec] = &[
     perfpipe_stream::drop::SPEC,
     perfpipe_stream::prune_sideband::SPEC,
     perfpipe_stream::ring::SPEC,
+    perfpipe_stream::stitch::SPEC,
+    perfpipe_stream::aslr::SPEC,
     perfpipe_profile::unwind::SPEC,
     perfpipe_profile::symbolize::SPEC,
 ];

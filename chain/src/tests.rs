@@ -194,7 +194,27 @@ fn outputs_choose_their_format_and_bring_what_they_need() {
         p.format.as_ref().unwrap().options.text("weight"),
         Some("samples")
     );
-    assert_eq!(labels(&p), ["decompress", "comm", "symbolize"]);
+    assert_eq!(labels(&p), ["decompress", "comm", "stitch", "symbolize"]);
+    // Every profile output and `unwind` get deferred callchains stitched in first; perf's
+    // format alone keeps them as they are.
+    for out in ["x.folded", "x.svg", "x.pb.gz", "x.json.gz", "x.parquet"] {
+        let p = plan(&[], out).unwrap();
+        let l = labels(&p);
+        let (s, y) = (
+            l.iter().position(|s| *s == "stitch"),
+            l.iter().position(|s| *s == "symbolize"),
+        );
+        assert!(s.is_some() && s < y, "{out}: {l:?}");
+    }
+    assert_eq!(
+        labels(&plan(&[flag("unwind", None)], "x.data").unwrap()),
+        ["decompress", "stitch", "unwind"]
+    );
+    assert!(
+        labels(&plan(&[flag("drop", Some("switch"))], "x.data").unwrap())
+            .iter()
+            .all(|s| *s != "stitch")
+    );
 
     let unmapped = |words: &[Word<'_>], out: &str| -> Vec<String> {
         let p = plan(words, out).unwrap();
@@ -264,7 +284,7 @@ fn a_directory_output_is_the_dataset_or_refused_naming_parquet() {
         p.format.as_ref().unwrap().options.text("rotate"),
         Some("1m")
     );
-    assert_eq!(labels(&p), ["decompress", "symbolize"]);
+    assert_eq!(labels(&p), ["decompress", "stitch", "symbolize"]);
     assert_eq!(
         output_of(&r, &[flag("folded", None)], "profiles/"),
         "-o profiles/: a directory, and folded output is one file (-o FILE.folded); a directory \

@@ -13,7 +13,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::Args;
-use perfpipe_core::spec::{Options, Registry, Spec};
+use perfpipe_core::spec::{Options, Registry, Spec, StageSpec};
 use perfpipe_stream::write::file::OutputMode;
 
 use crate::args::ReportArgs;
@@ -54,6 +54,19 @@ pub(crate) struct InjectArgs {
     /// stream's hostname or kernel release feature names another host), `yes` or `no`.
     #[arg(long = "host-ids", value_name = "WHEN", default_value = "auto", value_parser = ["auto", "yes", "no"])]
     host_ids: String,
+    /// Unwind `--call-graph dwarf` samples into callchains and drop their registers and stack
+    /// copies, as perf >= 7.0's --convert-callchain does, on pipes too (the `unwind` stage).
+    /// With --aslr (which perf refuses), unwinding comes first.
+    #[arg(long = "convert-callchain")]
+    convert_callchain: bool,
+    /// Remap every recorded address to a canonical layout, as perf >= 7.3's --aslr does, on
+    /// pipes too (the `aslr` stage).
+    #[arg(long = "aslr")]
+    aslr: bool,
+    /// With --aslr, also drop what still names the host: `build-ids` (BUILD_ID records and the
+    /// ids in MMAP2 records), `host` (the hostname, os release, command line and cpu features).
+    #[arg(long = "aslr-drop", value_name = "WHAT", requires = "aslr")]
+    aslr_drop: Option<String>,
     /// Print the per-stage table with the build-id counters on stderr at the end.
     #[arg(short, long)]
     verbose: bool,
@@ -100,12 +113,6 @@ struct Refused {
     /// Refused: a kallsyms file.
     #[arg(long = "kallsyms", value_name = "FILE")]
     kallsyms: Option<String>,
-    /// Refused: converting DWARF callchains to frame callchains.
-    #[arg(long = "convert-callchain")]
-    convert_callchain: bool,
-    /// Refused: removing address-space randomization from the addresses.
-    #[arg(long = "aslr")]
-    aslr: bool,
 }
 
 /// Every refused option: (the flag as perf spells it, what it does, why perfpipe refuses it).
@@ -160,16 +167,6 @@ pub(crate) const REFUSED: &[(&str, &str, &str)] = &[
         "names a kallsyms file",
         "perfpipe's build-id stages read no kallsyms",
     ),
-    (
-        "--convert-callchain",
-        "converts DWARF (--call-graph dwarf) callchains",
-        "perfpipe does not unwind stacks; use perf inject --convert-callchain",
-    ),
-    (
-        "--aslr",
-        "removes address-space randomization",
-        "perfpipe does not rewrite addresses",
-    ),
 ];
 
 impl Refused {
@@ -186,8 +183,6 @@ impl Refused {
             self.vmlinux.is_some(),
             self.ignore_vmlinux,
             self.kallsyms.is_some(),
-            self.convert_callchain,
-            self.aslr,
         ];
         given.iter().position(|&g| g).map(|i| &REFUSED[i])
     }
@@ -205,8 +200,9 @@ fn refusal(r: &(&str, &str, &str)) -> String {
 pub(crate) fn after_help() -> String {
     let mut s = String::from(
         "Supported perf inject options: -i, -o, -b/--build-ids, --buildid-all, \
-         -B/--mmap2-buildids, --mmap2-buildid-all, --known-build-ids, -v/--verbose, -f/--force \
-         (changes nothing); perfpipe's own: --buildid-callchain, --host-ids.\n\
+         -B/--mmap2-buildids, --mmap2-buildid-all, --known-build-ids, --convert-callchain, --aslr, \
+         -v/--verbose, -f/--force (changes nothing); perfpipe's own: --buildid-callchain, \
+         --host-ids, --aslr-drop.\n\
          Refused, each with an error naming it (exit status 2):\n",
     );
     for (flag, what, _) in REFUSED {
@@ -215,8 +211,43 @@ pub(crate) fn after_help() -> String {
     s
 }
 
-/// The build-id stage these flags ask for, if any: (its row name, its options).
+/// The stages these flags ask for, in perf inject's order (`unwind` for --convert-callchain,
+/// `aslr`, a build-id stage), in a plan that writes perf's format; `None` for none of them (the
+/// stream is passed through).
 fn stage(args: &InjectArgs, registry: &Registry) -> anyhow::Result<Option<Plan>> {
+    let find = |name: &str| {
+        registry
+            .find(name)
+            .copied()
+            .ok_or_else(|| anyhow::anyhow!("no {name} stage registered"))
+    };
+    let mut plan = perf_plan(registry);
+    if args.convert_callchain {
+        plan.push("unwind", find("unwind")?, Options::new());
+    }
+    if args.aslr {
+        let spec = find("aslr")?;
+        let mut options = Options::new();
+        for what in args.aslr_drop.iter().flat_map(|w| w.split(',')) {
+            match what.trim() {
+                "build-ids" => spec.parse_option(&mut options, "drop-build-ids", "yes")?,
+                "host" => spec.parse_option(&mut options, "drop-host", "yes")?,
+                other => anyhow::bail!("--aslr-drop: `{other}` is neither build-ids nor host"),
+            }
+        }
+        plan.push("aslr", spec, options);
+    }
+    if let Some((label, spec, options)) = buildid_stage(args, registry)? {
+        plan.push(label, spec, options);
+    }
+    Ok((!plan.stages.is_empty()).then_some(plan))
+}
+
+/// The build-id stage these flags ask for, if any: (its row name, its spec, its options).
+fn buildid_stage(
+    args: &InjectArgs,
+    registry: &Registry,
+) -> anyhow::Result<Option<(&'static str, StageSpec, Options)>> {
     let wanted = args.buildid_all
         || args.build_ids
         || args.mmap2_buildids
@@ -251,9 +282,7 @@ fn stage(args: &InjectArgs, registry: &Registry) -> anyhow::Result<Option<Plan>>
     } else {
         "buildid"
     };
-    let mut plan = perf_plan(registry);
-    plan.push(label, spec, options);
-    Ok(Some(plan))
+    Ok(Some((label, spec, options)))
 }
 
 /// A plan that writes perf's format whatever the output's name, as `perf inject` does: a
@@ -356,5 +385,28 @@ mod tests {
             .first()
             .is_none());
         assert!(T::try_parse_from(["x", "--host-ids", "maybe"]).is_err());
+        // perf 7's --convert-callchain and --aslr map to their stages, in perf inject's order;
+        // perf refuses the pair, perfpipe unwinds first.
+        let t = T::try_parse_from([
+            "x",
+            "-b",
+            "--aslr",
+            "--convert-callchain",
+            "--aslr-drop",
+            "build-ids,host",
+        ])
+        .unwrap();
+        let plan = stage(&t.a, &perfpipe_chain::builtin()).unwrap().unwrap();
+        let labels: Vec<&str> = plan.stages.iter().map(|s| s.label.as_str()).collect();
+        assert_eq!(labels, ["unwind", "aslr", "buildid"]);
+        assert!(plan.stages[1].options.switch("drop-build-ids"));
+        assert!(plan.stages[1].options.switch("drop-host"));
+        let t = T::try_parse_from(["x", "--aslr"]).unwrap();
+        let plan = stage(&t.a, &perfpipe_chain::builtin()).unwrap().unwrap();
+        assert!(!plan.stages[0].options.switch("drop-host"));
+        assert!(T::try_parse_from(["x", "--aslr-drop", "host"]).is_err());
+        let t = T::try_parse_from(["x", "--aslr", "--aslr-drop", "paths"]).unwrap();
+        let e = stage(&t.a, &perfpipe_chain::builtin()).unwrap_err();
+        assert!(e.to_string().contains("`paths`"), "{e}");
     }
 }

@@ -145,6 +145,13 @@ pub mod flag {
     pub const WRITE_BACKWARD: u64 = 1 << 27;
     /// `build_id`: MMAP2 records carry build ids instead of device and inode.
     pub const BUILD_ID: u64 = 1 << 34;
+    /// `defer_callchain`: the user part of a sample's callchain is left to a later
+    /// CALLCHAIN_DEFERRED record; the sample ends its callchain with
+    /// [`context::USER_DEFERRED`](super::context::USER_DEFERRED) and the cookie (Linux 6.19).
+    pub const DEFER_CALLCHAIN: u64 = 1 << 38;
+    /// `defer_output`: this event writes the CALLCHAIN_DEFERRED records (perf sets it on its
+    /// side-band event, the one with `mmap`/`comm`).
+    pub const DEFER_OUTPUT: u64 = 1 << 39;
 }
 
 /// Feature ids of the file header's feature bitmap and of HEADER_FEATURE records (`enum HEADER_*`
@@ -332,6 +339,9 @@ pub mod context {
     pub const GUEST_KERNEL: u64 = -2176i64 as u64;
     /// `PERF_CONTEXT_GUEST_USER`
     pub const GUEST_USER: u64 = -2560i64 as u64;
+    /// `PERF_CONTEXT_USER_DEFERRED`: the user frames come later, in the CALLCHAIN_DEFERRED
+    /// record whose cookie is the entry after this one (the callchain's last).
+    pub const USER_DEFERRED: u64 = -640i64 as u64;
     /// `PERF_CONTEXT_MAX`
     pub const MAX: u64 = -4095i64 as u64;
 }

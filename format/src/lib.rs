@@ -69,5 +69,7 @@ pub use constants::{
 };
 pub use endian::{Endian, EventHeader};
 pub use header::{FileAttr, FileHeader, FileSection, HeaderError};
-pub use record::{BuildIdEvent, Callchain, Comm, FileId, Mmap, Record, Sample, SampleId, Task};
+pub use record::{
+    BuildIdEvent, Callchain, CallchainDeferred, Comm, FileId, Mmap, Record, Sample, SampleId, Task,
+};
 pub use table::{AttrTable, MAX_ATTRS};

@@ -256,18 +256,24 @@ impl<'a> Sample<'a> {
     /// `PERF_SAMPLE_CALLCHAIN`: the callchain entries, context markers included, or `None` if the
     /// layout has none or `nr` runs past the record.
     pub fn callchain(&self) -> Option<Callchain<'a>> {
+        let at = self.callchain_bytes()?;
+        Some(Callchain {
+            ips: self.bytes.get(at.start + 8..at.end)?,
+            endian: self.endian,
+        })
+    }
+
+    /// Where `PERF_SAMPLE_CALLCHAIN` lies in the record (its `nr` and entries), for a stage that
+    /// writes the sample again with another callchain; `None` as for [`Sample::callchain`].
+    pub fn callchain_bytes(&self) -> Option<std::ops::Range<usize>> {
         if self.layout.sample_type & sample::CALLCHAIN == 0 {
             return None;
         }
         let at = usize::from(self.layout.fixed_end);
         let at = at + self.layout.read_size(self.bytes, at, self.endian)?;
         let nr = usize::try_from(self.endian.u64(self.bytes, at)?).ok()?;
-        let start = at + 8;
-        let end = start.checked_add(nr.checked_mul(8)?)?;
-        Some(Callchain {
-            ips: self.bytes.get(start..end)?,
-            endian: self.endian,
-        })
+        let end = (at + 8).checked_add(nr.checked_mul(8)?)?;
+        (end <= self.bytes.len()).then_some(at..end)
     }
 }
 
@@ -314,15 +320,25 @@ impl<'a> Callchain<'a> {
             .map(move |c| e.u64(c, 0).unwrap_or(0))
     }
     /// `(cpumode, ip)` for every frame, context markers applied: a marker sets the cpumode of the
-    /// frames after it, starting from `initial` (the sample's cpumode).
+    /// frames after it, starting from `initial` (the sample's cpumode). The cookie after
+    /// `PERF_CONTEXT_USER_DEFERRED` is no frame: a sample whose deferred user frames were not
+    /// stitched in (see the `stitch` stage) has its kernel frames only.
     pub fn frames(&self, initial: u16) -> impl Iterator<Item = (u16, u64)> + 'a {
         let mut mode = initial;
+        let mut cookie = false;
         self.entries().filter_map(move |ip| {
+            if std::mem::take(&mut cookie) {
+                return None;
+            }
             if ip >= context::MAX {
                 mode = match ip {
                     context::HV => misc::HYPERVISOR,
                     context::KERNEL => misc::KERNEL,
                     context::USER => misc::USER,
+                    context::USER_DEFERRED => {
+                        cookie = true;
+                        misc::USER
+                    }
                     context::GUEST_KERNEL => misc::GUEST_KERNEL,
                     context::GUEST_USER => misc::GUEST_USER,
                     _ => mode,
@@ -331,6 +347,47 @@ impl<'a> Callchain<'a> {
             } else {
                 Some((mode, ip))
             }
+        })
+    }
+
+    /// The cookie of a callchain that ends in `PERF_CONTEXT_USER_DEFERRED, cookie` (its user
+    /// frames are in the CALLCHAIN_DEFERRED record of that cookie), as perf tests it.
+    pub fn deferred_cookie(&self) -> Option<u64> {
+        let n = self.len();
+        if n < 2 {
+            return None;
+        }
+        let e = self.endian;
+        (e.u64(self.ips, 8 * (n - 2))? == context::USER_DEFERRED)
+            .then(|| e.u64(self.ips, 8 * (n - 1)))?
+    }
+}
+
+/// A CALLCHAIN_DEFERRED record (`PERF_RECORD_CALLCHAIN_DEFERRED`, 22): `u64 cookie; u64 nr;
+/// u64 ips[nr]; struct sample_id`, the user frames of the samples whose callchain ends in
+/// `PERF_CONTEXT_USER_DEFERRED, cookie`, written when the task returns to user space.
+#[derive(Clone, Copy, Debug)]
+pub struct CallchainDeferred<'a> {
+    /// `cookie`
+    pub cookie: u64,
+    /// `ips`, borrowed from the record: the user frames, innermost first.
+    pub ips: Callchain<'a>,
+}
+
+impl<'a> Record<'a> {
+    /// The CALLCHAIN_DEFERRED fields, if this is one whose `nr` fits the record.
+    pub fn callchain_deferred(&self) -> Option<CallchainDeferred<'a>> {
+        (self.record_type() == RecordType::CALLCHAIN_DEFERRED).then_some(())?;
+        let rec = self.sized();
+        let e = self.endian;
+        let nr = usize::try_from(e.u64(rec, 16)?).ok()?;
+        let end = nr.checked_mul(8)?.checked_add(24)?;
+        Some(CallchainDeferred {
+            cookie: e.u64(rec, 8)?,
+            ips: Callchain {
+                ips: rec.get(24..end)?,
+                endian: e,
+            },
         })
     }
 }
@@ -419,4 +476,48 @@ pub struct BuildIdEvent<'a> {
     pub filename: &'a [u8],
     /// The header's `misc`: cpumode and BUILD_ID_SIZE.
     pub misc: u16,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn le(words: &[u64]) -> Vec<u8> {
+        words.iter().flat_map(|w| w.to_le_bytes()).collect()
+    }
+
+    #[test]
+    fn a_deferred_callchain_has_its_cookie_and_no_frame_for_it() {
+        let ips = le(&[context::KERNEL, 0xffff_1000, context::USER_DEFERRED, 42]);
+        let c = Callchain {
+            ips: &ips,
+            endian: Endian::Little,
+        };
+        assert_eq!(c.deferred_cookie(), Some(42));
+        let frames: Vec<(u16, u64)> = c.frames(misc::USER).collect();
+        assert_eq!(frames, [(misc::KERNEL, 0xffff_1000)]);
+        let plain = le(&[context::USER, 0x401000, 42]);
+        let c = Callchain {
+            ips: &plain,
+            endian: Endian::Little,
+        };
+        assert_eq!(c.deferred_cookie(), None);
+        assert_eq!(c.frames(misc::KERNEL).count(), 2);
+    }
+
+    #[test]
+    fn callchain_deferred_records_are_read_and_bounded() {
+        // header (type 22, misc USER, size 40), cookie 7, nr 2, two ips.
+        let mut rec = vec![22, 0, 0, 0, 2, 0, 40, 0];
+        rec.extend(le(&[7, 2, 0x401000, 0x402000]));
+        let r = Record::new(&rec, Endian::Little, None);
+        let d = r.callchain_deferred().unwrap();
+        assert_eq!(d.cookie, 7);
+        assert_eq!(d.ips.entries().collect::<Vec<_>>(), [0x401000, 0x402000]);
+        // An `nr` past the record reads as nothing, not as what follows.
+        rec[16] = 3;
+        assert!(Record::new(&rec, Endian::Little, None)
+            .callchain_deferred()
+            .is_none());
+    }
 }

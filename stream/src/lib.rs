@@ -15,12 +15,14 @@
 //! - [`read`]: source; standard input or a file, in large reads.
 //! - [`read::file`]: source; a file-mode `perf.data`, read with `pread(2)` and presented as the pipe stream.
 //! - [`decode`]: frames records, validates the header, tracks attrs.
+//! - [`aslr`]: remaps every recorded address to a canonical layout (`--aslr`, `perf inject --aslr`).
 //! - [`decompress`]: replaces COMPRESSED records (`perf record -z`) with the records they hold.
 //! - [`buildid`]: injects a BUILD_ID record before the first sample that hits each dso (`perf inject -b`).
 //! - [`buildid::all`]: injects a BUILD_ID record before the map of every dso (`--buildid-all`).
 //! - [`filter`]: keeps the samples an expression selects (`--filter`, `--pid`, `--comm`, `--time`…).
 //! - [`drop`](mod@drop): removes the records of the named types (`--drop switch,lost`).
 //! - [`prune_sideband`]: removes the side-band of processes without samples (`--prune-sideband`).
+//! - [`stitch`]: merges deferred user callchains (CALLCHAIN_DEFERRED records) into their samples (`--stitch`).
 //! - [`ring`]: the flight recorder; keeps the newest events and dumps complete streams on a trigger.
 //! - [`write`](mod@write): sink; standard output or a file, with `writev`.
 //! - [`write::file`]: sink; a file-mode `perf.data` (header, attrs, data, features), renamed at the end.
@@ -56,6 +58,7 @@
 
 #![deny(missing_docs)]
 
+pub mod aslr;
 pub mod buildid;
 pub mod decode;
 pub mod decompress;
@@ -66,6 +69,7 @@ pub mod model;
 pub mod prune_sideband;
 pub mod read;
 pub mod ring;
+pub mod stitch;
 mod stream_info;
 #[cfg(test)]
 mod test_child;

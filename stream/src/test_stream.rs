@@ -145,6 +145,31 @@ impl SynthStream {
         w.finish();
     }
 
+    /// PERF_RECORD_CALLCHAIN_DEFERRED: the user frames `ips` of the samples whose callchain ends
+    /// in `PERF_CONTEXT_USER_DEFERRED, cookie`.
+    pub fn callchain_deferred(&mut self, pid: u32, tid: u32, time: u64, cookie: u64, ips: &[u64]) {
+        let mut w = RecordWriter::new(
+            &mut self.buf,
+            RecordType::CALLCHAIN_DEFERRED,
+            misc::USER,
+            self.e,
+        );
+        w.u64(cookie).u64(ips.len() as u64);
+        for &ip in ips {
+            w.u64(ip);
+        }
+        w.trailer(Self::trailer(pid, tid, time, 0));
+        w.finish();
+    }
+
+    /// Sets bits of the attr's flags word (`flag::DEFER_CALLCHAIN`…).
+    pub fn set_attr_flags(&mut self, bits: u64) {
+        // The pipe header (16 bytes), the HEADER_ATTR's header (8), `flags` at 40.
+        let at = 16 + 8 + 40;
+        let f = u64::from_le_bytes(self.buf[at..at + 8].try_into().expect("8 bytes")) | bits;
+        self.buf[at..at + 8].copy_from_slice(&f.to_le_bytes());
+    }
+
     /// PERF_RECORD_FINISHED_ROUND.
     pub fn finished_round(&mut self) {
         build::empty(&mut self.buf, RecordType::FINISHED_ROUND, self.e);

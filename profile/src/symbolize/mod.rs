@@ -1186,7 +1186,7 @@ pub const SPEC: StageSpec = StageSpec {
         },
     ],
     build: build_stage,
-    needs: &["decompress"],
+    needs: &["decompress", "stitch"],
 };
 
 fn build_stage(ctx: &BuildCtx, o: &Options) -> Result<Box<dyn Stage>, perfpipe_core::StageError> {

@@ -158,7 +158,23 @@ pub struct Switch {
     /// A thread was woken ([`Switches::wakeups`]): the `sched_waking`/`sched_wakeup` sample,
     /// whose stack is the waker's.
     pub wake: Option<Wake>,
+    /// An interval the recorder measured itself: `(pid, tid, time, ns)`, perf's `offcpu-time`
+    /// samples (`perf record --off-cpu`: BPF at `sched_switch` measures each blocked time and
+    /// writes a sample of the `offcpu-time` BPF-output event whose period is the time off the
+    /// cpu in ns, whose callchain is where the thread blocked, and whose time is its switch-in
+    /// or, for those written at the end of the recording, `OFF_CPU_TIMESTAMP` and up). The
+    /// sample's stack is the interval's; the state is S|D ([`State::Blocked`]): perf's BPF
+    /// program only measures tasks that blocked (`TASK_INTERRUPTIBLE | TASK_UNINTERRUPTIBLE`).
+    pub measured: Option<(u32, u32, u64, u64)>,
 }
+
+/// perf's dummy timestamp of the `offcpu-time` samples it writes at the end of a recording
+/// (`OFF_CPU_TIMESTAMP` in `tools/perf/util/bpf_off_cpu.c`, `~0ull << 32`, counting up): no event
+/// time, so such times do not move the end of the stream.
+pub const OFF_CPU_TIMESTAMP: u64 = !0 << 32;
+
+/// `PERF_COUNT_SW_BPF_OUTPUT`: the event `perf record --off-cpu` names `offcpu-time`.
+const SW_BPF_OUTPUT: u64 = 10;
 
 /// A wakeup: thread `tid` woken at `time` by the sample's thread `waker_tid`.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -199,6 +215,8 @@ enum Kind {
     SchedSwitch(Box<SchedSwitch>),
     Wakeup(Box<SchedWakeup>),
     ContextSwitches,
+    /// perf's `offcpu-time` (a BPF-output event whose samples have a period and a callchain).
+    OffCpuTime,
     /// A tracepoint whose format the tracing data lacks.
     NoFormat,
 }
@@ -239,6 +257,13 @@ impl Switches {
                 let a = &info.attrs[i];
                 if a.type_ == PERF_TYPE_SOFTWARE && a.config == SW_CONTEXT_SWITCHES {
                     return Kind::ContextSwitches;
+                }
+                let measured = crate::format::sample::PERIOD | crate::format::sample::CALLCHAIN;
+                if a.type_ == PERF_TYPE_SOFTWARE
+                    && a.config == SW_BPF_OUTPUT
+                    && a.sample_type & measured == measured
+                {
+                    return Kind::OffCpuTime;
                 }
                 if a.type_ != crate::format::PERF_TYPE_TRACEPOINT {
                     return Kind::Other;
@@ -296,9 +321,12 @@ impl Switches {
     /// `context-switches` event (a profile that always runs the model asks this first).
     pub fn active(&mut self, info: &StreamInfo) -> bool {
         self.compute(info);
-        self.kinds
-            .iter()
-            .any(|k| matches!(k, Kind::SchedSwitch(_) | Kind::ContextSwitches))
+        self.kinds.iter().any(|k| {
+            matches!(
+                k,
+                Kind::SchedSwitch(_) | Kind::ContextSwitches | Kind::OffCpuTime
+            )
+        })
     }
 
     /// What the record `rec` of attr index `tag` says about switches.
@@ -330,6 +358,14 @@ impl Switches {
                     Some(Kind::ContextSwitches) => Switch {
                         stack_of: s.tid(),
                         ..Switch::default()
+                    },
+                    Some(Kind::OffCpuTime) => match (s.tid(), s.period()) {
+                        (Some(tid), Some(ns)) if tid != 0 => Switch {
+                            measured: Some((s.pid().unwrap_or(u32::MAX), tid, time, ns)),
+                            stack: true,
+                            ..Switch::default()
+                        },
+                        _ => Switch::default(),
                     },
                     Some(Kind::NoFormat) => {
                         self.no_format += 1;
@@ -459,6 +495,7 @@ fn sched_switch(sw: &mut SchedSwitch, s: &Sample<'_>, e: Endian, time: u64) -> O
         cpus_online: None,
         exit: (prev != 0 && exiting).then_some((prev, time)),
         wake: None,
+        measured: None,
     })
 }
 
@@ -561,6 +598,8 @@ pub struct OffCpuCounts {
     pub exits: u64,
     /// Wakeups of threads not off the cpu (already runnable, or not seen switched out yet).
     pub stray_wakeups: u64,
+    /// Intervals the recorder measured ([`Switch::measured`]: perf's `offcpu-time` samples).
+    pub measured: u64,
 }
 
 /// The off-CPU model: switches in, intervals out.
@@ -642,6 +681,20 @@ impl<S: Copy> OffCpu<S> {
             };
             self.push(w.tid, sw.cpu, w.time, Ev::Wake(waker), out);
         }
+        if let Some((pid, tid, time, ns)) = sw.measured {
+            // Measured already: no switch to pair it with, so it goes out as it comes.
+            self.counts.measured += 1;
+            out.push(Interval {
+                pid,
+                tid,
+                start: time.saturating_sub(ns),
+                end: time.saturating_sub(ns).saturating_add(ns),
+                state: State::Blocked,
+                stack,
+                open_at_end: false,
+                waker: None,
+            });
+        }
     }
 
     /// A FINISHED_ROUND: switches up to the latest time of the round before have all arrived.
@@ -688,6 +741,9 @@ impl<S: Copy> OffCpu<S> {
     /// Notes the time of any record, so that intervals open at the end close at the stream's
     /// last event time.
     pub fn note_time(&mut self, time: u64) {
+        if time >= OFF_CPU_TIMESTAMP {
+            return;
+        }
         self.last = self.last.max(time);
     }
 

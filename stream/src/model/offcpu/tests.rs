@@ -29,6 +29,7 @@ fn switch(prev: u32, state: State, next: u32, time: u64) -> Switch {
         cpus_online: None,
         exit: None,
         wake: None,
+        measured: None,
     }
 }
 
@@ -508,4 +509,39 @@ fn memory_is_bounded_by_threads_not_wakeups() {
     assert!(got
         .iter()
         .all(|(_, _, end, w)| *w == Some((1, Some(((end - 15) / 10) as u32)))));
+}
+
+#[test]
+fn measured_intervals_go_out_as_they_come_and_do_not_move_the_end() {
+    // perf's offcpu-time samples: the BPF program measured them; those written at the end of
+    // the recording carry OFF_CPU_TIMESTAMP and up, no event time.
+    let mut m: OffCpu<u32> = OffCpu::default();
+    let mut out = Vec::new();
+    m.note_time(1_000);
+    let sw = Switch {
+        measured: Some((100, 7, 900, 300)),
+        stack: true,
+        ..Switch::default()
+    };
+    m.add(&sw, Some(42), &mut out);
+    let late = Switch {
+        measured: Some((100, 8, super::OFF_CPU_TIMESTAMP + 1, 5_000)),
+        stack: true,
+        ..Switch::default()
+    };
+    m.note_time(super::OFF_CPU_TIMESTAMP + 1);
+    m.add(&late, Some(43), &mut out);
+    assert_eq!(out.len(), 2);
+    assert_eq!(
+        (out[0].tid, out[0].start, out[0].end, out[0].stack),
+        (7, 600, 900, Some(42))
+    );
+    assert_eq!(out[0].state, State::Blocked);
+    assert_eq!(out[1].duration(), 5_000);
+    // A switch-out still open at the end closes at the last real event time.
+    m.add(&switch(9, State::Sleeping, 0, 950), Some(1), &mut out);
+    m.finish(&mut out);
+    let open = out.iter().find(|i| i.tid == 9).unwrap();
+    assert_eq!((open.end, open.open_at_end), (1_000, true));
+    assert_eq!(m.counts.measured, 2);
 }

@@ -1,0 +1,524 @@
+//! What perf 7.x added, with perf 7.3 (the trixie root's) as the oracle (issue 39, items 3–6):
+//! `perfpipe inject --convert-callchain` against 7.3's own, on files and pipes; `perfpipe inject
+//! --aslr` against 7.3's layout, with every frame named as on the input by 7.3 and 6.1 and no
+//! address of the input's maps left; deferred user callchains (`CALLCHAIN_DEFERRED`) stitched
+//! into their samples; perf's `offcpu-time` samples charged by `--weight offcpu` as 7.3 charges
+//! them. This kernel writes no deferred callchains and Debian's 7.3 has no BPF skeletons, so those
+//! two streams are made from real `-g` recordings ([`defer`], [`offcpu_time`]) and 7.3 is shown to
+//! read them as it reads the recordings before ours are compared with it.
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use crate::oracle::{assert_agrees, collapse};
+use crate::util::*;
+
+/// `fp.c` at `-O2 -fomit-frame-pointer`: three forked children (`-g` recordings of it have
+/// frame-pointer-less user stacks where DWARF recordings need unwinding).
+fn fp(dir: &Dir, frame_pointers: bool) -> Vec<String> {
+    let exe = dir.path("fp");
+    let fp_flag = if frame_pointers {
+        "-fno-omit-frame-pointer"
+    } else {
+        "-fomit-frame-pointer"
+    };
+    let src = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../tests/workloads/fp.c");
+    let out = Command::new("cc")
+        .args(["-O2", fp_flag, "-fno-ipa-pure-const", "-o"])
+        .arg(&exe)
+        .arg(&src)
+        .output()
+        .expect("cc");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    vec![exe.to_str().unwrap().to_string(), "150".into()]
+}
+
+/// `perf script` of a file or a stream by `perf`, folded by `inferno-collapse-perf`. (perf 7
+/// adds inlined frames to frame-pointer callchains; perfpipe's folded stacks have them with
+/// `--inline`: compare with `--no-inline`.)
+fn folded_by(perf: &Perf, input: Input<'_>) -> String {
+    let args = ["script", "--no-inline"];
+    let script = match input {
+        Input::File(f) => perf.on_file(&args, f),
+        Input::Bytes(b) => perf.on(&args, b),
+    };
+    collapse(&script, &[])
+}
+
+/// `perfpipe ARGS -o x.folded` on `input`: its folded stacks.
+fn folded_of(dir: &Dir, input: &[u8], args: &[&str]) -> String {
+    let out = dir.path("out.folded");
+    let mut all = args.to_vec();
+    all.extend(["-o", out.to_str().unwrap()]);
+    perfpipe_ok(&all, input);
+    std::fs::read_to_string(&out).unwrap()
+}
+
+/// Where a test's input is.
+#[derive(Clone, Copy)]
+enum Input<'a> {
+    File(&'a Path),
+    Bytes(&'a [u8]),
+}
+
+pipetest!(needs(perf, cc, inferno, trixie) convert_callchain_matches_perf7_on_files_and_pipes, |dir| {
+    let p7 = perf7();
+    let argv = fp(&dir, false);
+    let argv: Vec<&str> = argv.iter().map(String::as_str).collect();
+    let input = dir.path("dwarf.data");
+    p7.record_file(
+        &input,
+        &["-e", "cpu-clock", "-F", "4000", "--call-graph", "dwarf"],
+        &argv,
+    );
+    // perf 7.3's own conversion (of a file only: "--convert-callchain cannot work with pipe").
+    let theirs = dir.path("theirs.data");
+    let out = p7
+        .command()
+        .args(["inject", "--convert-callchain", "-i"])
+        .arg(&input)
+        .arg("-o")
+        .arg(&theirs)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let oracle = folded_by(&p7, Input::File(&theirs));
+    // Ours, file to file.
+    let ours = dir.path("ours.data");
+    let out = Command::new(bin())
+        .args(["inject", "--convert-callchain", "-i"])
+        .arg(&input)
+        .arg("-o")
+        .arg(&ours)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_agrees(
+        "perfpipe inject --convert-callchain -i FILE -o FILE, read by perf 7.3",
+        &folded_by(&p7, Input::File(&ours)),
+        &oracle,
+    );
+    // Ours, pipe to pipe: the recording as perf 7.3 pipes it.
+    let out = p7.command().args(["inject", "-o", "-", "-i"]).arg(&input).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let bytes = out.stdout;
+    assert!(bytes.starts_with(b"PERFILE2"));
+    let piped = run(
+        Command::new(bin()).args(["inject", "--convert-callchain", "-i", "-", "-o", "-"]),
+        &bytes,
+    );
+    assert!(piped.status.success(), "{}", String::from_utf8_lossy(&piped.stderr));
+    assert!(piped.stdout.starts_with(b"PERFILE2") && piped.stdout.len() < bytes.len() / 10);
+    assert_agrees(
+        "perfpipe inject --convert-callchain -i - -o -, read by perf 7.3",
+        &folded_by(&p7, Input::Bytes(&piped.stdout)),
+        &oracle,
+    );
+    // And perf 6.1 reads ours, with the frames 7.3 gives (7.3's output of a dwarf recording is
+    // "incompatible" to it).
+    assert_agrees(
+        "perfpipe inject --convert-callchain -i - -o -, read by perf 6.1",
+        &folded_by(&oracle_perf(), Input::Bytes(&piped.stdout)),
+        &oracle,
+    );
+    let attrs = oracle_perf().on(&["evlist", "-v"], &piped.stdout);
+    assert!(!attrs.contains("REGS_USER") && !attrs.contains("STACK_USER"), "{attrs}");
+});
+
+/// The oracle perf (6.1).
+fn oracle_perf() -> Perf {
+    oracle()
+}
+
+/// Every address `perf script` prints (the hex before a symbol, and `[0x…(0x…) @ 0x…` of MMAP
+/// lines), for the "nothing of the input's layout survives" check.
+fn addresses(script: &str) -> Vec<u64> {
+    let mut v = Vec::new();
+    for line in script.lines() {
+        let t = line.trim_start();
+        if let Some(hex) = t.split_whitespace().next() {
+            if line.starts_with('\t') || line.starts_with(' ') {
+                if let Ok(a) = u64::from_str_radix(hex, 16) {
+                    v.push(a);
+                }
+            }
+        }
+        if let Some(i) = t.find("[0x") {
+            let rest = &t[i + 3..];
+            let end = rest.find('(').unwrap_or(0);
+            if let Ok(a) = u64::from_str_radix(&rest[..end], 16) {
+                v.push(a);
+            }
+        }
+    }
+    v
+}
+
+/// The maps `perf script --show-mmap-events` lists: `[start, start + len)`.
+fn map_ranges(script: &str) -> Vec<(u64, u64)> {
+    let mut v = Vec::new();
+    for line in script.lines().filter(|l| l.contains("PERF_RECORD_MMAP")) {
+        let Some(i) = line.find("[0x") else { continue };
+        let rest = &line[i + 3..];
+        let (start, rest) = rest.split_once("(0x").unwrap();
+        let (len, _) = rest.split_once(')').unwrap();
+        let start = u64::from_str_radix(start, 16).unwrap();
+        let len = u64::from_str_radix(len, 16).unwrap();
+        v.push((start, start.saturating_add(len)));
+    }
+    v
+}
+
+/// `perf script -F comm,tid,time,sym,dso` (frames by name, without their addresses).
+fn frames(perf: &Perf, input: Input<'_>) -> String {
+    let args = ["script", "-F", "comm,tid,time,ip,sym,dso"];
+    let text = match input {
+        Input::File(f) => perf.on_file(&args, f),
+        Input::Bytes(b) => perf.on(&args, b),
+    };
+    // The ip column goes: only the names must be the same.
+    text.lines()
+        .map(|l| match l.trim_start().split_once(' ') {
+            Some((hex, rest)) if l.starts_with('\t') && u64::from_str_radix(hex, 16).is_ok() => {
+                format!("\t{}", rest.trim_start())
+            }
+            _ => l.to_string(),
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// Asserts that no address of `ours` lies in a map of the input (`input_script`'s MMAP lines).
+fn assert_no_input_address(what: &str, input_script: &str, ours_script: &str) {
+    let maps = map_ranges(input_script);
+    assert!(!maps.is_empty(), "{what}: the input lists no maps");
+    let leaked: BTreeSet<u64> = addresses(ours_script)
+        .into_iter()
+        .filter(|&a| a != 0 && maps.iter().any(|&(s, e)| a >= s && a < e))
+        .collect();
+    assert!(
+        leaked.is_empty(),
+        "{what}: {} addresses of the input's maps survive: {:x?}",
+        leaked.len(),
+        leaked.iter().take(10).collect::<Vec<_>>()
+    );
+}
+
+pipetest!(needs(perf, cc, trixie) aslr_keeps_every_frame_and_no_address_on_pipes, |dir| {
+    let argv = fp(&dir, true);
+    let argv: Vec<&str> = argv.iter().map(String::as_str).collect();
+    let input = perf_record(&["-e", "cpu-clock", "-F", "4000", "-g"], &argv);
+    let ours = perfpipe_ok(&["inject", "--aslr"], &input);
+    for perf in [oracle(), perf7()] {
+        let (a, b) = (frames(&perf, Input::Bytes(&input)), frames(&perf, Input::Bytes(&ours)));
+        assert!(a.lines().count() > 1000, "{}: too few lines", perf.name);
+        if a != b {
+            let diff: Vec<(&str, &str)> =
+                a.lines().zip(b.lines()).filter(|(x, y)| x != y).take(10).collect();
+            panic!("{}: the frames differ: {diff:#?}", perf.name);
+        }
+    }
+    let p7 = perf7();
+    let show = ["script", "--show-mmap-events", "-F", "comm,tid,time,ip,sym,dso"];
+    assert_no_input_address(
+        "perfpipe inject --aslr (pipe)",
+        &p7.on(&show, &input),
+        &p7.on(&show, &ours),
+    );
+});
+
+pipetest!(needs(perf, cc, trixie) aslr_lays_out_as_perf7_on_files, |dir| {
+    let p7 = perf7();
+    let argv = fp(&dir, true);
+    let argv: Vec<&str> = argv.iter().map(String::as_str).collect();
+    let input = dir.path("in.data");
+    p7.record_file(&input, &["-e", "cpu-clock", "-F", "4000", "-g"], &argv);
+    let theirs = dir.path("theirs.data");
+    let ours = dir.path("ours.data");
+    let out = p7
+        .command()
+        .args(["inject", "--aslr", "-i"])
+        .arg(&input)
+        .arg("-o")
+        .arg(&theirs)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let out = Command::new(bin())
+        .args(["inject", "--aslr", "-i"])
+        .arg(&input)
+        .arg("-o")
+        .arg(&ours)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    // The same layout: every map where 7.3 puts it.
+    let mmaps = |f: &Path| -> Vec<String> {
+        p7.on_file(&["script", "--show-mmap-events", "-F", "comm,tid"], f)
+            .lines()
+            .filter(|l| l.contains("PERF_RECORD_MMAP"))
+            .map(str::to_string)
+            .collect()
+    };
+    let (t, o) = (mmaps(&theirs), mmaps(&ours));
+    assert!(t.len() >= 4, "{t:#?}");
+    eqnice!(t, o);
+    // Every frame named as on the input (7.3's own output loses the forked children's: it looks
+    // their inherited maps up under their own pids, where no MMAP put them).
+    eqnice!(
+        frames(&p7, Input::File(&input)),
+        frames(&p7, Input::File(&ours))
+    );
+    let show = ["script", "--show-mmap-events", "-F", "comm,tid,time,ip,sym,dso"];
+    assert_no_input_address(
+        "perfpipe inject --aslr (file)",
+        &p7.on_file(&show, &input),
+        &p7.on_file(&show, &ours),
+    );
+    // What names the host goes on request.
+    let bare = dir.path("bare.data");
+    let out = Command::new(bin())
+        .args(["inject", "--aslr", "--aslr-drop", "build-ids,host", "-i"])
+        .arg(&input)
+        .arg("-o")
+        .arg(&bare)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let header = p7.on_file(&["report", "--header-only"], &bare);
+    assert!(!header.contains("# hostname"), "{header}");
+    let with = p7.on_file(&["report", "--header-only"], &ours);
+    assert!(with.contains("# hostname"), "{with}");
+    let side = p7.on_file(&["script", "--show-mmap-events", "-F", "comm"], &bare);
+    assert!(
+        !side.lines().any(|l| l.contains("PERF_RECORD_MMAP2") && l.contains(" <")),
+        "a build id is left: {side}"
+    );
+    let ids = p7.on_file(&["buildid-list"], &bare);
+    assert!(
+        !ids.lines().any(|l| l.split_whitespace().count() > 1),
+        "a build id is left: {ids}"
+    );
+});
+
+/// The records of a little-endian pipe stream after its header: (type, misc, bytes).
+fn records(s: &[u8]) -> Vec<(u32, u16, Vec<u8>)> {
+    let mut v = Vec::new();
+    let mut at = 16;
+    while at + 8 <= s.len() {
+        let t = u32::from_le_bytes(s[at..at + 4].try_into().unwrap());
+        let misc = u16::from_le_bytes([s[at + 4], s[at + 5]]);
+        let size = usize::from(u16::from_le_bytes([s[at + 6], s[at + 7]]));
+        assert!(
+            size >= 8 && at + size <= s.len(),
+            "a record runs past the stream"
+        );
+        v.push((t, misc, s[at..at + size].to_vec()));
+        at += size;
+    }
+    v
+}
+
+fn u64_at(b: &[u8], at: usize) -> u64 {
+    u64::from_le_bytes(b[at..at + 8].try_into().unwrap())
+}
+
+/// `PERF_SAMPLE_*` bits the crafted streams lay out.
+const IP: u64 = 1;
+const TID: u64 = 2;
+const TIME: u64 = 4;
+const ADDR: u64 = 8;
+const READ: u64 = 16;
+const CALLCHAIN: u64 = 32;
+const ID: u64 = 64;
+const CPU: u64 = 128;
+const PERIOD: u64 = 256;
+const STREAM_ID: u64 = 512;
+const IDENTIFIER: u64 = 1 << 16;
+const CONTEXT_USER: u64 = -512i64 as u64;
+const CONTEXT_USER_DEFERRED: u64 = -640i64 as u64;
+
+/// The one attr of a recording: (sample_type, sample_id_all).
+fn only_attr(recs: &[(u32, u16, Vec<u8>)]) -> u64 {
+    let attrs: Vec<&Vec<u8>> = recs.iter().filter(|r| r.0 == 64).map(|r| &r.2).collect();
+    assert_eq!(attrs.len(), 1, "one event recorded");
+    let t = u64_at(attrs[0], 8 + 24);
+    assert_eq!(t & READ, 0);
+    t
+}
+
+/// Offsets of a sample's fixed fields: (`TID`, `PERIOD`, the callchain's `nr`), and the
+/// sample-id trailer of the same sample (`TID`, `TIME`, `ID`, `STREAM_ID`, `CPU`, `IDENTIFIER`).
+fn sample_fields(t: u64, rec: &[u8]) -> (usize, Option<usize>, usize, Vec<u8>) {
+    let mut at = 8;
+    let mut off = |bit: u64| {
+        (t & bit != 0).then(|| {
+            at += 8;
+            at - 8
+        })
+    };
+    let identifier = off(IDENTIFIER);
+    off(IP);
+    let tid = off(TID).expect("TID");
+    let time = off(TIME);
+    off(ADDR);
+    let id = off(ID);
+    let stream_id = off(STREAM_ID);
+    let cpu = off(CPU);
+    let period = off(PERIOD);
+    let nr = at;
+    let mut trailer = Vec::new();
+    for f in [Some(tid), time, id, stream_id, cpu, identifier]
+        .into_iter()
+        .flatten()
+    {
+        trailer.extend_from_slice(&rec[f..f + 8]);
+    }
+    (tid, period, nr, trailer)
+}
+
+/// A `-g` recording made into what a kernel with deferred user callchains writes for it
+/// (`perf record --call-graph fp,defer`): each sample with user frames keeps its kernel part and
+/// ends its callchain with `PERF_CONTEXT_USER_DEFERRED` and a cookie, and its user frames follow
+/// in a CALLCHAIN_DEFERRED record (`u64 cookie, nr, ips[nr]`, then the sample-id trailer the
+/// kernel writes for the event, `misc` USER), as the kernel writes it when the task returns to
+/// user space; the attr gets `defer_callchain` and `defer_output` (bits 38 and 39 of its flags),
+/// as perf record sets them on its one event. Returns the stream and the deferred records made.
+pub(crate) fn defer(input: &[u8]) -> (Vec<u8>, usize) {
+    let recs = records(input);
+    let t = only_attr(&recs);
+    assert!(t & CALLCHAIN != 0);
+    let mut out = input[..16].to_vec();
+    let mut cookie = 0x1_0000_0000u64;
+    let mut made = 0;
+    for (ty, misc, mut rec) in recs {
+        if ty == 64 {
+            let flags = u64_at(&rec, 8 + 40) | 1 << 38 | 1 << 39;
+            rec[8 + 40..8 + 48].copy_from_slice(&flags.to_le_bytes());
+        }
+        if ty != 9 {
+            out.extend_from_slice(&rec);
+            continue;
+        }
+        let (_, _, nr_at, trailer) = sample_fields(t, &rec);
+        let nr = u64_at(&rec, nr_at) as usize;
+        let ips: Vec<u64> = (0..nr).map(|i| u64_at(&rec, nr_at + 8 + 8 * i)).collect();
+        let Some(k) = ips.iter().position(|&ip| ip == CONTEXT_USER) else {
+            out.extend_from_slice(&rec);
+            continue;
+        };
+        cookie += 1;
+        let mut chain = ips[..k].to_vec();
+        chain.extend([CONTEXT_USER_DEFERRED, cookie]);
+        let mut s = rec[..nr_at].to_vec();
+        s.extend_from_slice(&(chain.len() as u64).to_le_bytes());
+        for ip in &chain {
+            s.extend_from_slice(&ip.to_le_bytes());
+        }
+        s.extend_from_slice(&rec[nr_at + 8 + 8 * nr..]);
+        let size = s.len() as u16;
+        s[6..8].copy_from_slice(&size.to_le_bytes());
+        out.extend_from_slice(&s);
+        let user = &ips[k + 1..];
+        let mut d = vec![22, 0, 0, 0];
+        d.extend_from_slice(&2u16.to_le_bytes()); // PERF_RECORD_MISC_USER
+        d.extend_from_slice(&0u16.to_le_bytes());
+        d.extend_from_slice(&cookie.to_le_bytes());
+        d.extend_from_slice(&(user.len() as u64).to_le_bytes());
+        for ip in user {
+            d.extend_from_slice(&ip.to_le_bytes());
+        }
+        d.extend_from_slice(&trailer);
+        let size = d.len() as u16;
+        d[6..8].copy_from_slice(&size.to_le_bytes());
+        out.extend_from_slice(&d);
+        made += 1;
+        let _ = misc;
+    }
+    (out, made)
+}
+
+pipetest!(needs(perf, cc, inferno, trixie) deferred_callchains_are_stitched_as_perf7_merges_them, |dir| {
+    let p7 = perf7();
+    let argv = fp(&dir, true);
+    let argv: Vec<&str> = argv.iter().map(String::as_str).collect();
+    let input = perf_record(&["-e", "cpu-clock", "-F", "4000", "-g"], &argv);
+    let (deferred, made) = defer(&input);
+    assert!(made > 1000, "only {made} samples with user frames");
+    let attrs = p7.on(&["evlist", "-v"], &deferred);
+    assert!(attrs.contains("defer_callchain: 1") && attrs.contains("defer_output: 1"), "{attrs}");
+    // First the crafted stream itself: perf 7.3 merges it into exactly the recording.
+    let script = |perf: &Perf, b: &[u8]| perf.on(&["script", "-F", "comm,tid,time,ip,sym,dso"], b);
+    eqnice!(script(&p7, &input), script(&p7, &deferred));
+    // Every profile output stitches: the folded stacks of both streams are the same, and agree
+    // with 7.3's.
+    let folded = |b: &[u8]| folded_of(&dir, b, &[]);
+    let ours = folded(&deferred);
+    eqnice!(folded(&input), ours);
+    assert_agrees("folded stacks of the deferred stream", &ours, &folded_by(&p7, Input::Bytes(&deferred)));
+    // --stitch (and --unwind, which needs it) write what perf 6.1 reads as the recording.
+    let stitched = perfpipe_ok(&["--stitch", "--stats"], &deferred);
+    assert!(!records(&stitched).iter().any(|r| r.0 == 22));
+    eqnice!(script(&oracle(), &input), script(&oracle(), &stitched));
+    eqnice!(script(&p7, &input), script(&p7, &stitched));
+    let unwound = perfpipe_ok(&["--unwind"], &deferred);
+    eqnice!(script(&oracle(), &input), script(&oracle(), &unwound));
+    // Passthrough and --drop keep them byte for byte.
+    eqnice!(deferred, perfpipe_ok(&[], &deferred));
+    let dropped = perfpipe_ok(&["--drop", "switch"], &deferred);
+    assert_eq!(records(&dropped).iter().filter(|r| r.0 == 22).count(), made);
+});
+
+/// A `-g` recording made into what `perf record --off-cpu` writes for its `offcpu-time` event
+/// (`off_cpu_write()` in `tools/perf/util/bpf_off_cpu.c`): the attr a BPF-output software event
+/// (`PERF_TYPE_SOFTWARE`, `PERF_COUNT_SW_BPF_OUTPUT`), each sample's period a time off the cpu
+/// in ns (here made from its time: 1–997 µs), its callchain where the thread blocked.
+pub(crate) fn offcpu_time(input: &[u8]) -> Vec<u8> {
+    let recs = records(input);
+    let t = only_attr(&recs);
+    assert!(t & PERIOD != 0 && t & TIME != 0);
+    let mut out = input[..16].to_vec();
+    for (ty, _, mut rec) in recs {
+        if ty == 64 {
+            rec[8..12].copy_from_slice(&1u32.to_le_bytes()); // PERF_TYPE_SOFTWARE
+            rec[16..24].copy_from_slice(&10u64.to_le_bytes()); // PERF_COUNT_SW_BPF_OUTPUT
+        }
+        if ty == 9 {
+            let (tid, period, _, _) = sample_fields(t, &rec);
+            let time = u64_at(&rec, tid + 8);
+            let ns = (time % 997 + 1) * 1000;
+            let p = period.unwrap();
+            rec[p..p + 8].copy_from_slice(&ns.to_le_bytes());
+        }
+        out.extend_from_slice(&rec);
+    }
+    out
+}
+
+pipetest!(needs(perf, cc, inferno, trixie) offcpu_time_samples_weigh_their_period_as_perf7_reports, |dir| {
+    let p7 = perf7();
+    let argv = fp(&dir, true);
+    let argv: Vec<&str> = argv.iter().map(String::as_str).collect();
+    let input = perf_record(&["-e", "cpu-clock", "-F", "4000", "-g"], &argv);
+    let off = offcpu_time(&input);
+    let attrs = p7.on(&["evlist", "-v"], &off);
+    assert!(attrs.contains("PERF_COUNT_SW_BPF_OUTPUT"), "{attrs}");
+    // 7.3 charges each sample its period: perf report's total is the sum.
+    let report = p7.on(&["report", "--stdio", "--no-children", "--sort", "comm", "-F", "period,comm"], &off);
+    let total: u64 = report
+        .lines()
+        .filter(|l| !l.starts_with('#') && !l.trim().is_empty())
+        .filter_map(|l| l.split_whitespace().next()?.parse::<u64>().ok())
+        .sum();
+    let theirs = folded_by(&p7, Input::Bytes(&off));
+    let weights: u64 = crate::oracle::parse(&theirs).values().sum();
+    assert_eq!(total, weights, "perf report's periods and perf script's differ: {report}");
+    let ours = folded_of(&dir, &off, &["--weight", "offcpu"]);
+    let ours = ours.replace("[off-cpu: S|D];", "");
+    assert_agrees("--weight offcpu of offcpu-time samples", &ours, &theirs);
+});
