@@ -10,7 +10,11 @@
 //! - HEADER_TRACING_DATA → the TRACING_DATA feature (the blob that follows the record);
 //! - HEADER_BUILD_ID → the BUILD_ID feature, rebuilt as `write_buildid()` writes it: the record's
 //!   pid, misc and build id, the name NUL-padded to a multiple of 64 (`NAME_ALIGN`); one entry per
-//!   distinct (pid, build id, name).
+//!   distinct (pid, build id, name). When the stream has such records, the table also lists
+//!   every id an MMAP2 carries (`PERF_RECORD_MISC_MMAP_BUILD_ID`, perf record's default since
+//!   6.17): `perf inject -b` marks those dsos hit at their MMAP2 instead of injecting a record,
+//!   and its `write_buildid()` lists every hit dso; a stream with no BUILD_ID record (a plain
+//!   recording) gets no table, as perf record writes none for it.
 //!
 //! Every other record goes to the data section, byte for byte, with `writev(2)`.
 //!
@@ -116,6 +120,8 @@ impl WriteFileConfig {
             tracing: None,
             build_ids: Vec::new(),
             seen_ids: HashSet::new(),
+            mmap2_ids: Vec::new(),
+            build_id_records: false,
             data_offset: None,
             data_size: 0,
             runs: Vec::new(),
@@ -142,6 +148,10 @@ pub struct WriteFile {
     build_ids: Vec<u8>,
     /// The entries of `build_ids` without their header.
     seen_ids: HashSet<Vec<u8>>,
+    /// Table entries for the ids MMAP2 records carry, added to a table that has entries.
+    mmap2_ids: Vec<Vec<u8>>,
+    /// Whether a HEADER_BUILD_ID record arrived: the file then gets a table.
+    build_id_records: bool,
     /// File offset of the data section, once it has started.
     data_offset: Option<u64>,
     data_size: u64,
@@ -210,8 +220,36 @@ impl WriteFile {
         let Some(entry) = build_id_entry(rec, self.e()) else {
             return;
         };
+        self.build_id_records = true;
         if self.seen_ids.insert(entry[8..].to_vec()) {
             self.build_ids.extend_from_slice(&entry);
+        }
+    }
+
+    /// Notes the build id an MMAP2 carries as a table entry (the kernel's under perf's table name
+    /// `[kernel.kallsyms]`, as `write_buildid()` names it).
+    fn add_mmap2_id(&mut self, rec: &[u8]) {
+        let e = self.e();
+        let Some(m) = crate::format::Record::new(rec, e, None).mmap() else {
+            return;
+        };
+        let crate::format::FileId::BuildId(bytes) = m.file_id else {
+            return;
+        };
+        let Some(id) = crate::model::dso::BuildId::new(bytes) else {
+            return;
+        };
+        let kernel = m.cpumode == crate::format::misc::KERNEL;
+        let name = if kernel && m.filename.starts_with(b"[kernel.kallsyms]") {
+            &b"[kernel.kallsyms]"[..]
+        } else {
+            m.filename
+        };
+        let rec = crate::buildid::record::build_id(&id, name, kernel, e);
+        if let Some(entry) = build_id_entry(&rec, e) {
+            if self.seen_ids.insert(entry[8..].to_vec()) {
+                self.mmap2_ids.push(entry);
+            }
         }
     }
 
@@ -253,7 +291,10 @@ impl WriteFile {
         if let Some(t) = self.tracing.take() {
             all.insert(feature::TRACING_DATA, t);
         }
-        if !self.build_ids.is_empty() {
+        if self.build_id_records {
+            for entry in self.mmap2_ids.drain(..) {
+                self.build_ids.extend_from_slice(&entry);
+            }
             all.insert(feature::BUILD_ID, std::mem::take(&mut self.build_ids));
         }
         all
@@ -356,6 +397,12 @@ impl Sink for WriteFile {
                     }
                 }
                 _ => {
+                    if span.kind == RecordType::MMAP2.0
+                        && EventHeader::parse(rec, e)
+                            .is_some_and(|h| h.misc & crate::format::misc::MMAP_BUILD_ID != 0)
+                    {
+                        self.add_mmap2_id(rec);
+                    }
                     let (s, l) = (span.start as usize, span.len as usize);
                     match self.runs.last_mut() {
                         Some((rs, rl)) if *rs + *rl == s => *rl += l,
