@@ -150,12 +150,13 @@ fn pipe_test_cases_for_every_build_id_style() {
 /// Perf 6.12's own `pipe_test.sh` cases, all 25, with perf 6.12 recording and reading.
 #[test]
 #[cfg_attr(
-    any(skip_perf, skip_perf612, skip_cc),
-    ignore = "needs perf, perf 6.12 and cc (missing at build time)"
+    any(skip_perf, skip_perf612, skip_trixie, skip_cc),
+    ignore = "needs perf, perf 6.12, perf 7 and cc (missing at build time)"
 )]
 fn pipe_test_cases_of_perf_612() {
     require(Need::Perf);
     require(Need::Perf612);
+    require(Need::Trixie);
     require(Need::Cc);
     let dir = Dir::new("pipe_test_cases_612");
     assert_eq!(pipe_test_cases(&perf612(), &dir), 25);
@@ -183,12 +184,13 @@ fn pairs(stream: &[u8]) -> BTreeSet<(String, String)> {
 /// larger of 9 MB, the next 2.8 KB smaller.)
 #[test]
 #[cfg_attr(
-    any(skip_perf, skip_perf612),
-    ignore = "needs perf and perf 6.12 (missing at build time)"
+    any(skip_perf, skip_perf612, skip_trixie),
+    ignore = "needs perf, perf 6.12 and perf 7 (missing at build time)"
 )]
 fn mmap2_styles_keep_every_frame_and_list_the_ids() {
     require(Need::Perf);
     require(Need::Perf612);
+    require(Need::Trixie);
     let input = perf_record(
         &["-e", "cpu-clock", "-c", "20000", "-g"],
         &[&workload(), "multi"],

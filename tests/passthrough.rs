@@ -72,12 +72,13 @@ fn stats_table_counts_records() {
 /// side-band and samples.
 #[test]
 #[cfg_attr(
-    any(skip_perf, skip_perf612),
-    ignore = "needs perf and perf 6.12 (missing at build time)"
+    any(skip_perf, skip_perf612, skip_trixie),
+    ignore = "needs perf, perf 6.12 and perf 7 (missing at build time)"
 )]
 fn perf_script_accepts_fixture_output() {
     require(Need::Perf);
     require(Need::Perf612);
+    require(Need::Trixie);
     for name in all_fixtures() {
         let input = fixture_bytes(&name);
         let out = perfpipe(&[], &input);
@@ -106,12 +107,13 @@ fn perf_script_accepts_fixture_output() {
 /// `perf script` and `perf report --stats`.
 #[test]
 #[cfg_attr(
-    any(skip_perf, skip_perf612),
-    ignore = "needs perf and perf 6.12 (missing at build time)"
+    any(skip_perf, skip_perf612, skip_trixie),
+    ignore = "needs perf, perf 6.12 and perf 7 (missing at build time)"
 )]
 fn live_recordings_round_trip() {
     require(Need::Perf);
     require(Need::Perf612);
+    require(Need::Trixie);
     let w = workload();
     let shapes: &[(&str, &[&str], &[&str])] = &[
         (

@@ -31,7 +31,8 @@ macro_rules! eqnice {
 /// Declares a test that gets a fresh [`Dir`]. `pipetest!(needs(perf) name, |dir| ..)` declares
 /// one that needs perf (or `needs(perf, cc)`, `needs(perf, tracefs)`, `needs(perf, cc, inferno)`,
 /// …): ignored with the reason when the build found it missing, else it [`require`]s it first
-/// (see `needs`).
+/// (see `needs`). `needs(perf, perf612 ..)` is a test of every reader ([`readers`]), so it needs
+/// perf 7 (the trixie root) too.
 #[macro_export]
 macro_rules! pipetest {
     (needs(perf) $($rest:tt)*) => {
@@ -41,23 +42,23 @@ macro_rules! pipetest {
     };
     (needs(perf, perf612) $($rest:tt)*) => {
         $crate::pipetest!(@needs
-            [#[cfg_attr(any(skip_perf, skip_perf612), ignore = "needs perf and perf 6.12 (missing at build time)")]]
-            [Perf, Perf612] $($rest)*);
+            [#[cfg_attr(any(skip_perf, skip_perf612, skip_trixie), ignore = "needs perf, perf 6.12 and perf 7 (missing at build time)")]]
+            [Perf, Perf612, Trixie] $($rest)*);
     };
     (needs(perf, perf612, cc) $($rest:tt)*) => {
         $crate::pipetest!(@needs
-            [#[cfg_attr(any(skip_perf, skip_perf612, skip_cc), ignore = "needs perf, perf 6.12 and cc (missing at build time)")]]
-            [Perf, Perf612, Cc] $($rest)*);
+            [#[cfg_attr(any(skip_perf, skip_perf612, skip_trixie, skip_cc), ignore = "needs perf, perf 6.12, perf 7 and cc (missing at build time)")]]
+            [Perf, Perf612, Trixie, Cc] $($rest)*);
     };
     (needs(perf, perf612, tracefs) $($rest:tt)*) => {
         $crate::pipetest!(@needs
-            [#[cfg_attr(any(skip_perf, skip_perf612, skip_tracefs), ignore = "needs perf, perf 6.12 and tracefs (missing at build time)")]]
-            [Perf, Perf612, Tracefs] $($rest)*);
+            [#[cfg_attr(any(skip_perf, skip_perf612, skip_trixie, skip_tracefs), ignore = "needs perf, perf 6.12, perf 7 and tracefs (missing at build time)")]]
+            [Perf, Perf612, Trixie, Tracefs] $($rest)*);
     };
     (needs(perf, perf612, cc, inferno) $($rest:tt)*) => {
         $crate::pipetest!(@needs
-            [#[cfg_attr(any(skip_perf, skip_perf612, skip_cc, skip_inferno), ignore = "needs perf, perf 6.12, cc and inferno (missing at build time)")]]
-            [Perf, Perf612, Cc, Inferno] $($rest)*);
+            [#[cfg_attr(any(skip_perf, skip_perf612, skip_trixie, skip_cc, skip_inferno), ignore = "needs perf, perf 6.12, perf 7, cc and inferno (missing at build time)")]]
+            [Perf, Perf612, Trixie, Cc, Inferno] $($rest)*);
     };
     (needs(perf, cc, inferno, debuginfod) $($rest:tt)*) => {
         $crate::pipetest!(@needs
@@ -313,14 +314,15 @@ pub fn run(cmd: &mut Command, stdin: &[u8]) -> Output {
 // ---------------------------------------------------------------------------------------------
 // Which perf runs. One place says it: the name oracle is the system perf (Debian 12's 6.1), whose
 // symbol and dso names the tests compare ours with; every reader is each perf that must read what
-// we write in perf's format: the oracle and Debian's perf 6.12 (`Need::Perf612`, unpacked by
-// `.ci/run`, found through `PERF_612`). 6.12 is no name oracle: it names differently (see
+// we write in perf's format: the oracle, Debian's perf 6.12 (`Need::Perf612`, unpacked by
+// `.ci/run`, found through `PERF_612`) and perf 7.x of the trixie root (`Need::Trixie`, made by
+// `.ci/trixie-root`). 6.12 and 7.x are no name oracles: they name differently (see
 // docs/perf-versions.md). The free functions below (`perf_on`, `perf_record`, …) run the oracle.
 
 /// A perf the tests run; [`oracle`] and [`readers`] say which.
 #[derive(Clone, Debug)]
 pub struct Perf {
-    /// `perf 6.1` or `perf 6.12`, for messages.
+    /// `perf 6.1`, `perf 6.12` or `perf 7`, for messages.
     pub name: &'static str,
     program: PathBuf,
 }
@@ -334,6 +336,17 @@ impl Perf {
     /// Whether this is Debian's perf 6.12 (not the oracle).
     pub fn is_612(&self) -> bool {
         self.name == "perf 6.12"
+    }
+
+    /// Whether this is perf 7.x of the trixie root.
+    pub fn is_7(&self) -> bool {
+        self.name == "perf 7"
+    }
+
+    /// Whether this is the system perf 6.1, the name oracle (6.12 and 7.x are current perf:
+    /// `inject -b` and `buildid-list` mark callchain dsos, and more; docs/perf-versions.md).
+    pub fn is_61(&self) -> bool {
+        self.name == "perf 6.1"
     }
 
     /// Runs `perf ARGS -i -` on `input`, asserting success; returns stdout.
@@ -492,9 +505,10 @@ pub fn in_trixie(args: &[&str]) -> Command {
     cmd
 }
 
-/// Every reader: the oracle and perf 6.12 (a test that calls this needs both).
-pub fn readers() -> [Perf; 2] {
-    [oracle(), perf612()]
+/// Every reader: the oracle, perf 6.12 and perf 7.x (a test that calls this needs all three:
+/// `needs(perf, perf612 ..)`).
+pub fn readers() -> [Perf; 3] {
+    [oracle(), perf612(), perf7()]
 }
 
 /// Runs the oracle's `perf ARGS -i -` on `input`, asserting success; returns stdout.
