@@ -1,10 +1,12 @@
 //! Input written by current perf: recordings made by Debian's perf 6.12 (`--buildid-mmap`, `-g`,
 //! `--call-graph dwarf`, `-z`, tracepoints, file mode, and the file with its attrs after the data
-//! that 6.12's `perf inject -o FILE` writes from a pipe) go through perfpipe's stages and profile
+//! that 6.12's `perf inject -o FILE` writes from a pipe) and by perf 7.x (build ids in every MMAP2
+//! by default, `--latency`, `-z`, `--call-graph dwarf`) go through perfpipe's stages and profile
 //! outputs. Every reader reads what we make of them as it reads the recording, where it can read
 //! the recording (perf 6.1 cannot read the attrs-after-data file: "incompatible file format"); the
 //! folded stacks are checked against perf 6.1's names (`perf script | inferno-collapse-perf`)
-//! where 6.1 reads the input, else against the workload's own functions.
+//! where 6.1 reads the input, else against the workload's own functions; those of a perf 7.x
+//! recording against perf 7.x's own `perf script`.
 
 use std::path::Path;
 
@@ -12,6 +14,7 @@ use crate::oracle::{assert_agrees, collapse, parse};
 use crate::readers::{self, Input};
 use crate::unwind;
 use crate::util::*;
+use crate::export;
 use crate::workloads;
 
 fn s(p: &Path) -> &str {
@@ -187,4 +190,100 @@ pipetest!(needs(perf, perf612)
         .unwrap_or_else(|e| panic!("{e}"));
     let n = readers::samples(&p612, Input::File(&injected)).unwrap();
     eqnice!(n, readers::assert_every_reader_accepts("ours", Input::File(&as_pipe)));
+});
+
+/// The perf-format stages a recording goes through, each read by every reader as the input:
+/// those that keep the side-band as it is (`SCRIPT` compares it), then those that rewrite maps
+/// (compared by frames).
+const STREAM_STAGES: [&[&str]; 5] = [
+    &["--buildid"],
+    &["--buildid-callchain"],
+    &["--buildid-all"],
+    &["--decompress"],
+    &["--drop", "lost"],
+];
+const MAP_STAGES: [&[&str]; 3] = [&["--mmap2-buildid-all"], &["--mmap2-buildids"], &["--prune-sideband"]];
+const FRAMES: [&str; 3] = ["script", "-F", "comm,tid,ip,sym,dso"];
+
+pipetest!(needs(perf, perf612)
+    /// Pipe recordings by perf 7.x: `-g` of several processes (its MMAP2s carry build ids, the
+    /// kernel's too) and `--latency` (context switches): passed through byte for byte; every
+    /// perf-format stage read by every reader (6.1, 6.12, 7.x) as the recording. A `-z`
+    /// recording, which perf 7 itself cannot read from a pipe ("Compressed events found but
+    /// HEADER_COMPRESSED not set"), becomes with `--decompress` a stream all three read, with
+    /// the same samples.
+    perf7_pipe_recordings_through_the_stages, |_dir| {
+    let p7 = perf7();
+    let w = workload();
+    let g = p7.record(&["-e", "cpu-clock", "-c", "100000", "-g"], &[&w, "multi", "1"]);
+    let lat = p7.record(&["-e", "cpu-clock", "-c", "100000", "-g", "--latency"], &[&w, "multi", "1"]);
+    for (what, rec) in [("-g", &g), ("--latency", &lat)] {
+        eqnice!(*rec, perfpipe_ok(&[], rec));
+        for args in STREAM_STAGES {
+            let out = perfpipe_ok(args, rec);
+            readers::assert_every_reader_reads_like(&format!("perf 7 {what}, {args:?}"), Input::Stream(rec), Input::Stream(&out));
+        }
+        for args in MAP_STAGES {
+            let out = perfpipe_ok(args, rec);
+            readers::assert_every_reader_reads_like_with(
+                &format!("perf 7 {what}, {args:?}"),
+                &FRAMES,
+                Input::Stream(rec),
+                Input::Stream(&out),
+            );
+        }
+    }
+    let z = p7.record(&["-e", "cpu-clock", "-c", "100000", "-g", "-z"], &[&w, "single", "2"]);
+    eqnice!(z, perfpipe_ok(&[], &z));
+    let refused = readers::read(&p7, &["report", "--stats"], Input::Stream(&z));
+    eprintln!("perf 7 on its own -z pipe: {refused:?}");
+    let plain = perfpipe_ok(&["--decompress"], &z);
+    let n = readers::assert_every_reader_accepts("perf 7 -z, --decompress", Input::Stream(&plain));
+    assert!(n > 50, "{n} samples");
+});
+
+pipetest!(needs(perf, perf612, cc, inferno)
+    /// Profiles of perf 7.x recordings of the frame-pointer C workload (`-g`, and `-g --latency`)
+    /// against perf 7.x's own `perf script`: the folded stacks against `perf script |
+    /// inferno-collapse-perf` (≥ 99.9 % of the weight), the pprof profile's functions against
+    /// `perf report --no-children --sort sym` (the top 20 within 0.1 percentage point, every
+    /// sample counted, the mappings with their MMAP2 build ids).
+    perf7_profiles_name_what_perf_7_names, |dir| {
+    let p7 = perf7();
+    let w = workloads::frame_pointer_c(&dir);
+    for extra in [&[][..], &["--latency"][..]] {
+        let args = [&["-e", "cpu-clock", "-F", workloads::FREQ, "-g"][..], extra].concat();
+        let rec = p7.record(&args, &w.argv());
+        let what = format!("perf 7 record {args:?}");
+        let folded = String::from_utf8(perfpipe_ok(&["--folded"], &rec)).unwrap();
+        let theirs = collapse(&p7.on(&["script"], &rec), &[]);
+        assert_agrees(&format!("{what}: folded vs perf 7"), &folded, &theirs);
+
+        let samples = count_samples(&p7.on(&["script", "-G", "-F", "tid"], &rec)) as u64;
+        let pprof = perfpipe_ok(&["--pprof"], &rec);
+        let d = export::decode_profile(&export::gunzip(&pprof));
+        eqnice!(samples, d.totals[0]);
+        assert!(d.mappings_with_build_id > 0, "{what}: no mapping has a build id");
+        export::assert_top20_agree(
+            &format!("{what}: pprof vs perf 7 report"),
+            &export::shares(&d.self_by_function, d.totals[1]),
+            &export::perf_report_shares_of(&p7, &rec),
+        );
+    }
+});
+
+pipetest!(needs(perf, perf612, cc)
+    /// A perf 7.x `--call-graph dwarf` recording of a C workload without frame pointers:
+    /// `--unwind` gives callchains that every reader resolves as it unwinds the recording itself.
+    perf7_dwarf_recording_unwinds, |dir| {
+    let argv = unwind::c_forking(&dir);
+    let argv: Vec<&str> = argv.iter().map(String::as_str).collect();
+    let rec = perf7().record(&["-e", "cpu-clock", "-F", "4000", "--call-graph", "dwarf"], &argv);
+    let out = perfpipe_ok(&["--unwind"], &rec);
+    assert!(out.len() * 10 <= rec.len(), "{} of {} bytes", out.len(), rec.len());
+    for perf in readers() {
+        let what = format!("perf 7's dwarf recording, {}", perf.name);
+        let fraction = unwind::compare(&what, &perf.on(unwind::FIELDS, &rec), &perf.on(unwind::FIELDS, &out));
+        assert!(fraction >= unwind::MIN_IDENTICAL, "{what}: {fraction}");
+    }
 });
