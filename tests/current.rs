@@ -287,3 +287,37 @@ pipetest!(needs(perf, perf612, cc)
         assert!(fraction >= unwind::MIN_IDENTICAL, "{what}: {fraction}");
     }
 });
+
+pipetest!(needs(perf, perf612)
+    /// perf 7.x's features and attrs: its pipe ends its feature records at id 35 after two
+    /// features 6.1 and 6.12 do not know (33 `E_MACHINE`, 34 `CLN_SIZE`), so their `perf report`
+    /// (not `script`, not `report --stats`) stops at "wrong feature ID: 33", on the recording as
+    /// on our byte-identical passthrough; its file's 144-byte attrs are "incompatible" to both.
+    /// The pipe perfpipe makes of its file (`-i FILE --pipe`: the features 6.1 knows, 6.1's end
+    /// mark) is read by all three, `perf report` included, with the file's samples; perf 7.x
+    /// warns about that end mark (id 32 is its `CPU_DOMAIN_INFO`) and reads on.
+    perf7_features_and_file_mode, |dir| {
+    let p7 = perf7();
+    let w = workload();
+    let pipe = p7.record(&["-e", "cpu-clock", "-c", "100000", "-g"], &[&w, "single", "1"]);
+    for perf in [oracle(), perf612()] {
+        let err = readers::read(&perf, &["report", "--stdio"], Input::Stream(&pipe)).unwrap_err();
+        assert!(err.contains("wrong feature ID: 33"), "{err}");
+    }
+    let file = dir.path("rec.data");
+    p7.record_file(&file, &["-e", "cpu-clock", "-c", "100000", "-g"], &[&w, "single", "1"]);
+    let as_pipe = dir.path("ours.pipe");
+    perfpipe_ok(&["-i", s(&file), "-o", s(&as_pipe), "--pipe"], b"");
+    let n = readers::samples(&p7, Input::File(&file)).unwrap();
+    eqnice!(n, readers::assert_every_reader_accepts("perf 7's file as a pipe", Input::File(&as_pipe)));
+    for perf in readers() {
+        let report = readers::read(&perf, &["report", "--stdio"], Input::File(&as_pipe));
+        assert!(report.unwrap_or_else(|e| panic!("{e}")).contains("cpu-clock"), "{}", perf.name);
+        if !perf.is_7() {
+            let err = readers::read(&perf, &["report", "--stats"], Input::File(&file)).unwrap_err();
+            assert!(err.contains("incompatible file format"), "{err}");
+        }
+    }
+    let warned = run(p7.command().args(["report", "--stdio", "-i"]).arg(&as_pipe), b"");
+    assert!(String::from_utf8_lossy(&warned.stderr).contains("Invalid HEADER_CPU_DOMAIN_INFO"));
+});
