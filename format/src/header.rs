@@ -588,8 +588,10 @@ pub fn build_id_entry(rec: &[u8], e: Endian) -> Option<Vec<u8>> {
 }
 
 /// The HEADER_BUILD_ID records of a BUILD_ID feature section (`section`, found at file offset
-/// `offset`), byte for byte but for the type: `write_buildid()` leaves `header.type` 0 in the
-/// table. Trailing bytes shorter than a record header are ignored.
+/// `offset`), byte for byte but for the type (`write_buildid()` leaves `header.type` 0 in the
+/// table) and the size, rounded up to a multiple of 8 with zeros after the name (perf 6.1's
+/// entries are 100 or 164 bytes, which perf 7.x refuses in a pipe). Trailing bytes shorter than
+/// a record header are ignored.
 ///
 /// The entries are self-sized, so the first bad one ends what can be read: the records before
 /// it are returned with [`HeaderError::BuildIdEntry`] for it (shorter than 36 bytes or running
@@ -608,8 +610,22 @@ pub fn build_id_records(section: &[u8], offset: u64, e: Endian) -> (Vec<u8>, Opt
             };
             return (out, Some(bad));
         }
+        // A record's size must be a multiple of 8 in a pipe (perf 7.x aborts on "BUILD_ID (67)
+        // event size 100 is not 8-byte aligned"), and perf 6.1 wrote its table entries 36 bytes
+        // + a name padded to 64: the name is NUL-terminated, so zeros pad it to 8 bytes.
+        let padded = size.next_multiple_of(8);
+        let Ok(padded16) = u16::try_from(padded) else {
+            let bad = HeaderError::BuildIdEntry {
+                offset: offset + pos as u64,
+                size,
+            };
+            return (out, Some(bad));
+        };
         out.extend_from_slice(&e.put_u32(RecordType::HEADER_BUILD_ID.0));
-        out.extend_from_slice(&section[pos + 4..pos + size]);
+        out.extend_from_slice(&section[pos + 4..pos + 6]);
+        out.extend_from_slice(&e.put_u16(padded16));
+        out.extend_from_slice(&section[pos + 8..pos + size]);
+        out.resize(out.len() + (padded - size), 0);
         pos += size;
     }
     (out, None)
@@ -853,13 +869,17 @@ mod tests {
         table[..4].copy_from_slice(&[0; 4]);
         let (back, bad) = build_id_records(&table, 1000, e);
         assert!(bad.is_none());
-        assert_eq!(back, entry);
+        // The record is the entry, its size rounded up to 8 (36 + 64 = 100 → 104).
+        let mut want = entry.clone();
+        want[6..8].copy_from_slice(&e.put_u16(104));
+        want.resize(104, 0);
+        assert_eq!(back, want);
         assert_eq!(build_id_entry(&back, e).unwrap(), entry);
         // A bad entry ends the table; the entries before it are kept.
         let mut two = table.clone();
         two.extend_from_slice(&table[..40]);
         let (kept, bad) = build_id_records(&two, 1000, e);
-        assert_eq!(kept, entry);
+        assert_eq!(kept, want);
         let err = bad.unwrap();
         assert_eq!(
             (err.offset(), err.to_string().contains("36 bytes")),
