@@ -587,6 +587,37 @@ pub fn build_id_entry(rec: &[u8], e: Endian) -> Option<Vec<u8>> {
     Some(entry)
 }
 
+/// The event names of an EVENT_DESC feature section (`write_event_desc()`: `u32 nr, u32
+/// attr_size`, then per event the attr, `u32 nr_ids`, the name as `u32 len` + `len` NUL-padded
+/// bytes, and `u64 ids[nr_ids]`): each event's first id and its name, without the NUL. A
+/// section that runs short ends the list.
+pub fn event_desc_names(section: &[u8], e: Endian) -> Vec<(u64, Vec<u8>)> {
+    let mut out = Vec::new();
+    let (Some(nr), Some(attr_size)) = (e.u32(section, 0), e.u32(section, 4)) else {
+        return out;
+    };
+    let mut at = 8usize;
+    for _ in 0..nr {
+        let Some(nr_ids) = e.u32(section, at + attr_size as usize) else {
+            break;
+        };
+        at += attr_size as usize + 4;
+        let Some(len) = e.u32(section, at) else {
+            break;
+        };
+        let Some(name) = section.get(at + 4..at + 4 + len as usize) else {
+            break;
+        };
+        let name = &name[..name.iter().position(|&c| c == 0).unwrap_or(name.len())];
+        at += 4 + len as usize;
+        if let Some(id) = e.u64(section, at).filter(|_| nr_ids > 0) {
+            out.push((id, name.to_vec()));
+        }
+        at += 8 * nr_ids as usize;
+    }
+    out
+}
+
 /// The HEADER_BUILD_ID records of a BUILD_ID feature section (`section`, found at file offset
 /// `offset`), byte for byte but for the type (`write_buildid()` leaves `header.type` 0 in the
 /// table) and the size, rounded up to a multiple of 8 with zeros after the name (perf 6.1's
@@ -845,6 +876,30 @@ mod tests {
         f[ids_at as usize + 8..ids_at as usize + 16].copy_from_slice(&e.put_u64(4));
         let err = h.attrs(&f).unwrap_err();
         assert!(err.to_string().contains("ids section of 4 bytes"), "{err}");
+    }
+
+    #[test]
+    fn event_desc_names_give_each_events_first_id() {
+        let e = Endian::Big;
+        let mut sec = Vec::new();
+        sec.extend_from_slice(&e.put_u32(2));
+        sec.extend_from_slice(&e.put_u32(16)); // attr_size
+        for (name, ids) in [(&b"cpu-clock"[..], &[7u64, 8][..]), (b"task-clock", &[9])] {
+            sec.extend_from_slice(&[0xaa; 16]);
+            sec.extend_from_slice(&e.put_u32(ids.len() as u32));
+            let len = (name.len() + 1).next_multiple_of(8);
+            sec.extend_from_slice(&e.put_u32(len as u32));
+            sec.extend_from_slice(name);
+            sec.resize(sec.len() + len - name.len(), 0);
+            for id in ids {
+                sec.extend_from_slice(&e.put_u64(*id));
+            }
+        }
+        let want = vec![(7, b"cpu-clock".to_vec()), (9, b"task-clock".to_vec())];
+        assert_eq!(event_desc_names(&sec, e), want);
+        // Cut short: the events read so far.
+        assert_eq!(event_desc_names(&sec[..sec.len() - 4], e), want[..1]);
+        assert!(event_desc_names(&sec[..6], e).is_empty());
     }
 
     #[test]
