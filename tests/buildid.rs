@@ -587,9 +587,19 @@ fn corpus() -> Vec<Shape> {
     let w = workload();
     let multi = || vec![w.clone(), "multi".into(), "1".into()];
     let single = || vec![w.clone(), "single".into(), "2".into()];
-    let bench: Vec<String> = ["perf", "bench", "sched", "messaging", "-t", "-g", "2", "-l", "20"]
-        .map(String::from)
-        .to_vec();
+    let bench: Vec<String> = [
+        "perf",
+        "bench",
+        "sched",
+        "messaging",
+        "-t",
+        "-g",
+        "2",
+        "-l",
+        "20",
+    ]
+    .map(String::from)
+    .to_vec();
     let mut shapes = Vec::new();
     for perf in readers() {
         let cc = ["-e", "cpu-clock", "-c", "100000"];
@@ -608,7 +618,11 @@ fn corpus() -> Vec<Shape> {
         add("threads -g", &["-g"], bench.clone());
         add("-z -g", &["-g", "-z"], single());
         if perf.is_7() {
-            add("--no-buildid-mmap -g", &["-g", "--no-buildid-mmap"], multi());
+            add(
+                "--no-buildid-mmap -g",
+                &["-g", "--no-buildid-mmap"],
+                multi(),
+            );
             add("--latency -g", &["-g", "--latency"], multi());
         }
     }

@@ -10,11 +10,11 @@
 
 use std::path::Path;
 
+use crate::export;
 use crate::oracle::{assert_agrees, collapse, parse};
 use crate::readers::{self, Input};
 use crate::unwind;
 use crate::util::*;
-use crate::export;
 use crate::workloads;
 
 fn s(p: &Path) -> &str {
@@ -202,7 +202,11 @@ const STREAM_STAGES: [&[&str]; 5] = [
     &["--decompress"],
     &["--drop", "lost"],
 ];
-const MAP_STAGES: [&[&str]; 3] = [&["--mmap2-buildid-all"], &["--mmap2-buildids"], &["--prune-sideband"]];
+const MAP_STAGES: [&[&str]; 3] = [
+    &["--mmap2-buildid-all"],
+    &["--mmap2-buildids"],
+    &["--prune-sideband"],
+];
 const FRAMES: [&str; 3] = ["script", "-F", "comm,tid,ip,sym,dso"];
 
 pipetest!(needs(perf, perf612)

@@ -238,7 +238,12 @@ impl ReadFile {
         // Each event's name, as perf record writes it into a pipe (an EVENT_UPDATE of type
         // NAME, `perf_event__synthesize_event_update_name()`): perf 7.x names a pipe's events
         // from these, not from EVENT_DESC, and would print `cpu-clock:H` for `cpu-clock`.
-        if let Some(s) = self.features.iter().find(|f| f.0 == feature::EVENT_DESC).map(|f| &f.1) {
+        if let Some(s) = self
+            .features
+            .iter()
+            .find(|f| f.0 == feature::EVENT_DESC)
+            .map(|f| &f.1)
+        {
             for (id, name) in event_desc_names(&bytes(s)?, e) {
                 let mut w = RecordWriter::new(&mut out, RecordType::EVENT_UPDATE, 0, e);
                 w.u64(EVENT_UPDATE_NAME).u64(id).cstr(&name).align8();
