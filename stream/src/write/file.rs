@@ -7,6 +7,9 @@
 //! - HEADER_ATTR → the attrs section and its ids (every attr is written with the largest
 //!   `attr.size` seen, raised like perf does, because perf reads `attr.size` bytes per attr);
 //! - HEADER_FEATURE → the feature section of its id (the LAST_FEATURE end mark is dropped);
+//! - EVENT_UPDATE of type NAME → nowhere: a file names its events in the EVENT_DESC feature,
+//!   and perf record writes NAME updates only into a pipe (so does `read` when it makes a pipe
+//!   of a file); a file → pipe → file round trip gives the file's data section back;
 //! - HEADER_TRACING_DATA → the TRACING_DATA feature (the blob that follows the record);
 //! - HEADER_BUILD_ID → the BUILD_ID feature, rebuilt as `write_buildid()` writes it: the record's
 //!   pid, misc and build id, the name NUL-padded to a multiple of 64 (`NAME_ALIGN`); one entry per
@@ -51,6 +54,9 @@ use crate::format::{
 };
 use crate::write::{Write, WriteConfig};
 use crate::Error;
+
+/// `PERF_EVENT_UPDATE__NAME`.
+const EVENT_UPDATE_NAME: u64 = 2;
 
 /// Which format `-o` writes.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -396,6 +402,11 @@ impl Sink for WriteFile {
                         self.tracing = Some(rec[size.min(rec.len())..].to_vec());
                     }
                 }
+                // A file names its events in EVENT_DESC; NAME updates are the pipe form of it
+                    // (perf record writes them only into a pipe, `read` synthesizes them when
+                    // it turns a file into one): they stay out of the data section.
+                k if k == RecordType::EVENT_UPDATE.0
+                    && e.u64(rec, 8) == Some(EVENT_UPDATE_NAME) => {}
                 _ => {
                     if span.kind == RecordType::MMAP2.0
                         && EventHeader::parse(rec, e)
