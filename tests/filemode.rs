@@ -69,16 +69,16 @@ fn data_records(pipe: &[u8]) -> Vec<u8> {
         if t == RecordType::HEADER_TRACING_DATA {
             len += e.u32(pipe, pos + 8).unwrap() as usize;
         }
-        if ![
+        let header = [
             RecordType::HEADER_ATTR,
             RecordType::HEADER_FEATURE,
             RecordType::HEADER_TRACING_DATA,
             RecordType::HEADER_BUILD_ID,
         ]
-        .contains(&t)
-            // EVENT_UPDATE NAME: a file names its events in EVENT_DESC.
-            && !(t == RecordType::EVENT_UPDATE && e.u64(pipe, pos + 8) == Some(2))
-        {
+        .contains(&t);
+        // EVENT_UPDATE NAME: a file names its events in EVENT_DESC.
+        let name = t == RecordType::EVENT_UPDATE && e.u64(pipe, pos + 8) == Some(2);
+        if !header && !name {
             out.extend_from_slice(&pipe[pos..pos + len]);
         }
         pos += len;

@@ -9,7 +9,6 @@ use super::record;
 use super::BuildidConfig;
 use crate::decode::DecodeConfig;
 use crate::format::{misc, Endian, RecordType};
-use crate::model::dso::BuildId;
 use crate::read::ReadConfig;
 use crate::write::WriteConfig;
 
