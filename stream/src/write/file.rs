@@ -232,8 +232,9 @@ impl WriteFile {
         }
     }
 
-    /// Notes the build id an MMAP2 carries as a table entry (the kernel's under perf's table name
-    /// `[kernel.kallsyms]`, as `write_buildid()` names it).
+    /// Notes the build id an MMAP2 carries as a table entry; the kernel's under its map's name
+    /// (`[kernel.kallsyms]_text`) and under `[kernel.kallsyms]`, as perf 7.x's `inject -b` table
+    /// lists it.
     fn add_mmap2_id(&mut self, rec: &[u8]) {
         let e = self.e();
         let Some(m) = crate::format::Record::new(rec, e, None).mmap() else {
@@ -246,15 +247,16 @@ impl WriteFile {
             return;
         };
         let kernel = m.cpumode == crate::format::misc::KERNEL;
-        let name = if kernel && m.filename.starts_with(b"[kernel.kallsyms]") {
-            &b"[kernel.kallsyms]"[..]
-        } else {
-            m.filename
-        };
-        let rec = crate::buildid::record::build_id(&id, name, kernel, e);
-        if let Some(entry) = build_id_entry(&rec, e) {
-            if self.seen_ids.insert(entry[8..].to_vec()) {
-                self.mmap2_ids.push(entry);
+        let mut names = vec![m.filename];
+        if kernel && m.filename.starts_with(b"[kernel.kallsyms]") {
+            names.push(b"[kernel.kallsyms]");
+        }
+        for name in names {
+            let rec = crate::buildid::record::build_id(&id, name, kernel, e);
+            if let Some(entry) = build_id_entry(&rec, e) {
+                if self.seen_ids.insert(entry[8..].to_vec()) {
+                    self.mmap2_ids.push(entry);
+                }
             }
         }
     }
