@@ -15,13 +15,13 @@
 //! 2. one HEADER_ATTR per attr, with its ids from the ids section (an `attr.size` smaller than the
 //!    file's attr stride is raised to it, as `perf_session__do_write_header()` does, so that the ids
 //!    are found after it);
-//! 3. one EVENT_UPDATE of type NAME per event of the EVENT_DESC feature, as perf record writes
-//!    them into a pipe (perf 7.x names a pipe's events from these; perf's own `inject` from a
-//!    file writes none, and perf 7.x then prints `cpu-clock:H`);
-//! 4. one HEADER_FEATURE per feature section that perf synthesizes for pipes (every known feature
+//! 3. one HEADER_FEATURE per feature section that perf synthesizes for pipes (every known feature
 //!    but TRACING_DATA, BUILD_ID, BRANCH_STACK, AUXTRACE, STAT, CACHE, DIR_FORMAT and
 //!    HYBRID_TOPOLOGY, which have no pipe form in perf's `feat_ops[]`), the section bytes copied,
 //!    then the HEADER_LAST_FEATURE end mark;
+//! 4. one EVENT_UPDATE of type NAME per event of the EVENT_DESC feature, after the features as
+//!    perf record writes them into a pipe (perf 7.x names a pipe's events from these; perf's own
+//!    `inject` from a file writes none, and perf 7.x then prints `cpu-clock:H`);
 //! 5. HEADER_TRACING_DATA and its blob when the file has the TRACING_DATA feature (tracepoints);
 //! 6. the records of the HEADER_BUILD_ID feature section, as HEADER_BUILD_ID records (perf 6.1
 //!    drops this table when it converts to a pipe; perfpipe keeps it), up to a bad entry if one
@@ -235,6 +235,13 @@ impl ReadFile {
         }
 
         let bytes = |s: &FileSection| self.read_at(s.offset, s.size);
+        let max_feature = usize::from(u16::MAX) - 16;
+        for (feat, s) in &self.features {
+            if synthesized_in_pipe(*feat) && (s.size as usize) <= max_feature {
+                build::feature(&mut out, e, *feat, &bytes(s)?);
+            }
+        }
+        build::feature(&mut out, e, feature::LAST, &[]);
         // Each event's name, as perf record writes it into a pipe (an EVENT_UPDATE of type
         // NAME, `perf_event__synthesize_event_update_name()`): perf 7.x names a pipe's events
         // from these, not from EVENT_DESC, and would print `cpu-clock:H` for `cpu-clock`.
@@ -250,13 +257,6 @@ impl ReadFile {
                 w.finish();
             }
         }
-        let max_feature = usize::from(u16::MAX) - 16;
-        for (feat, s) in &self.features {
-            if synthesized_in_pipe(*feat) && (s.size as usize) <= max_feature {
-                build::feature(&mut out, e, *feat, &bytes(s)?);
-            }
-        }
-        build::feature(&mut out, e, feature::LAST, &[]);
 
         for (feat, s) in &self.features {
             match *feat {

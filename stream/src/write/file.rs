@@ -7,9 +7,10 @@
 //! - HEADER_ATTR → the attrs section and its ids (every attr is written with the largest
 //!   `attr.size` seen, raised like perf does, because perf reads `attr.size` bytes per attr);
 //! - HEADER_FEATURE → the feature section of its id (the LAST_FEATURE end mark is dropped);
-//! - EVENT_UPDATE of type NAME → nowhere: a file names its events in the EVENT_DESC feature,
-//!   and perf record writes NAME updates only into a pipe (so does `read` when it makes a pipe
-//!   of a file); a file → pipe → file round trip gives the file's data section back;
+//! - EVENT_UPDATE of type NAME that names an id as the EVENT_DESC feature (before it in the
+//!   stream) does → nowhere: a file names its events in EVENT_DESC, and perf record writes NAME
+//!   updates only into a pipe (so does `read` when it makes a pipe of a file); a file → pipe →
+//!   file round trip gives the file's data section back. Any other NAME update stays;
 //! - HEADER_TRACING_DATA → the TRACING_DATA feature (the blob that follows the record);
 //! - HEADER_BUILD_ID → the BUILD_ID feature, rebuilt as `write_buildid()` writes it: the record's
 //!   pid, misc and build id, the name NUL-padded to a multiple of 64 (`NAME_ALIGN`); one entry per
@@ -46,7 +47,7 @@ use std::time::{Duration, Instant};
 use perfpipe_core::{Batch, Counter, Flow, Sink, StageError};
 
 use crate::format::header::{
-    attr_stride, build_id_entry, features_section, AttrsSection, FileAttr,
+    attr_stride, build_id_entry, event_desc_names, features_section, AttrsSection, FileAttr,
 };
 use crate::format::{
     feature, Endian, EventHeader, FileHeader, FileSection, RecordType, StreamInfo,
@@ -220,6 +221,25 @@ impl WriteFile {
             return;
         }
         self.features.insert(feat as u32, body.to_vec());
+    }
+
+    /// Whether `rec` is an EVENT_UPDATE of type NAME giving an id the name the EVENT_DESC
+    /// feature already gives it.
+    fn named_already(&self, rec: &[u8]) -> bool {
+        let e = self.e();
+        if e.u64(rec, 8) != Some(EVENT_UPDATE_NAME) {
+            return false;
+        }
+        let (Some(id), Some(name)) = (e.u64(rec, 16), rec.get(24..)) else {
+            return false;
+        };
+        let name = &name[..name.iter().position(|&c| c == 0).unwrap_or(name.len())];
+        let Some(desc) = self.features.get(&feature::EVENT_DESC) else {
+            return false;
+        };
+        event_desc_names(desc, e)
+            .iter()
+            .any(|(i, n)| *i == id && n.as_slice() == name)
     }
 
     fn add_build_id(&mut self, rec: &[u8]) {
@@ -404,11 +424,10 @@ impl Sink for WriteFile {
                         self.tracing = Some(rec[size.min(rec.len())..].to_vec());
                     }
                 }
-                // A file names its events in EVENT_DESC; NAME updates are the pipe form of it
-                    // (perf record writes them only into a pipe, `read` synthesizes them when
-                    // it turns a file into one): they stay out of the data section.
-                k if k == RecordType::EVENT_UPDATE.0
-                    && e.u64(rec, 8) == Some(EVENT_UPDATE_NAME) => {}
+                // A NAME update that says what the EVENT_DESC feature says is its pipe form
+                // (perf record writes them only into a pipe, `read` synthesizes them when it
+                // turns a file into one): it stays out of the data section.
+                k if k == RecordType::EVENT_UPDATE.0 && self.named_already(rec) => {}
                 _ => {
                     if span.kind == RecordType::MMAP2.0
                         && EventHeader::parse(rec, e)
