@@ -1,13 +1,16 @@
 //! Input written by current perf: recordings made by Debian's perf 6.12 (`--buildid-mmap`, `-g`,
 //! `--call-graph dwarf`, `-z`, tracepoints, file mode, and the file with its attrs after the data
-//! that 6.12's `perf inject -o FILE` writes from a pipe) go through perfpipe's stages and profile
+//! that 6.12's `perf inject -o FILE` writes from a pipe) and by perf 7.x (build ids in every MMAP2
+//! by default, `--latency`, `-z`, `--call-graph dwarf`) go through perfpipe's stages and profile
 //! outputs. Every reader reads what we make of them as it reads the recording, where it can read
 //! the recording (perf 6.1 cannot read the attrs-after-data file: "incompatible file format"); the
 //! folded stacks are checked against perf 6.1's names (`perf script | inferno-collapse-perf`)
-//! where 6.1 reads the input, else against the workload's own functions.
+//! where 6.1 reads the input, else against the workload's own functions; those of a perf 7.x
+//! recording against perf 7.x's own `perf script`.
 
 use std::path::Path;
 
+use crate::export;
 use crate::oracle::{assert_agrees, collapse, parse};
 use crate::readers::{self, Input};
 use crate::unwind;
@@ -22,7 +25,7 @@ fn le64(b: &[u8], at: usize) -> u64 {
     u64::from_le_bytes(b[at..at + 8].try_into().unwrap())
 }
 
-pipetest!(needs(perf, perf612)
+pipetest!(needs(perf, perf612, trixie)
     /// Pipe recordings by perf 6.12 (`-g --buildid-mmap` of several processes, and `-z`): passed
     /// through byte for byte; `--buildid`, `--buildid-callchain` and `--mmap2-buildid-all` read by
     /// every reader as the recording (the ids the kernel put in the MMAP2s carried, not
@@ -72,7 +75,7 @@ pipetest!(needs(perf, perf612)
     );
 });
 
-pipetest!(needs(perf, perf612, cc)
+pipetest!(needs(perf, perf612, trixie, cc)
     /// A perf 6.12 `--call-graph dwarf` recording of a C workload without frame pointers:
     /// `--unwind` gives callchains that every reader resolves as it unwinds the recording itself.
     perf612_dwarf_recording_unwinds, |dir| {
@@ -88,7 +91,7 @@ pipetest!(needs(perf, perf612, cc)
     }
 });
 
-pipetest!(needs(perf, perf612, tracefs)
+pipetest!(needs(perf, perf612, trixie, tracefs)
     /// A perf 6.12 tracepoint recording: passed through byte for byte, and `--buildid` read by every
     /// reader's `perf script` and `perf report` as the recording (neither 6.1's nor 6.12's
     /// `report --stats` reads tracing data in a pipe).
@@ -104,7 +107,7 @@ pipetest!(needs(perf, perf612, tracefs)
     }
 });
 
-pipetest!(needs(perf, perf612)
+pipetest!(needs(perf, perf612, trixie)
     /// perf 6.12's file mode: a `perf record -o FILE`, and the file 6.12's `perf inject -o FILE`
     /// makes of a pipe, with its attrs after the data. perf 6.1 reads neither (6.12's attrs are
     /// 136 bytes: "File uses a more recent and unsupported ABI (8 bytes extra)"). perfpipe turns
@@ -137,7 +140,7 @@ pipetest!(needs(perf, perf612)
     }
 });
 
-pipetest!(needs(perf, perf612, cc, inferno)
+pipetest!(needs(perf, perf612, trixie, cc, inferno)
     /// Folded stacks of perf 6.12 recordings of the frame-pointer C workload: from a pipe, against
     /// perf 6.1's `perf script | inferno-collapse-perf` (≥ 99.9 % of the weight); from the
     /// attrs-after-data file 6.12 makes of the same pipe, which 6.1 cannot read, the same stacks,
@@ -164,7 +167,7 @@ pipetest!(needs(perf, perf612, cc, inferno)
     }
 });
 
-pipetest!(needs(perf, perf612)
+pipetest!(needs(perf, perf612, trixie)
     /// perf 6.12's `perf inject -b -o FILE` from a pipe writes a BUILD_ID feature section that
     /// overlaps the attrs it puts after the data, so its first entry is 0 bytes and 6.12's own
     /// `buildid-list` lists nothing. perfpipe reads it as perf does: the table up to the bad
@@ -187,4 +190,138 @@ pipetest!(needs(perf, perf612)
         .unwrap_or_else(|e| panic!("{e}"));
     let n = readers::samples(&p612, Input::File(&injected)).unwrap();
     eqnice!(n, readers::assert_every_reader_accepts("ours", Input::File(&as_pipe)));
+});
+
+/// The perf-format stages a recording goes through, each read by every reader as the input:
+/// those that keep the side-band as it is (`SCRIPT` compares it), then those that rewrite maps
+/// (compared by frames).
+const STREAM_STAGES: [&[&str]; 5] = [
+    &["--buildid"],
+    &["--buildid-callchain"],
+    &["--buildid-all"],
+    &["--decompress"],
+    &["--drop", "lost"],
+];
+const MAP_STAGES: [&[&str]; 3] = [
+    &["--mmap2-buildid-all"],
+    &["--mmap2-buildids"],
+    &["--prune-sideband"],
+];
+const FRAMES: [&str; 3] = ["script", "-F", "comm,tid,ip,sym,dso"];
+
+pipetest!(needs(perf, perf612, trixie)
+    /// Pipe recordings by perf 7.x: `-g` of several processes (its MMAP2s carry build ids, the
+    /// kernel's too) and `--latency` (context switches): passed through byte for byte; every
+    /// perf-format stage read by every reader (6.1, 6.12, 7.x) as the recording. A `-z`
+    /// recording, which perf 7 itself cannot read from a pipe ("Compressed events found but
+    /// HEADER_COMPRESSED not set"), becomes with `--decompress` a stream all three read, with
+    /// the same samples.
+    perf7_pipe_recordings_through_the_stages, |_dir| {
+    let p7 = perf7();
+    let w = workload();
+    let g = p7.record(&["-e", "cpu-clock", "-c", "100000", "-g"], &[&w, "multi", "1"]);
+    let lat = p7.record(&["-e", "cpu-clock", "-c", "100000", "-g", "--latency"], &[&w, "multi", "1"]);
+    for (what, rec) in [("-g", &g), ("--latency", &lat)] {
+        eqnice!(*rec, perfpipe_ok(&[], rec));
+        for args in STREAM_STAGES {
+            let out = perfpipe_ok(args, rec);
+            readers::assert_every_reader_reads_like(&format!("perf 7 {what}, {args:?}"), Input::Stream(rec), Input::Stream(&out));
+        }
+        for args in MAP_STAGES {
+            let out = perfpipe_ok(args, rec);
+            readers::assert_every_reader_reads_like_with(
+                &format!("perf 7 {what}, {args:?}"),
+                &FRAMES,
+                Input::Stream(rec),
+                Input::Stream(&out),
+            );
+        }
+    }
+    let z = p7.record(&["-e", "cpu-clock", "-c", "100000", "-g", "-z"], &[&w, "single", "2"]);
+    eqnice!(z, perfpipe_ok(&[], &z));
+    let refused = readers::read(&p7, &["report", "--stats"], Input::Stream(&z));
+    eprintln!("perf 7 on its own -z pipe: {refused:?}");
+    let plain = perfpipe_ok(&["--decompress"], &z);
+    let n = readers::assert_every_reader_accepts("perf 7 -z, --decompress", Input::Stream(&plain));
+    assert!(n > 50, "{n} samples");
+});
+
+pipetest!(needs(perf, perf612, trixie, cc, inferno)
+    /// Profiles of perf 7.x recordings of the frame-pointer C workload (`-g`, and `-g --latency`)
+    /// against perf 7.x's own `perf script`: the folded stacks against `perf script |
+    /// inferno-collapse-perf` (≥ 99.9 % of the weight), the pprof profile's functions against
+    /// `perf report --no-children --sort sym` (the top 20 within 0.1 percentage point, every
+    /// sample counted, the mappings with their MMAP2 build ids).
+    perf7_profiles_name_what_perf_7_names, |dir| {
+    let p7 = perf7();
+    let w = workloads::frame_pointer_c(&dir);
+    for extra in [&[][..], &["--latency"][..]] {
+        let args = [&["-e", "cpu-clock", "-F", workloads::FREQ, "-g"][..], extra].concat();
+        let rec = p7.record(&args, &w.argv());
+        let what = format!("perf 7 record {args:?}");
+        let folded = String::from_utf8(perfpipe_ok(&["--folded"], &rec)).unwrap();
+        let theirs = collapse(&p7.on(&["script"], &rec), &[]);
+        assert_agrees(&format!("{what}: folded vs perf 7"), &folded, &theirs);
+
+        let samples = count_samples(&p7.on(&["script", "-G", "-F", "tid"], &rec)) as u64;
+        let pprof = perfpipe_ok(&["--pprof"], &rec);
+        let d = export::decode_profile(&export::gunzip(&pprof));
+        eqnice!(samples, d.totals[0]);
+        assert!(d.mappings_with_build_id > 0, "{what}: no mapping has a build id");
+        export::assert_top20_agree(
+            &format!("{what}: pprof vs perf 7 report"),
+            &export::shares(&d.self_by_function, d.totals[1]),
+            &export::perf_report_shares_of(&p7, &rec),
+        );
+    }
+});
+
+pipetest!(needs(perf, perf612, trixie, cc)
+    /// A perf 7.x `--call-graph dwarf` recording of a C workload without frame pointers:
+    /// `--unwind` gives callchains that every reader resolves as it unwinds the recording itself.
+    perf7_dwarf_recording_unwinds, |dir| {
+    let argv = unwind::c_forking(&dir);
+    let argv: Vec<&str> = argv.iter().map(String::as_str).collect();
+    let rec = perf7().record(&["-e", "cpu-clock", "-F", "4000", "--call-graph", "dwarf"], &argv);
+    let out = perfpipe_ok(&["--unwind"], &rec);
+    assert!(out.len() * 10 <= rec.len(), "{} of {} bytes", out.len(), rec.len());
+    for perf in readers() {
+        let what = format!("perf 7's dwarf recording, {}", perf.name);
+        let fraction = unwind::compare(&what, &perf.on(unwind::FIELDS, &rec), &perf.on(unwind::FIELDS, &out));
+        assert!(fraction >= unwind::MIN_IDENTICAL, "{what}: {fraction}");
+    }
+});
+
+pipetest!(needs(perf, perf612, trixie)
+    /// perf 7.x's features and attrs: its pipe ends its feature records at id 35 after two
+    /// features 6.1 and 6.12 do not know (33 `E_MACHINE`, 34 `CLN_SIZE`), so their `perf report`
+    /// (not `script`, not `report --stats`) stops at "wrong feature ID: 33", on the recording as
+    /// on our byte-identical passthrough; its file's 144-byte attrs are "incompatible" to both.
+    /// The pipe perfpipe makes of its file (`-i FILE --pipe`: the features 6.1 knows, 6.1's end
+    /// mark) is read by all three, `perf report` included, with the file's samples; perf 7.x
+    /// warns about that end mark (id 32 is its `CPU_DOMAIN_INFO`) and reads on.
+    perf7_features_and_file_mode, |dir| {
+    let p7 = perf7();
+    let w = workload();
+    let pipe = p7.record(&["-e", "cpu-clock", "-c", "100000", "-g"], &[&w, "single", "1"]);
+    for perf in [oracle(), perf612()] {
+        let err = readers::read(&perf, &["report", "--stdio"], Input::Stream(&pipe)).unwrap_err();
+        assert!(err.contains("wrong feature ID: 33"), "{err}");
+    }
+    let file = dir.path("rec.data");
+    p7.record_file(&file, &["-e", "cpu-clock", "-c", "100000", "-g"], &[&w, "single", "1"]);
+    let as_pipe = dir.path("ours.pipe");
+    perfpipe_ok(&["-i", s(&file), "-o", s(&as_pipe), "--pipe"], b"");
+    let n = readers::samples(&p7, Input::File(&file)).unwrap();
+    eqnice!(n, readers::assert_every_reader_accepts("perf 7's file as a pipe", Input::File(&as_pipe)));
+    for perf in readers() {
+        let report = readers::read(&perf, &["report", "--stdio"], Input::File(&as_pipe));
+        assert!(report.unwrap_or_else(|e| panic!("{e}")).contains("cpu-clock"), "{}", perf.name);
+        if !perf.is_7() {
+            let err = readers::read(&perf, &["report", "--stats"], Input::File(&file)).unwrap_err();
+            assert!(err.contains("incompatible file format"), "{err}");
+        }
+    }
+    let warned = run(p7.command().args(["report", "--stdio", "-i"]).arg(&as_pipe), b"");
+    assert!(String::from_utf8_lossy(&warned.stderr).contains("Invalid HEADER_CPU_DOMAIN_INFO"));
 });

@@ -70,7 +70,7 @@ fn repacked(cut_in_record: usize, wrap: fn(&[u8]) -> Vec<u8>) -> (Vec<u8>, Vec<u
     (original, stream)
 }
 
-pipetest!(needs(perf, perf612) fixture_gives_the_samples_perf_script_sees, |_dir| {
+pipetest!(needs(perf, perf612, trixie) fixture_gives_the_samples_perf_script_sees, |_dir| {
     let input = fixture_bytes("compressed.pipe.data");
     let out = perfpipe(&["--decompress", "--stats"], &input);
     let stderr = String::from_utf8_lossy(&out.stderr);
@@ -107,7 +107,7 @@ fn decompressed_reads_like_the_input(input: &[u8], out: &[u8], n: usize) {
     }
 }
 
-pipetest!(needs(perf, perf612) live_perf_record_z, |_dir| {
+pipetest!(needs(perf, perf612, trixie) live_perf_record_z, |_dir| {
     let w = workload();
     let input = perf_record(
         &["-e", "cpu-clock", "-c", "100000", "-z"],

@@ -10,12 +10,17 @@ use crate::util::*;
 use crate::workloads::{self, Workload};
 
 /// A symbol's share of the period, in percent, by name.
-type Shares = BTreeMap<String, f64>;
+pub(crate) type Shares = BTreeMap<String, f64>;
 
 /// `perf report --no-children --sort sym`: each symbol's share of the period (self time), by
 /// name; addresses no symbol covers (`0x…`) are left out, as they have no name to compare.
 fn perf_report_shares(rec: &[u8]) -> Shares {
-    let text = perf_on(
+    perf_report_shares_of(&oracle(), rec)
+}
+
+/// [`perf_report_shares`] as `perf` reports them.
+pub(crate) fn perf_report_shares_of(perf: &Perf, rec: &[u8]) -> Shares {
+    let text = perf.on(
         &[
             "report",
             "--stdio",
@@ -52,7 +57,7 @@ fn perf_report_shares(rec: &[u8]) -> Shares {
 }
 
 /// The 20 largest of perf's shares, each compared with ours: at most 0.1 percentage point apart.
-fn assert_top20_agree(what: &str, ours: &Shares, perf: &Shares) {
+pub(crate) fn assert_top20_agree(what: &str, ours: &Shares, perf: &Shares) {
     let mut top: Vec<(&String, &f64)> = perf.iter().collect();
     top.sort_by(|a, b| b.1.total_cmp(a.1).then(a.0.cmp(b.0)));
     let mut report = String::new();
@@ -70,7 +75,7 @@ fn assert_top20_agree(what: &str, ours: &Shares, perf: &Shares) {
 }
 
 /// `gzip -dc`
-fn gunzip(bytes: &[u8]) -> Vec<u8> {
+pub(crate) fn gunzip(bytes: &[u8]) -> Vec<u8> {
     let out = run(Command::new("gzip").arg("-dc"), bytes);
     assert!(out.status.success(), "gzip -dc failed");
     out.stdout
@@ -157,14 +162,14 @@ mod wire {
 /// What our decoder reads of a profile: the sample types, the total of each value, and each
 /// function's self value (of the last sample type, the period) by name.
 #[derive(Debug, Default)]
-struct Decoded {
-    sample_types: Vec<(String, String)>,
-    totals: Vec<u64>,
-    self_by_function: BTreeMap<String, u64>,
-    mappings_with_build_id: usize,
+pub(crate) struct Decoded {
+    pub sample_types: Vec<(String, String)>,
+    pub totals: Vec<u64>,
+    pub self_by_function: BTreeMap<String, u64>,
+    pub mappings_with_build_id: usize,
 }
 
-fn decode_profile(profile: &[u8]) -> Decoded {
+pub(crate) fn decode_profile(profile: &[u8]) -> Decoded {
     use wire::*;
     let fields = fields(profile);
     let strings: Vec<String> = fields
@@ -248,7 +253,7 @@ fn decode_profile(profile: &[u8]) -> Decoded {
 }
 
 /// Percentages of a total.
-fn shares(values: &BTreeMap<String, u64>, total: u64) -> Shares {
+pub(crate) fn shares(values: &BTreeMap<String, u64>, total: u64) -> Shares {
     values
         .iter()
         .map(|(k, &v)| (k.clone(), v as f64 * 100.0 / total as f64))

@@ -52,7 +52,8 @@ fn features(file: &[u8]) -> Vec<(u32, Vec<u8>)> {
 }
 
 /// The records of a pipe stream that a file keeps in its data section: all but the pipe header,
-/// HEADER_ATTR, HEADER_FEATURE, HEADER_TRACING_DATA (with its blob) and HEADER_BUILD_ID.
+/// HEADER_ATTR, HEADER_FEATURE, HEADER_TRACING_DATA (with its blob), HEADER_BUILD_ID and the
+/// EVENT_UPDATEs of type NAME.
 fn data_records(pipe: &[u8]) -> Vec<u8> {
     let e = if pipe[..8] == *b"PERFILE2" {
         Endian::Little
@@ -68,14 +69,16 @@ fn data_records(pipe: &[u8]) -> Vec<u8> {
         if t == RecordType::HEADER_TRACING_DATA {
             len += e.u32(pipe, pos + 8).unwrap() as usize;
         }
-        if ![
+        let header = [
             RecordType::HEADER_ATTR,
             RecordType::HEADER_FEATURE,
             RecordType::HEADER_TRACING_DATA,
             RecordType::HEADER_BUILD_ID,
         ]
-        .contains(&t)
-        {
+        .contains(&t);
+        // EVENT_UPDATE NAME: a file names its events in EVENT_DESC.
+        let name = t == RecordType::EVENT_UPDATE && e.u64(pipe, pos + 8) == Some(2);
+        if !header && !name {
             out.extend_from_slice(&pipe[pos..pos + len]);
         }
         pos += len;

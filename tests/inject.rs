@@ -1,5 +1,6 @@
 //! `perfpipe inject` standing in for `perf inject`: upstream's `tools/perf/tests/shell/pipe_test.sh`
-//! cases with our binary, for each build-id style, with perf 6.1 and with perf 6.12 (its own 25);
+//! cases with our binary, for each build-id style, with perf 6.1, perf 6.12 and perf 7.x (25
+//! each), and perf 7.x's own `pipe_test.sh` run as it ships, in the trixie root;
 //! the MMAP2 styles (`-B`, `--mmap2-buildid-all`) against every reader and perf 6.12's own inject;
 //! the refused options' messages.
 
@@ -141,11 +142,95 @@ pipetest!(needs(perf, cc)
     assert_eq!(pipe_test_cases(&oracle(), &dir), 25);
 });
 
-pipetest!(needs(perf, perf612, cc)
+pipetest!(needs(perf, perf612, trixie, cc)
     /// Perf 6.12's own `pipe_test.sh` cases, all 25, with perf 6.12 recording and reading.
     pipe_test_cases_of_perf_612, |_dir| {
     let dir = Dir::new("pipe_test_cases_612");
     assert_eq!(pipe_test_cases(&perf612(), &dir), 25);
+});
+
+pipetest!(needs(perf, trixie, cc)
+    /// Perf 7.x's cases of `pipe_test.sh`, all 25, with perf 7.x recording and reading (build ids
+    /// in its MMAP2s: `-b` injects none for those, and the file output's table lists them).
+    pipe_test_cases_of_perf_7, |_dir| {
+    let dir = Dir::new("pipe_test_cases_7");
+    assert_eq!(pipe_test_cases(&perf7(), &dir), 25);
+});
+
+/// A directory under the trixie root's `/tmp` for one test, removed at drop.
+struct RootDir {
+    host: std::path::PathBuf,
+    inside: String,
+}
+
+impl RootDir {
+    fn new(name: &str) -> RootDir {
+        let inside = format!("/tmp/perfpipe-{name}-{}", std::process::id());
+        let host = crate::needs::trixie_root().join(inside.trim_start_matches('/'));
+        let _ = std::fs::remove_dir_all(&host);
+        std::fs::create_dir_all(&host).expect("a directory in the trixie root");
+        RootDir { host, inside }
+    }
+}
+
+impl Drop for RootDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.host);
+    }
+}
+
+pipetest!(needs(perf, cc, trixie)
+    /// perf 7.x's own `tools/perf/tests/shell/pipe_test.sh`, as its package ships it
+    /// (`usr/lib/perf-core/tests/shell`), run in the trixie root with `perf` on `PATH` a shim that
+    /// runs `perfpipe inject` for `perf inject` and the root's perf 7.x for the rest: every case
+    /// passes (its `Record+report` and the four `Inject … build-ids test`s say `[Success]`, it
+    /// exits 0) and every `perf inject` of it was ours (24 calls). Two lines change, each asserted
+    /// to be there: Debian's perf is stripped, so its `perf test -w noploop` workload has no
+    /// `noploop` symbol to find (the script would skip itself); the workload is ours instead,
+    /// `noploop.c` built as a binary named `perf` (the task the script looks for), and the skip
+    /// check asks it for the symbol.
+    perf_7s_own_pipe_test_sh, |dir| {
+    let shell = crate::needs::trixie_root().join("usr/lib/perf-core/tests/shell");
+    let script = std::fs::read_to_string(shell.join("pipe_test.sh")).expect("perf 7's pipe_test.sh");
+    let root = RootDir::new("pipe-test");
+    let at = &root.inside;
+    for sub in ["bin", "w", "lib"] {
+        std::fs::create_dir_all(root.host.join(sub)).unwrap();
+    }
+    for lib in std::fs::read_dir(shell.join("lib")).unwrap() {
+        let lib = lib.unwrap();
+        std::fs::copy(lib.path(), root.host.join("lib").join(lib.file_name())).unwrap();
+    }
+    std::fs::copy(bin(), root.host.join("perfpipe")).unwrap();
+    let noploop = workloads::noploop(&dir);
+    std::fs::copy(&noploop.exe, root.host.join("w/perf")).unwrap();
+    let (prog, skip) = ("perf test -w noploop", "skip_test_missing_symbol ${sym}");
+    assert!(script.contains(prog) && script.contains(skip), "pipe_test.sh changed:\n{script}");
+    let script = script
+        .replace(prog, &format!("{at}/w/perf"))
+        .replace(skip, &format!("nm {at}/w/perf | grep -q ' T noploop$' || exit 2"));
+    std::fs::write(root.host.join("pipe_test.sh"), script).unwrap();
+    let shim = format!(
+        "#!/bin/sh\n# perf 7.x, with perfpipe as perf inject\n\
+         if [ \"$1\" = inject ]; then shift; echo \"$*\" >>{at}/inject.log; exec {at}/perfpipe inject \"$@\"; fi\n\
+         exec /usr/bin/perf \"$@\"\n"
+    );
+    let shim_path = root.host.join("bin/perf");
+    std::fs::write(&shim_path, shim).unwrap();
+    let mode = <std::fs::Permissions as std::os::unix::fs::PermissionsExt>::from_mode(0o755);
+    std::fs::set_permissions(&shim_path, mode).unwrap();
+    let path = format!("PATH={at}/bin:/usr/bin:/bin");
+    let out = run(&mut in_trixie(&["env", &path, "bash", &format!("{at}/pipe_test.sh")]), b"");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && !text.contains("[Failed"),
+        "perf 7's pipe_test.sh with perfpipe inject ({}):\n{text}\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    eqnice!(5, text.matches("[Success]").count());
+    let log = std::fs::read_to_string(root.host.join("inject.log")).unwrap_or_default();
+    eqnice!(24, log.lines().count());
 });
 
 /// `perf script` printing frames (comm, ip, symbol, dso of every sample and callchain entry).
@@ -161,7 +246,7 @@ fn pairs(stream: &[u8]) -> BTreeSet<(String, String)> {
     readers::buildid_pairs(&oracle(), Input::Stream(stream))
 }
 
-pipetest!(needs(perf, perf612)
+pipetest!(needs(perf, perf612, trixie)
     /// The MMAP2 styles on a multi-process `-g` recording: every reader's `perf script` resolves every
     /// frame as on the input and `report --stats` counts its samples; perf 6.1's `perf buildid-list`
     /// lists the ids of the dsos samples hit (what it lists for `-b`'s output), perf 6.12's what its

@@ -68,7 +68,7 @@ pipetest!(
     assert!(write.contains(" 3502 "), "{write}");
 });
 
-pipetest!(needs(perf, perf612)
+pipetest!(needs(perf, perf612, trixie)
     /// Every reader (perf 6.1 and 6.12) reads our output of every fixture, and sees the same
     /// side-band and samples.
     perf_script_accepts_fixture_output, |_dir| {
@@ -96,7 +96,7 @@ pipetest!(needs(perf, perf612)
     }
 });
 
-pipetest!(needs(perf, perf612)
+pipetest!(needs(perf, perf612, trixie)
     /// Live recordings of every shape the issue lists: byte-identical, and accepted by every reader's
     /// `perf script` and `perf report --stats`.
     live_recordings_round_trip, |_dir| {

@@ -236,7 +236,7 @@ pipetest!(needs(perf, cc)
     }
 );
 
-pipetest!(needs(perf, perf612) record_follows_forks_and_execs, |dir| {
+pipetest!(needs(perf, perf612, trixie) record_follows_forks_and_execs, |dir| {
     let _ = &dir;
     let w = workload();
     let (s, _) = record(&["-e", "cpu-clock", "-c", "200000"], &[&w, "multi", "2"]);
@@ -344,7 +344,7 @@ fn wait_for(child: &mut Child, limit: Duration) -> std::process::ExitStatus {
     }
 }
 
-pipetest!(needs(perf, perf612, cc) record_overwrite_dumps_on_sigusr2_as_valid_streams, |dir| {
+pipetest!(needs(perf, perf612, trixie, cc) record_overwrite_dumps_on_sigusr2_as_valid_streams, |dir| {
     let exe = spin(&dir);
     let pattern = dir.path("dump-%n.data");
     // A workload far longer than the test (about a minute of CPU): two SIGUSR2 dumps while it

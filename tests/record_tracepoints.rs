@@ -75,7 +75,7 @@ fn printed_fields(line: &str) -> Vec<&str> {
         .collect()
 }
 
-pipetest!(needs(perf, perf612, tracefs)
+pipetest!(needs(perf, perf612, trixie, tracefs)
     /// `perfpipe record -a -g -e sched:sched_switch`: its tracing data is perf record's blob, byte
     /// for byte but for the saved cmdlines; every reader reads the stream, and its `perf script
     /// -F trace` prints for every sample the fields of the format in that tracing data, with the
@@ -119,7 +119,7 @@ pipetest!(needs(perf, perf612, tracefs)
     assert_eq!(n, ours.len() as u64);
 });
 
-pipetest!(needs(perf, perf612, tracefs)
+pipetest!(needs(perf, perf612, trixie, tracefs)
     /// `--switch-events`: per process (`-g -e context-switches -c 1`) every reader reads the
     /// stream, counts its samples alike and prints one SWITCH OUT per context-switches sample,
     /// and SWITCH IN records; system-wide, SWITCH_CPU_WIDE records.

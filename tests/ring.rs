@@ -79,7 +79,7 @@ fn resolved_by(perf: &Perf, stream_or_file: &[u8]) -> HashMap<String, Vec<String
     map
 }
 
-pipetest!(needs(perf, perf612)
+pipetest!(needs(perf, perf612, trixie)
     // Under load this once failed one run in three: perf drains one cpu's buffer after another,
     // so a child's exec COMM and MMAPs could reach the side-band state before the parent's FORK
     // (which then replaced them), and the state forgot the old image at exec where perf keeps it.
@@ -393,7 +393,7 @@ pipetest!(needs(perf)
     }
 );
 
-pipetest!(needs(perf, perf612)
+pipetest!(needs(perf, perf612, trixie)
     a_trigger_to_a_single_output_gives_one_dump_perf_reads,
     |_dir| {
         let input = fixture_bytes("callgraph.pipe.data");

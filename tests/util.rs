@@ -33,7 +33,8 @@ macro_rules! eqnice {
 /// names of `needs::named` (perf, perf612, cc, mount, tracefs, script, go, duckdb, inferno,
 /// chromium, debuginfod, tls, uts, spark, trixie), in any number and order. A missing need makes
 /// the test ignored with the reason when it runs, or under `CI` a failure (see `needs`). Doc
-/// comments go after `needs(..)`, before the name. The test's name is `module::name`.
+/// comments go after `needs(..)`, before the name. The test's name is `module::name`. A test of
+/// every reader ([`readers`]) names `perf612` and `trixie` (perf 7 is in the trixie root).
 #[macro_export]
 macro_rules! pipetest {
     (needs($($need:ident),+ $(,)?) $(#[$meta:meta])* $name:ident, |$dir:ident| $body:block) => {
@@ -188,14 +189,15 @@ pub fn run(cmd: &mut Command, stdin: &[u8]) -> Output {
 // ---------------------------------------------------------------------------------------------
 // Which perf runs. One place says it: the name oracle is the system perf (Debian 12's 6.1), whose
 // symbol and dso names the tests compare ours with; every reader is each perf that must read what
-// we write in perf's format: the oracle and Debian's perf 6.12 (`Need::Perf612`, unpacked by
-// `.ci/run`, found through `PERF_612`). 6.12 is no name oracle: it names differently (see
+// we write in perf's format: the oracle, Debian's perf 6.12 (`Need::Perf612`, unpacked by
+// `.ci/run`, found through `PERF_612`) and perf 7.x of the trixie root (`Need::Trixie`, made by
+// `.ci/trixie-root`). 6.12 and 7.x are no name oracles: they name differently (see
 // docs/perf-versions.md). The free functions below (`perf_on`, `perf_record`, …) run the oracle.
 
 /// A perf the tests run; [`oracle`] and [`readers`] say which.
 #[derive(Clone, Debug)]
 pub struct Perf {
-    /// `perf 6.1` or `perf 6.12`, for messages.
+    /// `perf 6.1`, `perf 6.12` or `perf 7`, for messages.
     pub name: &'static str,
     program: PathBuf,
 }
@@ -209,6 +211,17 @@ impl Perf {
     /// Whether this is Debian's perf 6.12 (not the oracle).
     pub fn is_612(&self) -> bool {
         self.name == "perf 6.12"
+    }
+
+    /// Whether this is perf 7.x of the trixie root.
+    pub fn is_7(&self) -> bool {
+        self.name == "perf 7"
+    }
+
+    /// Whether this is the system perf 6.1, the name oracle (6.12 and 7.x are current perf:
+    /// `inject -b` and `buildid-list` mark callchain dsos, and more; docs/perf-versions.md).
+    pub fn is_61(&self) -> bool {
+        self.name == "perf 6.1"
     }
 
     /// Runs `perf ARGS -i -` on `input`, asserting success; returns stdout.
@@ -367,9 +380,10 @@ pub fn in_trixie(args: &[&str]) -> Command {
     cmd
 }
 
-/// Every reader: the oracle and perf 6.12 (a test that calls this needs both).
-pub fn readers() -> [Perf; 2] {
-    [oracle(), perf612()]
+/// Every reader: the oracle, perf 6.12 and perf 7.x (a test that calls this needs all three:
+/// `needs(perf, perf612 ..)`).
+pub fn readers() -> [Perf; 3] {
+    [oracle(), perf612(), perf7()]
 }
 
 /// Runs the oracle's `perf ARGS -i -` on `input`, asserting success; returns stdout.

@@ -1,6 +1,8 @@
 //! `perfpipe inject`: a drop-in for the common `perf inject` flags, so scripts can swap it in.
 //!
-//! `perfpipe inject -b -i - -o -` runs read → decode → decompress → buildid → write;
+//! `perfpipe inject -b -i - -o -` runs read → decode → decompress → buildid → write, with the
+//! stage's `callchain` option on: current perf's `-b` (since 6.12) marks the dso of every callchain
+//! frame, not only the sample ip's (docs/build-ids.md);
 //! `--buildid-all` runs `buildid-all` instead, `-B`/`--mmap2-buildids` and `--mmap2-buildid-all`
 //! the MMAP2 styles (`stream/src/buildid/mmap2.rs`); with none of them the stream is passed
 //! through (as `perf inject` repipes it, but byte for byte). `-v` prints the per-stage table and
@@ -30,7 +32,8 @@ pub(crate) struct InjectArgs {
     /// input is `-` or the output is not a regular file, else a file-mode perf.data.
     #[arg(short, long, value_name = "FILE", default_value = "-")]
     output: PathBuf,
-    /// Inject build ids of the dsos that samples hit (perf inject -b).
+    /// Inject build ids of the dsos that samples hit, callchain frames included, as current perf
+    /// inject -b does (since 6.12); dsos whose MMAP2 carries the id get none.
     #[arg(short = 'b', long = "build-ids")]
     build_ids: bool,
     /// Inject build ids of all mapped dsos.
@@ -47,7 +50,8 @@ pub(crate) struct InjectArgs {
     /// Build ids to use instead of reading files: PATH=HEXID,...
     #[arg(long = "known-build-ids", value_name = "LIST")]
     known_build_ids: Option<String>,
-    /// Count every callchain frame's dso as hit, not only the sample IP's (as perf >= 6.12 does).
+    /// Count every callchain frame's dso as hit, not only the sample IP's (as perf >= 6.12 does;
+    /// -b does so already).
     #[arg(long = "buildid-callchain")]
     callchain: bool,
     /// Whether `[kernel.kallsyms]` and `[vdso]` get this host's build ids: `auto` (unless the
@@ -263,7 +267,8 @@ fn buildid_stage(
     let mut options = Options::new();
     let mut set = |key: &str, value: &str| spec.parse_option(&mut options, key, value);
     set("host", &args.host_ids)?;
-    if args.callchain {
+    // Current perf's -b marks callchain dsos too (since 6.12, `build_id__mark_dso_hit()`).
+    if args.callchain || args.build_ids {
         set("callchain", "yes")?;
     }
     if let Some(list) = &args.known_build_ids {
@@ -354,6 +359,11 @@ mod tests {
         let plan = stage(&t.a, &perfpipe_chain::builtin()).unwrap().unwrap();
         assert_eq!(plan.stages[0].label, "buildid");
         assert_eq!(plan.stages[0].options.text("host"), Some("no"));
+        // -b is current perf's: callchain frames hit too.
+        assert!(plan.stages[0].options.switch("callchain"));
+        let t = T::try_parse_from(["x", "--known-build-ids", "/a=01"]).unwrap();
+        let plan = stage(&t.a, &perfpipe_chain::builtin()).unwrap().unwrap();
+        assert!(!plan.stages[0].options.switch("callchain"));
         let t =
             T::try_parse_from(["x", "--buildid-all", "--known-build-ids", "/a=01,/b=02"]).unwrap();
         let plan = stage(&t.a, &perfpipe_chain::builtin()).unwrap().unwrap();

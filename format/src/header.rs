@@ -587,9 +587,42 @@ pub fn build_id_entry(rec: &[u8], e: Endian) -> Option<Vec<u8>> {
     Some(entry)
 }
 
+/// The event names of an EVENT_DESC feature section (`write_event_desc()`: `u32 nr, u32
+/// attr_size`, then per event the attr, `u32 nr_ids`, the name as `u32 len` + `len` NUL-padded
+/// bytes, and `u64 ids[nr_ids]`): each event's first id and its name, without the NUL. A
+/// section that runs short ends the list.
+pub fn event_desc_names(section: &[u8], e: Endian) -> Vec<(u64, Vec<u8>)> {
+    let mut out = Vec::new();
+    let (Some(nr), Some(attr_size)) = (e.u32(section, 0), e.u32(section, 4)) else {
+        return out;
+    };
+    let mut at = 8usize;
+    for _ in 0..nr {
+        let Some(nr_ids) = e.u32(section, at + attr_size as usize) else {
+            break;
+        };
+        at += attr_size as usize + 4;
+        let Some(len) = e.u32(section, at) else {
+            break;
+        };
+        let Some(name) = section.get(at + 4..at + 4 + len as usize) else {
+            break;
+        };
+        let name = &name[..name.iter().position(|&c| c == 0).unwrap_or(name.len())];
+        at += 4 + len as usize;
+        if let Some(id) = e.u64(section, at).filter(|_| nr_ids > 0) {
+            out.push((id, name.to_vec()));
+        }
+        at += 8 * nr_ids as usize;
+    }
+    out
+}
+
 /// The HEADER_BUILD_ID records of a BUILD_ID feature section (`section`, found at file offset
-/// `offset`), byte for byte but for the type: `write_buildid()` leaves `header.type` 0 in the
-/// table. Trailing bytes shorter than a record header are ignored.
+/// `offset`), byte for byte but for the type (`write_buildid()` leaves `header.type` 0 in the
+/// table) and the size, rounded up to a multiple of 8 with zeros after the name (perf 6.1's
+/// entries are 100 or 164 bytes, which perf 7.x refuses in a pipe). Trailing bytes shorter than
+/// a record header are ignored.
 ///
 /// The entries are self-sized, so the first bad one ends what can be read: the records before
 /// it are returned with [`HeaderError::BuildIdEntry`] for it (shorter than 36 bytes or running
@@ -608,8 +641,22 @@ pub fn build_id_records(section: &[u8], offset: u64, e: Endian) -> (Vec<u8>, Opt
             };
             return (out, Some(bad));
         }
+        // A record's size must be a multiple of 8 in a pipe (perf 7.x aborts on "BUILD_ID (67)
+        // event size 100 is not 8-byte aligned"), and perf 6.1 wrote its table entries 36 bytes
+        // + a name padded to 64: the name is NUL-terminated, so zeros pad it to 8 bytes.
+        let padded = size.next_multiple_of(8);
+        let Ok(padded16) = u16::try_from(padded) else {
+            let bad = HeaderError::BuildIdEntry {
+                offset: offset + pos as u64,
+                size,
+            };
+            return (out, Some(bad));
+        };
         out.extend_from_slice(&e.put_u32(RecordType::HEADER_BUILD_ID.0));
-        out.extend_from_slice(&section[pos + 4..pos + size]);
+        out.extend_from_slice(&section[pos + 4..pos + 6]);
+        out.extend_from_slice(&e.put_u16(padded16));
+        out.extend_from_slice(&section[pos + 8..pos + size]);
+        out.resize(out.len() + (padded - size), 0);
         pos += size;
     }
     (out, None)
@@ -832,6 +879,30 @@ mod tests {
     }
 
     #[test]
+    fn event_desc_names_give_each_events_first_id() {
+        let e = Endian::Big;
+        let mut sec = Vec::new();
+        sec.extend_from_slice(&e.put_u32(2));
+        sec.extend_from_slice(&e.put_u32(16)); // attr_size
+        for (name, ids) in [(&b"cpu-clock"[..], &[7u64, 8][..]), (b"task-clock", &[9])] {
+            sec.extend_from_slice(&[0xaa; 16]);
+            sec.extend_from_slice(&e.put_u32(ids.len() as u32));
+            let len = (name.len() + 1).next_multiple_of(8);
+            sec.extend_from_slice(&e.put_u32(len as u32));
+            sec.extend_from_slice(name);
+            sec.resize(sec.len() + len - name.len(), 0);
+            for id in ids {
+                sec.extend_from_slice(&e.put_u64(*id));
+            }
+        }
+        let want = vec![(7, b"cpu-clock".to_vec()), (9, b"task-clock".to_vec())];
+        assert_eq!(event_desc_names(&sec, e), want);
+        // Cut short: the events read so far.
+        assert_eq!(event_desc_names(&sec[..sec.len() - 4], e), want[..1]);
+        assert!(event_desc_names(&sec[..6], e).is_empty());
+    }
+
+    #[test]
     fn build_id_entries_round_trip_through_records() {
         let e = Endian::Little;
         let mut rec = EventHeader {
@@ -853,13 +924,17 @@ mod tests {
         table[..4].copy_from_slice(&[0; 4]);
         let (back, bad) = build_id_records(&table, 1000, e);
         assert!(bad.is_none());
-        assert_eq!(back, entry);
+        // The record is the entry, its size rounded up to 8 (36 + 64 = 100 → 104).
+        let mut want = entry.clone();
+        want[6..8].copy_from_slice(&e.put_u16(104));
+        want.resize(104, 0);
+        assert_eq!(back, want);
         assert_eq!(build_id_entry(&back, e).unwrap(), entry);
         // A bad entry ends the table; the entries before it are kept.
         let mut two = table.clone();
         two.extend_from_slice(&table[..40]);
         let (kept, bad) = build_id_records(&two, 1000, e);
-        assert_eq!(kept, entry);
+        assert_eq!(kept, want);
         let err = bad.unwrap();
         assert_eq!(
             (err.offset(), err.to_string().contains("36 bytes")),

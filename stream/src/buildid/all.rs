@@ -9,7 +9,9 @@
 //! files with the `/proc/<pid>/root` fallback); pseudo maps are skipped; missing files and files
 //! without an id are counted.
 //!
-//! A dso whose name already has a BUILD_ID record in the stream gets no second one.
+//! A dso whose name already has a BUILD_ID record in the stream gets no second one, nor does a dso
+//! whose MMAP2 carries its id (`perf record --buildid-mmap`, perf record's default since 6.17):
+//! the id is in the stream already, and a file-mode `write` lists it in its table.
 //!
 //! **Order**: input order; BUILD_ID records are inserted. **Buffering**: none beyond the batch; one
 //! entry per dso. **EOF**: nothing to flush.
@@ -92,7 +94,9 @@ impl Stage for BuildidAll {
         let mut t = Tally::default();
         for (i, dso, pid) in fresh {
             let d = self.dsos.dso(dso);
-            if self.present.contains(&d.name) {
+            // A name with a BUILD_ID record already, or an MMAP2 that carries the id itself
+            // (perf inject marks such a dso hit "not to inject build-id").
+            if self.present.contains(&d.name) || matches!(d.identity, Identity::BuildId(_)) {
                 continue;
             }
             match self.resolver.resolve(dso, d, pid) {

@@ -21,14 +21,16 @@
 //! A dso whose name already has a BUILD_ID record earlier in the stream (a stream injected before,
 //! or an earlier build-id stage) gets no second one.
 //!
-//! A dso whose MMAP2 carried its build id is listed even if no sample hits it, as `perf inject -b`
-//! lists it (it marks such a dso hit at the MMAP2): at the end of the stream, so that a file-mode
-//! output's build-id table holds what perf's holds.
+//! A dso whose MMAP2 carried its build id (`perf record --buildid-mmap`, perf record's default
+//! since 6.17) is done: it gets no BUILD_ID record, as `perf inject` marks it hit at its MMAP2 "not
+//! to inject build-id" (counter `mmap2_ids_in_stream` for those samples hit). A file-mode output
+//! still lists it in its build-id table: `write`'s file mode adds every id an MMAP2 carries to the
+//! table it writes (`stream/src/write/file.rs`), as perf's table lists every dso so marked.
 //!
 //! **Order**: input order; BUILD_ID records are inserted. **Buffering**: none beyond the batch; state
 //! is one entry per live process and one per dso. **EOF**: one batch of BUILD_ID records: samples
-//! still waiting for their map, dsos whose MMAP2 carried an id and that no sample hit, and an unhit
-//! vdso (see [`Stage::flush`] of [`Buildid`]).
+//! and frames still waiting for their map, and an unhit vdso (see [`Stage::flush`] of
+//! [`Buildid`]).
 
 pub mod all;
 pub mod bench_input;
@@ -124,7 +126,7 @@ impl BuildidConfig {
             vdso: None,
             info: None,
             vdso_unhit: Counter::new(),
-            mmap2_unhit: Counter::new(),
+            in_stream: Counter::new(),
             pending: Vec::new(),
         }
     }
@@ -158,9 +160,10 @@ pub struct Buildid {
     info: Option<std::sync::Arc<StreamInfo>>,
     /// BUILD_ID records of a vdso no sample hit, emitted at the end.
     vdso_unhit: Counter,
-    /// BUILD_ID records of dsos whose MMAP2 carried the id and that no sample hit, at the end.
-    mmap2_unhit: Counter,
-    /// Samples whose ip fell in no map when they arrived: (pid, cpumode, ip, rounds left).
+    /// Dsos hit whose MMAP2 carried the id: no BUILD_ID record for them.
+    in_stream: Counter,
+    /// Samples whose ip (or, with `callchain`, a frame) fell in no map when they arrived:
+    /// (pid, cpumode, ip, time, rounds left).
     /// Records are ordered by time only between FINISHED_ROUNDs, so a sample from one CPU can
     /// come before the MMAP (from another CPU) that it falls in; perf, which sorts, resolves it.
     /// Retried at each FINISHED_ROUND for two rounds, and the BUILD_ID goes before that round's
@@ -175,6 +178,8 @@ const MAX_PENDING: usize = 4096;
 #[derive(Default)]
 pub(crate) struct Tally {
     pub injected: u64,
+    /// Hits of dsos whose MMAP2 carried the id (`buildid` only).
+    pub in_stream: u64,
     pub missing: u64,
     pub no_id: u64,
 }
@@ -233,6 +238,11 @@ impl Buildid {
         }
         let d = self.machine.dso(dso);
         if self.present.contains(&d.name) {
+            return None;
+        }
+        if matches!(d.identity, Identity::BuildId(_)) {
+            // Its MMAP2 carries the id: done, as perf inject marks it at the MMAP2.
+            t.in_stream += 1;
             return None;
         }
         match self.resolver.resolve(dso, d, pid) {
@@ -312,12 +322,21 @@ impl Stage for Buildid {
                                 if last.is_some_and(|(m, a, b)| m == mode && (a..b).contains(&ip)) {
                                     continue;
                                 }
-                                if let Some(m) = self.machine.find(pid, mode, ip, time) {
-                                    last = Some((mode, m.start, m.end));
-                                    if self.is_new_hit(m.dso) && !hits.iter().any(|h| h.0 == m.dso)
-                                    {
-                                        hits.push((m.dso, pid));
+                                match self.machine.find(pid, mode, ip, time) {
+                                    Some(m) => {
+                                        last = Some((mode, m.start, m.end));
+                                        if self.is_new_hit(m.dso)
+                                            && !hits.iter().any(|h| h.0 == m.dso)
+                                        {
+                                            hits.push((m.dso, pid));
+                                        }
                                     }
+                                    // Its map (or its process's FORK) may come later in the
+                                    // round: retried as a sample ip is.
+                                    None if self.pending.len() < MAX_PENDING => {
+                                        self.pending.push((pid, mode, ip, time, 2));
+                                    }
+                                    None => {}
                                 }
                             }
                         }
@@ -355,21 +374,22 @@ impl Stage for Buildid {
         }
         apply_inserts(&mut batch, inserts);
         t.flush(&self.injected, &self.missing, &self.no_id);
+        if t.in_stream != 0 {
+            self.in_stream.add(t.in_stream);
+        }
         self.info = Some(info);
         out.push(batch);
         Ok(Flow::Continue)
     }
 
     /// At the end of the stream, in one batch of BUILD_ID records:
-    /// - the hits of samples still waiting for their map (the stream ended before the next
-    ///   FINISHED_ROUND could retry them);
-    /// - every dso whose MMAP2 carried a build id and that no sample hit: `perf inject -b` marks
-    ///   such a dso hit at its MMAP2 (so as not to inject it), and `write_buildid()` lists every
-    ///   hit dso, so its file-mode table lists them all (counter `mmap2_ids_listed_unhit`);
+    /// - the hits of samples and frames still waiting for their map (the stream ended before the
+    ///   next FINISHED_ROUND could retry them);
     /// - the vdso, mapped but never hit: perf's table always lists it (counter
     ///   `vdso_listed_unhit`).
     ///
-    /// A file-mode output's table thus lists what `perf inject -b`'s lists. perf's pipe readers
+    /// A file-mode output's table thus lists what `perf inject -b`'s lists (the dsos whose MMAP2
+    /// carried an id, which perf marks hit there, `write` adds itself). perf's pipe readers
     /// ignore the unhit ones (no sample needs them).
     fn flush(&mut self, out: &mut Out<'_>) -> Result<(), StageError> {
         let Some(info) = self.info.clone() else {
@@ -380,17 +400,8 @@ impl Stage for Buildid {
         let mut records = self.retry_pending(e, &mut t);
         self.pending.clear();
         t.flush(&self.injected, &self.missing, &self.no_id);
-
-        let mut unhit = Tally::default();
-        for i in 0..self.machine.dso_count() {
-            let dso = DsoId(u32::try_from(i).unwrap_or(u32::MAX));
-            let carries_id = matches!(self.machine.dso(dso).identity, Identity::BuildId(_));
-            if carries_id && self.is_new_hit(dso) {
-                records.extend(self.hit(dso, u32::MAX, e, &mut unhit));
-            }
-        }
-        if unhit.injected != 0 {
-            self.mmap2_unhit.add(unhit.injected);
+        if t.in_stream != 0 {
+            self.in_stream.add(t.in_stream);
         }
 
         if let Some((dso, pid)) = self.vdso {
@@ -417,7 +428,7 @@ impl Stage for Buildid {
 
     fn counters(&self) -> Vec<(&'static str, Counter)> {
         let mut c = counters(&self.injected, &self.missing, &self.no_id);
-        c.push(("mmap2_ids_listed_unhit", self.mmap2_unhit.clone()));
+        c.push(("mmap2_ids_in_stream", self.in_stream.clone()));
         c.push(("vdso_listed_unhit", self.vdso_unhit.clone()));
         c
     }

@@ -19,8 +19,11 @@
 //!    but TRACING_DATA, BUILD_ID, BRANCH_STACK, AUXTRACE, STAT, CACHE, DIR_FORMAT and
 //!    HYBRID_TOPOLOGY, which have no pipe form in perf's `feat_ops[]`), the section bytes copied,
 //!    then the HEADER_LAST_FEATURE end mark;
-//! 4. HEADER_TRACING_DATA and its blob when the file has the TRACING_DATA feature (tracepoints);
-//! 5. the records of the HEADER_BUILD_ID feature section, as HEADER_BUILD_ID records (perf 6.1
+//! 4. one EVENT_UPDATE of type NAME per event of the EVENT_DESC feature, after the features as
+//!    perf record writes them into a pipe (perf 7.x names a pipe's events from these; perf's own
+//!    `inject` from a file writes none, and perf 7.x then prints `cpu-clock:H`);
+//! 5. HEADER_TRACING_DATA and its blob when the file has the TRACING_DATA feature (tracepoints);
+//! 6. the records of the HEADER_BUILD_ID feature section, as HEADER_BUILD_ID records (perf 6.1
 //!    drops this table when it converts to a pipe; perfpipe keeps it), up to a bad entry if one
 //!    is found (said and counted: `file_build_id_tables_cut`; perf reads the table as far).
 //!
@@ -48,13 +51,16 @@ use std::time::Duration;
 use perfpipe_core::{Counter, Flow, Out, Source, StageError};
 
 use crate::format::build::{self, RecordWriter};
-use crate::format::header::build_id_records;
+use crate::format::header::{build_id_records, event_desc_names};
 use crate::format::{feature, Endian, RecordType, FILE_HEADER_SIZE, PIPE_MAGIC};
 use crate::read::{Read, ReadConfig, HEADROOM};
 use crate::Error;
 
 pub use crate::format::feature::{display_name as feature_name, in_pipe as synthesized_in_pipe};
 pub use crate::format::header::{FileHeader, FileSection};
+
+/// `PERF_EVENT_UPDATE__NAME`: an EVENT_UPDATE record that names the event of an id.
+const EVENT_UPDATE_NAME: u64 = 2;
 
 /// Whether the file at `path` is a file-mode `perf.data` (from its first 16 bytes; a short or
 /// unreadable file is not). A FIFO or other non-regular file is never opened for this.
@@ -236,6 +242,21 @@ impl ReadFile {
             }
         }
         build::feature(&mut out, e, feature::LAST, &[]);
+        // Each event's name, as perf record writes it into a pipe (an EVENT_UPDATE of type
+        // NAME, `perf_event__synthesize_event_update_name()`): perf 7.x names a pipe's events
+        // from these, not from EVENT_DESC, and would print `cpu-clock:H` for `cpu-clock`.
+        if let Some(s) = self
+            .features
+            .iter()
+            .find(|f| f.0 == feature::EVENT_DESC)
+            .map(|f| &f.1)
+        {
+            for (id, name) in event_desc_names(&bytes(s)?, e) {
+                let mut w = RecordWriter::new(&mut out, RecordType::EVENT_UPDATE, 0, e);
+                w.u64(EVENT_UPDATE_NAME).u64(id).cstr(&name).align8();
+                w.finish();
+            }
+        }
 
         for (feat, s) in &self.features {
             match *feat {

@@ -7,10 +7,18 @@
 //! - HEADER_ATTR → the attrs section and its ids (every attr is written with the largest
 //!   `attr.size` seen, raised like perf does, because perf reads `attr.size` bytes per attr);
 //! - HEADER_FEATURE → the feature section of its id (the LAST_FEATURE end mark is dropped);
+//! - EVENT_UPDATE of type NAME that names an id as the EVENT_DESC feature (before it in the
+//!   stream) does → nowhere: a file names its events in EVENT_DESC, and perf record writes NAME
+//!   updates only into a pipe (so does `read` when it makes a pipe of a file); a file → pipe →
+//!   file round trip gives the file's data section back. Any other NAME update stays;
 //! - HEADER_TRACING_DATA → the TRACING_DATA feature (the blob that follows the record);
 //! - HEADER_BUILD_ID → the BUILD_ID feature, rebuilt as `write_buildid()` writes it: the record's
 //!   pid, misc and build id, the name NUL-padded to a multiple of 64 (`NAME_ALIGN`); one entry per
-//!   distinct (pid, build id, name).
+//!   distinct (pid, build id, name). When the stream has such records, the table also lists
+//!   every id an MMAP2 carries (`PERF_RECORD_MISC_MMAP_BUILD_ID`, perf record's default since
+//!   6.17): `perf inject -b` marks those dsos hit at their MMAP2 instead of injecting a record,
+//!   and its `write_buildid()` lists every hit dso; a stream with no BUILD_ID record (a plain
+//!   recording) gets no table, as perf record writes none for it.
 //!
 //! Every other record goes to the data section, byte for byte, with `writev(2)`.
 //!
@@ -39,7 +47,7 @@ use std::time::{Duration, Instant};
 use perfpipe_core::{Batch, Counter, Flow, Sink, StageError};
 
 use crate::format::header::{
-    attr_stride, build_id_entry, features_section, AttrsSection, FileAttr,
+    attr_stride, build_id_entry, event_desc_names, features_section, AttrsSection, FileAttr,
 };
 use crate::format::{
     feature, Endian, EventHeader, FileHeader, FileSection, RecordType, StreamInfo,
@@ -47,6 +55,9 @@ use crate::format::{
 };
 use crate::write::{Write, WriteConfig};
 use crate::Error;
+
+/// `PERF_EVENT_UPDATE__NAME`.
+const EVENT_UPDATE_NAME: u64 = 2;
 
 /// Which format `-o` writes.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -116,6 +127,8 @@ impl WriteFileConfig {
             tracing: None,
             build_ids: Vec::new(),
             seen_ids: HashSet::new(),
+            mmap2_ids: Vec::new(),
+            build_id_records: false,
             data_offset: None,
             data_size: 0,
             runs: Vec::new(),
@@ -142,6 +155,10 @@ pub struct WriteFile {
     build_ids: Vec<u8>,
     /// The entries of `build_ids` without their header.
     seen_ids: HashSet<Vec<u8>>,
+    /// Table entries for the ids MMAP2 records carry, added to a table that has entries.
+    mmap2_ids: Vec<Vec<u8>>,
+    /// Whether a HEADER_BUILD_ID record arrived: the file then gets a table.
+    build_id_records: bool,
     /// File offset of the data section, once it has started.
     data_offset: Option<u64>,
     data_size: u64,
@@ -206,12 +223,61 @@ impl WriteFile {
         self.features.insert(feat as u32, body.to_vec());
     }
 
+    /// Whether `rec` is an EVENT_UPDATE of type NAME giving an id the name the EVENT_DESC
+    /// feature already gives it.
+    fn named_already(&self, rec: &[u8]) -> bool {
+        let e = self.e();
+        if e.u64(rec, 8) != Some(EVENT_UPDATE_NAME) {
+            return false;
+        }
+        let (Some(id), Some(name)) = (e.u64(rec, 16), rec.get(24..)) else {
+            return false;
+        };
+        let name = &name[..name.iter().position(|&c| c == 0).unwrap_or(name.len())];
+        let Some(desc) = self.features.get(&feature::EVENT_DESC) else {
+            return false;
+        };
+        event_desc_names(desc, e)
+            .iter()
+            .any(|(i, n)| *i == id && n.as_slice() == name)
+    }
+
     fn add_build_id(&mut self, rec: &[u8]) {
         let Some(entry) = build_id_entry(rec, self.e()) else {
             return;
         };
+        self.build_id_records = true;
         if self.seen_ids.insert(entry[8..].to_vec()) {
             self.build_ids.extend_from_slice(&entry);
+        }
+    }
+
+    /// Notes the build id an MMAP2 carries as a table entry; the kernel's under its map's name
+    /// (`[kernel.kallsyms]_text`) and under `[kernel.kallsyms]`, as perf 7.x's `inject -b` table
+    /// lists it.
+    fn add_mmap2_id(&mut self, rec: &[u8]) {
+        let e = self.e();
+        let Some(m) = crate::format::Record::new(rec, e, None).mmap() else {
+            return;
+        };
+        let crate::format::FileId::BuildId(bytes) = m.file_id else {
+            return;
+        };
+        let Some(id) = crate::model::dso::BuildId::new(bytes) else {
+            return;
+        };
+        let kernel = m.cpumode == crate::format::misc::KERNEL;
+        let mut names = vec![m.filename];
+        if kernel && m.filename.starts_with(b"[kernel.kallsyms]") {
+            names.push(b"[kernel.kallsyms]");
+        }
+        for name in names {
+            let rec = crate::buildid::record::build_id(&id, name, kernel, e);
+            if let Some(entry) = build_id_entry(&rec, e) {
+                if self.seen_ids.insert(entry[8..].to_vec()) {
+                    self.mmap2_ids.push(entry);
+                }
+            }
         }
     }
 
@@ -253,7 +319,10 @@ impl WriteFile {
         if let Some(t) = self.tracing.take() {
             all.insert(feature::TRACING_DATA, t);
         }
-        if !self.build_ids.is_empty() {
+        if self.build_id_records {
+            for entry in self.mmap2_ids.drain(..) {
+                self.build_ids.extend_from_slice(&entry);
+            }
             all.insert(feature::BUILD_ID, std::mem::take(&mut self.build_ids));
         }
         all
@@ -355,7 +424,17 @@ impl Sink for WriteFile {
                         self.tracing = Some(rec[size.min(rec.len())..].to_vec());
                     }
                 }
+                // A NAME update that says what the EVENT_DESC feature says is its pipe form
+                // (perf record writes them only into a pipe, `read` synthesizes them when it
+                // turns a file into one): it stays out of the data section.
+                k if k == RecordType::EVENT_UPDATE.0 && self.named_already(rec) => {}
                 _ => {
+                    if span.kind == RecordType::MMAP2.0
+                        && EventHeader::parse(rec, e)
+                            .is_some_and(|h| h.misc & crate::format::misc::MMAP_BUILD_ID != 0)
+                    {
+                        self.add_mmap2_id(rec);
+                    }
                     let (s, l) = (span.start as usize, span.len as usize);
                     match self.runs.last_mut() {
                         Some((rs, rl)) if *rs + *rl == s => *rl += l,
