@@ -11,6 +11,10 @@
 //! - [`parquet`](mod@parquet): Parquet tables and datasets (`-o FILE.parquet`, `-o DIR/`); feature
 //!   `parquet`.
 //!
+//! - [`otlp`]: OpenTelemetry profiles (`-o FILE.otlp.pb`), or pushed to a collector
+//!   (`-o http://HOST:4318/v1development/profiles`) one request per `--window`; with `pprof`,
+//!   pprof pushed to Pyroscope (`-o pyroscope+http://HOST:4040`); feature `otlp`.
+//!
 //! Every format reads the frames the `symbolize` stage attaches to each batch
 //! ([`perfpipe_profile::symbolize::Stacks`]).
 
@@ -21,6 +25,8 @@ pub mod firefox;
 #[cfg(feature = "flamegraph")]
 pub mod flamegraph;
 pub mod folded;
+#[cfg(feature = "otlp")]
+pub mod otlp;
 #[cfg(feature = "parquet")]
 pub mod parquet;
 #[cfg(feature = "pprof")]
@@ -53,6 +59,10 @@ pub const FORMATS: &[perfpipe_core::spec::FormatSpec] = &[
     firefox::SPEC,
     #[cfg(feature = "parquet")]
     parquet::SPEC,
+    #[cfg(feature = "otlp")]
+    otlp::SPEC,
+    #[cfg(all(feature = "otlp", feature = "pprof"))]
+    otlp::pyroscope::SPEC,
 ];
 
 /// What the formats' tests share: a stream made into the batches a sink reads.
