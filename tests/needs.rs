@@ -62,11 +62,14 @@ pub enum Need {
     /// userland (glibc 2.41 beside bookworm's 2.36) with perf 7.x from trixie-backports in it, and
     /// the wrapper that runs that perf on this machine's files ([`perf7_program`]).
     Trixie,
+    /// The OpenTelemetry protobuf bindings for Python (PyPI `opentelemetry-proto`), the
+    /// independent decoder of our OTLP profiles.
+    OtelProto,
 }
 
 impl Need {
     /// Every need, for the cfgs a build script declares.
-    pub const ALL: [Need; 15] = [
+    pub const ALL: [Need; 16] = [
         Need::Perf,
         Need::Perf612,
         Need::Cc,
@@ -82,6 +85,7 @@ impl Need {
         Need::Uts,
         Need::Spark,
         Need::Trixie,
+        Need::OtelProto,
     ];
 
     /// The cfg a build script sets when this need is missing and `CI` is not set.
@@ -102,6 +106,7 @@ impl Need {
             Need::Uts => "skip_uts",
             Need::Spark => "skip_spark",
             Need::Trixie => "skip_trixie",
+            Need::OtelProto => "skip_otelproto",
         }
     }
 
@@ -119,6 +124,10 @@ impl Need {
             Need::Script => "util-linux `script` (a pseudo-terminal)",
             Need::Go => "the Go toolchain (`go tool pprof`; Debian golang-go)",
             Need::Duckdb => "DuckDB for Python (`python3 -c 'import duckdb'`; PyPI duckdb)",
+            Need::OtelProto => {
+                "OpenTelemetry's protobuf bindings for Python (`python3 -c 'import \
+                 opentelemetry.proto.profiles.v1development.profiles_pb2'`; PyPI opentelemetry-proto)"
+            }
             Need::Inferno => {
                 "inferno-collapse-perf and inferno-flamegraph (`cargo install inferno --locked`)"
             }
@@ -149,7 +158,7 @@ impl Need {
             Need::Mount | Need::Tracefs => &["unshare", "mount"],
             Need::Script => &["script"],
             Need::Go => &["go"],
-            Need::Duckdb => &["python3"],
+            Need::Duckdb | Need::OtelProto => &["python3"],
             Need::Inferno => &["inferno-collapse-perf", "inferno-flamegraph"],
             Need::Chromium => &["chromium"],
             Need::Debuginfod => &["debuginfod"],
@@ -181,6 +190,13 @@ impl Need {
             Need::Script => runs("script", &["--version"]),
             Need::Go => runs("go", &["version"]),
             Need::Duckdb => runs("python3", &["-c", "import duckdb"]),
+            Need::OtelProto => runs(
+                "python3",
+                &[
+                    "-c",
+                    "import opentelemetry.proto.collector.profiles.v1development.profiles_service_pb2",
+                ],
+            ),
             Need::Inferno => runs("inferno-collapse-perf", &["--help"])
                 .and_then(|()| runs("inferno-flamegraph", &["--help"])),
             Need::Chromium => runs("chromium", &["--version"]),

@@ -38,6 +38,9 @@
 //! - `offcpu`: tracepoint fields by name against `perf script -F trace`, off-CPU intervals against
 //!   `perf sched timehist` and the known waits of `offcpu.c`, bad tracing data (issue 31).
 //! - `memory`: RSS stays under the stated bound behind a throttled reader; a stalled producer costs no CPU.
+//! - `otlp`: OTLP profiles folded back by OpenTelemetry's Python decoder against our folded
+//!   stacks; windows pushed to a receiver on 127.0.0.1 summing to the whole; Pyroscope's
+//!   `/ingest` read by `go tool pprof`; receivers that refuse, stall, are dead or die mid-stream.
 //! - `outputs`: the output decided and checked before the first byte is read, on an input that never
 //!   ends: `-o DIR/` writes the dataset while it is open; an impossible output exits 2 at once.
 //! - `dataset`: the Parquet dataset as a fleet writes it: partitions from the stream (a recording
@@ -67,6 +70,7 @@ mod malformed;
 mod memory;
 mod offcpu;
 pub mod oracle;
+mod otlp;
 mod outputs;
 mod passthrough;
 mod profile;

@@ -74,6 +74,16 @@ macro_rules! pipetest {
             [#[cfg_attr(any(skip_perf, skip_cc), ignore = "needs perf and cc (missing at build time)")]]
             [Perf, Cc] $($rest)*);
     };
+    (needs(otelproto) $($rest:tt)*) => {
+        $crate::pipetest!(@needs
+            [#[cfg_attr(skip_otelproto, ignore = "needs opentelemetry-proto for Python (missing at build time)")]]
+            [OtelProto] $($rest)*);
+    };
+    (needs(perf, tracefs, otelproto) $($rest:tt)*) => {
+        $crate::pipetest!(@needs
+            [#[cfg_attr(any(skip_perf, skip_tracefs, skip_otelproto), ignore = "needs perf, tracefs and opentelemetry-proto for Python (missing at build time)")]]
+            [Perf, Tracefs, OtelProto] $($rest)*);
+    };
     (needs(go) $($rest:tt)*) => {
         $crate::pipetest!(@needs
             [#[cfg_attr(skip_go, ignore = "needs go (missing at build time)")]]

@@ -3,6 +3,7 @@
 //! profile per sample type.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use rustc_hash::FxHashMap;
 
@@ -55,7 +56,9 @@ impl Dictionary {
         d.dict.location_table.push(proto::Location::default());
         d.dict.function_table.push(proto::Function::default());
         d.dict.link_table.push(proto::Link::default());
-        d.dict.attribute_table.push(proto::KeyValueAndUnit::default());
+        d.dict
+            .attribute_table
+            .push(proto::KeyValueAndUnit::default());
         d.dict.stack_table.push(proto::Stack::default());
         d
     }
@@ -87,20 +90,20 @@ fn frames(p: &Otlp, pool: Option<&rayon::ThreadPool>, d: &mut Dictionary) -> Vec
         return Vec::new();
     };
     let used = p.stacks.used_frames();
-    // Each used frame's lines: (display name, system name) per resolved function, innermost
-    // first; `None` for an address no symbol covers.
-    let named: Vec<Vec<(String, String, std::sync::Arc<str>)>> =
-        namer.each_used(&used, |f, resolved: Vec<Resolved>| {
-            resolved
-                .iter()
-                .filter_map(|r| {
-                    let full = r.name.as_deref()?;
-                    let mut shown = String::new();
-                    frame_name(r, f.query.ip, Naming::default(), &mut shown);
-                    Some((shown, full.to_string(), r.dso.clone()))
-                })
-                .collect()
-        });
+    // Each used frame's lines, (display name, system name, dso) per resolved function,
+    // innermost first (none for an address no symbol covers), and its dso as perf shows it.
+    type Named = (Vec<(String, String, Arc<str>)>, Option<Arc<str>>);
+    let named: Vec<Named> = namer.each_used(&used, |f, resolved: Vec<Resolved>| {
+        let lines = (resolved.iter())
+            .filter_map(|r| {
+                let full = r.name.as_deref()?;
+                let mut shown = String::new();
+                frame_name(r, f.query.ip, Naming::default(), &mut shown);
+                Some((shown, full.to_string(), r.dso.clone()))
+            })
+            .collect();
+        (lines, resolved.last().map(|r| r.dso.clone()))
+    });
     let dsos = &namer.sources().dsos;
     let mut location_of = vec![0i32; namer.frames().len()];
     let mut mapping_of: FxHashMap<Option<u32>, i32> = FxHashMap::default();
@@ -113,9 +116,11 @@ fn frames(p: &Otlp, pool: Option<&rayon::ThreadPool>, d: &mut Dictionary) -> Vec
         let next = d.dict.mapping_table.len() as i32;
         let mapping_index = *mapping_of.entry(dso.map(|d| d.0)).or_insert_with(|| {
             let info = dso.and_then(|id| Some((id, dsos.get(id)?)));
+            // The file as perf shows it (`[kernel.kallsyms]`, not the MMAP's `…_text`).
+            let shown = named[i].1.as_deref();
             let (file, build_id) = match &info {
                 Some((id, info)) => (
-                    d.strings.get(&info.name),
+                    d.strings.get(shown.unwrap_or(&info.name)),
                     namer.build_id(*id, Some(info)),
                 ),
                 None => (d.strings.get("[unknown]"), None),
@@ -133,7 +138,7 @@ fn frames(p: &Otlp, pool: Option<&rayon::ThreadPool>, d: &mut Dictionary) -> Vec
             next
         });
         let mut lines = Vec::new();
-        for (shown, full, dso) in &named[i] {
+        for (shown, full, dso) in &named[i].0 {
             let key = (
                 d.strings.get(shown),
                 d.strings.get(full),
@@ -210,9 +215,7 @@ pub(super) fn request(
             .or_default()
             .push((key, o));
     }
-    let (start, end) = p
-        .window
-        .unwrap_or((p.first_time.unwrap_or(0), p.last_time));
+    let (start, end) = p.window.unwrap_or((p.first_time.unwrap_or(0), p.last_time));
     let time_unix_nano = p.facts.wall_ns(start);
     let duration_nano = end.saturating_sub(start);
     let scope = Some(proto::InstrumentationScope {

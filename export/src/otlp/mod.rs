@@ -50,7 +50,7 @@ use perfpipe_stream::format::{feature, RecordType, StreamInfo};
 use perfpipe_stream::model::offcpu::{Interval, OffCpu, Switches};
 use rustc_hash::FxHashMap;
 
-pub use window::{Windowed, WindowSink};
+pub use window::{WindowSink, Windowed};
 
 /// `key[0]` of an off-CPU sample: this plus the state's place in `State::ALL`, plus [`OPEN`] for
 /// an interval still open at the end.

@@ -2,8 +2,11 @@
 //! through a bounded queue, so that a slow or dead receiver never holds up the stream (a
 //! recording that waited on it would lose events in the kernel instead).
 //!
-//! - **Queue**: `queue` windows wait (default 4); a window that finds the queue full is dropped.
-//!   Memory is bounded by the queue and the window being filled.
+//! - **Queue**: `queue` windows wait (default 4). A window that finds the queue full waits for
+//!   room up to `timeout` while the receiver answers (so a file read faster than the receiver
+//!   takes its windows loses none), and is dropped at once while the receiver fails (so a
+//!   recording is never held up by a dead one). Memory is bounded by the queue and the window
+//!   being filled.
 //! - **Retries**: a request that fails in transport, or is answered 429 or 5xx, is retried up to
 //!   `retries` times (default 3) after 500 ms, 1 s, 2 s…; one answered otherwise (400: the
 //!   receiver refuses it) is not retried.
@@ -18,11 +21,12 @@
 //! ([`perfpipe_profile::symbols::sources::debuginfod::tls_config`]).
 
 use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use crossbeam_channel::{Receiver, Sender, TrySendError};
+use crossbeam_channel::{Receiver, SendTimeoutError, Sender, TrySendError};
 use perfpipe_core::Counter;
 
 /// Where the requests go.
@@ -188,6 +192,8 @@ struct Shared {
     dropped_list: Mutex<Vec<String>>,
     /// Set at the end: nothing is sent after it.
     deadline: Mutex<Option<Instant>>,
+    /// The last attempt failed: a full queue drops windows at once rather than wait.
+    failing: AtomicBool,
 }
 
 impl Shared {
@@ -234,28 +240,46 @@ impl Pusher {
         })
     }
 
-    /// Queues a window, or drops it (counted, named) when the queue is full.
+    /// Queues a window. When the queue is full, waits for room up to the timeout while the
+    /// receiver answers (a file read faster than it takes requests loses nothing), and drops the
+    /// window (counted, named) at once while it fails (a recording is not held up by a dead
+    /// receiver).
     pub fn push(&self, window: Window) {
         let Some(tx) = &self.tx else { return };
-        match tx.try_send(window) {
-            Ok(()) => {}
-            Err(TrySendError::Full(w)) => self.shared.drop_window(&w, "the queue was full"),
-            Err(TrySendError::Disconnected(w)) => {
-                self.shared.drop_window(&w, "the sender had stopped")
+        let full = if self.shared.failing.load(Ordering::Relaxed) {
+            match tx.try_send(window) {
+                Ok(()) => return,
+                Err(TrySendError::Full(w) | TrySendError::Disconnected(w)) => w,
             }
-        }
+        } else {
+            match tx.send_timeout(window, self.config.timeout) {
+                Ok(()) => return,
+                Err(SendTimeoutError::Timeout(w) | SendTimeoutError::Disconnected(w)) => w,
+            }
+        };
+        self.shared
+            .drop_window(&full, "the queue was full (the receiver failing or slow)");
     }
 
     /// Sends what is queued within the timeout, then stops the thread; the dropped windows, each
     /// named with why, if any was.
     pub fn finish(&mut self) -> Vec<String> {
-        *self.shared.deadline.lock().unwrap_or_else(|e| e.into_inner()) =
-            Some(Instant::now() + self.config.timeout);
+        *self
+            .shared
+            .deadline
+            .lock()
+            .unwrap_or_else(|e| e.into_inner()) = Some(Instant::now() + self.config.timeout);
         self.tx = None;
         if let Some(t) = self.thread.take() {
             let _ = t.join();
         }
-        std::mem::take(&mut *self.shared.dropped_list.lock().unwrap_or_else(|e| e.into_inner()))
+        std::mem::take(
+            &mut *self
+                .shared
+                .dropped_list
+                .lock()
+                .unwrap_or_else(|e| e.into_inner()),
+        )
     }
 
     /// `windows_sent`, `windows_dropped`, `push_retries`, `push_bytes`.
@@ -316,7 +340,9 @@ fn send(agent: &ureq::Agent, target: &Target, config: PushConfig, w: &Window, sh
     let (url, content_type) = target.request(w);
     let mut wait = config.backoff;
     for attempt in 0..=config.retries {
-        let left = shared.deadline().map(|d| d.saturating_duration_since(Instant::now()));
+        let left = shared
+            .deadline()
+            .map(|d| d.saturating_duration_since(Instant::now()));
         if left == Some(Duration::ZERO) {
             shared.drop_window(w, "not sent by the end's time limit (timeout)");
             return;
@@ -324,22 +350,27 @@ fn send(agent: &ureq::Agent, target: &Target, config: PushConfig, w: &Window, sh
         let limit = left.map_or(config.timeout, |l| l.min(config.timeout));
         let why = match post(agent, &url, content_type, &w.body, limit) {
             Attempt::Sent => {
+                shared.failing.store(false, Ordering::Relaxed);
                 shared.sent.add(1);
                 shared.bytes.add(w.body.len() as u64);
                 return;
             }
             Attempt::Refused(why) => {
+                shared.failing.store(true, Ordering::Relaxed);
                 shared.drop_window(w, &why);
                 return;
             }
             Attempt::Retry(why) => why,
         };
+        shared.failing.store(true, Ordering::Relaxed);
         if attempt == config.retries {
             shared.drop_window(w, &format!("{why} ({} attempts)", attempt + 1));
             return;
         }
         shared.retries.add(1);
-        let left = shared.deadline().map(|d| d.saturating_duration_since(Instant::now()));
+        let left = shared
+            .deadline()
+            .map(|d| d.saturating_duration_since(Instant::now()));
         std::thread::sleep(left.map_or(wait, |l| l.min(wait)));
         wait *= 2;
     }

@@ -15,7 +15,7 @@ use perfpipe_profile::kit::join::sample_count;
 use perfpipe_profile::kit::Profile;
 
 use super::push::Target;
-use super::{StreamFacts, Windowed, WindowSink, PUSH_FLAGS, PUSH_OPTIONS};
+use super::{StreamFacts, WindowSink, Windowed, PUSH_FLAGS, PUSH_OPTIONS};
 use crate::pprof::Pprof;
 
 /// A window's pprof profile, and whether it has samples.

@@ -54,8 +54,14 @@ fn the_request_counts_every_sample_and_refers_only_to_its_tables() {
                 assert!(!stack.location_indices.is_empty());
                 for &l in &stack.location_indices {
                     let loc = &d.location_table[l as usize];
-                    assert!(loc.mapping_index > 0 && (loc.mapping_index as usize) < d.mapping_table.len());
-                    assert!(loc.lines.iter().all(|l| (l.function_index as usize) < d.function_table.len()));
+                    assert!(
+                        loc.mapping_index > 0
+                            && (loc.mapping_index as usize) < d.mapping_table.len()
+                    );
+                    assert!(loc
+                        .lines
+                        .iter()
+                        .all(|l| (l.function_index as usize) < d.function_table.len()));
                 }
                 let attrs: BTreeMap<&str, &Option<any_value::Value>> = (x.attribute_indices.iter())
                     .map(|&a| {
@@ -64,13 +70,18 @@ fn the_request_counts_every_sample_and_refers_only_to_its_tables() {
                     })
                     .collect();
                 assert!(attrs.contains_key("thread.id") && attrs.contains_key("thread.name"));
-                assert!(x.timestamps_unix_nano.iter().all(|&t| t >= p.time_unix_nano
-                    && t <= p.time_unix_nano + p.duration_nano));
+                assert!(x
+                    .timestamps_unix_nano
+                    .iter()
+                    .all(|&t| t >= p.time_unix_nano && t <= p.time_unix_nano + p.duration_nano));
             }
         }
     }
     assert_eq!((count, period), (1664, 1664 * 200_000));
-    assert_eq!(types.into_iter().collect::<Vec<_>>(), [("cpu-clock", "nanoseconds")]);
+    assert_eq!(
+        types.into_iter().collect::<Vec<_>>(),
+        [("cpu-clock", "nanoseconds")]
+    );
     // libc's mapping names its file and carries its build id.
     let libc = (d.mapping_table.iter())
         .find(|m| s(m.filename_strindex).ends_with("libc.so.6"))

@@ -3,10 +3,12 @@
 //!
 //! - **Windows**: a window is `--window` long and starts at a multiple of it on the wall clock
 //!   (10 s windows start at :00, :10, …), so that every agent of a fleet cuts at the same
-//!   instants. A sample belongs to the window its time falls in; a batch that spans a boundary
-//!   is cut there (the records before the first sample past it go to the window that ends). A
-//!   sample that comes late (perf orders samples per round, not across them) is counted in the
-//!   window being filled. Windows in which no sample came send nothing.
+//!   instants. A sample belongs to the window its time falls in, whatever order it comes in (a
+//!   pipe orders samples only per round); another record goes with the sample before it. A
+//!   window is sent once no sample to come can fall in it: at a FINISHED_ROUND whose previous
+//!   round saw a later sample (perf's own rule for sorting a pipe), or once a sample a whole
+//!   window later came. A sample whose window was already sent is counted in the oldest open
+//!   one (`samples_late`). Windows in which no sample came send nothing (`windows_empty`).
 //! - **What a window holds**: the profile of its samples alone, complete in itself (its own
 //!   dictionary, its resources); off-CPU intervals are cut with it (an interval still open at a
 //!   window's end is charged to it up to its last event, `open_at_end`).
@@ -16,6 +18,7 @@
 //! The stream's HOSTNAME and CLOCK_DATA are read here once ([`StreamFacts`]) and given to every
 //! window's profile.
 
+use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::Arc;
 
@@ -62,18 +65,32 @@ pub fn file_output(format: &str, o: &Options, path: &Path) -> Result<(), StageEr
 /// The sink of a profile pushed in windows (see the module doc).
 #[derive(Debug)]
 pub struct WindowSink<P> {
-    profile: P,
+    /// The profile every window's is made from ([`Windowed::next_window`]).
+    template: P,
+    /// The windows open, by start (perf time); without `--window`, one at 0.
+    open: BTreeMap<u64, P>,
     facts: StreamFacts,
     /// The window's length in ns; `None`: the whole stream is one window.
     width: Option<u64>,
-    /// The window being filled, perf time `[start, end)`; `None` before the first sample.
-    current: Option<(u64, u64)>,
+    /// Where windows start: `start % width == offset` (a multiple of the width on the wall
+    /// clock), set at the first sample.
+    offset: Option<u64>,
     /// The first and the last sample time of the stream.
     seen: Option<(u64, u64)>,
+    /// The latest sample time before the FINISHED_ROUND before the last one: every sample
+    /// still to come is later (perf's ordering of a pipe).
+    round_max: u64,
+    /// The latest sample time before the last FINISHED_ROUND.
+    round_pending: u64,
+    /// The end of the last window sent.
+    sent_until: u64,
+    /// The window of the latest sample, where other records go.
+    last_window: u64,
     index: u64,
     pusher: Pusher,
     pool: Option<Arc<rayon::ThreadPool>>,
     windows_empty: Counter,
+    samples_late: Counter,
 }
 
 impl<P: Windowed> WindowSink<P> {
@@ -116,97 +133,118 @@ impl<P: Windowed> WindowSink<P> {
         config: PushConfig,
     ) -> std::io::Result<WindowSink<P>> {
         Ok(WindowSink {
-            profile,
+            template: profile,
+            open: BTreeMap::new(),
             facts: StreamFacts::now(),
             width,
-            current: None,
+            offset: None,
             seen: None,
+            round_max: 0,
+            round_pending: 0,
+            sent_until: 0,
+            last_window: 0,
             index: 0,
             pusher: Pusher::start(target, config)?,
             pool: None,
             windows_empty: Counter::new(),
+            samples_late: Counter::new(),
         })
     }
 
-    /// The window of a first sample at `time`: the multiple of the width on the wall clock
-    /// that holds it.
-    fn first_window(&self, time: u64, width: u64) -> (u64, u64) {
-        let into = self.facts.wall_ns(time) % width;
-        let start = time.saturating_sub(into);
-        (start, start + width)
+    /// The start of the window of sample time `time`.
+    fn window_of(&mut self, time: u64) -> u64 {
+        let Some(width) = self.width else { return 0 };
+        let offset = *self.offset.get_or_insert_with(|| {
+            (time % width + width - self.facts.wall_ns(time) % width) % width
+        });
+        let start = time.saturating_sub((time + width - offset) % width);
+        if start < self.sent_until {
+            // Later than its window, which is sent: counted in the oldest open one.
+            self.samples_late.add(1);
+            return self.open.keys().next().copied().unwrap_or(self.sent_until);
+        }
+        start
     }
 
-    /// Ends the window being filled: its request queued (unless it has no sample), a new
-    /// profile begun.
-    fn emit(&mut self, end_of_stream: bool) {
-        let (start, end) = match (self.current, self.seen) {
-            (Some((s, e)), Some((_, last))) if end_of_stream => (s, e.min(last + 1)),
-            (Some(w), _) => w,
-            (None, Some((first, last))) => (first, last + 1),
-            (None, None) => (0, 0),
+    /// Sends window `start` (unless it has no sample).
+    fn emit(&mut self, start: u64, mut profile: P, end_of_stream: bool) {
+        let (first, last) = self.seen.unwrap_or((0, 0));
+        let (start, end) = match self.width {
+            Some(w) if end_of_stream => (start, (start + w).min(last + 1)),
+            Some(w) => (start, start + w),
+            None => (first, last + 1),
         };
-        self.profile.finish();
-        if self.profile.has_samples() {
-            self.profile.set_window(&self.facts, start, end);
-            let mut body = Vec::new();
-            // Writing to a Vec cannot fail.
-            let _ = self.profile.write(self.pool.as_deref(), &mut body);
-            self.index += 1;
-            self.pusher.push(Window {
-                index: self.index,
-                start_ns: self.facts.wall_ns(start),
-                end_ns: self.facts.wall_ns(end),
-                body,
-            });
-        } else {
+        self.sent_until = self.sent_until.max(end);
+        profile.finish();
+        if !profile.has_samples() {
             self.windows_empty.add(1);
+            return;
         }
-        self.profile = self.profile.next_window();
+        profile.set_window(&self.facts, start, end);
+        let mut body = Vec::new();
+        // Writing to a Vec cannot fail.
+        let _ = profile.write(self.pool.as_deref(), &mut body);
+        self.index += 1;
+        self.pusher.push(Window {
+            index: self.index,
+            start_ns: self.facts.wall_ns(start),
+            end_ns: self.facts.wall_ns(end),
+            body,
+        });
     }
 
-    /// The indices of the spans at which the batch is cut, each with the window it ends and the
-    /// one it begins.
-    fn cuts(&mut self, batch: &Batch, width: u64) -> Vec<(usize, (u64, u64), (u64, u64))> {
-        let Some(join) = Join::of(batch) else {
-            return Vec::new();
-        };
-        let mut samples = join.map(|(_, s)| (s.start, s.time)).peekable();
-        let mut cuts = Vec::new();
-        for (i, span) in batch.spans.iter().enumerate() {
-            if span.kind != RecordType::SAMPLE.0 {
-                continue;
+    /// Sends the windows that no sample to come can fall in: those that end by the time perf's
+    /// last round guarantees, or a whole window before the latest sample.
+    fn emit_closed(&mut self) {
+        let Some(width) = self.width else { return };
+        let latest = self.seen.map_or(0, |s| s.1);
+        while let Some((&start, _)) = self.open.first_key_value() {
+            let end = start + width;
+            if end > self.round_max && end + width > latest {
+                break;
             }
-            let Some((_, time)) = samples.next_if(|&(start, _)| start == span.start) else {
-                continue;
-            };
-            if time == 0 {
-                continue;
-            }
-            let (start, end) = match self.current {
-                Some(w) => w,
-                None => {
-                    let w = self.first_window(time, width);
-                    self.current = Some(w);
-                    w
-                }
-            };
-            // A sample before `start` came late: it is counted in the window being filled.
-            if time >= end {
-                let next = end + (time - end) / width * width;
-                cuts.push((i, (start, end), (next, next + width)));
-                self.current = Some((next, next + width));
-            }
-            self.note(time);
+            let profile = self.open.remove(&start).expect("the first window");
+            self.emit(start, profile, false);
         }
-        cuts
     }
 
-    /// Notes a sample time of the window being filled.
+    /// Notes a sample time.
     fn note(&mut self, time: u64) {
         self.seen = Some(match self.seen {
             Some((first, last)) => (first.min(time), last.max(time)),
             None => (time, time),
         });
+    }
+
+    /// The window of each span of `batch` (a sample's by its time, another record's that of the
+    /// sample before it), and whether a FINISHED_ROUND came.
+    fn assign(&mut self, batch: &Batch) -> (Vec<u64>, bool) {
+        let mut windows = Vec::with_capacity(batch.spans.len());
+        let mut round = false;
+        let mut samples = Join::of(batch)
+            .map(|j| j.map(|(_, s)| (s.start, s.time)).collect::<Vec<_>>())
+            .unwrap_or_default()
+            .into_iter()
+            .peekable();
+        for span in &batch.spans {
+            if span.kind == RecordType::FINISHED_ROUND.0 {
+                round = true;
+                // perf's rule: once a round ends, no sample to come is earlier than the latest
+                // of the round before it.
+                self.round_max = self.round_max.max(self.round_pending);
+                self.round_pending = self.seen.map_or(0, |s| s.1);
+            }
+            let time = match samples.next_if(|&(start, _)| start == span.start) {
+                Some((_, t)) if t != 0 && span.kind == RecordType::SAMPLE.0 => Some(t),
+                _ => None,
+            };
+            if let Some(t) = time {
+                self.last_window = self.window_of(t);
+                self.note(t);
+            }
+            windows.push(self.last_window);
+        }
+        (windows, round)
     }
 }
 
@@ -216,43 +254,46 @@ impl<P: Windowed> Sink for WindowSink<P> {
             // A pipe's feature records come before its samples.
             self.facts.observe(batch, info);
         }
-        let Some(width) = self.width else {
-            if let Some(join) = Join::of(batch) {
-                for (_, s) in join.filter(|(_, s)| s.time != 0) {
-                    self.note(s.time);
+        let (windows, round) = self.assign(batch);
+        let mut distinct: Vec<u64> = windows.clone();
+        distinct.sort_unstable();
+        distinct.dedup();
+        for &w in &distinct {
+            if !self.open.contains_key(&w) {
+                let fresh = self.template.next_window();
+                self.open.insert(w, fresh);
+            }
+        }
+        match distinct[..] {
+            [] => {}
+            [w] => self.open.get_mut(&w).expect("opened").add(batch),
+            _ => {
+                // The batch's records of each window, in stream order.
+                let mut part = Batch {
+                    spans: Vec::new(),
+                    ..batch.clone()
+                };
+                for w in distinct {
+                    part.spans.clear();
+                    let spans = batch.spans.iter().zip(&windows);
+                    part.spans
+                        .extend(spans.filter(|(_, &x)| x == w).map(|(s, _)| *s));
+                    self.open.get_mut(&w).expect("opened").add(&part);
                 }
             }
-            self.profile.add(batch);
-            return Ok(Flow::Continue);
-        };
-        let cuts = self.cuts(batch, width);
-        if cuts.is_empty() {
-            self.profile.add(batch);
-            return Ok(Flow::Continue);
         }
-        // The batch cut at each boundary: the spans before it end the window.
-        let mut part = Batch {
-            spans: Vec::new(),
-            ..batch.clone()
-        };
-        let mut from = 0;
-        for (at, ended, next) in cuts {
-            part.spans.clear();
-            part.spans.extend_from_slice(&batch.spans[from..at]);
-            self.profile.add(&part);
-            self.current = Some(ended);
-            self.emit(false);
-            self.current = Some(next);
-            from = at;
+        if round || self.open.len() > 2 {
+            self.emit_closed();
         }
-        part.spans.clear();
-        part.spans.extend_from_slice(&batch.spans[from..]);
-        self.profile.add(&part);
         Ok(Flow::Continue)
     }
 
     fn finish(&mut self) -> Result<(), StageError> {
-        self.emit(true);
+        let open = std::mem::take(&mut self.open);
+        let last = open.len();
+        for (i, (start, profile)) in open.into_iter().enumerate() {
+            self.emit(start, profile, i + 1 == last);
+        }
         let dropped = self.pusher.finish();
         if dropped.is_empty() {
             return Ok(());
@@ -267,9 +308,10 @@ impl<P: Windowed> Sink for WindowSink<P> {
     }
 
     fn counters(&self) -> Vec<(&'static str, Counter)> {
-        let mut c = self.profile.counters();
+        let mut c = self.template.counters();
         c.extend(self.pusher.counters());
         c.push(("windows_empty", self.windows_empty.clone()));
+        c.push(("samples_late", self.samples_late.clone()));
         c
     }
 }
