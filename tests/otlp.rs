@@ -240,6 +240,40 @@ pipetest!(needs(otelproto) opentelemetry_decodes_our_requests_into_our_folded_st
         let stdout = dir.write("stdout.otlp.pb", &perfpipe_ok(&["-i", input, "--format", "otlp"], b""));
         eqnice!(theirs, python_folded("cpu-clock", &[stdout]));
     }
+    // Off-CPU: the off_cpu profile of a sched_switch recording is `--weight offcpu`'s folded
+    // stacks, `[off-cpu: STATE]` from `thread.state` and `open_at_end`.
+    let input = fixture("tracepoint.pipe.data");
+    let input = input.to_str().unwrap();
+    let otlp = dir.path("off.otlp.pb");
+    let folded = dir.path("off.folded");
+    perfpipe_ok(&["-i", input, "-o", otlp.to_str().unwrap()], b"");
+    perfpipe_ok(&["-i", input, "--weight", "offcpu", "-o", folded.to_str().unwrap()], b"");
+    let ours = folded_map(&std::fs::read_to_string(&folded).unwrap());
+    assert!(ours.keys().any(|k| k.contains("[off-cpu: S]")), "{ours:?}");
+    eqnice!(ours, python_folded("off_cpu", &[otlp]));
+});
+
+pipetest!(needs(perf, otelproto) a_recording_agent_pushes_every_window_of_it, |dir| {
+    // perfpipe record as an agent; --tap keeps the stream it pushed, to compare with the whole.
+    let receiver = Receiver::start(Behaviour::Accept);
+    let url = receiver.url("/v1development/profiles");
+    let tap = dir.path("tap.data");
+    let tap_arg = format!("decode={}", tap.display());
+    let (_, err) = perfpipe_record(
+        &["-g", "-F", "999", "--window", "100ms", "--tap", &tap_arg, "-o", &url, "--stats"],
+        &[&workload(), "single"],
+    );
+    let requests = receiver.requests();
+    assert!(requests.len() >= 3, "{} windows: {err}", requests.len());
+    assert!(err.contains("windows_dropped = 0"), "{err}");
+    let files: Vec<_> = (requests.iter().enumerate())
+        .map(|(i, r)| dir.write(&format!("w{i}.otlp.pb"), &r.body))
+        .collect();
+    let whole = dir.path("whole.otlp.pb");
+    perfpipe_ok(&["-i", tap.to_str().unwrap(), "-o", whole.to_str().unwrap()], b"");
+    let windows = python_folded("cpu-clock", &files);
+    assert!(windows.values().sum::<u64>() > 0);
+    eqnice!(python_folded("cpu-clock", &[whole]), windows);
 });
 
 pipetest!(needs(otelproto) windows_pushed_to_a_collector_add_up_to_the_whole, |dir| {

@@ -117,7 +117,7 @@ fn a_missing_need_is_a_skip_with_a_reason() {
     eqnice!(
         "cargo::rustc-check-cfg=cfg(skip_perf, skip_perf612, skip_cc, skip_mount, skip_tracefs, \
          skip_script, skip_go, skip_duckdb, skip_inferno, skip_chromium, skip_debuginfod, skip_tls, \
-         skip_uts, skip_spark)",
+         skip_uts, skip_spark, skip_trixie, skip_otelproto)",
         lines[0]
     );
     assert!(

@@ -79,10 +79,10 @@ macro_rules! pipetest {
             [#[cfg_attr(skip_otelproto, ignore = "needs opentelemetry-proto for Python (missing at build time)")]]
             [OtelProto] $($rest)*);
     };
-    (needs(perf, tracefs, otelproto) $($rest:tt)*) => {
+    (needs(perf, otelproto) $($rest:tt)*) => {
         $crate::pipetest!(@needs
-            [#[cfg_attr(any(skip_perf, skip_tracefs, skip_otelproto), ignore = "needs perf, tracefs and opentelemetry-proto for Python (missing at build time)")]]
-            [Perf, Tracefs, OtelProto] $($rest)*);
+            [#[cfg_attr(any(skip_perf, skip_otelproto), ignore = "needs perf and opentelemetry-proto for Python (missing at build time)")]]
+            [Perf, OtelProto] $($rest)*);
     };
     (needs(go) $($rest:tt)*) => {
         $crate::pipetest!(@needs

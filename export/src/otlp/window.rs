@@ -8,7 +8,7 @@
 //!   window is sent once no sample to come can fall in it: at a FINISHED_ROUND whose previous
 //!   round saw a later sample (perf's own rule for sorting a pipe), or once a sample a whole
 //!   window later came. A sample whose window was already sent is counted in the oldest open
-//!   one (`samples_late`). Windows in which no sample came send nothing (`windows_empty`).
+//!   one (`samples_late`). Windows in which no sample came send nothing.
 //! - **What a window holds**: the profile of its samples alone, complete in itself (its own
 //!   dictionary, its resources); off-CPU intervals are cut with it (an interval still open at a
 //!   window's end is charged to it up to its last event, `open_at_end`).
@@ -89,7 +89,6 @@ pub struct WindowSink<P> {
     index: u64,
     pusher: Pusher,
     pool: Option<Arc<rayon::ThreadPool>>,
-    windows_empty: Counter,
     samples_late: Counter,
 }
 
@@ -146,7 +145,6 @@ impl<P: Windowed> WindowSink<P> {
             index: 0,
             pusher: Pusher::start(target, config)?,
             pool: None,
-            windows_empty: Counter::new(),
             samples_late: Counter::new(),
         })
     }
@@ -177,7 +175,6 @@ impl<P: Windowed> WindowSink<P> {
         self.sent_until = self.sent_until.max(end);
         profile.finish();
         if !profile.has_samples() {
-            self.windows_empty.add(1);
             return;
         }
         profile.set_window(&self.facts, start, end);
@@ -310,7 +307,6 @@ impl<P: Windowed> Sink for WindowSink<P> {
     fn counters(&self) -> Vec<(&'static str, Counter)> {
         let mut c = self.template.counters();
         c.extend(self.pusher.counters());
-        c.push(("windows_empty", self.windows_empty.clone()));
         c.push(("samples_late", self.samples_late.clone()));
         c
     }
