@@ -232,7 +232,7 @@ pipetest!(needs(otelproto) opentelemetry_decodes_our_requests_into_our_folded_st
         perfpipe_ok(&["-i", input, "-o", otlp.to_str().unwrap()], b"");
         perfpipe_ok(&["-i", input, "-o", folded.to_str().unwrap()], b"");
         let ours = folded_map(&std::fs::read_to_string(&folded).unwrap());
-        let theirs = python_folded("cpu-clock", &[otlp.clone()]);
+        let theirs = python_folded("cpu-clock", std::slice::from_ref(&otlp));
         assert!(ours.len() > 10, "{fixture_name}: {} stacks", ours.len());
         eqnice!(ours, theirs);
         // --format otlp to standard output is the same request (the fixtures have no

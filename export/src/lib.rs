@@ -48,6 +48,22 @@ fn gzip(
         .map(|_| ())
 }
 
+/// `YYYY-MM-DD` of a day since the epoch, by the civil-from-days algorithm (Howard Hinnant's
+/// `civil_from_days`).
+#[cfg(any(feature = "parquet", feature = "otlp"))]
+fn day_date(days: i64) -> String {
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    format!("{y:04}-{m:02}-{d:02}")
+}
+
 /// The output formats compiled in, in the order the help lists them.
 pub const FORMATS: &[perfpipe_core::spec::FormatSpec] = &[
     folded::SPEC,

@@ -179,6 +179,9 @@ enum Type {
     OffCpu,
 }
 
+/// The samples of one profile of a request.
+type Samples<'a> = Vec<(&'a Key, &'a Observations)>;
+
 /// The request of profile `p` (see the module doc of [`super`]).
 pub(super) fn request(
     p: &Otlp,
@@ -197,7 +200,7 @@ pub(super) fn request(
         d.dict.stack_table.push(proto::Stack { location_indices });
     }
     // The samples by process, then sample type, in a stable order.
-    let mut by_pid: BTreeMap<u32, BTreeMap<Type, Vec<(&Key, &Observations)>>> = BTreeMap::new();
+    let mut by_pid: BTreeMap<u32, BTreeMap<Type, Samples<'_>>> = BTreeMap::new();
     for (key, o) in &p.samples {
         let t = match key[0].checked_sub(OFF_CPU) {
             Some(_) => Type::OffCpu,
@@ -230,7 +233,8 @@ pub(super) fn request(
             let (name, unit, period) = match t {
                 Type::Event(e) => {
                     let ev = p.events.get(e);
-                    let period = p.periods.get(usize::from(ev.attr)).copied().unwrap_or(0);
+                    let period = p.periods.get(usize::from(ev.attr)).copied().flatten();
+                    let period = period.unwrap_or(0);
                     (ev.name.as_str(), ev.unit, period)
                 }
                 Type::OffCpu => ("off_cpu", "nanoseconds", 0),

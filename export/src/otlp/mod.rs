@@ -43,11 +43,12 @@ use std::io::Write;
 
 use perfpipe_core::spec::{BuildCtx, Flag, FormatSpec, Kind, Options, StageOption};
 use perfpipe_core::{Batch, Counter, Sink, StageError};
-use perfpipe_profile::kit::{Comms, Events, Join, NameSources, Profile, SnapshotSink, StackTable};
+use perfpipe_profile::kit::{
+    Comms, Events, NameSources, OffCpuSamples, Profile, SnapshotSink, StackTable,
+};
 use perfpipe_profile::symbolize::{StackSample, Stacks};
 use perfpipe_stream::format::features::{feature_record, feature_string, ClockData};
 use perfpipe_stream::format::{feature, RecordType, StreamInfo};
-use perfpipe_stream::model::offcpu::{Interval, OffCpu, Switches};
 use rustc_hash::FxHashMap;
 
 pub use window::{WindowSink, Windowed};
@@ -139,16 +140,6 @@ struct Observations {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 struct OffKey([u32; 4]);
 
-/// The switches of a stream and their intervals.
-#[derive(Debug, Default)]
-struct OffCpuPart {
-    switches: Switches,
-    model: OffCpu<OffKey>,
-    intervals: Vec<Interval<OffKey>>,
-    /// Whether the stream has a source of switches (decided at its first batch with attrs).
-    active: Option<bool>,
-}
-
 /// An OTLP profiles request of the samples so far (see the module doc).
 #[derive(Debug, Default)]
 pub struct Otlp {
@@ -158,13 +149,13 @@ pub struct Otlp {
     events: Events,
     sources: NameSources,
     facts: StreamFacts,
-    /// The attrs' fixed periods by attr index (0: by frequency).
-    periods: Vec<u64>,
+    /// The attrs' fixed periods by attr index (0: by frequency; `None`: not seen).
+    periods: Vec<Option<u64>>,
     first_time: Option<u64>,
     last_time: u64,
     /// The window this profile is of, perf time `[start, end)`, when pushed in windows.
     window: Option<(u64, u64)>,
-    off: OffCpuPart,
+    off: OffCpuSamples<OffKey>,
     counted: Counter,
     off_cpu_intervals: Counter,
 }
@@ -178,15 +169,16 @@ impl Otlp {
         }
     }
 
-    /// Counts sample `s`; its comm's and its stack's ids.
-    fn count(&mut self, info: &StreamInfo, stacks: &Stacks, s: &StackSample) -> (u32, u32) {
+    /// Takes in sample `s`: its observation, and the key of its switch-out.
+    fn count(&mut self, info: &StreamInfo, stacks: &Stacks, s: &StackSample) -> OffKey {
         self.events.id(info, s.attr);
         let a = usize::from(s.attr);
         if self.periods.len() <= a {
-            self.periods.resize(a + 1, 0);
-            if let Some(attr) = info.attr(s.attr).filter(|a| !a.freq()) {
-                self.periods[a] = attr.sample_period;
-            }
+            self.periods.resize(a + 1, None);
+        }
+        if self.periods[a].is_none() {
+            let attr = info.attr(s.attr).filter(|a| !a.freq());
+            self.periods[a] = Some(attr.map_or(0, |a| a.sample_period));
         }
         let comm = self.comms.id(stacks, s);
         let stack = self.stacks.id(stacks.frames(s));
@@ -200,44 +192,13 @@ impl Otlp {
             self.first_time = Some(self.first_time.map_or(s.time, |t| t.min(s.time)));
             self.last_time = self.last_time.max(s.time);
         }
-        (comm, stack)
+        OffKey([comm, s.pid, s.tid, stack])
     }
 
-    /// A batch of a stream with switches: every record goes through the off-CPU model, every
-    /// sample is counted as without it.
-    fn add_switches(&mut self, batch: &Batch, info: &StreamInfo, join: Join<'_>) {
-        let stacks = join.stacks();
-        let list = stacks.samples();
-        let mut join = join.peekable();
-        let mut counted = 0;
-        for span in &batch.spans {
-            if span.kind == RecordType::FINISHED_ROUND.0 {
-                self.off.model.round(&mut self.off.intervals);
-                continue;
-            }
-            let rec = info.record(batch, span);
-            let is_sample = span.kind == RecordType::SAMPLE.0;
-            let joined = join.next_if(|&(_, s)| is_sample && s.start == span.start);
-            let sw = self.off.switches.read(&rec, span.tag, info);
-            let key = joined.map(|(i, _)| {
-                let s = &list[i];
-                let (comm, stack) = self.count(info, stacks, s);
-                if s.time != 0 {
-                    self.off.model.note_time(s.time);
-                }
-                counted += 1;
-                OffKey([comm, s.pid, s.tid, stack])
-            });
-            self.off.model.add(&sw, key, &mut self.off.intervals);
-        }
-        self.counted.add(counted);
-        self.charge();
-    }
-
-    /// Counts the intervals closed so far as off-CPU observations.
+    /// Counts the intervals closed so far as off-CPU observations, timed at their switch-out.
     fn charge(&mut self) {
         let mut charged = 0;
-        for iv in self.off.intervals.drain(..) {
+        for iv in self.off.drain() {
             let Some(OffKey([comm, pid, tid, stack])) = iv.stack else {
                 continue;
             };
@@ -273,26 +234,14 @@ impl Profile for Otlp {
                 self.facts.observe(batch, info);
             }
         }
-        let Some(mut join) = Join::of(batch) else {
-            return;
-        };
-        let (stacks, Some(info)) = (join.stacks(), join.info()) else {
-            return;
-        };
-        self.sources.observe(stacks);
-        if *self.off.active.get_or_insert_with(|| {
-            self.off.switches.wakeups = true;
-            self.off.switches.active(info)
-        }) {
-            self.add_switches(batch, info, join);
-            return;
-        }
-        let mut counted = 0;
-        for (_, s) in join.by_ref() {
-            self.count(info, stacks, s);
-            counted += 1;
-        }
-        self.counted.add(counted);
+        let mut off = std::mem::take(&mut self.off);
+        let mut sources = std::mem::take(&mut self.sources);
+        let n = off.add(batch, &mut sources, |info, stacks, s| {
+            self.count(info, stacks, s)
+        });
+        (self.off, self.sources) = (off, sources);
+        self.counted.add(n);
+        self.charge();
     }
 
     fn write(&self, pool: Option<&rayon::ThreadPool>, out: &mut dyn Write) -> std::io::Result<()> {
@@ -300,7 +249,7 @@ impl Profile for Otlp {
     }
 
     fn finish(&mut self) {
-        self.off.model.finish(&mut self.off.intervals);
+        self.off.finish();
         self.charge();
     }
 
