@@ -253,6 +253,32 @@ pipetest!(needs(otelproto) opentelemetry_decodes_our_requests_into_our_folded_st
     eqnice!(ours, python_folded("off_cpu", &[otlp]));
 });
 
+pipetest!(needs(perf, cc, otelproto) inlined_functions_are_lines_of_one_location, |dir| {
+    // --inline: the functions inlined at an address are Lines of its one Location, callee
+    // first, and fold as --inline's folded stacks do.
+    let w = crate::workloads::cpp_templates(&dir);
+    let rec = dir.write("rec.data", &w.record(&[]));
+    let rec = rec.to_str().unwrap();
+    let otlp = dir.path("inline.otlp.pb");
+    let folded = dir.path("inline.folded");
+    perfpipe_ok(&["-i", rec, "--inline", "-o", otlp.to_str().unwrap()], b"");
+    perfpipe_ok(&["-i", rec, "--inline", "-o", folded.to_str().unwrap()], b"");
+    let ours = folded_map(&std::fs::read_to_string(&folded).unwrap());
+    eqnice!(ours, python_folded("cpu-clock", std::slice::from_ref(&otlp)));
+    let req = ExportProfilesServiceRequest::decode(&std::fs::read(&otlp).unwrap()[..]).unwrap();
+    let d = req.dictionary.unwrap();
+    let name = |f: i32| d.string_table[d.function_table[f as usize].name_strindex as usize].clone();
+    let inlined: Vec<Vec<String>> = (d.location_table.iter())
+        .filter(|l| l.lines.len() > 1)
+        .map(|l| l.lines.iter().map(|x| name(x.function_index)).collect())
+        .collect();
+    assert!(
+        inlined.iter().any(|names| names[0].starts_with("tpl::Poly<double, 7>::eval")
+            && names[1].starts_with("tpl::sum_poly<double>")),
+        "{inlined:?}"
+    );
+});
+
 pipetest!(needs(perf, otelproto) a_recording_agent_pushes_every_window_of_it, |dir| {
     // perfpipe record as an agent; --tap keeps the stream it pushed, to compare with the whole.
     let receiver = Receiver::start(Behaviour::Accept);

@@ -79,6 +79,11 @@ macro_rules! pipetest {
             [#[cfg_attr(skip_otelproto, ignore = "needs opentelemetry-proto for Python (missing at build time)")]]
             [OtelProto] $($rest)*);
     };
+    (needs(perf, cc, otelproto) $($rest:tt)*) => {
+        $crate::pipetest!(@needs
+            [#[cfg_attr(any(skip_perf, skip_cc, skip_otelproto), ignore = "needs perf, cc and opentelemetry-proto for Python (missing at build time)")]]
+            [Perf, Cc, OtelProto] $($rest)*);
+    };
     (needs(perf, otelproto) $($rest:tt)*) => {
         $crate::pipetest!(@needs
             [#[cfg_attr(any(skip_perf, skip_otelproto), ignore = "needs perf and opentelemetry-proto for Python (missing at build time)")]]
