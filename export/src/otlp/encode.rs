@@ -45,7 +45,20 @@ enum Value {
 struct Dictionary {
     strings: Strings,
     attributes: FxHashMap<(i32, Value), i32>,
+    /// The attributes of the samples by what they are made of (which attribute, the id it is
+    /// made from), so that a sample finds them without making their values.
+    made: FxHashMap<(Made, u64), i32>,
     dict: proto::ProfilesDictionary,
+}
+
+/// What a sample's attribute is made from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+enum Made {
+    Tid,
+    Comm,
+    Cpu,
+    State,
+    Open,
 }
 
 impl Dictionary {
@@ -61,6 +74,16 @@ impl Dictionary {
             .push(proto::KeyValueAndUnit::default());
         d.dict.stack_table.push(proto::Stack::default());
         d
+    }
+
+    /// The index of the attribute `made` from `id`, made by `make` the first time.
+    fn made(&mut self, made: Made, id: u64, make: impl FnOnce(&mut Dictionary) -> i32) -> i32 {
+        if let Some(&i) = self.made.get(&(made, id)) {
+            return i;
+        }
+        let i = make(self);
+        self.made.insert((made, id), i);
+        i
     }
 
     /// The index of attribute `key` = `value`.
@@ -302,20 +325,28 @@ fn resource(p: &Otlp, pid: u32) -> proto::Resource {
 /// One sample: its stack, its thread's attributes, its observations made wall-clock.
 fn sample(p: &Otlp, d: &mut Dictionary, key: &Key, o: &Observations) -> proto::Sample {
     let [kind, comm, _, tid, cpu, stack] = *key;
+    let int = |key: &'static str, n: u32| {
+        move |d: &mut Dictionary| d.attribute(key, Value::Int(i64::from(n)))
+    };
     let mut attribute_indices = vec![
-        d.attribute("thread.id", Value::Int(i64::from(tid))),
-        d.attribute("thread.name", Value::Str(p.comms.name(comm).to_string())),
+        d.made(Made::Tid, tid.into(), int("thread.id", tid)),
+        d.made(Made::Comm, comm.into(), |d| {
+            d.attribute("thread.name", Value::Str(p.comms.name(comm).to_string()))
+        }),
     ];
     if cpu != u32::MAX {
-        attribute_indices.push(d.attribute("cpu.logical_number", Value::Int(i64::from(cpu))));
+        attribute_indices.push(d.made(Made::Cpu, cpu.into(), int("cpu.logical_number", cpu)));
     }
     if let Some(off) = kind.checked_sub(OFF_CPU) {
-        let state = State::ALL
-            .get((off & (OPEN - 1)) as usize)
-            .map_or("?", |s| s.name());
-        attribute_indices.push(d.attribute("thread.state", Value::Str(state.into())));
+        let state = off & (OPEN - 1);
+        attribute_indices.push(d.made(Made::State, state.into(), |d| {
+            let name = State::ALL.get(state as usize).map_or("?", |s| s.name());
+            d.attribute("thread.state", Value::Str(name.into()))
+        }));
         if off & OPEN != 0 {
-            attribute_indices.push(d.attribute("open_at_end", Value::Str("true".into())));
+            attribute_indices.push(d.made(Made::Open, 1, |d| {
+                d.attribute("open_at_end", Value::Str("true".into()))
+            }));
         }
     }
     proto::Sample {
