@@ -356,7 +356,9 @@ fn send(agent: &ureq::Agent, target: &Target, config: PushConfig, w: &Window, sh
         };
         shared.failing.store(true, Ordering::Relaxed);
         if attempt == config.retries {
-            shared.drop_window(w, &format!("{why} ({} attempts)", attempt + 1));
+            let tries = attempt + 1;
+            let s = if tries == 1 { "" } else { "s" };
+            shared.drop_window(w, &format!("{why} ({tries} attempt{s})"));
             return;
         }
         shared.retries.add(1);
