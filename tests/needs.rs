@@ -66,11 +66,14 @@ pub enum Need {
     /// userland (glibc 2.41 beside bookworm's 2.36) with perf 7.x from trixie-backports in it, and
     /// the wrapper that runs that perf on this machine's files ([`perf7_program`]).
     Trixie,
+    /// The OpenTelemetry protobuf bindings for Python (PyPI `opentelemetry-proto`), the
+    /// independent decoder of our OTLP profiles.
+    OtelProto,
 }
 
 impl Need {
     /// Every need.
-    pub const ALL: [Need; 15] = [
+    pub const ALL: [Need; 16] = [
         Need::Perf,
         Need::Perf612,
         Need::Cc,
@@ -86,6 +89,7 @@ impl Need {
         Need::Uts,
         Need::Spark,
         Need::Trixie,
+        Need::OtelProto,
     ];
 
     /// What it is, for messages.
@@ -102,6 +106,10 @@ impl Need {
             Need::Script => "util-linux `script` (a pseudo-terminal)",
             Need::Go => "the Go toolchain (`go tool pprof`; Debian golang-go)",
             Need::Duckdb => "DuckDB for Python (`python3 -c 'import duckdb'`; PyPI duckdb)",
+            Need::OtelProto => {
+                "OpenTelemetry's protobuf bindings for Python (`python3 -c 'import \
+                 opentelemetry.proto.profiles.v1development.profiles_pb2'`; PyPI opentelemetry-proto)"
+            }
             Need::Inferno => {
                 "inferno-collapse-perf, inferno-flamegraph and inferno-diff-folded (`cargo install inferno --locked`)"
             }
@@ -142,6 +150,13 @@ impl Need {
             Need::Script => runs("script", &["--version"]),
             Need::Go => runs("go", &["version"]),
             Need::Duckdb => runs("python3", &["-c", "import duckdb"]),
+            Need::OtelProto => runs(
+                "python3",
+                &[
+                    "-c",
+                    "import opentelemetry.proto.collector.profiles.v1development.profiles_service_pb2",
+                ],
+            ),
             Need::Inferno => runs("inferno-collapse-perf", &["--help"])
                 .and_then(|()| runs("inferno-flamegraph", &["--help"]))
                 .and_then(|()| runs("inferno-diff-folded", &["--help"])),
@@ -212,6 +227,7 @@ pub mod named {
     pub const uts: Need = Need::Uts;
     pub const spark: Need = Need::Spark;
     pub const trixie: Need = Need::Trixie;
+    pub const otelproto: Need = Need::OtelProto;
 }
 
 /// Where `.ci/run` unpacks perf 6.12, and the tests look for it when `PERF_612` is not set: a

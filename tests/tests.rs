@@ -46,6 +46,9 @@
 //! - `timeline`: `--timeline` and the series of `--stats-json`: sums, each second's bottleneck, a
 //!   slow reader in the sink's lane, the SVG rendered by headless Chromium.
 //! - `memory`: RSS stays under the stated bound behind a throttled reader; a stalled producer costs no CPU.
+//! - `otlp`: OTLP profiles folded back by OpenTelemetry's Python decoder against our folded
+//!   stacks; windows pushed to a receiver on 127.0.0.1 summing to the whole; Pyroscope's
+//!   `/ingest` read by `go tool pprof`; receivers that refuse, stall, are dead or die mid-stream.
 //! - `outputs`: the output decided and checked before the first byte is read, on an input that never
 //!   ends: `-o DIR/` writes the dataset while it is open; an impossible output exits 2 at once.
 //! - `help`: every command's `--help` fits 100 columns, with one help column per section.
@@ -80,6 +83,7 @@ mod malformed;
 mod memory;
 mod offcpu;
 pub mod oracle;
+mod otlp;
 mod outputs;
 mod passthrough;
 mod perf7;

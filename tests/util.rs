@@ -31,7 +31,7 @@ macro_rules! eqnice {
 /// Declares a test that gets a fresh [`Dir`]: `pipetest!(name, |dir| { .. })`, or with what it
 /// needs from the machine, `pipetest!(needs(perf, cc) name, |dir| { .. })`: any of the lower-case
 /// names of `needs::named` (perf, perf612, cc, mount, tracefs, script, go, duckdb, inferno,
-/// chromium, debuginfod, tls, uts, spark, trixie), in any number and order. A missing need makes
+/// chromium, debuginfod, tls, uts, spark, trixie, otelproto), in any number and order. A missing need makes
 /// the test ignored with the reason when it runs, or under `CI` a failure (see `needs`). Doc
 /// comments go after `needs(..)`, before the name. The test's name is `module::name`. A test of
 /// every reader ([`readers`]) names `perf612` and `trixie` (perf 7 is in the trixie root).

@@ -10,6 +10,8 @@
 //!   `flamegraph` feature) is refused, naming the feature, instead of being written in perf's
 //!   format under that name.
 //! - **A format that needs a file** (Parquet) is refused on standard output.
+//! - **A URL** (`http(s)://…`, `pyroscope+http(s)://…`) is pushed to, by the `otlp` or the
+//!   `pyroscope` format ([`url_format`]); another format chosen for it is refused.
 //! - **The place** must exist and take a new file ([`check_writable`]): the directory a file
 //!   goes in (where its temporary file is made and renamed), or the dataset's directory or the
 //!   one it is to be made in. A missing or read-only place is refused.
@@ -71,11 +73,72 @@ pub const OFFERED: &[Offered] = &[
         extensions: &["parquet"],
         to_stdout: false,
     },
+    Offered {
+        name: "otlp",
+        feature: Some("otlp"),
+        extensions: &["otlp.pb"],
+        to_stdout: true,
+    },
+    Offered {
+        name: "pyroscope",
+        feature: Some("otlp"),
+        extensions: &[],
+        to_stdout: false,
+    },
 ];
 
-/// Whether `path` names a directory output: it ends in `/` or is a directory that exists.
+/// The scheme of a Pyroscope push: `pyroscope+http://HOST:4040`.
+const PYROSCOPE: &str = "pyroscope+";
+
+/// The format a URL output pushes to (`http(s)://…` OTLP, `pyroscope+http(s)://…` Pyroscope),
+/// `None` for an output that is not a URL.
+pub fn url_format(path: &Path) -> Option<&'static str> {
+    let s = path.to_str()?;
+    let (format, rest) = match s.strip_prefix(PYROSCOPE) {
+        Some(rest) => ("pyroscope", rest),
+        None => ("otlp", s),
+    };
+    (rest.starts_with("http://") || rest.starts_with("https://")).then_some(format)
+}
+
+/// The format of a URL output, or why it cannot be: `chosen` is the format the command line
+/// chose otherwise.
+///
+/// # Errors
+/// [`Error::Output`] for a format that does not push, or a build without the one the URL needs.
+pub(crate) fn url_output(
+    registry: &Registry,
+    url: &Path,
+    chosen: Option<&FormatSpec>,
+) -> Result<Option<FormatSpec>, Error> {
+    let Some(name) = url_format(url) else {
+        return Ok(None);
+    };
+    if let Some(f) = chosen.filter(|f| f.name != name) {
+        return Err(Error::Output(format!(
+            "-o {}: a URL is pushed to ({name} output), and {} output is written to a file",
+            url.display(),
+            f.name
+        )));
+    }
+    match registry.format(name) {
+        Some(f) => Ok(Some(*f)),
+        None => {
+            let o = OFFERED.iter().find(|o| o.name == name);
+            Err(Error::Output(format!(
+                "-o {}: a URL is pushed to ({name} output), and {}",
+                url.display(),
+                o.map_or_else(|| format!("{name} is not registered"), without)
+            )))
+        }
+    }
+}
+
+/// Whether `path` names a directory output: it ends in `/` or is a directory that exists (a URL
+/// never is).
 pub fn is_directory(path: &Path) -> bool {
-    path.as_os_str().as_encoded_bytes().ends_with(b"/") || path.is_dir()
+    url_format(path).is_none()
+        && (path.as_os_str().as_encoded_bytes().ends_with(b"/") || path.is_dir())
 }
 
 /// Whether `format` writes a directory at `path`: a directory output, or a Parquet output with
@@ -191,7 +254,7 @@ pub(crate) fn check_stdout(format: &FormatSpec) -> Result<(), Error> {
 /// # Errors
 /// [`Error::Output`] naming the output and the problem.
 pub fn check_writable(output: &Path, directory: bool) -> Result<(), Error> {
-    if output == Path::new("-") {
+    if output == Path::new("-") || url_format(output).is_some() {
         return Ok(());
     }
     let shown = output.display();

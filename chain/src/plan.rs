@@ -176,6 +176,15 @@ impl Plan {
         output: Option<&std::path::Path>,
     ) -> Result<(), Error> {
         let stdout = output == Some(std::path::Path::new("-"));
+        if let Some(url) = output.filter(|_| !self.perf_chosen) {
+            let chosen = self.format.as_ref().map(|f| &f.spec);
+            if let Some(spec) = output::url_output(registry, url, chosen)? {
+                self.format.get_or_insert(FormatUse {
+                    spec,
+                    options: Options::new(),
+                });
+            }
+        }
         match output.filter(|&p| !stdout && output::is_directory(p)) {
             Some(dir) => {
                 let chosen = if self.perf_chosen {

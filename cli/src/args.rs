@@ -13,8 +13,10 @@ pub struct OutputArgs {
     /// Output; `-` is standard output. A regular file is written in file mode (perf.data, under a
     /// temporary name renamed at the end), a FIFO or device in pipe mode; see --pipe and --file.
     /// `NAME-%n.data` writes one file per stream (the flight recorder's dumps). A directory
-    /// (`DIR/`, or one that exists) is a Parquet dataset. An output that cannot be written is
-    /// refused before anything is read (exit status 2).
+    /// (`DIR/`, or one that exists) is a Parquet dataset. A URL is pushed to: OTLP profiles to
+    /// `http(s)://HOST:PORT/v1development/profiles`, pprof to `pyroscope+http(s)://HOST:4040`,
+    /// one request per --window. An output that cannot be written is refused before anything is
+    /// read (exit status 2).
     #[arg(short, long, value_name = "FILE", default_value = "-")]
     pub output: PathBuf,
     /// Write pipe mode even to a regular file.

@@ -396,7 +396,12 @@ fn print_stages(registry: &Registry) {
     );
     for spec in registry.formats() {
         let exts: Vec<String> = spec.extensions.iter().map(|e| format!(".{e}")).collect();
-        let _ = writeln!(out, "{:<24} {} ({})", spec.name, spec.help, exts.join(", "));
+        let exts = if exts.is_empty() {
+            String::new()
+        } else {
+            format!(" ({})", exts.join(", "))
+        };
+        let _ = writeln!(out, "{:<24} {}{exts}", spec.name, spec.help);
         for flag in spec.flags {
             let usage = match spec.value_name(flag) {
                 Some(v) => format!("--{} {v}", flag.name),

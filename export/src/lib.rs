@@ -13,6 +13,9 @@
 //!
 //! - [`diff`]: two profiles compared (`perfpipe diff`): three-column folded stacks, differential
 //!   flame graphs, pprof with BASE negative.
+//! - [`otlp`]: OpenTelemetry profiles (`-o FILE.otlp.pb`), or pushed to a collector
+//!   (`-o http://HOST:4318/v1development/profiles`) one request per `--window`; with `pprof`,
+//!   pprof pushed to Pyroscope (`-o pyroscope+http://HOST:4040`); feature `otlp`.
 //!
 //! Every format reads the frames the `symbolize` stage attaches to each batch
 //! ([`perfpipe_profile::symbolize::Stacks`]).
@@ -25,6 +28,8 @@ pub mod firefox;
 #[cfg(feature = "flamegraph")]
 pub mod flamegraph;
 pub mod folded;
+#[cfg(feature = "otlp")]
+pub mod otlp;
 #[cfg(feature = "parquet")]
 pub mod parquet;
 #[cfg(feature = "pprof")]
@@ -46,6 +51,22 @@ fn gzip(
         .map(|_| ())
 }
 
+/// `YYYY-MM-DD` of a day since the epoch, by the civil-from-days algorithm (Howard Hinnant's
+/// `civil_from_days`).
+#[cfg(any(feature = "parquet", feature = "otlp"))]
+fn day_date(days: i64) -> String {
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    format!("{y:04}-{m:02}-{d:02}")
+}
+
 /// The output formats compiled in, in the order the help lists them.
 pub const FORMATS: &[perfpipe_core::spec::FormatSpec] = &[
     folded::SPEC,
@@ -57,6 +78,10 @@ pub const FORMATS: &[perfpipe_core::spec::FormatSpec] = &[
     firefox::SPEC,
     #[cfg(feature = "parquet")]
     parquet::SPEC,
+    #[cfg(feature = "otlp")]
+    otlp::SPEC,
+    #[cfg(all(feature = "otlp", feature = "pprof"))]
+    otlp::pyroscope::SPEC,
 ];
 
 /// What the formats' tests share: a stream made into the batches a sink reads.

@@ -62,6 +62,8 @@ use perfpipe_stream::format::{feature, RecordType, StreamInfo};
 use perfpipe_stream::model::offcpu::{Interval, OffCpu, State, Switches};
 use perfpipe_stream::Error;
 
+use crate::day_date;
+
 /// A switch-out's row without its interval: comm, event, stack.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 struct OffKey([u32; 3]);
@@ -337,20 +339,6 @@ fn date(t: SystemTime) -> String {
         .duration_since(SystemTime::UNIX_EPOCH)
         .map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX));
     day_date(day_of_ns(ns))
-}
-
-/// `YYYY-MM-DD` of a day since the epoch, by the civil-from-days algorithm.
-fn day_date(days: i64) -> String {
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = doy - (153 * mp + 2) / 5 + 1;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 };
-    let y = yoe + era * 400 + i64::from(m <= 2);
-    format!("{y:04}-{m:02}-{d:02}")
 }
 
 /// A partition value as a directory name holds it: the characters Hive escapes (`/`, `=`, `%`,

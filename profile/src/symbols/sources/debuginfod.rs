@@ -358,7 +358,7 @@ fn base_url(url: &str) -> Option<&str> {
 
 /// The CA store: the system's (`rustls-native-certs`: `SSL_CERT_FILE`, `SSL_CERT_DIR`, else the
 /// distribution's bundle), webpki's roots only when that has none.
-fn tls_config() -> ureq::tls::TlsConfig {
+pub fn tls_config() -> ureq::tls::TlsConfig {
     let native = rustls_native_certs::load_native_certs();
     let certs: Vec<ureq::tls::Certificate<'static>> = native
         .certs
