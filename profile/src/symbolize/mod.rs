@@ -89,14 +89,7 @@ impl SymbolizeConfig {
     /// # Errors
     /// A `--symbols` that is neither a directory nor a file.
     pub fn open_sources(&self) -> Result<crate::symbols::sources::Sources, String> {
-        use crate::symbols::sources::{debuginfod::DebuginfodConfig, Sources};
-        let mut c = self.sources.clone();
-        c.debuginfod = match self.debuginfod.as_deref() {
-            Some("no") => None,
-            Some(urls) => DebuginfodConfig::with_urls(urls),
-            None => DebuginfodConfig::from_env(),
-        };
-        Sources::open(&c)
+        self.sources.open_with(self.debuginfod.as_deref())
     }
 
     /// Builds the stage; symbol tables load on `pool` (inline when `None`), looked for in
@@ -1127,16 +1120,8 @@ pub const SPEC: StageSpec = StageSpec {
             set: &[("inline", "yes")],
             adds_stage: false,
         },
-        Flag::option(
-            "symbols",
-            "symbols",
-            "also look symbols up in this archive (perfpipe archive's tar, perf archive's .tar.bz2) or build-id-cache directory, by build id; repeatable (docs/another-machine.md)",
-        ),
-        Flag::option(
-            "symfs",
-            "symfs",
-            "look every dso up under DIR, and the build-id cache in DIR/.debug (perf report --symfs)",
-        ),
+        crate::symbols::sources::SYMBOLS_FLAG,
+        crate::symbols::sources::SYMFS_FLAG,
         Flag::option(
             "kallsyms",
             "kallsyms",
