@@ -144,6 +144,16 @@ macro_rules! pipetest {
             [#[cfg_attr(any(skip_perf, skip_cc, skip_trixie), ignore = "needs perf, cc and the trixie root (missing at build time)")]]
             [Perf, Cc, Trixie] $($rest)*);
     };
+    (needs(perf, cc, inferno, trixie) $($rest:tt)*) => {
+        $crate::pipetest!(@needs
+            [#[cfg_attr(any(skip_perf, skip_cc, skip_inferno, skip_trixie), ignore = "needs perf, cc, inferno and the trixie root (missing at build time)")]]
+            [Perf, Cc, Inferno, Trixie] $($rest)*);
+    };
+    (needs(perf, cc, inferno, debuginfod, trixie) $($rest:tt)*) => {
+        $crate::pipetest!(@needs
+            [#[cfg_attr(any(skip_perf, skip_cc, skip_inferno, skip_debuginfod, skip_trixie), ignore = "needs perf, cc, inferno, debuginfod and the trixie root (missing at build time)")]]
+            [Perf, Cc, Inferno, Debuginfod, Trixie] $($rest)*);
+    };
     (needs(mount) $($rest:tt)*) => {
         $crate::pipetest!(@needs
             [#[cfg_attr(skip_mount, ignore = "needs mounting (missing at build time)")]]
