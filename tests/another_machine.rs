@@ -425,7 +425,11 @@ fn stripped(dir: &Dir, exe: &Path) -> (PathBuf, String) {
 
 /// The environment of a run that asks `urls` (`DEBUGINFOD_URLS`) with the client cache `cache`
 /// and `DEBUGINFOD_TIMEOUT` `timeout`.
-pub(crate) fn debuginfod_env<'a>(urls: &'a str, cache: &'a Path, timeout: &'a str) -> [(&'a str, &'a str); 3] {
+pub(crate) fn debuginfod_env<'a>(
+    urls: &'a str,
+    cache: &'a Path,
+    timeout: &'a str,
+) -> [(&'a str, &'a str); 3] {
     [
         ("DEBUGINFOD_URLS", urls),
         ("DEBUGINFOD_CACHE_PATH", cache.to_str().unwrap()),
@@ -454,6 +458,11 @@ impl Drop for Server {
 
 /// Starts a real debuginfod indexing `debug` and waits (at most 30 s) until it serves `id`.
 pub(crate) fn debuginfod(debug: &Path, port: u16, id: &str) -> Server {
+    debuginfod_serving(debug, port, id, "debuginfo")
+}
+
+/// [`debuginfod`], waiting until it serves the `kind` (`debuginfo`, `executable`) of `id`.
+pub(crate) fn debuginfod_serving(debug: &Path, port: u16, id: &str, kind: &str) -> Server {
     require(Need::Debuginfod);
     let child = Command::new("debuginfod")
         .args(["-F", "-d", ":memory:", "-t", "0", "-g", "0", "-p"])
@@ -469,7 +478,7 @@ pub(crate) fn debuginfod(debug: &Path, port: u16, id: &str) -> Server {
         if let Ok(mut s) = std::net::TcpStream::connect(("127.0.0.1", port)) {
             let _ = write!(
                 s,
-                "GET /buildid/{id}/debuginfo HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+                "GET /buildid/{id}/{kind} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
             );
             let mut head = [0u8; 12];
             if s.read_exact(&mut head).is_ok() && head.ends_with(b"200") {

@@ -41,9 +41,8 @@ fn every_flag_is_declared_once_and_names_real_options() {
     let flags: Vec<&Flag> = r.specs().iter().flat_map(|s| s.flags.iter()).collect();
     for (i, f) in flags.iter().enumerate() {
         // A flag two stages share (`--symfs`) is one definition, an option of each.
-        let alike = |g: &&Flag| {
-            g.help == f.help && g.value == f.value && !f.adds_stage && !g.adds_stage
-        };
+        let alike =
+            |g: &&Flag| g.help == f.help && g.value == f.value && !f.adds_stage && !g.adds_stage;
         assert!(
             flags[..i].iter().all(|g| g.name != f.name || alike(g)),
             "--{} declared twice",

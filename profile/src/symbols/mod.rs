@@ -799,7 +799,10 @@ impl Symbols {
                 if l.missing || l.table.is_empty() {
                     let id = l.build_id.as_deref().map(sources::hex).unwrap_or_default();
                     let line = (e.name.to_string(), id, l.other_builds.clone());
-                    if !out.iter().any(|o: &(String, String, _)| o.0 == line.0 && o.1 == line.1) {
+                    if !out
+                        .iter()
+                        .any(|o: &(String, String, _)| o.0 == line.0 && o.1 == line.1)
+                    {
                         out.push(line);
                     }
                 }

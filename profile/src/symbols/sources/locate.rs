@@ -167,7 +167,8 @@ impl Sources {
             }
         }
         if let (Some(d), Some(id)) = (self.debuginfod(), want.as_deref()) {
-            let check = |p: &Path| build_id_of(&Cand::Path(p.to_path_buf())).is_some_and(|b| b == id);
+            let check =
+                |p: &Path| build_id_of(&Cand::Path(p.to_path_buf())).is_some_and(|b| b == id);
             let kinds = match role {
                 Role::Runtime => ["executable", "debuginfo"],
                 Role::Debug => ["debuginfo", "executable"],
@@ -252,6 +253,9 @@ mod tests {
         let me = std::process::id();
         let p = none.paths(Path::new("/usr/lib/libc.so.6"), me);
         assert_eq!(p[0], Path::new("/usr/lib/libc.so.6"));
-        assert_eq!(p[1], Path::new(&format!("/proc/{me}/root/usr/lib/libc.so.6")));
+        assert_eq!(
+            p[1],
+            Path::new(&format!("/proc/{me}/root/usr/lib/libc.so.6"))
+        );
     }
 }
