@@ -141,6 +141,33 @@ fn option_flags_attach_to_their_stage_wherever_it_is() {
 }
 
 #[test]
+fn a_flag_two_stages_declare_sets_the_option_of_each_that_the_chain_has() {
+    let option = |p: &Plan, stage: &str| {
+        p.stages
+            .iter()
+            .find(|s| s.spec.name == stage)
+            .map(|s| s.options.text("symfs").map(str::to_string))
+    };
+    // --symfs reaches the unwinder and the symbolizer the folded output brings.
+    let p = plan(
+        &[flag("unwind", None), flag("symfs", Some("/r"))],
+        "x.folded",
+    )
+    .unwrap();
+    assert_eq!(option(&p, "unwind"), Some(Some("/r".into())));
+    assert_eq!(option(&p, "symbolize"), Some(Some("/r".into())));
+    // Either stage alone takes it.
+    let p = plan(&[flag("unwind", None), flag("symfs", Some("/r"))], "x.data").unwrap();
+    assert_eq!(option(&p, "unwind"), Some(Some("/r".into())));
+    assert_eq!(option(&p, "symbolize"), None);
+    let p = plan(&[flag("symfs", Some("/r"))], "x.folded").unwrap();
+    assert_eq!(option(&p, "symbolize"), Some(Some("/r".into())));
+    // Neither: the flag's first stage is named.
+    let err = plan(&[flag("symfs", Some("/r"))], "x.data").unwrap_err();
+    assert!(err.contains("--symfs: options of `symbolize`"), "{err}");
+}
+
+#[test]
 fn generic_stage_words_keep_their_order() {
     let p = plan(
         &[
