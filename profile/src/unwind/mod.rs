@@ -835,10 +835,14 @@ impl Unwind {
             Err(Missing::OtherBuild) => self.c.dsos_mismatch.add(1),
             Err(Missing::Pseudo) => {}
         }
-        if matches!(found.info, Err(Missing::NotFound | Missing::OtherBuild)) {
+        let name = String::from_utf8_lossy(&d.name).into_owned();
+        let said = |u: &Unfound| u.name == name && u.build_id == build_id;
+        // One line per file (a dso mapped under several identities is one).
+        let new = !self.unfound.iter().any(said);
+        if new && matches!(found.info, Err(Missing::NotFound | Missing::OtherBuild)) {
             let gone = !std::path::Path::new(&format!("/proc/{pid}")).exists();
             self.unfound.push(Unfound {
-                name: String::from_utf8_lossy(&d.name).into_owned(),
+                name,
                 build_id: build_id.or_else(|| {
                     use std::os::unix::ffi::OsStrExt;
                     let path = std::path::Path::new(std::ffi::OsStr::from_bytes(&d.name));
