@@ -279,37 +279,34 @@ fn build_id_of(file: &Path) -> String {
         .unwrap_or_else(|| panic!("{} has no build id", file.display()))
 }
 
-/// Host perf records `WRAP… ROOT PROG` (the process chrooted, or in a mount namespace of its own
-/// too) with `--call-graph dwarf`, its stream going to `perfpipe --unwind` live: the unwinder
-/// reads the process's files through `/proc/PID/root` while it runs. The workload runs until the
-/// test has seen unwound samples come out (so its maps were read while it lived), then stops.
-fn live(dir: &Dir, name: &str, wrap: &[&str]) {
-    let r = InRoot::new(name);
-    let exe = until(&r, &["-O2", "-fomit-frame-pointer"], "until");
+/// Host perf records `WRAP… ROOT until STOP` with `record_args` (the process chrooted, or in a
+/// mount namespace of its own too), its stream going live to `perfpipe PERFPIPE_ARGS -o -`. The
+/// workload runs until the test has seen 512 KiB of perfpipe's output after the workload's exec
+/// (so perfpipe read what it needed while the process lived), then stops. Returns the raw
+/// recording and perfpipe's output.
+fn live_stream(
+    r: &InRoot,
+    exe: &str,
+    wrap: &[&str],
+    record_args: &[&str],
+    perfpipe_args: &[&str],
+) -> (Vec<u8>, Vec<u8>) {
     let (stop, stop_host) = r.file("stop");
     let root = trixie_root();
     let mut perf = oracle().command();
-    perf.args([
-        "record",
-        "-e",
-        "cpu-clock",
-        "-F",
-        "4000",
-        "--call-graph",
-        "dwarf",
-        "-o",
-        "-",
-        "--",
-    ])
-    .args(wrap)
-    .arg(&root)
-    .args([exe.as_str(), stop.as_str()])
-    .stdout(Stdio::piped())
-    .stderr(Stdio::null());
+    perf.args(["record", "-e", "cpu-clock", "-F", "4000"])
+        .args(record_args)
+        .args(["-o", "-", "--"])
+        .args(wrap)
+        .arg(&root)
+        .args([exe, stop.as_str()])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null());
     let mut perf = perf.spawn().expect("perf record");
     let mut from_perf = perf.stdout.take().unwrap();
     let mut pp = Command::new(bin())
-        .args(["--unwind", "-o", "-"])
+        .args(perfpipe_args)
+        .args(["-o", "-"])
         .env("DEBUGINFOD_URLS", "")
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
@@ -331,14 +328,12 @@ fn live(dir: &Dir, name: &str, wrap: &[&str]) {
         }
         raw
     });
-    let unwound = Watch::new(pp.stdout.take().unwrap());
+    let out = Watch::new(pp.stdout.take().unwrap());
     let pp_err = Watch::new(pp.stderr.take().unwrap());
-    // Unwound samples of the workload are out (its COMM, then 512 KiB: a thousand samples and
-    // more): perfpipe has read the maps of the process, alive till now.
-    unwound.wait_until(
-        "512 KiB of unwound samples after the workload's exec",
-        |t| t.find("until").is_some_and(|at| t.len() - at > 512 << 10),
-    );
+    // Its COMM, then 512 KiB: a thousand samples and more.
+    out.wait_until("512 KiB of output after the workload's exec", |t| {
+        t.find("until").is_some_and(|at| t.len() - at > 512 << 10)
+    });
     std::fs::write(&stop_host, b"").unwrap();
     assert!(perf.wait().unwrap().success(), "perf record");
     let raw = tee.join().unwrap();
@@ -347,11 +342,19 @@ fn live(dir: &Dir, name: &str, wrap: &[&str]) {
         "perfpipe: {}",
         pp_err.finish_text()
     );
-    let unwound = unwound.finish();
+    (raw, out.finish())
+}
+
+/// `perf record --call-graph dwarf -- WRAP… ROOT until | perfpipe --unwind` live: the unwinder
+/// reads the process's files through `/proc/PID/root` while it runs.
+fn live(dir: &Dir, name: &str, wrap: &[&str]) {
+    let r = InRoot::new(name);
+    let exe = until(&r, &["-O2", "-fomit-frame-pointer"], "until");
+    let (raw, unwound) = live_stream(&r, &exe, wrap, &["--call-graph", "dwarf"], &["--unwind"]);
     // Named from the root's files on both sides: the frames are what the live unwinder found.
     let theirs = truth(&raw);
-    let root_s = root.to_str().unwrap();
-    let (folded, _) = ours(dir, &unwound, &["--symfs", root_s]);
+    let root = trixie_root();
+    let (folded, _) = ours(dir, &unwound, &["--symfs", root.to_str().unwrap()]);
     assert_agrees(
         &format!("live, perf record -- {wrap:?} ROOT until | perfpipe --unwind"),
         &of_until(&folded),
@@ -366,4 +369,36 @@ pipetest!(needs(perf, cc, inferno, trixie) live_process_in_a_mount_namespace_is_
 
 pipetest!(needs(perf, cc, inferno, trixie) live_chrooted_process_is_unwound_through_its_root, |dir| {
     live(&dir, "live-chroot", &["chroot"]);
+});
+
+pipetest!(needs(perf, cc, trixie) live_build_ids_are_the_roots_files, |dir| {
+    // `--buildid` reads each dso's id from its file as the process sees it: the root's libc, not
+    // this host's, for a process chrooted and one in a mount namespace.
+    for (name, wrap) in [("bid-chroot", &["chroot"][..]), ("bid-ns", &["unshare", "-m", "chroot"])] {
+        let r = InRoot::new(name);
+        let exe = until(&r, &["-O1", "-fno-omit-frame-pointer"], "until");
+        let (_, out) = live_stream(&r, &exe, wrap, &["-g"], &["--buildid"]);
+        let file = dir.write("bid.data", &out);
+        let converted = dir.path("bid.file.data");
+        let r2 = perfpipe(
+            &["-i", file.to_str().unwrap(), "-o", converted.to_str().unwrap()],
+            b"",
+        );
+        assert!(r2.status.success(), "{}", String::from_utf8_lossy(&r2.stderr));
+        let listed = Command::new("perf")
+            .args(["buildid-list", "-i"])
+            .arg(&converted)
+            .output()
+            .unwrap();
+        let listed = String::from_utf8_lossy(&listed.stdout).into_owned();
+        let libc = "/usr/lib/x86_64-linux-gnu/libc.so.6";
+        let want = build_id_of(&trixie_root().join(libc.trim_start_matches('/')));
+        let host = build_id_of(Path::new(libc));
+        assert_ne!(want, host, "the root's libc is another build");
+        assert!(
+            listed.lines().any(|l| l.starts_with(&want) && l.ends_with(libc)),
+            "{wrap:?}: the root's libc ({want}) not listed:\n{listed}"
+        );
+        assert!(!listed.contains(&host), "{wrap:?}: the host's libc listed:\n{listed}");
+    }
 });
