@@ -245,9 +245,30 @@ pipetest!(needs(perf, cc, inferno, trixie) with_no_source_no_frame_is_named_from
     let stop = format!("{}/never", r.inside);
     let rec = record_inside(&["--call-graph", "dwarf"], &[&exe, &stop, ROUNDS]);
     let theirs = truth(&rec);
-    let (folded, stats) = ours(&dir, &rec, &["--unwind"]);
+    let json = dir.path("stats.json");
+    let (folded, stats) = ours(&dir, &rec, &["--unwind", "--stats-json", json.to_str().unwrap()]);
     // The host's libc and loader are other builds of the same paths: counted and named at the end.
     assert!(counter(&stats, "dsos_build_id_mismatch") >= 1, "{stats}");
+    let doc: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    let schema = crate::stats::schema();
+    crate::stats::validate(&schema, &schema, &doc, "$").unwrap();
+    let libc_note = doc["stages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|s| s.get("notes")?.as_array())
+        .flatten()
+        .find(|n| {
+            n["kind"] == "dso_build_id_mismatch"
+                && n["dso"] == "/usr/lib/x86_64-linux-gnu/libc.so.6"
+        })
+        .unwrap_or_else(|| panic!("no note of libc's other build: {doc}"));
+    assert_eq!(
+        libc_note["other_builds"][0],
+        "/usr/lib/x86_64-linux-gnu/libc.so.6",
+        "{libc_note}"
+    );
     assert!(
         stats.contains("no unwind tables for /usr/lib/x86_64-linux-gnu/libc.so.6")
             && stats.contains("only another build was found"),
