@@ -292,6 +292,20 @@ pipetest!(needs(perf, cc, inferno, trixie) with_no_source_no_frame_is_named_from
         .filter(|n| !their_names.contains(*n) && !n.starts_with('['))
         .collect();
     assert!(foreign.is_empty(), "frames perf 7.3 does not have: {foreign:?}\n{folded}");
+    // Frame pointers: the symbols refuse the host's libc the same way.
+    let fp = until(&r, &["-O1", "-fno-omit-frame-pointer"], "until-fp");
+    let rec = record_inside(&["-g"], &[&fp, &stop, ROUNDS]);
+    let (folded, stats) = ours(&dir, &rec, &[]);
+    assert!(counter(&stats, "dsos_build_id_mismatch") >= 1, "{stats}");
+    assert!(
+        stats.contains("found only another build, not used: /usr/lib/x86_64-linux-gnu/libc.so.6"),
+        "{stats}"
+    );
+    let named = names(&folded);
+    for libc in ["getppid", "access"] {
+        assert!(!named.contains(libc), "{libc} named from another build:\n{folded}");
+    }
+    assert!(named.contains("[libc.so.6]"), "{folded}");
 });
 
 /// The GNU build id of `file`, in hex (by `readelf -n`).
