@@ -40,18 +40,16 @@ rm -rf "$host_dir"
 mkdir -p "$host_dir"
 trap 'rm -rf "$host_dir"' EXIT
 
-# in_root CMD...: CMD inside the root, in a private mount namespace of its own.
-in_root() {
-    unshare -m --propagation private sh -c \
-        'r=$1; shift; for m in proc sys dev; do mount --rbind /$m $r/$m || exit 125; done; exec chroot "$r" "$@"' \
-        sh "$ROOT" "$@"
-}
+# "${in_root[@]}" CMD...: CMD inside the root, in a private mount namespace of its own.
+in_root=(unshare -m --propagation private sh -c
+    'r=$1; shift; for m in proc sys dev; do mount --rbind /$m $r/$m || exit 125; done; exec chroot "$r" "$@"'
+    sh "$ROOT")
 
 REC=$BENCH_DIR/containers-deep-$BENCH_SECONDS.data
 cc -O2 -fomit-frame-pointer -g -o "$host_dir/deep" "$script_dir/deep.c"
 if [[ ! -s $REC ]]; then
     log "recording $REC inside the root (deep $BENCH_SECONDS, dwarf, perf 7.3)"
-    in_root /usr/bin/perf record -q -e cpu-clock -F 4000 -m 1024 --call-graph dwarf \
+    "${in_root[@]}" /usr/bin/perf record -q -e cpu-clock -F 4000 -m 1024 --call-graph dwarf \
         -o "$inside/rec.data" -- "$inside/deep" "$BENCH_SECONDS" >/dev/null 2>&1
     cp "$host_dir/rec.data" "$REC"
     # The workload binary goes with the recording: the same build id next time.
@@ -62,7 +60,7 @@ else
 fi
 cp "$PERFPIPE" "$host_dir/perfpipe"
 log "archive of the recording, made inside the root"
-in_root "$inside/perfpipe" archive -i "$inside/rec.data" -o "$inside/files.tar" 2>"$BENCH_DIR/containers-archive.err"
+"${in_root[@]}" "$inside/perfpipe" archive -i "$inside/rec.data" -o "$inside/files.tar" 2>"$BENCH_DIR/containers-archive.err"
 cp "$host_dir/files.tar" "$BENCH_DIR/containers-files.tar"
 in_bytes=$(stat -c %s "$REC")
 log "input $REC: $in_bytes bytes; archive $(stat -c %s "$BENCH_DIR/containers-files.tar") bytes"
@@ -88,7 +86,7 @@ for ((r = 0; r < BENCH_ROUNDS; r++)); do
     for ((k = 0; k < ${#variants[@]}; k++)); do
         v=${variants[(k + r) % ${#variants[@]}]}
         case $v in
-        inside) time_one inside in_root "$inside/perfpipe" -i "$inside/rec.data" --unwind \
+        inside) time_one inside "${in_root[@]}" "$inside/perfpipe" -i "$inside/rec.data" --unwind \
             -o "$inside/out.pipe" --pipe ;;
         archive) time_one archive "${host_env[@]}" "$PERFPIPE" -i "$REC" --unwind \
             --symbols "$BENCH_DIR/containers-files.tar" -o "$BENCH_DIR/containers-archive.pipe" --pipe ;;
@@ -116,4 +114,4 @@ for v in archive symfs; do
     cmp -s "$BENCH_DIR/containers-inside.pipe" "$BENCH_DIR/containers-$v.pipe" && same=same || same=different
     echo "output of $v against inside's: $same bytes"
 done
-echo "input: $in_bytes bytes; rounds: $BENCH_ROUNDS; perf inside: $(in_root /usr/bin/perf --version)"
+echo "input: $in_bytes bytes; rounds: $BENCH_ROUNDS; perf inside: $("${in_root[@]}" /usr/bin/perf --version)"
