@@ -249,6 +249,14 @@ pipetest!(needs(perf, cc, inferno, trixie) with_no_source_no_frame_is_named_from
     let (folded, stats) = ours(&dir, &rec, &["--unwind", "--stats-json", json.to_str().unwrap()]);
     // The host's libc and loader are other builds of the same paths: counted and named at the end.
     assert!(counter(&stats, "dsos_build_id_mismatch") >= 1, "{stats}");
+    // The workload itself is nowhere here (its directory is in the root) and its process is
+    // gone: the line says so, and what keeps a container's files.
+    assert!(
+        stats.contains(&format!("no unwind tables for {exe}"))
+            && stats.contains("was gone before its maps were read")
+            && stats.contains("`perfpipe archive` run on the host while it runs"),
+        "{stats}"
+    );
     let doc: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
     let schema = crate::stats::schema();
