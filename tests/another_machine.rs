@@ -449,7 +449,11 @@ fn stripped(dir: &Dir, exe: &Path) -> (PathBuf, String) {
 
 /// The environment of a run that asks `urls` (`DEBUGINFOD_URLS`) with the client cache `cache`
 /// and `DEBUGINFOD_TIMEOUT` `timeout`.
-fn debuginfod_env<'a>(urls: &'a str, cache: &'a Path, timeout: &'a str) -> [(&'a str, &'a str); 3] {
+pub(crate) fn debuginfod_env<'a>(
+    urls: &'a str,
+    cache: &'a Path,
+    timeout: &'a str,
+) -> [(&'a str, &'a str); 3] {
     [
         ("DEBUGINFOD_URLS", urls),
         ("DEBUGINFOD_CACHE_PATH", cache.to_str().unwrap()),
@@ -458,7 +462,7 @@ fn debuginfod_env<'a>(urls: &'a str, cache: &'a Path, timeout: &'a str) -> [(&'a
 }
 
 /// A free loopback port (bound, then released for the server to take).
-fn free_port() -> u16 {
+pub(crate) fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0")
         .unwrap()
         .local_addr()
@@ -467,7 +471,7 @@ fn free_port() -> u16 {
 }
 
 /// `debuginfod -F DIR` on `port`, killed at drop.
-struct Server(std::process::Child);
+pub(crate) struct Server(std::process::Child);
 
 impl Drop for Server {
     fn drop(&mut self) {
@@ -477,7 +481,12 @@ impl Drop for Server {
 }
 
 /// Starts a real debuginfod indexing `debug` and waits (at most 30 s) until it serves `id`.
-fn debuginfod(debug: &Path, port: u16, id: &str) -> Server {
+pub(crate) fn debuginfod(debug: &Path, port: u16, id: &str) -> Server {
+    debuginfod_serving(debug, port, id, "debuginfo")
+}
+
+/// [`debuginfod`], waiting until it serves the `kind` (`debuginfo`, `executable`) of `id`.
+pub(crate) fn debuginfod_serving(debug: &Path, port: u16, id: &str, kind: &str) -> Server {
     require(Need::Debuginfod);
     let child = Command::new("debuginfod")
         .args(["-F", "-d", ":memory:", "-t", "0", "-g", "0", "-p"])
@@ -493,7 +502,7 @@ fn debuginfod(debug: &Path, port: u16, id: &str) -> Server {
         if let Ok(mut s) = std::net::TcpStream::connect(("127.0.0.1", port)) {
             let _ = write!(
                 s,
-                "GET /buildid/{id}/debuginfo HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+                "GET /buildid/{id}/{kind} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
             );
             let mut head = [0u8; 12];
             if s.read_exact(&mut head).is_ok() && head.ends_with(b"200") {

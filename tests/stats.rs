@@ -73,13 +73,26 @@ pipetest!(
 });
 
 /// A minimal JSON Schema check (type, enum, required, properties, items, additionalProperties,
-/// local `$ref`): enough for docs/stats.schema.json, and strict about what it checks.
+/// oneOf, local `$ref`): enough for docs/stats.schema.json, and strict about what it checks.
 pub(crate) fn validate(schema: &Value, root: &Value, v: &Value, path: &str) -> Result<(), String> {
     if let Some(r) = schema.get("$ref").and_then(Value::as_str) {
         let name = r
             .strip_prefix("#/$defs/")
             .ok_or(format!("unsupported $ref {r}"))?;
         return validate(&root["$defs"][name], root, v, path);
+    }
+    if let Some(alts) = schema.get("oneOf").and_then(Value::as_array) {
+        let errs: Vec<String> = alts
+            .iter()
+            .filter_map(|a| validate(a, root, v, path).err())
+            .collect();
+        if alts.len() - errs.len() != 1 {
+            return Err(format!(
+                "{path}: {v} matches {} of oneOf's {} ({errs:?})",
+                alts.len() - errs.len(),
+                alts.len()
+            ));
+        }
     }
     if let Some(t) = schema.get("type") {
         let types: Vec<&str> = match t {

@@ -41,6 +41,10 @@
 //! - `another_machine`: symbols of a recording made elsewhere: `perfpipe archive`, `--symbols`
 //!   (ours, `perf archive`'s, a cache filled with `tar xf`), hostile archives, `--kallsyms`, a
 //!   real debuginfod on loopback against perf script of the unstripped binaries, and faulty servers.
+//! - `containers`: processes recorded inside the Debian trixie root (another userland, perf 7.3),
+//!   unwound and named on the host from `--symfs`, an archive made inside, a debuginfod serving the
+//!   root's files, and live through `/proc/PID/root`, against perf 7.3 inside the root (≥ 99.9 %);
+//!   with no source, no frame from a file of another build (issue 38).
 //! - `offcpu`: tracepoint fields by name against `perf script -F trace`, off-CPU intervals against
 //!   `perf sched timehist` and the known waits of `offcpu.c`, bad tracing data (issue 31).
 //! - `timeline`: `--timeline` and the series of `--stats-json`: sums, each second's bottleneck, a
@@ -67,6 +71,7 @@ mod another_machine;
 mod badinput;
 mod buildid;
 mod chunking;
+mod containers;
 mod current;
 mod dataset;
 mod decompress;

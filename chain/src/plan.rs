@@ -88,6 +88,13 @@ impl Plan {
                         if flag.adds_stage {
                             plan.push(flag.name, *spec, options);
                         } else {
+                            // An option flag several stages declare sets each one's option.
+                            for (other, f) in registry.flag_all(name).skip(1) {
+                                let o = other
+                                    .options_of(f, value)
+                                    .map_err(|e| Error::value(format!("--{name}"), e))?;
+                                settings.push((other.name, f.name, o));
+                            }
                             settings.push((spec.name, flag.name, options));
                         }
                     } else if let Some((spec, flag)) = registry.format_flag(name) {
@@ -346,7 +353,13 @@ impl Plan {
     /// # Errors
     /// [`Error::Rule`] naming the flag and the stage's own flag.
     pub fn check_attached(&self, registry: &Registry) -> Result<(), Error> {
-        let Some((stage, flag, _)) = self.unattached.first() else {
+        // A flag several stages declare needs one of them in the chain.
+        let taken = |flag: &str| {
+            registry
+                .flag_all(flag)
+                .any(|(spec, _)| self.stages.iter().any(|s| s.spec.name == spec.name))
+        };
+        let Some((stage, flag, _)) = self.unattached.iter().find(|(_, f, _)| !taken(f)) else {
             return Ok(());
         };
         let main = registry.find(stage).and_then(|s| {

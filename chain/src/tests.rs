@@ -2,7 +2,7 @@
 
 use std::path::Path;
 
-use perfpipe_core::spec::{BuildCtx, FlagValue, Options, Registry, Spec};
+use perfpipe_core::spec::{BuildCtx, Flag, FlagValue, Options, Registry, Spec};
 
 use super::*;
 
@@ -38,13 +38,16 @@ fn labels(p: &Plan) -> Vec<&str> {
 #[test]
 fn every_flag_is_declared_once_and_names_real_options() {
     let r = builtin();
-    let flags: Vec<&str> = r
-        .specs()
-        .iter()
-        .flat_map(|s| s.flags.iter().map(|f| f.name))
-        .collect();
+    let flags: Vec<&Flag> = r.specs().iter().flat_map(|s| s.flags.iter()).collect();
     for (i, f) in flags.iter().enumerate() {
-        assert!(!flags[..i].contains(f), "--{f} declared twice");
+        // A flag two stages share (`--symfs`) is one definition, an option of each.
+        let alike =
+            |g: &&Flag| g.help == f.help && g.value == f.value && !f.adds_stage && !g.adds_stage;
+        assert!(
+            flags[..i].iter().all(|g| g.name != f.name || alike(g)),
+            "--{} declared twice",
+            f.name
+        );
     }
     for s in r.specs() {
         assert!(s.main_flag().is_some_and(|f| f.adds_stage), "{}", s.name);
@@ -135,6 +138,33 @@ fn option_flags_attach_to_their_stage_wherever_it_is() {
         Some(std::time::Duration::from_secs(1))
     );
     assert!(p.check_attached(&r).is_ok());
+}
+
+#[test]
+fn a_flag_two_stages_declare_sets_the_option_of_each_that_the_chain_has() {
+    let option = |p: &Plan, stage: &str| {
+        p.stages
+            .iter()
+            .find(|s| s.spec.name == stage)
+            .map(|s| s.options.text("symfs").map(str::to_string))
+    };
+    // --symfs reaches the unwinder and the symbolizer the folded output brings.
+    let p = plan(
+        &[flag("unwind", None), flag("symfs", Some("/r"))],
+        "x.folded",
+    )
+    .unwrap();
+    assert_eq!(option(&p, "unwind"), Some(Some("/r".into())));
+    assert_eq!(option(&p, "symbolize"), Some(Some("/r".into())));
+    // Either stage alone takes it.
+    let p = plan(&[flag("unwind", None), flag("symfs", Some("/r"))], "x.data").unwrap();
+    assert_eq!(option(&p, "unwind"), Some(Some("/r".into())));
+    assert_eq!(option(&p, "symbolize"), None);
+    let p = plan(&[flag("symfs", Some("/r"))], "x.folded").unwrap();
+    assert_eq!(option(&p, "symbolize"), Some(Some("/r".into())));
+    // Neither: the flag's first stage is named.
+    let err = plan(&[flag("symfs", Some("/r"))], "x.data").unwrap_err();
+    assert!(err.contains("--symfs: options of `symbolize`"), "{err}");
 }
 
 #[test]

@@ -1,7 +1,8 @@
 //! `perfpipe archive -i REC -o ARCHIVE.tar`: on the recording host, the files another machine
 //! needs to name the recording's frames, in perf's build-id-cache layout (the library's
 //! [`perfpipe_profile::symbols::archive`]); `perfpipe --symbols ARCHIVE` reads it there, and
-//! `tar xf ARCHIVE -C ~/.debug` gives it to perf. See `docs/another-machine.md`.
+//! `tar xf ARCHIVE -C ~/.debug` gives it to perf. A `--call-graph dwarf` recording is unwound on
+//! the way, so the files of every frame are packed. See `docs/another-machine.md`.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -43,7 +44,17 @@ pub(crate) fn main(args: &ArchiveArgs, registry: &Registry) -> ExitCode {
         (false, true) => "archive:dwarf",
         (false, false) => "archive",
     };
-    let plan = match Plan::from_words(&[Word::Format(format)], &registry) {
+    // `--unwind` first: a `--call-graph dwarf` recording's frames are known only once its stacks
+    // are unwound, and every dso they pass through is packed (its unwind tables with it); other
+    // samples pass through unchanged.
+    let words = [
+        Word::Flag {
+            name: "unwind",
+            value: None,
+        },
+        Word::Format(format),
+    ];
+    let plan = match Plan::from_words(&words, &registry) {
         Ok(p) => p,
         Err(e) => {
             eprintln!("perfpipe archive: {e}");

@@ -125,6 +125,9 @@ fn stage_args(mut cmd: clap::Command, registry: &Registry) -> clap::Command {
     const HEADING: &str = "Stages (run in command-line order)";
     for spec in registry.specs() {
         for flag in spec.flags {
+            if cmd.get_arguments().any(|a| a.get_id() == flag.name) {
+                continue; // a flag two stages share (--symfs)
+            }
             let mut arg = clap::Arg::new(flag.name)
                 .long(flag.name)
                 .help(flag.help)

@@ -672,6 +672,18 @@ impl Registry {
             .find_map(|s| s.flags.iter().find(|f| f.name == name).map(|f| (s, f)))
     }
 
+    /// Every stage that declares the flag `--name`, and its flag: an option flag that several
+    /// stages read (`--symfs`, of `symbolize` and `unwind`) is declared alike by each, and sets
+    /// the option of each of them that the chain has.
+    pub fn flag_all<'a>(
+        &'a self,
+        name: &'a str,
+    ) -> impl Iterator<Item = (&'a StageSpec, &'static Flag)> + 'a {
+        self.specs
+            .iter()
+            .filter_map(move |s| s.flags.iter().find(|f| f.name == name).map(|f| (s, f)))
+    }
+
     /// Builds the stage that `--name value` adds, as the command line would: for programs and
     /// benchmarks that assemble a chain by hand.
     ///

@@ -89,14 +89,7 @@ impl SymbolizeConfig {
     /// # Errors
     /// A `--symbols` that is neither a directory nor a file.
     pub fn open_sources(&self) -> Result<crate::symbols::sources::Sources, String> {
-        use crate::symbols::sources::{debuginfod::DebuginfodConfig, Sources};
-        let mut c = self.sources.clone();
-        c.debuginfod = match self.debuginfod.as_deref() {
-            Some("no") => None,
-            Some(urls) => DebuginfodConfig::with_urls(urls),
-            None => DebuginfodConfig::from_env(),
-        };
-        Sources::open(&c)
+        self.sources.open_with(self.debuginfod.as_deref())
     }
 
     /// Builds the stage; symbol tables load on `pool` (inline when `None`), looked for in
@@ -965,6 +958,7 @@ impl Stage for Symbolize {
             ("dsos_loaded", c.dsos_loaded.clone()),
             ("dsos_missing", c.dsos_missing.clone()),
             ("dsos_stripped", c.dsos_stripped.clone()),
+            ("dsos_build_id_mismatch", c.dsos_build_id_mismatch.clone()),
             ("addresses_unresolved", c.unresolved.clone()),
             ("dsos_unnamed", self.unnamed.clone()),
         ];
@@ -1003,6 +997,8 @@ impl Stage for Symbolize {
     }
 }
 
+use crate::symbols::sources::hex as sources_hex;
+
 /// What the end lines and `--stats-json` say to do about unnamed dsos.
 pub const UNNAMED_HINT: &str = "run `perfpipe archive -i REC -o ARCHIVE.tar` on the recording host and pass --symbols ARCHIVE.tar (it holds the kernel's kallsyms too; else --kallsyms with a copy of the host's /proc/kallsyms), or set DEBUGINFOD_URLS to a debuginfod server that has their build ids (docs/another-machine.md)";
 
@@ -1018,7 +1014,9 @@ impl Symbolize {
             || src.debuginfod().is_some()
             || src.tried().iter().any(|t| t.starts_with("--symbols"));
         let foreign = !self.host.is_host(&self.this_host, HostMode::Auto);
-        if !explicit && !foreign {
+        // A file of another build than the recording's is named whatever the sources.
+        let mismatch = self.symbols.counters().dsos_build_id_mismatch.get() > 0;
+        if !explicit && !foreign && !mismatch {
             return;
         }
         let frames = self.frames_by_key.table.snapshot();
@@ -1036,18 +1034,29 @@ impl Symbolize {
         let total = self.samples.get();
         // By (name, build id): one dso mapped under several ids is one line.
         // (name, build id, samples, the last place tried: the file, or this host's kallsyms).
-        let mut unnamed: Vec<(String, String, u64, &str)> = Vec::new();
+        let mut unnamed: Vec<(String, String, u64, String)> = Vec::new();
         if kernel > 0 && !self.host_kernel() && !self.symbols.names_foreign_kernel() {
             let id = self.symbols.kernel_build_id().unwrap_or_default();
             let hex = id.iter().map(|b| format!("{b:02x}")).collect();
             let last = "this host's kallsyms (not used: the stream names another host)";
-            unnamed.push(("[kernel.kallsyms]".into(), hex, kernel, last));
+            unnamed.push(("[kernel.kallsyms]".into(), hex, kernel, last.into()));
         }
         for (&d, &n) in &hit {
-            for (name, id) in self.symbols.unnamed(&[DsoId(d)]) {
+            for (name, id, others) in self.symbols.unnamed_with_others(&[DsoId(d)]) {
                 match unnamed.iter_mut().find(|u| u.0 == name && u.1 == id) {
                     Some(u) => u.2 += n,
-                    None => unnamed.push((name, id, n, "the file")),
+                    None if others.is_empty() => unnamed.push((name, id, n, "the file".into())),
+                    None => {
+                        let at: Vec<String> = others
+                            .iter()
+                            .map(|o| {
+                                let oid = o.id.as_deref().map_or("none".into(), sources_hex);
+                                format!("{} (build id {oid})", o.at)
+                            })
+                            .collect();
+                        let last = format!("found only another build, not used: {}", at.join(", "));
+                        unnamed.push((name, id, n, last))
+                    }
                 }
             }
         }
@@ -1082,7 +1091,7 @@ impl Symbolize {
                 ("share", NoteValue::Num(share)),
                 (
                     "tried",
-                    NoteValue::List(tried.iter().cloned().chain([last.to_string()]).collect()),
+                    NoteValue::List(tried.iter().cloned().chain([last.clone()]).collect()),
                 ),
                 ("hint", NoteValue::Text(UNNAMED_HINT.into())),
             ]);
@@ -1127,16 +1136,8 @@ pub const SPEC: StageSpec = StageSpec {
             set: &[("inline", "yes")],
             adds_stage: false,
         },
-        Flag::option(
-            "symbols",
-            "symbols",
-            "also look symbols up in this archive (perfpipe archive's tar, perf archive's .tar.bz2) or build-id-cache directory, by build id; repeatable (docs/another-machine.md)",
-        ),
-        Flag::option(
-            "symfs",
-            "symfs",
-            "look every dso up under DIR, and the build-id cache in DIR/.debug (perf report --symfs)",
-        ),
+        crate::symbols::sources::SYMBOLS_FLAG,
+        crate::symbols::sources::SYMFS_FLAG,
         Flag::option(
             "kallsyms",
             "kallsyms",

@@ -276,8 +276,13 @@ fn members(
         let Some(id) = src.symbols.build_id(d) else {
             continue;
         };
-        let path = PathBuf::from(&name);
         let matches = |p: &Path| file_build_id(p).is_some_and(|b| b == id);
+        // The file the symbols were read from: found by the locator (a container's through
+        // `/proc/PID/root` while it runs), checked by build id; else the path.
+        let path = match src.symbols.runtime_file(d) {
+            Some(super::sources::Cand::Path(p)) => p,
+            _ => PathBuf::from(&name),
+        };
         let mut files = Vec::new();
         if matches(&path) {
             files.push(("elf", Content::Path(path.clone())));

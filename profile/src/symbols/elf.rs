@@ -417,6 +417,10 @@ pub(crate) struct Loaded {
     pub missing: bool,
     /// The dso's build id: the stream's, else the file's own (as perf reads it).
     pub build_id: Option<Vec<u8>>,
+    /// The file the runtime role was read from (the `.dynsym`, the PT_LOADs).
+    pub runtime: Option<Cand>,
+    /// With `missing`: the files found of another build than the dso's (never read).
+    pub other_builds: Vec<super::sources::locate::OtherBuild>,
 }
 
 /// Loads the dso `name` (opened as `main`, e.g. under `/proc/PID/root`) with build id `bid`,
@@ -450,6 +454,7 @@ pub(crate) fn load(
     let mut runtime: Option<(Src, Info, Cand)> = None;
     let mut main_src = main_src.zip(main_info);
     let mut seen: Vec<Cand> = Vec::new();
+    let mut other_builds: Vec<super::sources::locate::OtherBuild> = Vec::new();
     let from_sources = bid
         .as_deref()
         .map(|b| sources.by_build_id(b))
@@ -475,6 +480,10 @@ pub(crate) fn load(
         };
         if let (Some(want), Some(got)) = (&bid, &inf.build_id) {
             if want != got {
+                other_builds.push(super::sources::locate::OtherBuild {
+                    at: c.describe(),
+                    id: Some(got.clone()),
+                });
                 return;
             }
         }
@@ -533,6 +542,7 @@ pub(crate) fn load(
         return Loaded {
             missing: true,
             build_id: bid,
+            other_builds,
             ..Loaded::default()
         };
     }
@@ -573,5 +583,7 @@ pub(crate) fn load(
         dwarf,
         missing: false,
         build_id: bid,
+        runtime: runtime.or(syms).map(|r| r.2),
+        other_builds: Vec::new(),
     }
 }

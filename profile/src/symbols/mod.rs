@@ -145,6 +145,9 @@ pub struct SymbolCounters {
     pub dsos_missing: Counter,
     /// Dsos with no symbols at all (stripped).
     pub dsos_stripped: Counter,
+    /// Dsos missing because the only files found were of another build (counted in
+    /// `dsos_missing` too).
+    pub dsos_build_id_mismatch: Counter,
     /// Addresses no symbol covers.
     pub unresolved: Counter,
 }
@@ -504,17 +507,8 @@ impl Symbols {
                 let name = PathBuf::from(
                     <std::ffi::OsStr as std::os::unix::ffi::OsStrExt>::from_bytes(dso.name),
                 );
-                let proc_path = Path::new("/proc")
-                    .join(dso.pid.to_string())
-                    .join("root")
-                    .join(name.strip_prefix("/").unwrap_or(&name));
-                let open = if let Some(fs) = self.config.sources.symfs() {
-                    fs.join(name.strip_prefix("/").unwrap_or(&name))
-                } else if dso.pid != u32::MAX && dso.pid != 0 && proc_path.is_file() {
-                    proc_path
-                } else {
-                    name.clone()
-                };
+                // Where the locator looks by path: `--symfs`, else as the process sees it.
+                let open = self.config.sources.path_of(&name, dso.pid);
                 // An id the stream gave in a BUILD_ID record (a perf.data's build-id table).
                 let noted = match dso.build_id {
                     Some(b) if !b.is_empty() => None,
@@ -781,6 +775,18 @@ impl Symbols {
     /// The file dsos among `ids` whose frames stay unnamed (no file found, or no symbols in it),
     /// waiting for their loads: `(name, build id in hex or "")`.
     pub fn unnamed(&self, ids: &[DsoId]) -> Vec<(String, String)> {
+        self.unnamed_with_others(ids)
+            .into_iter()
+            .map(|(n, id, _)| (n, id))
+            .collect()
+    }
+
+    /// [`Symbols::unnamed`], with the files of other builds that were found for each (never
+    /// read).
+    pub fn unnamed_with_others(
+        &self,
+        ids: &[DsoId],
+    ) -> Vec<(String, String, Vec<sources::locate::OtherBuild>)> {
         let mut out = Vec::new();
         for id in ids {
             let entry = {
@@ -792,14 +798,30 @@ impl Symbols {
                 let l = slot.get(&self.config, &self.counters);
                 if l.missing || l.table.is_empty() {
                     let id = l.build_id.as_deref().map(sources::hex).unwrap_or_default();
-                    let line = (e.name.to_string(), id);
-                    if !out.contains(&line) {
+                    let line = (e.name.to_string(), id, l.other_builds.clone());
+                    if !out
+                        .iter()
+                        .any(|o: &(String, String, _)| o.0 == line.0 && o.1 == line.1)
+                    {
                         out.push(line);
                     }
                 }
             }
         }
         out
+    }
+
+    /// The file dso `id`'s table was read from (the runtime file: the `.dynsym`'s), waiting for
+    /// its load; `None` when none was found.
+    pub fn runtime_file(&self, id: DsoId) -> Option<sources::Cand> {
+        let entry = {
+            let v = self.dsos.read().unwrap_or_else(|e| e.into_inner());
+            v.get(id.0 as usize).cloned().flatten()
+        }?;
+        match &entry.kind {
+            EntryKind::Elf(slot) => slot.get(&self.config, &self.counters).runtime.clone(),
+            _ => None,
+        }
     }
 
     /// The counters.
@@ -851,6 +873,9 @@ impl Slot {
             };
             if l.missing {
                 k.dsos_missing.add(1);
+                if !l.other_builds.is_empty() {
+                    k.dsos_build_id_mismatch.add(1);
+                }
             } else if l.table.is_empty() {
                 k.dsos_stripped.add(1);
             } else {
@@ -946,6 +971,7 @@ fn load_vdso(image: Option<Vec<u8>>, demangle: bool) -> Loaded {
         dwarf: None,
         missing: false,
         build_id: info.build_id,
+        ..Loaded::default()
     }
 }
 

@@ -35,6 +35,7 @@ use std::sync::{Arc, OnceLock};
 use perfpipe_core::Counter;
 
 pub mod debuginfod;
+pub mod locate;
 
 use debuginfod::{Debuginfod, DebuginfodConfig};
 
@@ -63,7 +64,37 @@ pub struct SourcesConfig {
     pub debuginfod: Option<DebuginfodConfig>,
 }
 
+/// `--symfs DIR`, an option of every stage that reads dsos' files (`symbolize`, `unwind`): one
+/// definition, declared alike by each.
+pub const SYMFS_FLAG: perfpipe_core::spec::Flag = perfpipe_core::spec::Flag::option(
+    "symfs",
+    "symfs",
+    "look every dso up under DIR, and the build-id cache in DIR/.debug (perf report --symfs); for symbols and unwind tables",
+);
+
+/// `--symbols ARCHIVE|DIR`, shared as [`SYMFS_FLAG`] is.
+pub const SYMBOLS_FLAG: perfpipe_core::spec::Flag = perfpipe_core::spec::Flag::option(
+    "symbols",
+    "symbols",
+    "also look dsos' files up in this archive (perfpipe archive's tar, perf archive's .tar.bz2) or build-id-cache directory, by build id, for symbols and unwind tables; repeatable (docs/another-machine.md)",
+);
+
 impl SourcesConfig {
+    /// These sources with the debuginfod servers of `debuginfod` (`Some("no")`: none; `None`:
+    /// the environment's, as perf and elfutils read it), opened.
+    ///
+    /// # Errors
+    /// As [`Sources::open`].
+    pub fn open_with(&self, debuginfod: Option<&str>) -> Result<Sources, String> {
+        let mut c = self.clone();
+        c.debuginfod = match debuginfod {
+            Some("no") => None,
+            Some(urls) => DebuginfodConfig::with_urls(urls),
+            None => DebuginfodConfig::from_env(),
+        };
+        Sources::open(&c)
+    }
+
     /// The configuration the environment gives, as perf and elfutils read it:
     /// `PERF_BUILDID_DIR`, `DEBUGINFOD_URLS` and the client's other variables.
     pub fn from_env() -> SourcesConfig {

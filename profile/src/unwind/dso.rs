@@ -3,18 +3,23 @@
 //! [`Module`] for each map of the dso with the map's load bias (from the MMAP's address and file
 //! offset and the file's PT_LOAD headers).
 //!
+//! The file is found by [`find`] through the one locator of dso files
+//! ([`crate::symbols::sources::locate`]), checked by build id.
+//!
 //! The `[vdso]` is unwound with this process's own vdso image, as perf does (it copies its own vdso
 //! to `/tmp/perf-vdso.so-*`): right when the recording is of this kernel.
 
-use std::fs::File;
 use std::ops::Range;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 
 use framehop::{Module, ModuleSectionInfo};
 use object::read::elf::{ElfFile, FileHeader, ProgramHeader};
 use object::read::ReadCache;
 use object::{Endianness, FileKind, Object, ObjectSection, ReadRef};
+
+use crate::symbols::sources::locate::{OtherBuild, Role, Wanted};
+use crate::symbols::sources::Sources;
 
 /// Section bytes shared by every module made from one dso.
 pub type Bytes = Arc<[u8]>;
@@ -120,6 +125,9 @@ pub enum Missing {
     NotFound,
     /// Not an ELF file this unwinder reads, or one without unwind sections.
     NoInfo,
+    /// Only files of another build than the recording's were found: none is used
+    /// (`dsos_build_id_mismatch`).
+    OtherBuild,
 }
 
 /// Names that are not files (perf's `is_no_dso_memory`, anonymous and special maps).
@@ -134,31 +142,81 @@ fn is_pseudo(name: &[u8]) -> bool {
         || !name.starts_with(b"/") && name != b"[vdso]"
 }
 
-/// Loads the unwind information of the dso `name` mapped in process `pid` (the file is looked for
-/// at its path, then under `/proc/PID/root`).
+/// Loads the unwind information of the dso `name` mapped in process `pid`, with no source but
+/// the files of this host ([`find`] with [`Sources::none`] and no build id).
 pub fn load(name: &[u8], pid: u32) -> Result<UnwindInfo, Missing> {
+    find(&Sources::none(), name, pid, None).info
+}
+
+/// A dso's unwind information as [`find`] found it.
+#[derive(Debug)]
+pub struct Found {
+    /// The information, or why there is none.
+    pub info: Result<UnwindInfo, Missing>,
+    /// Where it was read from.
+    pub from: Option<String>,
+    /// The files of other builds that were passed.
+    pub other_builds: Vec<OtherBuild>,
+}
+
+/// Loads the unwind information of dso `name` (build id `build_id` when the recording gives it)
+/// mapped in process `pid`, from the first file the locator finds that has some, in its order
+/// ([`crate::symbols::sources::locate`]: `--symbols` archives and directories and the build-id
+/// cache by build id, `--symfs`, `/proc/PID/root` of a process in a container, the path,
+/// debuginfod's `/executable` then `/debuginfo`): never from a file of another build. The
+/// `[vdso]` is this process's own image (perf's choice), or the one a source holds by its id.
+pub fn find(sources: &Sources, name: &[u8], pid: u32, build_id: Option<&[u8]>) -> Found {
+    let done = |info, from, other_builds| Found {
+        info,
+        from,
+        other_builds,
+    };
     if name == b"[vdso]" {
-        let image = crate::symbols::vdso_image().ok_or(Missing::NotFound)?;
-        return parse(&image[..]).ok_or(Missing::NoInfo);
+        let id = build_id.filter(|b| !b.is_empty());
+        let from_source = id
+            .and_then(|id| sources.special(id, "vdso"))
+            .and_then(|c| c.read_all(1 << 24));
+        let Some(image) = from_source.or_else(crate::symbols::vdso_image) else {
+            return done(Err(Missing::NotFound), None, Vec::new());
+        };
+        if let Some(id) = id {
+            let got = perfpipe_stream::model::dso::elf_build_id(&image);
+            if got.as_ref().map(|b| b.as_bytes()) != Some(id) {
+                let other = OtherBuild {
+                    at: "this host's [vdso]".into(),
+                    id: got.map(|b| b.as_bytes().to_vec()),
+                };
+                return done(Err(Missing::OtherBuild), None, vec![other]);
+            }
+        }
+        let info = parse(&image[..]).ok_or(Missing::NoInfo);
+        return done(info, Some("[vdso]".into()), Vec::new());
     }
     if is_pseudo(name) {
-        return Err(Missing::Pseudo);
+        return done(Err(Missing::Pseudo), None, Vec::new());
     }
     use std::os::unix::ffi::OsStrExt;
     let path = Path::new(std::ffi::OsStr::from_bytes(name));
-    let file = open(path).or_else(|| {
-        let mut p = PathBuf::from(format!("/proc/{pid}/root"));
-        p.push(path.strip_prefix("/").unwrap_or(path));
-        open(&p)
+    let wanted = Wanted {
+        path,
+        build_id,
+        pid,
+    };
+    // Whether some file of the dso's build was read at all (else: not found).
+    let mut read_one = false;
+    let found = sources.find(&wanted, Role::Runtime, |c| {
+        let w = c.window()?;
+        read_one = true;
+        parse(&ReadCache::new(w))
     });
-    let file = file.ok_or(Missing::NotFound)?;
-    let cache = ReadCache::new(file);
-    parse(&cache).ok_or(Missing::NoInfo)
-}
-
-fn open(path: &Path) -> Option<File> {
-    let f = File::open(path).ok()?;
-    f.metadata().ok()?.is_file().then_some(f)
+    match found.hit {
+        Some((info, c)) => done(Ok(info), Some(c.describe()), found.other_builds),
+        None if read_one => done(Err(Missing::NoInfo), None, found.other_builds),
+        None if !found.other_builds.is_empty() => {
+            done(Err(Missing::OtherBuild), None, found.other_builds)
+        }
+        None => done(Err(Missing::NotFound), None, Vec::new()),
+    }
 }
 
 /// The unwind information of an ELF image (`None`: not an ELF file, or no unwind sections).

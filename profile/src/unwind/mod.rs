@@ -50,12 +50,13 @@ mod tests;
 
 use std::cell::RefCell;
 use std::collections::{HashMap, VecDeque};
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use framehop::x86_64::{CacheX86_64, UnwindRegsX86_64, UnwinderX86_64};
 use framehop::{Error as WalkError, FrameAddress, Module, Unwinder as _};
-use perfpipe_core::{Batch, Counter, Flow, Out, Stage, StageError};
+use perfpipe_core::{Batch, Counter, Flow, NoteValue, Notes, Out, Stage, StageError};
 use rayon::prelude::*;
 
 use dso::{Bytes, Missing, UnwindInfo};
@@ -63,21 +64,27 @@ use perfpipe_core::spec::{BuildCtx, Flag, Kind, Options, StageOption, StageSpec}
 use perfpipe_stream::format::{
     misc, Attr, Endian, RecordType, SampleLayout, StreamInfo, EVENT_HEADER_SIZE,
 };
-use perfpipe_stream::model::machine::{Machine, Map};
+use perfpipe_stream::model::machine::{DsoId, Identity, Machine, Map};
 use perfpipe_stream::model::IdMap;
 use perfpipe_stream::Error;
 use sample::AttrExtra;
 
+use crate::symbols::sources::locate::Wanted;
+use crate::symbols::sources::{hex, Sources, SourcesConfig, SYMBOLS_FLAG, SYMFS_FLAG};
 use crate::HOLD_MAX_BYTES;
 
 /// How `unwind` appears on the command line: `--unwind [parallel=no,parallel-min=N,max-frames=N]`.
 pub const SPEC: StageSpec = StageSpec {
     name: "unwind",
     help: "unwind --call-graph dwarf samples' user stacks into callchains (.eh_frame/.debug_frame) and drop the stack copies",
-    flags: &[Flag::stage_options(
-        "unwind",
-        "unwind --call-graph dwarf samples into callchains and drop their stack copies",
-    )],
+    flags: &[
+        Flag::stage_options(
+            "unwind",
+            "unwind --call-graph dwarf samples into callchains and drop their stack copies",
+        ),
+        SYMBOLS_FLAG,
+        SYMFS_FLAG,
+    ],
     options: &[
         StageOption {
             key: "parallel",
@@ -94,6 +101,21 @@ pub const SPEC: StageSpec = StageSpec {
             kind: Kind::Count,
             help: "most user frames per sample (default 1024)",
         },
+        StageOption {
+            key: "symbols",
+            kind: Kind::Text("ARCHIVE|DIR"),
+            help: "an archive or build-id-cache directory to look dsos' unwind tables up in, by build id (repeatable)",
+        },
+        StageOption {
+            key: "symfs",
+            kind: Kind::Text("DIR"),
+            help: "the root every dso path is looked up under",
+        },
+        StageOption {
+            key: "debuginfod",
+            kind: Kind::Text("URLS|no"),
+            help: "debuginfod servers (space-separated) instead of DEBUGINFOD_URLS; no: none",
+        },
     ],
     build: build_stage,
     needs: &["decompress", "stitch"],
@@ -106,7 +128,8 @@ fn build_stage(ctx: &BuildCtx, o: &Options) -> Result<Box<dyn Stage>, perfpipe_c
     } else {
         None
     };
-    Ok(Box::new(config.build(pool)))
+    let sources = config.open_sources()?;
+    Ok(Box::new(config.build_with(pool, sources)))
 }
 
 /// Default of `parallel-min`.
@@ -125,6 +148,12 @@ pub struct UnwindConfig {
     /// Fewest samples in a batch for the pool to unwind them: handing a batch to the pool costs
     /// more than unwinding a few samples (see docs/unwinding.md's figures).
     pub parallel_min: usize,
+    /// `--symfs DIR`: the recorded paths are read under DIR (and the build-id cache is DIR/.debug).
+    pub symfs: Option<PathBuf>,
+    /// `--symbols ARCHIVE|DIR`, in order: looked in by build id first.
+    pub symbols: Vec<PathBuf>,
+    /// `debuginfod=URLS|no`: the servers instead of `DEBUGINFOD_URLS` (`no`: none).
+    pub debuginfod: Option<String>,
 }
 
 impl Default for UnwindConfig {
@@ -133,6 +162,9 @@ impl Default for UnwindConfig {
             parallel: true,
             max_frames: MAX_FRAMES,
             parallel_min: PARALLEL_MIN,
+            symfs: None,
+            symbols: Vec::new(),
+            debuginfod: None,
         }
     }
 }
@@ -159,12 +191,40 @@ impl UnwindConfig {
             parallel_min: o
                 .count("parallel-min")
                 .map_or(PARALLEL_MIN, |n| usize::try_from(n).unwrap_or(usize::MAX)),
+            symfs: o.text("symfs").map(Into::into),
+            symbols: o.texts("symbols").map(Into::into).collect(),
+            debuginfod: o.text("debuginfod").map(Into::into),
         })
     }
 
-    /// Builds the stage; samples are unwound on `pool` (on the stage's thread when `None`).
+    /// The sources dsos' files are looked for in (`--symfs`, `--symbols`, the build-id cache,
+    /// debuginfod), opened.
+    ///
+    /// # Errors
+    /// A `--symbols` that is neither a directory nor a file.
+    pub fn open_sources(&self) -> Result<Sources, String> {
+        SourcesConfig {
+            symfs: self.symfs.clone(),
+            symbols: self.symbols.clone(),
+            ..SourcesConfig::default()
+        }
+        .open_with(self.debuginfod.as_deref())
+    }
+
+    /// Builds the stage with no source but this host's files (by path, and through
+    /// `/proc/PID/root`); samples are unwound on `pool` (on the stage's thread when `None`).
     pub fn build(&self, pool: Option<Arc<rayon::ThreadPool>>) -> Unwind {
+        self.build_with(pool, Sources::none())
+    }
+
+    /// Builds the stage; dsos' files are looked for in `sources`, samples unwound on `pool`.
+    pub fn build_with(&self, pool: Option<Arc<rayon::ThreadPool>>, sources: Sources) -> Unwind {
+        sources.warm(pool.as_deref());
         Unwind {
+            sources,
+            noted_ids: HashMap::new(),
+            unfound: Vec::new(),
+            notes: Notes::new(),
             pool,
             max_frames: self.max_frames,
             parallel_min: self.parallel_min.max(2),
@@ -202,6 +262,18 @@ struct Counters {
     dsos_loaded: Counter,
     dsos_missing: Counter,
     dsos_no_info: Counter,
+    dsos_mismatch: Counter,
+}
+
+/// A dso whose right file was not found: for the line that says so at the end.
+#[derive(Debug)]
+struct Unfound {
+    name: String,
+    build_id: Option<Vec<u8>>,
+    pid: u32,
+    /// Whether its process was gone when its maps were read.
+    gone: bool,
+    other_builds: Vec<crate::symbols::sources::locate::OtherBuild>,
 }
 
 /// A process's unwinder and the address ranges of its modules with unwind information.
@@ -404,6 +476,13 @@ fn walk_stack(
 /// The running `unwind` stage.
 #[derive(Debug)]
 pub struct Unwind {
+    /// Where dsos' files are looked for.
+    sources: Sources,
+    /// Build ids of dsos by name, from BUILD_ID records (for MMAPs without one).
+    noted_ids: HashMap<Vec<u8>, Vec<u8>>,
+    /// The dsos without unwind information for want of the right file, for the end lines.
+    unfound: Vec<Unfound>,
+    notes: Notes,
     pool: Option<Arc<rayon::ThreadPool>>,
     max_frames: usize,
     parallel_min: usize,
@@ -513,6 +592,15 @@ impl Unwind {
                     };
                     if sample::wants_unwinding(attr.sample_type) {
                         self.note_attr(info, &attr, rec);
+                    }
+                }
+                RecordType::HEADER_BUILD_ID => {
+                    if let Some(b) = info.record(batch, span).build_id() {
+                        if !b.build_id.is_empty() {
+                            self.noted_ids
+                                .entry(b.filename.to_vec())
+                                .or_insert_with(|| b.build_id.to_vec());
+                        }
                     }
                 }
                 RecordType::MMAP
@@ -700,14 +788,7 @@ impl Unwind {
                 self.dsos.resize_with(i + 1, || None);
             }
             if self.dsos[i].is_none() {
-                let name = &self.machine.dso(map.dso).name;
-                let loaded = dso::load(name, pid);
-                match &loaded {
-                    Ok(_) => self.c.dsos_loaded.add(1),
-                    Err(Missing::NotFound) => self.c.dsos_missing.add(1),
-                    Err(Missing::NoInfo) => self.c.dsos_no_info.add(1),
-                    Err(Missing::Pseudo) => {}
-                }
+                let loaded = self.load(map.dso, pid);
                 self.dsos[i] = Some(loaded);
             }
             let Some(Ok(info)) = &self.dsos[i] else {
@@ -736,6 +817,107 @@ impl Unwind {
             },
         );
         p
+    }
+
+    /// Looks for the unwind information of dso `id`, first mapped by process `pid`, checked
+    /// against the build id the recording gives (its MMAP2's, else a BUILD_ID record's).
+    fn load(&mut self, id: DsoId, pid: u32) -> Result<UnwindInfo, Missing> {
+        let d = self.machine.dso(id);
+        let build_id = match &d.identity {
+            Identity::BuildId(b) if !b.is_empty() => Some(b.clone()),
+            _ => self.noted_ids.get(&d.name).cloned(),
+        };
+        let found = dso::find(&self.sources, &d.name, pid, build_id.as_deref());
+        match &found.info {
+            Ok(_) => self.c.dsos_loaded.add(1),
+            Err(Missing::NotFound) => self.c.dsos_missing.add(1),
+            Err(Missing::NoInfo) => self.c.dsos_no_info.add(1),
+            Err(Missing::OtherBuild) => self.c.dsos_mismatch.add(1),
+            Err(Missing::Pseudo) => {}
+        }
+        let name = String::from_utf8_lossy(&d.name).into_owned();
+        let said = |u: &Unfound| u.name == name && u.build_id == build_id;
+        // One line per file (a dso mapped under several identities is one).
+        let new = !self.unfound.iter().any(said);
+        if new && matches!(found.info, Err(Missing::NotFound | Missing::OtherBuild)) {
+            let gone = !std::path::Path::new(&format!("/proc/{pid}")).exists();
+            self.unfound.push(Unfound {
+                name,
+                build_id: build_id.or_else(|| {
+                    use std::os::unix::ffi::OsStrExt;
+                    let path = std::path::Path::new(std::ffi::OsStr::from_bytes(&d.name));
+                    self.sources.expected_id(&Wanted {
+                        path,
+                        build_id: None,
+                        pid,
+                    })
+                }),
+                pid,
+                gone,
+                other_builds: found.other_builds,
+            });
+        }
+        found.info
+    }
+
+    /// At the end, one line per dso whose unwind tables were not read for want of the right
+    /// file: the files of other builds passed, or that its process was gone, and how to get it.
+    fn say_what_is_missing(&self) {
+        let mut notes = Vec::new();
+        for u in &self.unfound {
+            let id = u.build_id.as_deref().map(hex);
+            let shown = id.as_deref().unwrap_or("unknown");
+            let why = if !u.other_builds.is_empty() {
+                let others: Vec<String> = u
+                    .other_builds
+                    .iter()
+                    .map(|o| {
+                        let oid = o.id.as_deref().map_or("none".into(), hex);
+                        format!("{} (build id {oid})", o.at)
+                    })
+                    .collect();
+                format!("only another build was found: {}", others.join(", "))
+            } else if u.gone {
+                format!(
+                    "it is not at its path here and process {} was gone before its maps were read                      (a container's files are kept by `perfpipe archive` run on the host while it runs)",
+                    u.pid
+                )
+            } else {
+                "it is not at its path here".into()
+            };
+            let hint = match &u.build_id {
+                Some(b) => self.sources.how_to_get(b),
+                None => "give the recording's files with --symfs ROOT or --symbols ARCHIVE".into(),
+            };
+            eprintln!(
+                "perfpipe: unwind: no unwind tables for {} (build id {shown}): {why}; {hint}",
+                u.name
+            );
+            let kind = if u.other_builds.is_empty() {
+                "dso_not_found"
+            } else {
+                "dso_build_id_mismatch"
+            };
+            notes.push(vec![
+                ("kind", NoteValue::Text(kind.into())),
+                ("dso", NoteValue::Text(u.name.clone())),
+                ("build_id", id.map_or(NoteValue::Null, NoteValue::Text)),
+                (
+                    "other_builds",
+                    NoteValue::List(u.other_builds.iter().map(|o| o.at.clone()).collect()),
+                ),
+                ("hint", NoteValue::Text(hint)),
+            ]);
+        }
+        for line in self
+            .sources
+            .debuginfod()
+            .map(|d| d.failures())
+            .unwrap_or_default()
+        {
+            eprintln!("perfpipe: unwind: {line}");
+        }
+        self.notes.set(notes);
     }
 
     /// The stream info for downstream: the attrs of unwound samples rewritten.
@@ -853,7 +1035,12 @@ impl Stage for Unwind {
 
     fn flush(&mut self, out: &mut Out<'_>) -> Result<(), StageError> {
         self.release_due(out, true);
+        self.say_what_is_missing();
         Ok(())
+    }
+
+    fn notes(&self) -> Option<Notes> {
+        Some(self.notes.clone())
     }
 
     fn counters(&self) -> Vec<(&'static str, Counter)> {
@@ -873,6 +1060,7 @@ impl Stage for Unwind {
             ("dsos_loaded", c.dsos_loaded.clone()),
             ("dsos_missing", c.dsos_missing.clone()),
             ("dsos_without_unwind_info", c.dsos_no_info.clone()),
+            ("dsos_build_id_mismatch", c.dsos_mismatch.clone()),
         ]
     }
 }

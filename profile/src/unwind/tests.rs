@@ -701,3 +701,22 @@ fn unwinders_of_processes_no_sample_asks_for_are_dropped() {
     );
     assert_eq!(stage.modules.0.len(), 1, "one module: the parent's map");
 }
+
+#[test]
+fn a_file_of_another_build_gives_no_unwind_information() {
+    use std::os::unix::ffi::OsStrExt;
+    let exe = std::env::current_exe().unwrap();
+    let name = exe.as_os_str().as_bytes();
+    let none = crate::symbols::sources::Sources::none();
+    let other = dso::find(&none, name, u32::MAX, Some(&[0xab; 20]));
+    assert_eq!(other.info.unwrap_err(), dso::Missing::OtherBuild);
+    assert_eq!(other.other_builds.len(), 1);
+    assert_eq!(other.other_builds[0].at, exe.display().to_string());
+    let data = std::fs::read(&exe).unwrap();
+    let id = perfpipe_stream::model::dso::elf_build_id(&data).expect("a build id");
+    let right = dso::find(&none, name, u32::MAX, Some(id.as_bytes()));
+    assert!(right.info.is_ok_and(|i| i.has_unwind_info()));
+    assert_eq!(right.from, Some(exe.display().to_string()));
+    // No id: the file at the path is trusted.
+    assert!(dso::load(name, u32::MAX).is_ok());
+}

@@ -273,7 +273,7 @@ pub fn elf_build_id(image: &[u8]) -> Option<BuildId> {
 /// `PT_NOTE` segments of a file without section headers. Nothing else is read (no symbol table,
 /// no string table), so a file costs its ELF header, its section (or program) headers and its
 /// notes.
-fn elf_build_id_in<'data, R: ReadRef<'data>>(data: R) -> Option<BuildId> {
+pub fn elf_build_id_in<'data, R: ReadRef<'data>>(data: R) -> Option<BuildId> {
     use object::elf::{FileHeader32, FileHeader64};
     use object::{Endianness, FileKind};
     let id = match FileKind::parse(data).ok()? {
@@ -344,24 +344,52 @@ fn other_mount_namespace(pid: u32) -> bool {
     }
 }
 
-/// Reads a file's build id: the file itself, else its view through `/proc/<pid>/root` (that view
-/// first when the process, still alive, is in another mount namespace), else, for a kernel module,
-/// `/sys/module/<name>/notes`.
-pub fn read_build_id(path: &Path, pid: Option<u32>, kernel: bool) -> Outcome {
-    let mut candidates: Vec<PathBuf> = vec![path.to_path_buf()];
+/// Whether process `pid`, alive, sees other files than this process at the same paths: it lives
+/// in another mount namespace (a container; perf's `nsinfo`), or under another root (`chroot`,
+/// which perf does not see).
+pub fn sees_other_files(pid: u32) -> bool {
+    if pid == u32::MAX || pid == 0 {
+        return false;
+    }
+    let root = |p: &str| std::fs::read_link(p).ok();
+    other_mount_namespace(pid)
+        || matches!(
+            (root(&format!("/proc/{pid}/root")), root("/proc/self/root")),
+            (Some(a), Some(b)) if a != b
+        )
+}
+
+/// `path` as process `pid` sees it: `/proc/PID/root/PATH`.
+pub fn in_process_root(path: &Path, pid: u32) -> PathBuf {
+    let mut p = PathBuf::from(format!("/proc/{pid}/root"));
+    p.push(path.strip_prefix("/").unwrap_or(path));
+    p
+}
+
+/// Where the file a process maps at `path` is, in order: its view through `/proc/PID/root` first
+/// when the process, alive, sees other files than we do ([`sees_other_files`]: a container, a
+/// chroot), then the path itself, then (a process of this namespace) the view through its root.
+/// The one order every reader of a dso's file on this host follows (`perfpipe_profile`'s locator
+/// puts `--symfs` and the build-id sources around it).
+pub fn process_views(path: &Path, pid: Option<u32>) -> Vec<PathBuf> {
+    let mut out: Vec<PathBuf> = vec![path.to_path_buf()];
     if let Some(pid) = pid.filter(|&p| p != u32::MAX && p != 0) {
         if path.is_absolute() {
-            let mut p = PathBuf::from(format!("/proc/{pid}/root"));
-            p.push(path.strip_prefix("/").unwrap_or(path));
-            // A process in another mount namespace (a container) sees its own files first, as
-            // perf reads them inside the task's namespace.
-            if other_mount_namespace(pid) {
-                candidates.insert(0, p);
+            let p = in_process_root(path, pid);
+            if sees_other_files(pid) {
+                out.insert(0, p);
             } else {
-                candidates.push(p);
+                out.push(p);
             }
         }
     }
+    out
+}
+
+/// Reads a file's build id: where [`process_views`] says the process's file is, else, for a
+/// kernel module, `/sys/module/<name>/notes`.
+pub fn read_build_id(path: &Path, pid: Option<u32>, kernel: bool) -> Outcome {
+    let candidates = process_views(path, pid);
     let mut missing = true;
     for c in &candidates {
         // O_NONBLOCK: opening a FIFO without a writer must not block (it would hang `resolve`).

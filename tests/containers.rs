@@ -1,0 +1,454 @@
+//! Another userland on this machine (issue 38): processes recorded inside the Debian trixie root
+//! (glibc 2.41; this host's is 2.36), their frames found and checked by build id. The oracle is
+//! perf 7.3 run inside the root (`util::in_trixie`): `perf script --no-inline | inferno-collapse-perf`,
+//! which reads the root's files at the recorded paths. perfpipe runs on the host and gets the
+//! root's files through `--symfs ROOT`, an archive made inside the root by `perfpipe archive`, a
+//! real debuginfod serving them, or live through `/proc/PID/root` (a process in a mount namespace
+//! and one only chrooted); at least 99.9 % of the weight must be on identical stacks, for
+//! `--call-graph dwarf` (unwound by `--unwind`) and frame pointers (`-g`). With no source, the
+//! host's libc (another build) is never read: `dsos_build_id_mismatch`, an end line naming it,
+//! and no frame named from it.
+//!
+//! The workload (`until.c`) is compiled on the host and copied into a directory of the test's own
+//! under `ROOT/tmp`, removed at the end; it runs with the root's libc.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+use crate::another_machine::{debuginfod_env, debuginfod_serving, free_port};
+use crate::needs::trixie_root;
+use crate::oracle::{assert_agrees, collapse};
+use crate::util::*;
+
+/// A directory of the test's own inside the root: `ROOT/tmp/perfpipe-NAME-PID` on the host,
+/// `/tmp/perfpipe-NAME-PID` inside. Removed at drop.
+struct InRoot {
+    host: PathBuf,
+    inside: String,
+}
+
+impl InRoot {
+    fn new(name: &str) -> InRoot {
+        let inside = format!("/tmp/perfpipe-{name}-{}", std::process::id());
+        let host = trixie_root().join(inside.trim_start_matches('/'));
+        let _ = std::fs::remove_dir_all(&host);
+        std::fs::create_dir_all(&host).unwrap();
+        InRoot { host, inside }
+    }
+
+    /// `NAME` inside the root, and on the host.
+    fn file(&self, name: &str) -> (String, PathBuf) {
+        (format!("{}/{name}", self.inside), self.host.join(name))
+    }
+}
+
+impl Drop for InRoot {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.host);
+    }
+}
+
+/// `until.c` compiled on the host with `flags` into the root's directory; its path inside.
+fn until(r: &InRoot, flags: &[&str], name: &str) -> String {
+    let (inside, host) = r.file(name);
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/workloads/until.c");
+    // -fno-plt: no `name@plt` stubs, which perf 7.3 names as perf 6.1 (whose rules the symbol
+    // tables follow) does not (`access@plt` against `_init` in a `-fcf-protection` binary).
+    crate::workloads::compile(
+        Command::new("cc")
+            .args(flags)
+            .arg("-fno-plt")
+            .arg("-o")
+            .arg(&host)
+            .arg(src),
+        &host,
+    );
+    inside
+}
+
+/// The rounds of `until.c` a recording runs (a few hundred milliseconds of CPU).
+const ROUNDS: &str = "5000";
+
+/// perf 7.3 inside the root: `perf record -e cpu-clock -F 4000 ARGS -o - -- ARGV`.
+fn record_inside(args: &[&str], argv: &[&str]) -> Vec<u8> {
+    let mut all = vec!["/usr/bin/perf", "record", "-e", "cpu-clock", "-F", "4000"];
+    all.extend_from_slice(args);
+    all.extend_from_slice(&["-o", "-", "--"]);
+    all.extend_from_slice(argv);
+    let out = run(&mut in_trixie(&all), b"");
+    assert!(
+        out.status.success() && !out.stdout.is_empty(),
+        "{all:?} inside the root: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out.stdout
+}
+
+/// The oracle: perf 7.3 inside the root, `perf script --no-inline | inferno-collapse-perf`.
+fn truth(rec: &[u8]) -> String {
+    let out = run(
+        &mut in_trixie(&["/usr/bin/perf", "script", "--no-inline", "-i", "-"]),
+        rec,
+    );
+    assert!(
+        out.status.success(),
+        "perf script inside the root: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    collapse(&String::from_utf8_lossy(&out.stdout), &[])
+}
+
+/// `perfpipe -i REC -o out.folded --stats ARGS` with the environment `env`: the folded stacks
+/// and the stderr.
+fn ours_env(dir: &Dir, rec: &[u8], args: &[&str], env: &[(&str, &str)]) -> (String, String) {
+    let input = dir.write("rec.data", rec);
+    let out = dir.path("out.folded");
+    let mut cmd = Command::new(bin());
+    cmd.args([
+        "-i",
+        input.to_str().unwrap(),
+        "-o",
+        out.to_str().unwrap(),
+        "--stats",
+    ])
+    .args(args)
+    .envs(env.iter().copied());
+    let r = run(&mut cmd, b"");
+    let stderr = String::from_utf8_lossy(&r.stderr).into_owned();
+    assert!(r.status.success(), "perfpipe {args:?}: {stderr}");
+    (std::fs::read_to_string(&out).unwrap(), stderr)
+}
+
+/// [`ours_env`] with an empty build-id cache and no debuginfod: only what `args` names.
+fn ours(dir: &Dir, rec: &[u8], args: &[&str]) -> (String, String) {
+    let cache = dir.path("no-cache");
+    std::fs::create_dir_all(&cache).unwrap();
+    let env = [
+        ("PERF_BUILDID_DIR", cache.to_str().unwrap()),
+        ("DEBUGINFOD_URLS", ""),
+    ];
+    ours_env(dir, rec, args, &env)
+}
+
+/// The stacks of the workload's own process (`until`), the oracle's and ours: what the sources
+/// are for (perf's own process, recorded too, runs the root's perf).
+fn of_until(folded: &str) -> String {
+    folded
+        .lines()
+        .filter(|l| l.starts_with("until"))
+        .map(|l| format!("{l}\n"))
+        .collect()
+}
+
+/// Records `until` inside the root with `cg` (`-g` or `--call-graph dwarf`) and checks perfpipe
+/// on the host with `args` against perf 7.3 inside it.
+fn check(dir: &Dir, what: &str, rec: &[u8], args: &[&str]) -> String {
+    let theirs = truth(rec);
+    let (folded, stats) = ours(dir, rec, args);
+    assert_agrees(what, &of_until(&folded), &of_until(&theirs));
+    // The libc frames are named: the root's libc was read, not the host's (its `getppid`; below
+    // `main`, only the unwinder reaches `__libc_start_main`, as libc has no frame pointers).
+    let libc = ["getppid"]
+        .into_iter()
+        .chain(args.contains(&"--unwind").then_some("__libc_start_main"));
+    for f in libc {
+        assert!(
+            theirs.contains(f) && folded.contains(f),
+            "{what}: {f} not named\n{folded}"
+        );
+    }
+    stats
+}
+
+pipetest!(needs(perf, cc, inferno, trixie) symfs_reads_the_roots_files_for_unwinding_and_names, |dir| {
+    let r = InRoot::new("symfs");
+    let dwarf = until(&r, &["-O2", "-fomit-frame-pointer"], "until");
+    let fp = until(&r, &["-O1", "-fno-omit-frame-pointer"], "until-fp");
+    let stop = format!("{}/never", r.inside);
+    let root = trixie_root();
+    let root = root.to_str().unwrap();
+    let rec = record_inside(&["--call-graph", "dwarf"], &[&dwarf, &stop, ROUNDS]);
+    let stats = check(&dir, "dwarf, --unwind --symfs ROOT", &rec, &["--unwind", "--symfs", root]);
+    assert_eq!(counter(&stats, "dsos_build_id_mismatch"), 0, "{stats}");
+    let rec = record_inside(&["-g"], &[&fp, &stop, ROUNDS]);
+    check(&dir, "frame pointers, --symfs ROOT", &rec, &["--symfs", root]);
+});
+
+pipetest!(needs(perf, cc, inferno, trixie) an_archive_made_inside_the_root_unwinds_and_names_on_the_host, |dir| {
+    let r = InRoot::new("archive");
+    let exe = until(&r, &["-O2", "-fomit-frame-pointer"], "until");
+    let stop = format!("{}/never", r.inside);
+    let rec = record_inside(&["--call-graph", "dwarf"], &[&exe, &stop, ROUNDS]);
+    // perfpipe itself, run inside the root (with the root's libc) on the recording there.
+    let (pp, pp_host) = r.file("perfpipe");
+    std::fs::copy(bin(), &pp_host).unwrap();
+    let (rec_in, rec_host) = r.file("rec.data");
+    std::fs::write(&rec_host, &rec).unwrap();
+    let (tar_in, tar_host) = r.file("files.tar");
+    let out = run(
+        &mut in_trixie(&[&pp, "archive", "-i", &rec_in, "-o", &tar_in]),
+        b"",
+    );
+    assert!(
+        out.status.success(),
+        "perfpipe archive inside the root: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let tar = dir.path("files.tar");
+    std::fs::copy(&tar_host, &tar).unwrap();
+    let stats = check(
+        &dir,
+        "dwarf, --unwind --symbols ARCHIVE",
+        &rec,
+        &["--unwind", "--symbols", tar.to_str().unwrap()],
+    );
+    // The host's libc at the same path is another build: passed, never read.
+    assert!(counter(&stats, "dsos_loaded") >= 3, "{stats}");
+});
+
+pipetest!(needs(perf, cc, inferno, debuginfod, trixie) debuginfod_serving_the_roots_files_unwinds_and_names, |dir| {
+    let r = InRoot::new("debuginfod");
+    let exe = until(&r, &["-O2", "-fomit-frame-pointer"], "until");
+    let stop = format!("{}/never", r.inside);
+    let rec = record_inside(&["--call-graph", "dwarf"], &[&exe, &stop, ROUNDS]);
+    // The server indexes copies of the root's files the workload maps.
+    let served = dir.path("served");
+    std::fs::create_dir_all(&served).unwrap();
+    let lib = trixie_root().join("usr/lib/x86_64-linux-gnu");
+    for f in ["libc.so.6", "ld-linux-x86-64.so.2"] {
+        std::fs::copy(lib.join(f), served.join(f)).unwrap();
+    }
+    std::fs::copy(r.file("until").1, served.join("until")).unwrap();
+    let libc_id = build_id_of(&served.join("libc.so.6"));
+    let port = free_port();
+    let _server = debuginfod_serving(&served, port, &libc_id, "executable");
+    let url = format!("http://127.0.0.1:{port}");
+    let cache = dir.path("client-cache");
+    let no_cache = dir.path("no-cache");
+    std::fs::create_dir_all(&no_cache).unwrap();
+    let mut env = debuginfod_env(&url, &cache, "10").to_vec();
+    env.push(("PERF_BUILDID_DIR", no_cache.to_str().unwrap()));
+    let theirs = truth(&rec);
+    let (folded, stats) = ours_env(&dir, &rec, &["--unwind"], &env);
+    assert_agrees(
+        "dwarf, --unwind with DEBUGINFOD_URLS",
+        &of_until(&folded),
+        &of_until(&theirs),
+    );
+    assert!(folded.contains("__libc_start_main"), "{stats}");
+});
+
+pipetest!(needs(perf, cc, inferno, trixie) with_no_source_no_frame_is_named_from_another_build, |dir| {
+    let r = InRoot::new("nosource");
+    let exe = until(&r, &["-O2", "-fomit-frame-pointer"], "until");
+    let stop = format!("{}/never", r.inside);
+    let rec = record_inside(&["--call-graph", "dwarf"], &[&exe, &stop, ROUNDS]);
+    let theirs = truth(&rec);
+    let json = dir.path("stats.json");
+    let (folded, stats) = ours(&dir, &rec, &["--unwind", "--stats-json", json.to_str().unwrap()]);
+    // The host's libc and loader are other builds of the same paths: counted and named at the end.
+    assert!(counter(&stats, "dsos_build_id_mismatch") >= 1, "{stats}");
+    // The workload itself is nowhere here (its directory is in the root) and its process is
+    // gone: the line says so, and what keeps a container's files.
+    assert!(
+        stats.contains(&format!("no unwind tables for {exe}"))
+            && stats.contains("was gone before its maps were read")
+            && stats.contains("`perfpipe archive` run on the host while it runs"),
+        "{stats}"
+    );
+    let doc: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    let schema = crate::stats::schema();
+    crate::stats::validate(&schema, &schema, &doc, "$").unwrap();
+    let libc_note = doc["stages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|s| s.get("notes")?.as_array())
+        .flatten()
+        .find(|n| {
+            n["kind"] == "dso_build_id_mismatch"
+                && n["dso"] == "/usr/lib/x86_64-linux-gnu/libc.so.6"
+        })
+        .unwrap_or_else(|| panic!("no note of libc's other build: {doc}"));
+    assert_eq!(
+        libc_note["other_builds"][0],
+        "/usr/lib/x86_64-linux-gnu/libc.so.6",
+        "{libc_note}"
+    );
+    assert!(
+        stats.contains("no unwind tables for /usr/lib/x86_64-linux-gnu/libc.so.6")
+            && stats.contains("only another build was found"),
+        "{stats}"
+    );
+    // No frame is named from them: every function we name in the workload's stacks is named
+    // by the oracle too, and none of libc's.
+    let names = |f: &str| -> std::collections::BTreeSet<String> {
+        of_until(f)
+            .lines()
+            .filter_map(|l| l.rsplit_once(' ').map(|x| x.0.to_string()))
+            .flat_map(|s| s.split(';').map(str::to_string).collect::<Vec<_>>())
+            .collect()
+    };
+    let (ours_names, their_names) = (names(&folded), names(&theirs));
+    for libc in ["__libc_start_main", "_start", "getppid", "access"] {
+        assert!(!ours_names.contains(libc), "{libc} named from another build:\n{folded}");
+    }
+    let foreign: Vec<&String> = ours_names
+        .iter()
+        .filter(|n| !their_names.contains(*n) && !n.starts_with('['))
+        .collect();
+    assert!(foreign.is_empty(), "frames perf 7.3 does not have: {foreign:?}\n{folded}");
+    // Frame pointers: the symbols refuse the host's libc the same way.
+    let fp = until(&r, &["-O1", "-fno-omit-frame-pointer"], "until-fp");
+    let rec = record_inside(&["-g"], &[&fp, &stop, ROUNDS]);
+    let (folded, stats) = ours(&dir, &rec, &[]);
+    assert!(counter(&stats, "dsos_build_id_mismatch") >= 1, "{stats}");
+    assert!(
+        stats.contains("found only another build, not used: /usr/lib/x86_64-linux-gnu/libc.so.6"),
+        "{stats}"
+    );
+    let named = names(&folded);
+    for libc in ["getppid", "access"] {
+        assert!(!named.contains(libc), "{libc} named from another build:\n{folded}");
+    }
+    assert!(named.contains("[libc.so.6]"), "{folded}");
+});
+
+/// The GNU build id of `file`, in hex (by `readelf -n`).
+fn build_id_of(file: &Path) -> String {
+    let notes = Command::new("readelf")
+        .arg("-n")
+        .arg(file)
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&notes.stdout)
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("Build ID: ").map(str::to_string))
+        .unwrap_or_else(|| panic!("{} has no build id", file.display()))
+}
+
+/// Host perf records `WRAP… ROOT until STOP` with `record_args` (the process chrooted, or in a
+/// mount namespace of its own too), its stream going live to `perfpipe PERFPIPE_ARGS -o -`. The
+/// workload runs until the test has seen 512 KiB of perfpipe's output after the workload's exec
+/// (so perfpipe read what it needed while the process lived), then stops. Returns the raw
+/// recording and perfpipe's output.
+fn live_stream(
+    r: &InRoot,
+    exe: &str,
+    wrap: &[&str],
+    record_args: &[&str],
+    perfpipe_args: &[&str],
+) -> (Vec<u8>, Vec<u8>) {
+    let (stop, stop_host) = r.file("stop");
+    let root = trixie_root();
+    let mut perf = oracle().command();
+    perf.args(["record", "-e", "cpu-clock", "-F", "4000"])
+        .args(record_args)
+        .args(["-o", "-", "--"])
+        .args(wrap)
+        .arg(&root)
+        .args([exe, stop.as_str()])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null());
+    let mut perf = perf.spawn().expect("perf record");
+    let mut from_perf = perf.stdout.take().unwrap();
+    let mut pp = Command::new(bin())
+        .args(perfpipe_args)
+        .args(["-o", "-"])
+        .env("DEBUGINFOD_URLS", "")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("perfpipe");
+    let mut to_pp = pp.stdin.take().unwrap();
+    // The raw stream, kept for the oracle, and fed to perfpipe as it comes.
+    let tee = std::thread::spawn(move || {
+        let mut raw = Vec::new();
+        let mut buf = vec![0u8; 1 << 16];
+        loop {
+            let n = std::io::Read::read(&mut from_perf, &mut buf).unwrap_or(0);
+            if n == 0 {
+                break;
+            }
+            raw.extend_from_slice(&buf[..n]);
+            let _ = to_pp.write_all(&buf[..n]);
+        }
+        raw
+    });
+    let out = Watch::new(pp.stdout.take().unwrap());
+    let pp_err = Watch::new(pp.stderr.take().unwrap());
+    // Its COMM, then 512 KiB: a thousand samples and more.
+    out.wait_until("512 KiB of output after the workload's exec", |t| {
+        t.find("until").is_some_and(|at| t.len() - at > 512 << 10)
+    });
+    std::fs::write(&stop_host, b"").unwrap();
+    assert!(perf.wait().unwrap().success(), "perf record");
+    let raw = tee.join().unwrap();
+    assert!(
+        pp.wait().unwrap().success(),
+        "perfpipe: {}",
+        pp_err.finish_text()
+    );
+    (raw, out.finish())
+}
+
+/// `perf record --call-graph dwarf -- WRAP… ROOT until | perfpipe --unwind` live: the unwinder
+/// reads the process's files through `/proc/PID/root` while it runs.
+fn live(dir: &Dir, name: &str, wrap: &[&str]) {
+    let r = InRoot::new(name);
+    let exe = until(&r, &["-O2", "-fomit-frame-pointer"], "until");
+    let (raw, unwound) = live_stream(&r, &exe, wrap, &["--call-graph", "dwarf"], &["--unwind"]);
+    // Named from the root's files on both sides: the frames are what the live unwinder found.
+    let theirs = truth(&raw);
+    let root = trixie_root();
+    let (folded, _) = ours(dir, &unwound, &["--symfs", root.to_str().unwrap()]);
+    assert_agrees(
+        &format!("live, perf record -- {wrap:?} ROOT until | perfpipe --unwind"),
+        &of_until(&folded),
+        &of_until(&theirs),
+    );
+    assert!(folded.contains("__libc_start_main"), "{folded}");
+}
+
+pipetest!(needs(perf, cc, inferno, trixie) live_process_in_a_mount_namespace_is_unwound_through_its_root, |dir| {
+    live(&dir, "live-ns", &["unshare", "-m", "chroot"]);
+});
+
+pipetest!(needs(perf, cc, inferno, trixie) live_chrooted_process_is_unwound_through_its_root, |dir| {
+    live(&dir, "live-chroot", &["chroot"]);
+});
+
+pipetest!(needs(perf, cc, trixie) live_build_ids_are_the_roots_files, |dir| {
+    // `--buildid` reads each dso's id from its file as the process sees it: the root's libc, not
+    // this host's, for a process chrooted and one in a mount namespace.
+    for (name, wrap) in [("bid-chroot", &["chroot"][..]), ("bid-ns", &["unshare", "-m", "chroot"])] {
+        let r = InRoot::new(name);
+        let exe = until(&r, &["-O1", "-fno-omit-frame-pointer"], "until");
+        let (_, out) = live_stream(&r, &exe, wrap, &["-g"], &["--buildid"]);
+        let file = dir.write("bid.data", &out);
+        let converted = dir.path("bid.file.data");
+        let r2 = perfpipe(
+            &["-i", file.to_str().unwrap(), "-o", converted.to_str().unwrap()],
+            b"",
+        );
+        assert!(r2.status.success(), "{}", String::from_utf8_lossy(&r2.stderr));
+        let listed = Command::new("perf")
+            .args(["buildid-list", "-i"])
+            .arg(&converted)
+            .output()
+            .unwrap();
+        let listed = String::from_utf8_lossy(&listed.stdout).into_owned();
+        let libc = "/usr/lib/x86_64-linux-gnu/libc.so.6";
+        let want = build_id_of(&trixie_root().join(libc.trim_start_matches('/')));
+        let host = build_id_of(Path::new(libc));
+        assert_ne!(want, host, "the root's libc is another build");
+        assert!(
+            listed.lines().any(|l| l.starts_with(&want) && l.ends_with(libc)),
+            "{wrap:?}: the root's libc ({want}) not listed:\n{listed}"
+        );
+        assert!(!listed.contains(&host), "{wrap:?}: the host's libc listed:\n{listed}");
+    }
+});
