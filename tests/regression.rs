@@ -1,6 +1,7 @@
-//! Fuzz crashes turned into tests (issue 7). Each test is named `r7_<what>`, says what the fuzzer
-//! found, and replays the input the way the fuzz target did (`fuzz/src/lib.rs`: `decode` fed in
-//! chunks, with or without `read`'s headroom), so it runs in CI without nightly.
+//! Fuzz crashes turned into tests (issues 7, 15 and 40). Each test is named `r7_<what>` (or
+//! `r15_`, `r40_` by issue), says what the fuzzer (or the review of what it cannot reach) found,
+//! and replays the input the way the fuzz target did (`fuzz/src/lib.rs`: `decode` fed in chunks,
+//! with or without `read`'s headroom; `fuzz/fuzz_targets/*.rs`), so it runs in CI without nightly.
 //!
 //! See: issue 7 ("Reliability: fuzzed decoder …").
 
@@ -186,4 +187,68 @@ fn r15_long_flat_filters_run() {
             &expr[..40]
         );
     }
+}
+
+/// A tracepoint `format` text with `print` as its print fmt line and one field `state`.
+fn format_with_print(print: &str, offset: &str) -> String {
+    format!(
+        "name: fuzz\nID: 1\nformat:\n\tfield:unsigned short common_type;\toffset:0;\tsize:2;\tsigned:0;\n\n\
+\tfield:long state;\toffset:{offset};\tsize:8;\tsigned:1;\n\nprint fmt: {print}\n"
+    )
+}
+
+/// Issue 40's review before the `tracing` fuzz target ran (a tracepoint format is read from the
+/// tracing data of a recording made on another machine, so it is untrusted): the print fmt parser
+/// recursed once per `(` (about 13 frames each), so a format of a few thousand `(` overflowed
+/// the stack, and a chain of operators made a tree as deep as it was long, which evaluating and
+/// dropping recursed through. Fixed in `format/src/tracing/print_fmt.rs`: nesting deeper than
+/// `MAX_DEPTH` makes the argument unreadable (skipped, as any argument the evaluator cannot read),
+/// on a thread with the 2 MiB stack of a test or a pool thread.
+#[test]
+fn r40_deeply_nested_print_fmt_is_skipped() {
+    use perfpipe_stream::format::tracing::EventFormat;
+    let run = |print: String| {
+        std::thread::Builder::new()
+            .stack_size(2 << 20)
+            .spawn(move || {
+                let text = format_with_print(&print, "8");
+                let ev = EventFormat::parse("fuzz", &text).expect("the format parses");
+                (ev.render.shows("state"), ev.render.text("state", 1))
+            })
+            .unwrap()
+            .join()
+            .expect("no stack overflow")
+    };
+    let deep = |open: &str, close: &str, n: usize| {
+        format!(
+            "\"%s\", {}REC->state ? \"R\" : \"S\"{}",
+            open.repeat(n),
+            close.repeat(n)
+        )
+    };
+    // Shallow nesting still reads; deep nesting of parentheses, negations, conditionals and
+    // operator chains is skipped without overflowing.
+    assert_eq!(run(deep("(", ")", 20)), (true, Some("R".into())));
+    assert_eq!(run(deep("(", ")", 20_000)), (false, None));
+    assert_eq!(run(deep("!", "", 100_000)), (false, None));
+    assert_eq!(run(deep("1 ? ", " : \"x\"", 20_000)), (false, None));
+    let chain = format!(
+        "\"%s\", {}REC->state ? \"R\" : \"S\"",
+        "1 + ".repeat(100_000)
+    );
+    assert_eq!(run(chain).0, false);
+}
+
+/// Issue 40's review: a field's `offset:` and `size:` are u32s, and `EventFormat::min_size` added
+/// them in u32: `offset:4294967295; size:8;` overflowed (a panic with overflow checks, a wrong
+/// small size without). Fixed: added as usize.
+#[test]
+fn r40_field_end_past_u32_does_not_overflow() {
+    use perfpipe_stream::format::tracing::EventFormat;
+    let text = format_with_print("\"%ld\", REC->state", "4294967295");
+    let ev = EventFormat::parse("fuzz", &text).expect("the format parses");
+    assert_eq!(ev.min_size(), 4294967295 + 8);
+    assert!(ev.fields[1]
+        .read(&[0u8; 64], perfpipe_stream::format::Endian::Little)
+        .is_none());
 }
