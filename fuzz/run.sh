@@ -67,8 +67,8 @@ max_len() {
     decode | records | decompress) echo 16384 ;;
     read_file) echo 70000 ;;
     elf_symbols | unwind_info) echo 32768 ;;
-    tracing | archive) echo 8192 ;;
-    debuginfod) echo 16384 ;;
+    tracing) echo 8192 ;;
+    archive | debuginfod) echo 16384 ;;
     *) echo 4096 ;;
   esac
 }

@@ -252,3 +252,39 @@ fn r40_field_end_past_u32_does_not_overflow() {
         .read(&[0u8; 64], perfpipe_stream::format::Endian::Little)
         .is_none());
 }
+
+/// Issue 40's review of `slim::kallsyms` against its promise (the `kallsyms` fuzz target asserts
+/// it): the slim copy read a line's address with `u64::from_str_radix`, the table with perf's
+/// rule (a `0x` prefix allowed, no `+`, at most 16 digits), so a line only one of them read was
+/// dropped from the copy while the whole file loaded it, or kept while the table skipped it, and
+/// a hit was named by another symbol in the copy. Fixed: both read a line with
+/// `table::kallsyms_line`.
+#[test]
+fn r40_slim_kallsyms_reads_lines_as_the_table_does() {
+    use perfpipe_profile::symbols::slim;
+    use perfpipe_profile::symbols::table::{parse_kallsyms, Table};
+    let name = |t: &Table, a: u64| t.find(a).map(|h| h.name.to_string());
+    for (text, hit) in [
+        (
+            &b"ffffffff81000000 T a\n0xffffffff81000100 T b\nffffffff81000200 T c\n"[..],
+            0xffffffff81000150u64,
+        ),
+        (
+            b"ffffffff81000000 T a\n+ffffffff81000100 T b\nffffffff81000200 T c\n",
+            0xffffffff81000150,
+        ),
+        (
+            b"ffffffff81000000 T a\n000ffffffff81000100 T b\nffffffff81000200 T c\n",
+            0xffffffff81000150,
+        ),
+    ] {
+        let whole = parse_kallsyms(text);
+        let small = parse_kallsyms(&slim::kallsyms(text, &[hit]));
+        assert_eq!(
+            name(&whole, hit),
+            name(&small, hit),
+            "{}",
+            String::from_utf8_lossy(text)
+        );
+    }
+}
