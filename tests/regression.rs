@@ -288,3 +288,89 @@ fn r40_slim_kallsyms_reads_lines_as_the_table_does() {
         );
     }
 }
+
+/// The sample program's ELF file from the archive fixture (a slim copy: symbols, `.plt`,
+/// `.rela.plt`, PT_LOADs), read through `--symbols` as the symbol engine reads it.
+fn sample_elf() -> Vec<u8> {
+    use perfpipe_profile::symbols::sources::{Sources, SourcesConfig};
+    let src = Sources::open(&SourcesConfig {
+        symbols: vec![std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../tests/fixtures/sample.symbols.tar.bz2")],
+        no_cache: true,
+        ..SourcesConfig::default()
+    })
+    .expect("the fixture opens");
+    let id: Vec<u8> = (0..20)
+        .map(|i| {
+            u8::from_str_radix(
+                &"ea9906864300bd21399870660862705624651e3a"[2 * i..2 * i + 2],
+                16,
+            )
+            .unwrap()
+        })
+        .collect();
+    src.by_build_id(&id)[0]
+        .read_all(1 << 20)
+        .expect("the sample's elf")
+}
+
+/// `data` (an ELF64 little-endian file) with `field` (an offset into each matching header) set
+/// to `v`: in every program header of type `p_type`, or in the section header named `section`.
+fn patch_elf(
+    data: &[u8],
+    p_type: Option<u32>,
+    section: Option<&[u8]>,
+    field: usize,
+    v: u64,
+) -> Vec<u8> {
+    let mut d = data.to_vec();
+    let u16_at = |o: usize| u16::from_le_bytes(d[o..o + 2].try_into().unwrap()) as usize;
+    let u32_at = |d: &[u8], o: usize| u32::from_le_bytes(d[o..o + 4].try_into().unwrap()) as usize;
+    let u64_at = |d: &[u8], o: usize| u64::from_le_bytes(d[o..o + 8].try_into().unwrap()) as usize;
+    let (phoff, shoff) = (u64_at(&d, 0x20), u64_at(&d, 0x28));
+    let (phent, phnum, shent, shnum, shstr) = (
+        u16_at(0x36),
+        u16_at(0x38),
+        u16_at(0x3a),
+        u16_at(0x3c),
+        u16_at(0x3e),
+    );
+    let mut at = Vec::new();
+    if let Some(t) = p_type {
+        at.extend(
+            (0..phnum)
+                .map(|i| phoff + i * phent)
+                .filter(|&o| u32_at(&d, o) == t as usize),
+        );
+    }
+    if let Some(name) = section {
+        let strs = u64_at(&d, shoff + shstr * shent + 0x18);
+        at.extend((0..shnum).map(|i| shoff + i * shent).filter(|&o| {
+            let n = strs + u32_at(&d, o);
+            d[n..].starts_with(name) && d[n + name.len()] == 0
+        }));
+    }
+    assert!(!at.is_empty(), "nothing to patch");
+    for o in at {
+        d[o + field..o + field + 8].copy_from_slice(&v.to_le_bytes());
+    }
+    d
+}
+
+/// Issue 40's `elf_symbols` fuzz target (artifacts reproduced on the sample's ELF file): an ELF
+/// file's offsets were added unchecked. A PT_LOAD's `p_offset` near 2^64 overflowed
+/// `elf::to_offset` (a symbol's file offset) and `to_vaddr`; a `.plt` whose `sh_offset` (or
+/// `sh_entsize`) is near 2^64 overflowed the `name@plt` offsets. With overflow checks a panic,
+/// without them wrapped offsets: symbols at wrong places. Fixed: checked sums; a symbol whose
+/// offset does not fit is skipped, the `.plt` entries end where the offsets would overflow.
+#[test]
+fn r40_elf_offsets_near_2_64_do_not_overflow() {
+    let elf = sample_elf();
+    assert!(perfpipe_profile::fuzz::elf_symbols(&elf, None) != 0);
+    let load = patch_elf(&elf, Some(1), None, 8, 0xffff_ffff_ffff_ff00);
+    let plt = patch_elf(&elf, None, Some(b".plt"), 0x18, 0xffff_ffff_ffff_fff0);
+    let entsize = patch_elf(&elf, None, Some(b".plt"), 0x38, 0x7fff_ffff_ffff_fff0);
+    for d in [load, plt, entsize] {
+        std::hint::black_box(perfpipe_profile::fuzz::elf_symbols(&d, None));
+    }
+}

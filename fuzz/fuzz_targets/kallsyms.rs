@@ -16,7 +16,7 @@ fuzz_target!(|data: &[u8]| {
     let whole = parse_kallsyms(data);
     let mut hits = Vec::new();
     for (a, b) in whole.ranges().take(16) {
-        hits.extend([a, a + (b - a) / 2, b.saturating_sub(1), b]);
+        hits.extend([a, a + b.saturating_sub(a) / 2, b.saturating_sub(1), b]);
     }
     // A few addresses from the input's own bytes: below, between and past the symbols.
     for w in data.chunks_exact(8).take(4) {

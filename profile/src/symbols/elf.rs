@@ -132,7 +132,7 @@ pub(crate) fn to_offset(loads: &[Load], vaddr: u64) -> Option<u64> {
     loads
         .iter()
         .find(|&&(v, _, sz)| vaddr >= v && vaddr - v < sz)
-        .map(|&(v, o, _)| vaddr - v + o)
+        .and_then(|&(v, o, _)| (vaddr - v).checked_add(o))
 }
 
 /// The virtual address of file offset `off` (for DWARF lookups).
@@ -140,7 +140,7 @@ pub(crate) fn to_vaddr(loads: &[Load], off: u64) -> Option<u64> {
     loads
         .iter()
         .find(|&&(_, o, sz)| off >= o && off - o < sz)
-        .map(|&(v, o, _)| off - o + v)
+        .and_then(|&(v, o, _)| (off - o).checked_add(v))
 }
 
 /// Pushes the function symbols of `src` (`.symtab`, or `.dynsym` when `dynsym`) onto `b`, at
@@ -261,8 +261,9 @@ fn plt_impl<'d, E: FileHeader<Endian = Endianness>, R: ReadRef<'d>>(
     // after the fix-ups, which changes what its search finds over `.plt` (an earlier zero-size
     // `_fini` extended over it: some addresses then find no symbol).
     let entsize: u64 = plt.sh_entsize(endian).into();
-    let mut off: u64 = plt.sh_offset(endian).into();
-    off += entsize; // the PLT header
+    // Offsets past 2^64 (a hostile header) end the entries.
+    let offset: u64 = plt.sh_offset(endian).into();
+    let mut off = offset.checked_add(entsize)?; // the PLT header
     let idx: Vec<u32> = if rel.sh_type(endian) == SHT_RELA {
         let (relas, _) = rel.rela(endian, data).ok()??;
         relas.iter().map(|r| r.r_sym(endian, false)).collect()
@@ -284,7 +285,10 @@ fn plt_impl<'d, E: FileHeader<Endian = Endianness>, R: ReadRef<'d>>(
             .zip(src)
             .map(|(n, s)| (s, n));
         b.push_plt(off, entsize, name);
-        off += entsize;
+        let Some(next) = off.checked_add(entsize) else {
+            break;
+        };
+        off = next;
     }
     Some(())
 }

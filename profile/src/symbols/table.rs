@@ -303,7 +303,7 @@ impl Builder {
         };
         self.plt.push(RawSym {
             start,
-            end: start + size,
+            end: start.saturating_add(size),
             name: off,
             len,
             bind: STB_GLOBAL,
