@@ -236,7 +236,7 @@ fn r40_deeply_nested_print_fmt_is_skipped() {
         "\"%s\", {}REC->state ? \"R\" : \"S\"",
         "1 + ".repeat(100_000)
     );
-    assert_eq!(run(chain).0, false);
+    assert!(!run(chain).0);
 }
 
 /// Issue 40's review: a field's `offset:` and `size:` are u32s, and `EventFormat::min_size` added
