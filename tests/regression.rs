@@ -374,3 +374,22 @@ fn r40_elf_offsets_near_2_64_do_not_overflow() {
         std::hint::black_box(perfpipe_profile::fuzz::elf_symbols(&d, None));
     }
 }
+
+/// Found by issue 40's `unwind_info` fuzz target (8 artifacts in its first minutes, e.g. this
+/// one, `tests/fixtures/r40-eh-frame-hdr.elf`): an `.eh_frame_hdr` whose search table points to
+/// an FDE before the `.eh_frame` it names made gimli 0.33 (framehop's) subtract the two unchecked
+/// in `pointer_to_offset` while unwinding: a panic with overflow checks, a wrapped offset
+/// without. Fixed in `unwind::dso`: a table with an entry before `.eh_frame` (or one that does not
+/// parse) is dropped, and framehop indexes `.eh_frame` itself.
+#[test]
+fn r40_eh_frame_hdr_pointing_before_eh_frame() {
+    let data = std::fs::read(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../tests/fixtures/r40-eh-frame-hdr.elf"),
+    )
+    .unwrap();
+    std::hint::black_box(perfpipe_profile::fuzz::unwind_info(&data, &data));
+    // The sample's own file still unwinds through its (sound) table.
+    let elf = sample_elf();
+    assert!(perfpipe_profile::unwind::dso::parse(&elf[..]).is_some_and(|i| i.has_unwind_info()));
+}
