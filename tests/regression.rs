@@ -393,3 +393,24 @@ fn r40_eh_frame_hdr_pointing_before_eh_frame() {
     let elf = sample_elf();
     assert!(perfpipe_profile::unwind::dso::parse(&elf[..]).is_some_and(|i| i.has_unwind_info()));
 }
+
+/// Found by issue 40's `elf_symbols` fuzz target (an OOM past 2 GiB and two 10 s timeouts, from
+/// the `-gz` seed): a compressed DWARF section (`SHF_COMPRESSED`) declaring gigabytes made
+/// `object`'s `uncompressed_data` allocate and zero them before inflating 9 KiB. Fixed in
+/// `symbols::elf`: a declared size beyond zlib's best ratio over the compressed bytes is not
+/// believed, and the section is skipped (as one that does not decompress).
+#[test]
+fn r40_compressed_section_size_is_believed_up_to_zlib_ratio() {
+    let data = std::fs::read(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../tests/fixtures/r40-zdebug-bomb.elf"),
+    )
+    .unwrap();
+    let read = perfpipe_profile::fuzz::dwarf_bytes(&data);
+    assert!(
+        read <= 1100 * data.len() as u64,
+        "{read} bytes of DWARF from {} bytes",
+        data.len()
+    );
+    std::hint::black_box(perfpipe_profile::fuzz::elf_symbols(&data, None));
+}

@@ -105,6 +105,13 @@ pub fn elf_symbols(data: &[u8], file: Option<Arc<File>>) -> u64 {
     acc
 }
 
+/// The bytes of the DWARF sections `--inline` would read of an ELF image, decompressed (for
+/// `regression::r40_compressed_section_size_is_believed_up_to_zlib_ratio`).
+pub fn dwarf_bytes(data: &[u8]) -> u64 {
+    elf::dwarf_sections(&elf::Src::Mem(data.to_vec()))
+        .map_or(0, |v| v.iter().map(|(_, d)| d.len() as u64).sum())
+}
+
 /// An ELF file's unwind sections as `unwind` reads a dso (`unwind::dso::parse`), mapped as each
 /// PT_LOAD would be and made a framehop module, then a walk from addresses in each map over a
 /// stack of `stack` (the walk as `unwind` does it, at most 64 frames).

@@ -323,10 +323,27 @@ fn section_bytes<'d, E: FileHeader<Endian = Endianness>, R: ReadRef<'d>>(
 ) -> Option<Vec<u8>> {
     let f = ElfFile::<E, R>::parse(data).ok()?;
     let s = f.section_by_name(name)?;
-    if s.size() > MINIDEBUG_MAX {
+    if s.size() > MINIDEBUG_MAX || !size_believable(&s) {
         return None;
     }
     Some(s.uncompressed_data().ok()?.into_owned())
+}
+
+/// Whether a compressed section's declared size is believable: at most about zlib's best ratio
+/// (1032:1) over its compressed bytes. The size is untrusted and `uncompressed_data` allocates
+/// (and zeroes) it before inflating: a 9 KiB file declaring gigabytes took seconds and 2 GiB
+/// (found by the `elf_symbols` fuzz target, `regression::r40_compressed_section_size_is_believed_up_to_zlib_ratio`).
+fn size_believable<'d, 'f, S: ObjectSection<'d>>(s: &S) -> bool {
+    match s.compressed_data() {
+        Ok(c) if c.format != object::CompressionFormat::None => {
+            c.uncompressed_size
+                <= (c.data.len() as u64)
+                    .saturating_mul(1100)
+                    .saturating_add(4096)
+        }
+        Ok(_) => true,
+        Err(_) => false,
+    }
 }
 
 /// The DWARF sections of `src`, decompressed, for an `addr2line` context.
@@ -353,6 +370,9 @@ fn dwarf_impl<'d, E: FileHeader<Endian = Endianness>, R: ReadRef<'d>>(
         DebugStrOffsets,
     ] {
         if let Some(s) = f.section_by_name(id.name()) {
+            if !size_believable(&s) {
+                continue;
+            }
             if let Ok(d) = s.uncompressed_data() {
                 out.push((id, d.into_owned()));
             }
