@@ -413,4 +413,16 @@ fn r40_compressed_section_size_is_believed_up_to_zlib_ratio() {
         data.len()
     );
     std::hint::black_box(perfpipe_profile::fuzz::elf_symbols(&data, None));
+    // The same in unwind sections (`unwind_info` target: an OOM, `r40-zdebug-unwind.elf`).
+    let data = std::fs::read(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../tests/fixtures/r40-zdebug-unwind.elf"),
+    )
+    .unwrap();
+    let held = perfpipe_profile::unwind::dso::parse(&data[..]).map_or(0, |i| i.bytes());
+    assert!(
+        held <= 1100 * data.len(),
+        "{held} bytes of unwind sections from {} bytes",
+        data.len()
+    );
 }

@@ -332,8 +332,9 @@ fn section_bytes<'d, E: FileHeader<Endian = Endianness>, R: ReadRef<'d>>(
 /// Whether a compressed section's declared size is believable: at most about zlib's best ratio
 /// (1032:1) over its compressed bytes. The size is untrusted and `uncompressed_data` allocates
 /// (and zeroes) it before inflating: a 9 KiB file declaring gigabytes took seconds and 2 GiB
-/// (found by the `elf_symbols` fuzz target, `regression::r40_compressed_section_size_is_believed_up_to_zlib_ratio`).
-fn size_believable<'d, 'f, S: ObjectSection<'d>>(s: &S) -> bool {
+/// (found by the `elf_symbols` and `unwind_info` fuzz targets,
+/// `regression::r40_compressed_section_size_is_believed_up_to_zlib_ratio`).
+pub(crate) fn size_believable<'d, S: ObjectSection<'d>>(s: &S) -> bool {
     match s.compressed_data() {
         Ok(c) if c.format != object::CompressionFormat::None => {
             c.uncompressed_size

@@ -196,7 +196,10 @@ fn parse_elf<'d, E: FileHeader<Endian = Endianness>, R: ReadRef<'d>>(
     };
     let bytes = |name: &str| -> Option<Bytes> {
         let s = f.section_by_name(name)?;
-        if s.kind() == object::SectionKind::UninitializedData || s.size() > SECTION_MAX {
+        if s.kind() == object::SectionKind::UninitializedData
+            || s.size() > SECTION_MAX
+            || !crate::symbols::elf::size_believable(&s)
+        {
             return None;
         }
         let d = s.uncompressed_data().ok()?;
