@@ -11,18 +11,31 @@
 # --count` sums them per target (`stat::number_of_executed_units`).
 #
 # Usage: fuzz/run.sh [SECS] [TARGET…]     e.g. JOBS=2 fuzz/run.sh 1800
+#        RUNS=10000000 UNTIL=23:30 fuzz/run.sh 7200 tracing kallsyms …
 #        fuzz/run.sh --count
+# RUNS: a target stops once its log counts that many executions (over all its runs so far);
+# UNTIL: no target runs past that time (anything `date -d` reads).
 # Needs: cargo install cargo-fuzz (0.13); perf for fuzz/seed.sh's file-mode seeds.
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
 cd "$here"
-all="decode records decompress buildid_elf filter read_file"
+all="decode records decompress buildid_elf filter read_file archive debuginfod tracing kallsyms
+elf_symbols unwind_info"
+
+# Executions of target $1 so far, from its runs' final stats.
+executions() {
+  [ -f "artifacts/$1.log" ] || {
+    echo 0
+    return
+  }
+  sed -n 's/^stat::number_of_executed_units: *//p' "artifacts/$1.log" | awk '{s += $1} END {print s + 0}'
+}
 
 count() {
   total=0
   for t in $all; do
     [ -f "artifacts/$t.log" ] || continue
-    n=$(sed -n 's/^stat::number_of_executed_units: *//p' "artifacts/$t.log" | awk '{s += $1} END {print s + 0}')
+    n=$(executions "$t")
     runs=$(grep -c '^stat::number_of_executed_units' "artifacts/$t.log")
     found=$(find "artifacts/$t" -type f 2>/dev/null | wc -l)
     printf '%-12s %12d executions in %d runs, %d artifacts\n' "$t" "$n" "$runs" "$found"
@@ -40,16 +53,22 @@ secs=${1:-420}
 [ $# -gt 0 ] && shift
 targets=${*:-$all}
 jobs=${JOBS:-2}
+until=
+[ -n "${UNTIL:-}" ] && until=$(date -d "$UNTIL" +%s)
 [ -d corpus ] || ./seed.sh
 nice -n 19 cargo fuzz build -O -a --sanitizer none || exit 1
 bin=target/x86_64-unknown-linux-gnu/release
 
 # Largest input per target: the stream targets get room for a few hundred records, read_file for
-# the tracepoint fixture (its tracing data alone is 40 KiB), the others a few KiB.
+# the tracepoint fixture (its tracing data alone is 40 KiB), the ELF targets the small ELF files
+# seed.sh makes (their section headers are at the end), the others a few KiB.
 max_len() {
   case $1 in
     decode | records | decompress) echo 16384 ;;
     read_file) echo 70000 ;;
+    elf_symbols | unwind_info) echo 32768 ;;
+    tracing) echo 8192 ;;
+    archive | debuginfod) echo 16384 ;;
     *) echo 4096 ;;
   esac
 }
@@ -59,8 +78,14 @@ fuzz_one() {
   t=$1
   mkdir -p "artifacts/$t"
   end=$(($(date +%s) + secs))
+  [ -n "$until" ] && [ "$until" -lt "$end" ] && end=$until
   while left=$((end - $(date +%s))) && [ "$left" -gt 0 ]; do
-    nice -n 19 "$bin/$t" "corpus/$t" -max_total_time="$left" -max_len="$(max_len "$t")" \
+    runs=-1
+    if [ -n "${RUNS:-}" ]; then
+      runs=$((RUNS - $(executions "$t")))
+      [ "$runs" -gt 0 ] || break
+    fi
+    nice -n 19 "$bin/$t" "corpus/$t" -max_total_time="$left" -runs="$runs" -max_len="$(max_len "$t")" \
       -rss_limit_mb=2048 -timeout=10 -print_final_stats=1 -artifact_prefix="artifacts/$t/" \
       >> "artifacts/$t.log" 2>&1 || sleep 1
   done

@@ -1,6 +1,7 @@
-//! Fuzz crashes turned into tests (issue 7). Each test is named `r7_<what>`, says what the fuzzer
-//! found, and replays the input the way the fuzz target did (`fuzz/src/lib.rs`: `decode` fed in
-//! chunks, with or without `read`'s headroom), so it runs in CI without nightly.
+//! Fuzz crashes turned into tests (issues 7, 15 and 40). Each test is named `r7_<what>` (or
+//! `r15_`, `r40_` by issue), says what the fuzzer (or the review of what it cannot reach) found,
+//! and replays the input the way the fuzz target did (`fuzz/src/lib.rs`: `decode` fed in chunks,
+//! with or without `read`'s headroom; `fuzz/fuzz_targets/*.rs`), so it runs in CI without nightly.
 //!
 //! See: issue 7 ("Reliability: fuzzed decoder …").
 
@@ -186,4 +187,242 @@ pipetest!(
             &expr[..40]
         );
     }
+});
+
+/// A tracepoint `format` text with `print` as its print fmt line and one field `state`.
+fn format_with_print(print: &str, offset: &str) -> String {
+    format!(
+        "name: fuzz\nID: 1\nformat:\n\tfield:unsigned short common_type;\toffset:0;\tsize:2;\tsigned:0;\n\n\
+\tfield:long state;\toffset:{offset};\tsize:8;\tsigned:1;\n\nprint fmt: {print}\n"
+    )
+}
+
+pipetest!(
+    /// Issue 40's review before the `tracing` fuzz target ran (a tracepoint format is read from the
+    /// tracing data of a recording made on another machine, so it is untrusted): the print fmt parser
+    /// recursed once per `(` (about 13 frames each), so a format of a few thousand `(` overflowed
+    /// the stack, and a chain of operators made a tree as deep as it was long, which evaluating and
+    /// dropping recursed through. Fixed in `format/src/tracing/print_fmt.rs`: nesting deeper than
+    /// `MAX_DEPTH` makes the argument unreadable (skipped, as any argument the evaluator cannot read),
+    /// on a thread with the 2 MiB stack of a test or a pool thread.
+    r40_deeply_nested_print_fmt_is_skipped, |_dir| {
+    use perfpipe_stream::format::tracing::EventFormat;
+    let run = |print: String| {
+        std::thread::Builder::new()
+            .stack_size(2 << 20)
+            .spawn(move || {
+                let text = format_with_print(&print, "8");
+                let ev = EventFormat::parse("fuzz", &text).expect("the format parses");
+                (ev.render.shows("state"), ev.render.text("state", 1))
+            })
+            .unwrap()
+            .join()
+            .expect("no stack overflow")
+    };
+    let deep = |open: &str, close: &str, n: usize| {
+        format!(
+            "\"%s\", {}REC->state ? \"R\" : \"S\"{}",
+            open.repeat(n),
+            close.repeat(n)
+        )
+    };
+    // Shallow nesting still reads; deep nesting of parentheses, negations, conditionals and
+    // operator chains is skipped without overflowing.
+    assert_eq!(run(deep("(", ")", 20)), (true, Some("R".into())));
+    assert_eq!(run(deep("(", ")", 20_000)), (false, None));
+    assert_eq!(run(deep("!", "", 100_000)), (false, None));
+    assert_eq!(run(deep("1 ? ", " : \"x\"", 20_000)), (false, None));
+    let chain = format!(
+        "\"%s\", {}REC->state ? \"R\" : \"S\"",
+        "1 + ".repeat(100_000)
+    );
+    assert!(!run(chain).0);
+});
+
+pipetest!(
+    /// Issue 40's review: a field's `offset:` and `size:` are u32s, and `EventFormat::min_size` added
+    /// them in u32: `offset:4294967295; size:8;` overflowed (a panic with overflow checks, a wrong
+    /// small size without). Fixed: added as usize.
+    r40_field_end_past_u32_does_not_overflow, |_dir| {
+    use perfpipe_stream::format::tracing::EventFormat;
+    let text = format_with_print("\"%ld\", REC->state", "4294967295");
+    let ev = EventFormat::parse("fuzz", &text).expect("the format parses");
+    assert_eq!(ev.min_size(), 4294967295 + 8);
+    assert!(ev.fields[1]
+        .read(&[0u8; 64], perfpipe_stream::format::Endian::Little)
+        .is_none());
+});
+
+pipetest!(
+    /// Issue 40's review of `slim::kallsyms` against its promise (the `kallsyms` fuzz target asserts
+    /// it): the slim copy read a line's address with `u64::from_str_radix`, the table with perf's
+    /// rule (a `0x` prefix allowed, no `+`, at most 16 digits), so a line only one of them read was
+    /// dropped from the copy while the whole file loaded it, or kept while the table skipped it, and
+    /// a hit was named by another symbol in the copy. Fixed: both read a line with
+    /// `table::kallsyms_line`.
+    r40_slim_kallsyms_reads_lines_as_the_table_does, |_dir| {
+    use perfpipe_profile::symbols::slim;
+    use perfpipe_profile::symbols::table::{parse_kallsyms, Table};
+    let name = |t: &Table, a: u64| t.find(a).map(|h| h.name.to_string());
+    for (text, hit) in [
+        (
+            &b"ffffffff81000000 T a\n0xffffffff81000100 T b\nffffffff81000200 T c\n"[..],
+            0xffffffff81000150u64,
+        ),
+        (
+            b"ffffffff81000000 T a\n+ffffffff81000100 T b\nffffffff81000200 T c\n",
+            0xffffffff81000150,
+        ),
+        (
+            b"ffffffff81000000 T a\n000ffffffff81000100 T b\nffffffff81000200 T c\n",
+            0xffffffff81000150,
+        ),
+    ] {
+        let whole = parse_kallsyms(text);
+        let small = parse_kallsyms(&slim::kallsyms(text, &[hit]));
+        assert_eq!(
+            name(&whole, hit),
+            name(&small, hit),
+            "{}",
+            String::from_utf8_lossy(text)
+        );
+    }
+});
+
+/// The sample program's ELF file from the archive fixture (a slim copy: symbols, `.plt`,
+/// `.rela.plt`, PT_LOADs), read through `--symbols` as the symbol engine reads it.
+fn sample_elf() -> Vec<u8> {
+    use perfpipe_profile::symbols::sources::{Sources, SourcesConfig};
+    let src = Sources::open(&SourcesConfig {
+        symbols: vec![std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../tests/fixtures/sample.symbols.tar.bz2")],
+        no_cache: true,
+        ..SourcesConfig::default()
+    })
+    .expect("the fixture opens");
+    let id: Vec<u8> = (0..20)
+        .map(|i| {
+            u8::from_str_radix(
+                &"ea9906864300bd21399870660862705624651e3a"[2 * i..2 * i + 2],
+                16,
+            )
+            .unwrap()
+        })
+        .collect();
+    src.by_build_id(&id)[0]
+        .read_all(1 << 20)
+        .expect("the sample's elf")
+}
+
+/// `data` (an ELF64 little-endian file) with `field` (an offset into each matching header) set
+/// to `v`: in every program header of type `p_type`, or in the section header named `section`.
+fn patch_elf(
+    data: &[u8],
+    p_type: Option<u32>,
+    section: Option<&[u8]>,
+    field: usize,
+    v: u64,
+) -> Vec<u8> {
+    let mut d = data.to_vec();
+    let u16_at = |o: usize| u16::from_le_bytes(d[o..o + 2].try_into().unwrap()) as usize;
+    let u32_at = |d: &[u8], o: usize| u32::from_le_bytes(d[o..o + 4].try_into().unwrap()) as usize;
+    let u64_at = |d: &[u8], o: usize| u64::from_le_bytes(d[o..o + 8].try_into().unwrap()) as usize;
+    let (phoff, shoff) = (u64_at(&d, 0x20), u64_at(&d, 0x28));
+    let (phent, phnum, shent, shnum, shstr) = (
+        u16_at(0x36),
+        u16_at(0x38),
+        u16_at(0x3a),
+        u16_at(0x3c),
+        u16_at(0x3e),
+    );
+    let mut at = Vec::new();
+    if let Some(t) = p_type {
+        at.extend(
+            (0..phnum)
+                .map(|i| phoff + i * phent)
+                .filter(|&o| u32_at(&d, o) == t as usize),
+        );
+    }
+    if let Some(name) = section {
+        let strs = u64_at(&d, shoff + shstr * shent + 0x18);
+        at.extend((0..shnum).map(|i| shoff + i * shent).filter(|&o| {
+            let n = strs + u32_at(&d, o);
+            d[n..].starts_with(name) && d[n + name.len()] == 0
+        }));
+    }
+    assert!(!at.is_empty(), "nothing to patch");
+    for o in at {
+        d[o + field..o + field + 8].copy_from_slice(&v.to_le_bytes());
+    }
+    d
+}
+
+pipetest!(
+    /// Issue 40's `elf_symbols` fuzz target (artifacts reproduced on the sample's ELF file): an ELF
+    /// file's offsets were added unchecked. A PT_LOAD's `p_offset` near 2^64 overflowed
+    /// `elf::to_offset` (a symbol's file offset) and `to_vaddr`; a `.plt` whose `sh_offset` (or
+    /// `sh_entsize`) is near 2^64 overflowed the `name@plt` offsets. With overflow checks a panic,
+    /// without them wrapped offsets: symbols at wrong places. Fixed: checked sums; a symbol whose
+    /// offset does not fit is skipped, the `.plt` entries end where the offsets would overflow.
+    r40_elf_offsets_near_2_64_do_not_overflow, |_dir| {
+    let elf = sample_elf();
+    assert!(perfpipe_profile::fuzz::elf_symbols(&elf, None) != 0);
+    let load = patch_elf(&elf, Some(1), None, 8, 0xffff_ffff_ffff_ff00);
+    let plt = patch_elf(&elf, None, Some(b".plt"), 0x18, 0xffff_ffff_ffff_fff0);
+    let entsize = patch_elf(&elf, None, Some(b".plt"), 0x38, 0x7fff_ffff_ffff_fff0);
+    for d in [load, plt, entsize] {
+        std::hint::black_box(perfpipe_profile::fuzz::elf_symbols(&d, None));
+    }
+});
+
+pipetest!(
+    /// Found by issue 40's `unwind_info` fuzz target (8 artifacts in its first minutes, e.g. this
+    /// one, `tests/fixtures/r40-eh-frame-hdr.elf`): an `.eh_frame_hdr` whose search table points to
+    /// an FDE before the `.eh_frame` it names made gimli 0.33 (framehop's) subtract the two unchecked
+    /// in `pointer_to_offset` while unwinding: a panic with overflow checks, a wrapped offset
+    /// without. Fixed in `unwind::dso`: a table with an entry before `.eh_frame` (or one that does not
+    /// parse) is dropped, and framehop indexes `.eh_frame` itself.
+    r40_eh_frame_hdr_pointing_before_eh_frame, |_dir| {
+    let data = std::fs::read(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../tests/fixtures/r40-eh-frame-hdr.elf"),
+    )
+    .unwrap();
+    std::hint::black_box(perfpipe_profile::fuzz::unwind_info(&data, &data));
+    // The sample's own file still unwinds through its (sound) table.
+    let elf = sample_elf();
+    assert!(perfpipe_profile::unwind::dso::parse(&elf[..]).is_some_and(|i| i.has_unwind_info()));
+});
+
+pipetest!(
+    /// Found by issue 40's `elf_symbols` fuzz target (an OOM past 2 GiB and two 10 s timeouts, from
+    /// the `-gz` seed): a compressed DWARF section (`SHF_COMPRESSED`) declaring gigabytes made
+    /// `object`'s `uncompressed_data` allocate and zero them before inflating 9 KiB. Fixed in
+    /// `symbols::elf`: a declared size beyond zlib's best ratio over the compressed bytes is not
+    /// believed, and the section is skipped (as one that does not decompress).
+    r40_compressed_section_size_is_believed_up_to_zlib_ratio, |_dir| {
+    let data = std::fs::read(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../tests/fixtures/r40-zdebug-bomb.elf"),
+    )
+    .unwrap();
+    let read = perfpipe_profile::fuzz::dwarf_bytes(&data);
+    assert!(
+        read <= 1100 * data.len() as u64,
+        "{read} bytes of DWARF from {} bytes",
+        data.len()
+    );
+    std::hint::black_box(perfpipe_profile::fuzz::elf_symbols(&data, None));
+    // The same in unwind sections (`unwind_info` target: an OOM, `r40-zdebug-unwind.elf`).
+    let data = std::fs::read(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../tests/fixtures/r40-zdebug-unwind.elf"),
+    )
+    .unwrap();
+    let held = perfpipe_profile::unwind::dso::parse(&data[..]).map_or(0, |i| i.bytes());
+    assert!(
+        held <= 1100 * data.len(),
+        "{held} bytes of unwind sections from {} bytes",
+        data.len()
+    );
 });

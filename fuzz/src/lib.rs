@@ -143,3 +143,32 @@ pub fn check_error(e: &dyn std::fmt::Display) {
         "an error that names no offset: {msg}"
     );
 }
+
+/// A scratch file in /dev/shm for this fuzzing process and `target` (`fuzz/run.sh` removes it at
+/// the end), holding `data`: for parsers that read files (archives, ELF files by positioned
+/// reads).
+pub fn scratch(
+    target: &str,
+    data: &[u8],
+) -> &'static (std::sync::Arc<std::fs::File>, std::path::PathBuf) {
+    use std::os::unix::fs::FileExt as _;
+    static SCRATCH: std::sync::OnceLock<(std::sync::Arc<std::fs::File>, std::path::PathBuf)> =
+        std::sync::OnceLock::new();
+    let s = SCRATCH.get_or_init(|| {
+        let path = std::path::PathBuf::from(format!(
+            "/dev/shm/perfpipe-fuzz-{target}-{}",
+            std::process::id()
+        ));
+        let file = std::fs::File::options()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(&path)
+            .expect("scratch file in /dev/shm");
+        (std::sync::Arc::new(file), path)
+    });
+    s.0.set_len(0).expect("truncate scratch");
+    s.0.write_all_at(data, 0).expect("write scratch");
+    s
+}

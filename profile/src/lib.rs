@@ -16,6 +16,8 @@
 
 #![deny(missing_docs)]
 
+#[doc(hidden)]
+pub mod fuzz;
 pub mod kit;
 pub mod symbolize;
 

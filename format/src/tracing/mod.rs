@@ -394,7 +394,7 @@ impl EventFormat {
     pub fn min_size(&self) -> usize {
         self.fields
             .iter()
-            .map(|f| (f.offset + f.size) as usize)
+            .map(|f| f.offset as usize + f.size as usize)
             .max()
             .unwrap_or(0)
     }

@@ -46,7 +46,11 @@ impl Render {
             return Render::default();
         };
         // Skip the format string, then one expression per comma.
-        let mut p = P { t: &toks, i: 0 };
+        let mut p = P {
+            t: &toks,
+            i: 0,
+            depth: 0,
+        };
         if !matches!(p.peek(), Some(T::Str(_))) {
             return Render::default();
         }
@@ -314,11 +318,19 @@ fn lex(s: &str) -> Option<Vec<T>> {
     Some(out)
 }
 
-/// A precedence-climbing parser of C expressions over the tokens.
+/// A precedence-climbing parser of C expressions over the tokens. `depth` counts the nesting
+/// being parsed (parentheses, operands of unary operators and conditionals, operators chained at
+/// one level): deeper than [`MAX_DEPTH`], the argument is unreadable, so that a hostile format
+/// (the tracing data of a recording is another machine's) cannot overflow the stack, here or
+/// where the tree is evaluated and dropped. Real formats nest a few levels.
 struct P<'a> {
     t: &'a [T],
     i: usize,
+    depth: usize,
 }
+
+/// Most nesting of one print format argument (see [`P`]).
+const MAX_DEPTH: usize = 128;
 
 const LEVELS: [&[&str]; 10] = [
     &["||"],
@@ -356,7 +368,20 @@ impl P<'_> {
             self.i += 1;
         }
     }
+    /// Runs `f` one level deeper; `None` past [`MAX_DEPTH`].
+    fn deeper(&mut self, f: impl FnOnce(&mut Self) -> Option<E>) -> Option<E> {
+        if self.depth >= MAX_DEPTH {
+            return None;
+        }
+        self.depth += 1;
+        let r = f(self);
+        self.depth -= 1;
+        r
+    }
     fn expr(&mut self) -> Option<E> {
+        self.deeper(Self::cond)
+    }
+    fn cond(&mut self) -> Option<E> {
         let c = self.bin(0)?;
         if self.eat(&T::P("?")) {
             let a = self.expr()?;
@@ -373,20 +398,33 @@ impl P<'_> {
             return self.unary();
         }
         let mut a = self.bin(level + 1)?;
+        let depth = self.depth;
         while let Some(T::P(op)) = self.peek() {
             let Some(op) = LEVELS[level].iter().find(|o| *o == op).copied() else {
                 break;
             };
             self.i += 1;
-            let b = self.bin(level + 1)?;
+            // Each operator chained makes the tree one deeper.
+            self.depth += 1;
+            let b = if self.depth <= MAX_DEPTH {
+                self.bin(level + 1)
+            } else {
+                None
+            };
+            let Some(b) = b else {
+                self.depth = depth;
+                return None;
+            };
             a = E::Bin(op, Box::new(a), Box::new(b));
         }
+        self.depth = depth;
         Some(a)
     }
     fn unary(&mut self) -> Option<E> {
         for op in ["!", "~", "-"] {
             if self.eat(&T::P(op)) {
-                return Some(E::Un(op, Box::new(self.unary()?)));
+                let a = self.deeper(Self::unary)?;
+                return Some(E::Un(op, Box::new(a)));
             }
         }
         self.primary()

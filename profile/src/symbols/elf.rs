@@ -132,7 +132,7 @@ pub(crate) fn to_offset(loads: &[Load], vaddr: u64) -> Option<u64> {
     loads
         .iter()
         .find(|&&(v, _, sz)| vaddr >= v && vaddr - v < sz)
-        .map(|&(v, o, _)| vaddr - v + o)
+        .and_then(|&(v, o, _)| (vaddr - v).checked_add(o))
 }
 
 /// The virtual address of file offset `off` (for DWARF lookups).
@@ -140,7 +140,7 @@ pub(crate) fn to_vaddr(loads: &[Load], off: u64) -> Option<u64> {
     loads
         .iter()
         .find(|&&(_, o, sz)| off >= o && off - o < sz)
-        .map(|&(v, o, _)| off - o + v)
+        .and_then(|&(v, o, _)| (off - o).checked_add(v))
 }
 
 /// Pushes the function symbols of `src` (`.symtab`, or `.dynsym` when `dynsym`) onto `b`, at
@@ -261,8 +261,9 @@ fn plt_impl<'d, E: FileHeader<Endian = Endianness>, R: ReadRef<'d>>(
     // after the fix-ups, which changes what its search finds over `.plt` (an earlier zero-size
     // `_fini` extended over it: some addresses then find no symbol).
     let entsize: u64 = plt.sh_entsize(endian).into();
-    let mut off: u64 = plt.sh_offset(endian).into();
-    off += entsize; // the PLT header
+    // Offsets past 2^64 (a hostile header) end the entries.
+    let offset: u64 = plt.sh_offset(endian).into();
+    let mut off = offset.checked_add(entsize)?; // the PLT header
     let idx: Vec<u32> = if rel.sh_type(endian) == SHT_RELA {
         let (relas, _) = rel.rela(endian, data).ok()??;
         relas.iter().map(|r| r.r_sym(endian, false)).collect()
@@ -284,7 +285,10 @@ fn plt_impl<'d, E: FileHeader<Endian = Endianness>, R: ReadRef<'d>>(
             .zip(src)
             .map(|(n, s)| (s, n));
         b.push_plt(off, entsize, name);
-        off += entsize;
+        let Some(next) = off.checked_add(entsize) else {
+            break;
+        };
+        off = next;
     }
     Some(())
 }
@@ -319,10 +323,28 @@ fn section_bytes<'d, E: FileHeader<Endian = Endianness>, R: ReadRef<'d>>(
 ) -> Option<Vec<u8>> {
     let f = ElfFile::<E, R>::parse(data).ok()?;
     let s = f.section_by_name(name)?;
-    if s.size() > MINIDEBUG_MAX {
+    if s.size() > MINIDEBUG_MAX || !size_believable(&s) {
         return None;
     }
     Some(s.uncompressed_data().ok()?.into_owned())
+}
+
+/// Whether a compressed section's declared size is believable: at most about zlib's best ratio
+/// (1032:1) over its compressed bytes. The size is untrusted and `uncompressed_data` allocates
+/// (and zeroes) it before inflating: a 9 KiB file declaring gigabytes took seconds and 2 GiB
+/// (found by the `elf_symbols` and `unwind_info` fuzz targets,
+/// `regression::r40_compressed_section_size_is_believed_up_to_zlib_ratio`).
+pub(crate) fn size_believable<'d, S: ObjectSection<'d>>(s: &S) -> bool {
+    match s.compressed_data() {
+        Ok(c) if c.format != object::CompressionFormat::None => {
+            c.uncompressed_size
+                <= (c.data.len() as u64)
+                    .saturating_mul(1100)
+                    .saturating_add(4096)
+        }
+        Ok(_) => true,
+        Err(_) => false,
+    }
 }
 
 /// The DWARF sections of `src`, decompressed, for an `addr2line` context.
@@ -349,6 +371,9 @@ fn dwarf_impl<'d, E: FileHeader<Endian = Endianness>, R: ReadRef<'d>>(
         DebugStrOffsets,
     ] {
         if let Some(s) = f.section_by_name(id.name()) {
+            if !size_believable(&s) {
+                continue;
+            }
             if let Ok(d) = s.uncompressed_data() {
                 out.push((id, d.into_owned()));
             }

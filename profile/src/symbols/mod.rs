@@ -31,7 +31,7 @@ use table::Table;
 
 pub mod archive;
 mod demangle;
-mod elf;
+pub(crate) mod elf;
 mod rbtree;
 pub mod slim;
 pub mod sources;
@@ -223,7 +223,44 @@ struct Spec {
 
 type Reader = gimli::EndianArcSlice<gimli::RunTimeEndian>;
 
-struct Dwarf(addr2line::Context<Reader>);
+pub(crate) struct Dwarf(addr2line::Context<Reader>);
+
+impl Dwarf {
+    /// The raw names of the functions at `vaddr`, innermost first (`??` for a frame without
+    /// one); at most 257 (a deeper inline chain is a broken file).
+    pub(crate) fn frames(&self, vaddr: u64) -> Vec<String> {
+        let mut names = Vec::new();
+        let Ok(mut frames) = self.0.find_frames(vaddr).skip_all_loads() else {
+            return names;
+        };
+        while let Ok(Some(f)) = frames.next() {
+            if names.len() > 256 {
+                break;
+            }
+            let n = f
+                .function
+                .as_ref()
+                .and_then(|n| n.raw_name().ok().map(|s| s.into_owned()))
+                .unwrap_or_else(|| "??".into());
+            names.push(n);
+        }
+        names
+    }
+}
+
+/// The `addr2line` context of the DWARF sections of `src` (`None`: none it can read).
+pub(crate) fn dwarf_context(src: &elf::Src) -> Option<Dwarf> {
+    let secs = elf::dwarf_sections(src)?;
+    let endian = gimli::RunTimeEndian::Little;
+    let mut map: HashMap<gimli::SectionId, Arc<[u8]>> =
+        secs.into_iter().map(|(k, v)| (k, Arc::from(v))).collect();
+    let dwarf = gimli::Dwarf::load(|id| {
+        let d = map.remove(&id).unwrap_or_else(|| Arc::from(&[][..]));
+        Ok::<_, gimli::Error>(gimli::EndianArcSlice::new(d, endian))
+    })
+    .ok()?;
+    addr2line::Context::from_dwarf(dwarf).ok().map(Dwarf)
+}
 
 impl std::fmt::Debug for Dwarf {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -716,18 +753,7 @@ impl Symbols {
     fn inlined(&self, slot: &Slot, l: &Loaded, rel: u64, out: &mut Vec<Resolved>) {
         let Some(d) = slot.dwarf.get_or_init(|| {
             let src = elf::Src::open_cand(l.dwarf.as_ref()?)?;
-            let secs = elf::dwarf_sections(&src)?;
-            let endian = gimli::RunTimeEndian::Little;
-            let mut map: HashMap<gimli::SectionId, Arc<[u8]>> =
-                secs.into_iter().map(|(k, v)| (k, Arc::from(v))).collect();
-            let dwarf = gimli::Dwarf::load(|id| {
-                let d = map.remove(&id).unwrap_or_else(|| Arc::from(&[][..]));
-                Ok::<_, gimli::Error>(gimli::EndianArcSlice::new(d, endian))
-            })
-            .ok()?;
-            addr2line::Context::from_dwarf(dwarf)
-                .ok()
-                .map(|c| Mutex::new(Dwarf(c)))
+            dwarf_context(&src).map(Mutex::new)
         }) else {
             return;
         };
@@ -737,23 +763,7 @@ impl Symbols {
         let Some(hit) = l.table.find(rel) else {
             return;
         };
-        let ctx = d.lock().unwrap_or_else(|e| e.into_inner());
-        let Ok(mut frames) = ctx.0.find_frames(vaddr).skip_all_loads() else {
-            return;
-        };
-        let mut names = Vec::new();
-        // Bounded: an inline chain deeper than this is a broken file.
-        while let Ok(Some(f)) = frames.next() {
-            if names.len() > 256 {
-                break;
-            }
-            let n = f
-                .function
-                .as_ref()
-                .and_then(|n| n.raw_name().ok().map(|s| s.into_owned()))
-                .unwrap_or_else(|| "??".into());
-            names.push(n);
-        }
+        let mut names = d.lock().unwrap_or_else(|e| e.into_inner()).frames(vaddr);
         // The last is the function itself, which the symbol table names.
         names.pop();
         for n in names {

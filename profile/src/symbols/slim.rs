@@ -119,16 +119,8 @@ const KALLSYMS_ANCHORS: &[&[u8]] = &[b"_text", b"_stext", b"_etext", b"_sinittex
 /// the same end and the same choice among equal starts: the same name. Lines are kept in their
 /// order (equal starts are chosen among in file order), plus the `KALLSYMS_ANCHORS`.
 pub fn kallsyms(text: &[u8], hits: &[u64]) -> Vec<u8> {
-    let parse = |line: &[u8]| -> Option<u64> {
-        let mut it = line.splitn(3, |&c| c == b' ');
-        let (addr, ty, rest) = (it.next()?, it.next()?, it.next()?);
-        let name = rest.split(|&c| c == b'\t').next().unwrap_or_default();
-        let loaded = ty.len() == 1
-            && super::table::kallsyms_type_kept(ty[0])
-            && !name.is_empty()
-            && name[0] != b'$';
-        loaded.then(|| u64::from_str_radix(std::str::from_utf8(addr).ok()?, 16).ok())?
-    };
+    // A line's address as the table reads it (a `0x` prefix, no `+`, at most 16 digits).
+    let parse = |line: &[u8]| super::table::kallsyms_line(line).map(|l| l.addr);
     let mut starts: Vec<u64> = text.split(|&c| c == b'\n').filter_map(parse).collect();
     starts.sort_unstable();
     starts.dedup();

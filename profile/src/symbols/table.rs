@@ -303,7 +303,7 @@ impl Builder {
         };
         self.plt.push(RawSym {
             start,
-            end: start + size,
+            end: start.saturating_add(size),
             name: off,
             len,
             bind: STB_GLOBAL,
@@ -904,24 +904,15 @@ pub fn parse_kallsyms(text: &[u8]) -> Table {
     let mut modules: Vec<Arc<str>> = vec![Arc::from("[kernel.kallsyms]")];
     let mut nonzero = false;
     for line in text.split(|&c| c == b'\n') {
-        let mut it = line.splitn(3, |&c| c == b' ');
-        let (Some(addr), Some(ty), Some(rest)) = (it.next(), it.next(), it.next()) else {
+        let Some(KallsymsLine {
+            addr,
+            ty,
+            name,
+            module,
+        }) = kallsyms_line(line)
+        else {
             continue;
         };
-        let Some(addr) = parse_hex(addr) else {
-            continue;
-        };
-        if ty.len() != 1 || !kallsyms_type_kept(ty[0]) {
-            continue;
-        }
-        let (name, module) = match rest.iter().position(|&c| c == b'\t') {
-            Some(p) => (&rest[..p], Some(&rest[p + 1..])),
-            None => (rest, None),
-        };
-        // Ignore local symbols for ARM modules.
-        if name.is_empty() || name[0] == b'$' {
-            continue;
-        }
         let m = match module {
             Some(m) => {
                 let m = String::from_utf8_lossy(m.trim_ascii());
@@ -936,8 +927,8 @@ pub fn parse_kallsyms(text: &[u8]) -> Table {
             None => 0,
         };
         nonzero |= addr != 0;
-        let bind = if ty[0].is_ascii_uppercase() {
-            if ty[0] == b'W' {
+        let bind = if ty.is_ascii_uppercase() {
+            if ty == b'W' {
                 STB_WEAK
             } else {
                 STB_GLOBAL
@@ -954,6 +945,42 @@ pub fn parse_kallsyms(text: &[u8]) -> Table {
     let mut t = b.finish(Vec::new());
     t.modules = modules;
     t
+}
+
+/// One line of kallsyms that perf loads (the others are `None`).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct KallsymsLine<'a> {
+    pub addr: u64,
+    pub ty: u8,
+    pub name: &'a [u8],
+    /// `xfs` of `name\t[xfs]`, as written.
+    pub module: Option<&'a [u8]>,
+}
+
+/// `ADDR TYPE NAME[\tMODULE]` when perf loads it: a hex address, a kept type
+/// ([`kallsyms_type_kept`]), a name that is not an ARM module's local `$` symbol. The one reading
+/// of a line, for [`parse_kallsyms`] and `slim::kallsyms`.
+pub(crate) fn kallsyms_line(line: &[u8]) -> Option<KallsymsLine<'_>> {
+    let mut it = line.splitn(3, |&c| c == b' ');
+    let (addr, ty, rest) = (it.next()?, it.next()?, it.next()?);
+    let addr = parse_hex(addr)?;
+    if ty.len() != 1 || !kallsyms_type_kept(ty[0]) {
+        return None;
+    }
+    let (name, module) = match rest.iter().position(|&c| c == b'\t') {
+        Some(p) => (&rest[..p], Some(&rest[p + 1..])),
+        None => (rest, None),
+    };
+    // Ignore local symbols for ARM modules.
+    if name.is_empty() || name[0] == b'$' {
+        return None;
+    }
+    Some(KallsymsLine {
+        addr,
+        ty: ty[0],
+        name,
+        module,
+    })
 }
 
 /// Parses a `/tmp/perf-PID.map` (`START SIZE NAME` per line, hex, as `dso__load_perf_map`):

@@ -254,19 +254,60 @@ fn parse_elf<'d, E: FileHeader<Endian = Endianness>, R: ReadRef<'d>>(
     };
     let bytes = |name: &str| -> Option<Bytes> {
         let s = f.section_by_name(name)?;
-        if s.kind() == object::SectionKind::UninitializedData || s.size() > SECTION_MAX {
+        if s.kind() == object::SectionKind::UninitializedData
+            || s.size() > SECTION_MAX
+            || !crate::symbols::elf::size_believable(&s)
+        {
             return None;
         }
         let d = s.uncompressed_data().ok()?;
         (!d.is_empty() && d.len() as u64 <= SECTION_MAX).then(|| Bytes::from(&d[..]))
     };
     let with_range = |name: &str| Some((range(name)?, bytes(name)?));
+    let eh_frame = with_range(".eh_frame");
+    let eh_frame_hdr = with_range(".eh_frame_hdr").filter(|(r, d)| {
+        let at = |s: &Option<Range<u64>>| s.as_ref().map_or(0, |r| r.start);
+        eh_frame.as_ref().is_some_and(|(f, _)| {
+            eh_frame_hdr_sound(d, r.start, f.start, at(&range(".text")), at(&range(".got")))
+        })
+    });
     Some(UnwindInfo {
-        eh_frame: with_range(".eh_frame"),
-        eh_frame_hdr: with_range(".eh_frame_hdr"),
+        eh_frame,
+        eh_frame_hdr,
         debug_frame: bytes(".debug_frame"),
         text: range(".text"),
         got: range(".got"),
         loads,
     })
+}
+
+/// Whether every FDE the `.eh_frame_hdr` search table (at `hdr_addr`) points to lies at or after
+/// the `.eh_frame` it names: gimli 0.33 (framehop's) subtracts the two unchecked when a lookup
+/// lands on an entry, which panics with overflow checks (and wraps without) on a hostile file
+/// (found by the `unwind_info` fuzz target, `regression::r40_eh_frame_hdr_pointing_before_eh_frame`).
+/// A table that is not sound is dropped: framehop then indexes `.eh_frame` itself.
+fn eh_frame_hdr_sound(hdr: &[u8], hdr_addr: u64, eh_frame: u64, text: u64, got: u64) -> bool {
+    use gimli::{BaseAddresses, EhFrameHdr, LittleEndian};
+    let bases = BaseAddresses::default()
+        .set_eh_frame_hdr(hdr_addr)
+        .set_eh_frame(eh_frame)
+        .set_text(text)
+        .set_got(got);
+    let Ok(parsed) = EhFrameHdr::new(hdr, LittleEndian).parse(&bases, 8) else {
+        return false;
+    };
+    let Ok(start) = parsed.eh_frame_ptr().direct() else {
+        return false;
+    };
+    let Some(table) = parsed.table() else {
+        return true;
+    };
+    let mut rows = table.iter(&bases);
+    loop {
+        match rows.next() {
+            Ok(Some((_, fde))) if fde.direct().is_ok_and(|a| a >= start) => {}
+            Ok(None) => return true,
+            _ => return false,
+        }
+    }
 }

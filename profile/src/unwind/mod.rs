@@ -434,7 +434,7 @@ pub fn walk(
 }
 
 #[allow(clippy::too_many_arguments)]
-fn walk_stack(
+pub(crate) fn walk_stack(
     p: &Process,
     ip: u64,
     sp: u64,

@@ -204,20 +204,8 @@ impl Debuginfod {
 
     /// The HTTP agent, made once: timeouts, redirects, the CA store.
     fn agent(&self) -> &ureq::Agent {
-        self.agent.get_or_init(|| {
-            let t = Some(self.config.timeout);
-            ureq::Agent::config_builder()
-                .timeout_resolve(t)
-                .timeout_connect(t)
-                .timeout_per_read(t)
-                .timeout_per_write(t)
-                .max_redirects(MAX_REDIRECTS)
-                .http_status_as_error(false)
-                .user_agent(concat!("perfpipe/", env!("CARGO_PKG_VERSION")))
-                .tls_config(tls_config())
-                .build()
-                .into()
-        })
+        self.agent
+            .get_or_init(|| agent_config(self.config.timeout).into())
     }
 
     /// The file of build id `id` of `kind` (`debuginfo` or `executable`): from the cache, else
@@ -345,6 +333,22 @@ impl Debuginfod {
     }
 }
 
+/// The agent's configuration: `timeout` for every step, redirects, the CA store (the fuzz target
+/// `debuginfod` makes its agent of it too, with a transport that plays the server's answer).
+pub(crate) fn agent_config(timeout: Duration) -> ureq::config::Config {
+    let t = Some(timeout);
+    ureq::Agent::config_builder()
+        .timeout_resolve(t)
+        .timeout_connect(t)
+        .timeout_per_read(t)
+        .timeout_per_write(t)
+        .max_redirects(MAX_REDIRECTS)
+        .http_status_as_error(false)
+        .user_agent(concat!("perfpipe/", env!("CARGO_PKG_VERSION")))
+        .tls_config(tls_config())
+        .build()
+}
+
 /// A server's URL without its trailing `/`, when it is `http://` or `https://` (elfutils' client
 /// also takes `file://`, which perfpipe does not).
 fn base_url(url: &str) -> Option<&str> {
@@ -375,14 +379,19 @@ pub fn tls_config() -> ureq::tls::TlsConfig {
 
 /// What one request gave, besides a file.
 #[derive(Debug)]
-enum Answer {
+pub(crate) enum Answer {
     NotFound,
     /// Why, and whether it was TLS (the certificate or the handshake).
     Failed(String, bool),
 }
 
 /// `GET url` into `out`: at most `max` bytes.
-fn get(agent: &ureq::Agent, url: &str, max: u64, out: &mut impl Write) -> Result<u64, Answer> {
+pub(crate) fn get(
+    agent: &ureq::Agent,
+    url: &str,
+    max: u64,
+    out: &mut impl Write,
+) -> Result<u64, Answer> {
     let fail = |e: &dyn std::fmt::Display| Answer::Failed(format!("{url}: {e}"), false);
     let r = agent
         .get(url)

@@ -1,0 +1,26 @@
+//! The debuginfod client's request on arbitrary server answers, with no socket: the client's own
+//! `get` and agent configuration (redirects, timeouts, the size cap), over a ureq transport that
+//! plays the input as what the server sends. Input: a byte that picks how the answer arrives
+//! (whole, a byte at a time, in uneven pieces), a byte that picks the size cap, then the answers,
+//! one per connection (a redirect reads the next), separated by `\0--\0`. Never panics; never
+//! keeps more than the cap.
+#![no_main]
+
+use libfuzzer_sys::fuzz_target;
+
+fuzz_target!(|data: &[u8]| {
+    let [a, b, rest @ ..] = data else { return };
+    let pieces: Vec<usize> = match a % 4 {
+        0 => Vec::new(),
+        1 => vec![1],
+        2 => vec![1 + usize::from(a / 4), 7, 64],
+        _ => vec![usize::from(*a) * 3 + 1, 1, 2],
+    };
+    let max = match b % 4 {
+        0 => 16,
+        1 => 1000,
+        2 => 1 << 20,
+        _ => u64::from(*b),
+    };
+    std::hint::black_box(perfpipe_profile::fuzz::debuginfod(rest, &pieces, max));
+});
