@@ -88,7 +88,7 @@ fn fold(dir: &Dir, cache: &Path, envs: &[(&str, &str)], rec: &Path, args: &[&str
     lines.join("\n")
 }
 
-fn empty_dir(dir: &Dir, name: &str) -> PathBuf {
+pub(crate) fn empty_dir(dir: &Dir, name: &str) -> PathBuf {
     let p = dir.path(name);
     std::fs::create_dir_all(&p).unwrap();
     p
@@ -734,7 +734,7 @@ fn weight(folded: &str) -> u64 {
 
 /// A CA and a certificate for 127.0.0.1 it signed, made by `openssl` in `dir/name/`:
 /// (`ca.pem`, `server.pem` with the certificate and its key, as socat takes it).
-fn test_ca(dir: &Dir, name: &str) -> (PathBuf, PathBuf) {
+pub(crate) fn test_ca(dir: &Dir, name: &str) -> (PathBuf, PathBuf) {
     let at = empty_dir(dir, name);
     let openssl = |args: &[&str]| {
         succeed(Command::new("openssl").args(args).current_dir(&at));
@@ -790,7 +790,7 @@ fn test_ca(dir: &Dir, name: &str) -> (PathBuf, PathBuf) {
 
 /// socat's TLS (`cert`) on a free loopback port in front of 127.0.0.1:`to`, killed at drop;
 /// returned once it accepts connections.
-fn tls_front(cert: &Path, to: u16) -> (Server, u16) {
+pub(crate) fn tls_front(cert: &Path, to: u16) -> (Server, u16) {
     require(Need::Tls);
     let port = free_port();
     let child = Command::new("socat")

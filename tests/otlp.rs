@@ -16,6 +16,7 @@ use std::time::Duration;
 use perfpipe_export::otlp::proto::ExportProfilesServiceRequest;
 use prost::Message;
 
+use crate::another_machine::{empty_dir, test_ca, tls_front};
 use crate::util::*;
 
 /// What the receiver does with each request.
@@ -158,8 +159,14 @@ fn read_request(conn: &mut TcpStream) -> Option<Request> {
 /// `perfpipe ARGS`, killed (and the test failed) if it has not ended within two minutes: the
 /// end of a push must never hang, whatever the receiver does.
 fn perfpipe_bounded(args: &[&str]) -> Output {
+    perfpipe_bounded_env(args, &[])
+}
+
+/// [`perfpipe_bounded`] with these environment variables.
+fn perfpipe_bounded_env(args: &[&str], env: &[(&str, &str)]) -> Output {
     let child = Command::new(bin())
         .args(args)
+        .envs(env.iter().copied())
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -350,6 +357,67 @@ pipetest!(needs(otelproto) windows_pushed_to_a_collector_add_up_to_the_whole, |d
     assert_eq!(totals(&whole_req, "cpu-clock"), sum);
     // And stack by stack, as OpenTelemetry's decoder folds them.
     eqnice!(python_folded("cpu-clock", &[whole]), python_folded("cpu-clock", &files));
+});
+
+pipetest!(needs(tls) windows_pushed_over_https_reach_the_collector, |dir| {
+    // The receiver behind socat's TLS with a certificate of a CA made here: trusted through
+    // SSL_CERT_FILE, every window arrives and they add up to the whole; with another CA's file
+    // the certificate is refused, the run fails saying so and naming every window it dropped.
+    let input = fixture("callgraph.pipe.data");
+    let input = input.to_str().unwrap();
+    let receiver = Receiver::start(Behaviour::Accept);
+    let (ca, cert) = test_ca(&dir, "trusted");
+    let (other_ca, _) = test_ca(&dir, "other");
+    let (_tls, tls_port) = tls_front(&cert, receiver.port);
+    let url = format!("https://127.0.0.1:{tls_port}/v1development/profiles");
+    let no_dir = empty_dir(&dir, "no-cert-dir");
+    let push = |ca: &std::path::Path, extra: &[&str]| {
+        let mut args = vec!["-i", input, "--window", "50ms", "-o", &url, "--stats"];
+        args.extend_from_slice(extra);
+        let env = [
+            ("SSL_CERT_FILE", ca.to_str().unwrap()),
+            ("SSL_CERT_DIR", no_dir.to_str().unwrap()),
+        ];
+        let out = perfpipe_bounded_env(&args, &env);
+        let err = String::from_utf8_lossy(&out.stderr).into_owned();
+        (out, err)
+    };
+    let (out, err) = push(&ca, &[]);
+    assert!(out.status.success(), "{err}");
+    let requests = receiver.requests();
+    assert!(requests.len() >= 3, "{} windows: {err}", requests.len());
+    assert!(err.contains(&format!("windows_sent = {}", requests.len())), "{err}");
+    assert!(err.contains("windows_dropped = 0"), "{err}");
+    let mut sum = (0, 0);
+    for (i, r) in requests.iter().enumerate() {
+        assert_eq!(r.target, "/v1development/profiles");
+        let req = ExportProfilesServiceRequest::decode(&r.body[..]).unwrap();
+        let t = totals(&req, "cpu-clock");
+        assert!(t.1 > 0, "window {i} has samples");
+        sum = (sum.0 + t.0, sum.1 + t.1);
+    }
+    let whole = dir.path("whole.otlp.pb");
+    perfpipe_ok(&["-i", input, "-o", whole.to_str().unwrap()], b"");
+    let whole_req =
+        ExportProfilesServiceRequest::decode(&std::fs::read(&whole).unwrap()[..]).unwrap();
+    assert_eq!(totals(&whole_req, "cpu-clock"), sum);
+    assert_eq!(sum, (1777 * 200_000, 1777));
+    // A CA store without the server's CA: nothing reaches the receiver. A queue longer than the
+    // windows, so that each is refused by TLS, not dropped as queued behind the others.
+    let before = requests.len();
+    let (out, err) = push(&other_ca, &["--format", "otlp:retries=0,timeout=5s,queue=64"]);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    let (n, of) = dropped(&err);
+    assert!(n == of && n >= 3, "{err}");
+    // Each window's line says why: rustls refused the certificate (UnknownIssuer).
+    for i in 1..=n {
+        let line = err
+            .lines()
+            .find(|l| l.trim_start().starts_with(&format!("window {i} (")))
+            .unwrap_or_else(|| panic!("window {i}: {err}"));
+        assert!(line.contains("invalid peer certificate"), "{line}");
+    }
+    assert_eq!(receiver.requests().len(), before, "{err}");
 });
 
 pipetest!(needs(go) pyroscope_ingest_gets_each_window_as_pprof_that_go_tool_pprof_reads, |dir| {
