@@ -1,9 +1,10 @@
 //! The `otlp` output and the push outputs (issue 41): OTLP profiles read by OpenTelemetry's own
 //! Python decoder (PyPI `opentelemetry-proto`) folded back into stacks equal to our folded
 //! output; windows pushed to a receiver this test starts on 127.0.0.1, each one a complete
-//! request, their sum the whole; Pyroscope's `/ingest` bodies read by `go tool pprof`; and
-//! receivers that refuse, stall, are dead or die mid-stream: every window named, the run failing,
-//! the end bounded.
+//! request, their sum the whole, over HTTP and over HTTPS (socat's TLS, the test's CA trusted
+//! through `SSL_CERT_FILE`, another CA refused); Pyroscope's `/ingest` bodies read by `go tool
+//! pprof`; and receivers that refuse, stall, are dead or die mid-stream: every window named, the
+//! run failing, the end bounded.
 
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Read, Write};
