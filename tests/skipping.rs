@@ -62,8 +62,10 @@ pipetest!(
         let why = "needs perf (`perf --version` runs): `perf` is not on PATH";
         let (outcome, out) = run_alone_without_path(test, None, &dir);
         eqnice!(Outcome::Ignored, outcome);
+        // The reason names each missing need (this test also needs the trixie root, which it
+        // cannot find without `unshare`): perf's comes first.
         assert!(
-            out.contains(&format!("test {test} ... ignored ({why})")),
+            out.contains(&format!("test {test} ... ignored ({why}")),
             "no reason given:\n{out}"
         );
         let (outcome, out) = run_alone_without_path(test, Some("true"), &dir);
