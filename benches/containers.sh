@@ -69,16 +69,6 @@ empty=$BENCH_DIR/containers-no-cache
 mkdir -p "$empty"
 host_env=(env PERF_BUILDID_DIR="$empty" DEBUGINFOD_URLS=)
 
-# time_one NAME CMD...: appends "NAME wall rss_kb cpu" to $BENCH_DIR/containers.tsv
-time_one() {
-    local name=$1; shift
-    local t0 t1
-    t0=$(date +%s%N)
-    /usr/bin/time -f '%M %U %S' -o "$BENCH_DIR/time.$$" "$@"
-    t1=$(date +%s%N)
-    read -r rss user sys <"$BENCH_DIR/time.$$"
-    echo "$name $(echo "($t1 - $t0) / 1000000000" | bc -l | cut -c1-6) $rss $(echo "$user + $sys" | bc -l)" >>"$BENCH_DIR/containers.tsv"
-}
 : >"$BENCH_DIR/containers.tsv"
 cat "$REC" >/dev/null # in the page cache for every variant
 variants=(inside archive symfs)
@@ -86,11 +76,11 @@ for ((r = 0; r < BENCH_ROUNDS; r++)); do
     for ((k = 0; k < ${#variants[@]}; k++)); do
         v=${variants[(k + r) % ${#variants[@]}]}
         case $v in
-        inside) time_one inside "${in_root[@]}" "$inside/perfpipe" -i "$inside/rec.data" --unwind \
+        inside) time_one "$BENCH_DIR/containers.tsv" inside "${in_root[@]}" "$inside/perfpipe" -i "$inside/rec.data" --unwind \
             -o "$inside/out.pipe" --pipe ;;
-        archive) time_one archive "${host_env[@]}" "$PERFPIPE" -i "$REC" --unwind \
+        archive) time_one "$BENCH_DIR/containers.tsv" archive "${host_env[@]}" "$PERFPIPE" -i "$REC" --unwind \
             --symbols "$BENCH_DIR/containers-files.tar" -o "$BENCH_DIR/containers-archive.pipe" --pipe ;;
-        symfs) time_one symfs "${host_env[@]}" "$PERFPIPE" -i "$REC" --unwind --symfs "$ROOT" \
+        symfs) time_one "$BENCH_DIR/containers.tsv" symfs "${host_env[@]}" "$PERFPIPE" -i "$REC" --unwind --symfs "$ROOT" \
             -o "$BENCH_DIR/containers-symfs.pipe" --pipe ;;
         esac
     done

@@ -49,16 +49,6 @@ fi
 in_bytes=$(stat -c %s "$INPUT")
 log "input $INPUT: $in_bytes bytes"
 
-# time_one NAME CMD...: appends "NAME wall rss_kb cpu" to $BENCH_DIR/convert.tsv
-time_one() {
-    local name=$1; shift
-    local t0 t1
-    t0=$(date +%s%N)
-    /usr/bin/time -f '%M %U %S' -o "$BENCH_DIR/time.$$" "$@"
-    t1=$(date +%s%N)
-    read -r rss user sys <"$BENCH_DIR/time.$$"
-    echo "$name $(echo "($t1 - $t0) / 1000000000" | bc -l | cut -c1-6) $rss $(echo "$user + $sys" | bc -l)" >>"$BENCH_DIR/convert.tsv"
-}
 : >"$BENCH_DIR/convert.tsv"
 cat "$INPUT" "$INPUT.pipe" >/dev/null # in the page cache for every variant
 names=(perf7 perfpipe-file perfpipe-pipe)
@@ -66,9 +56,9 @@ for ((r = 0; r < BENCH_ROUNDS; r++)); do
     for ((k = 0; k < ${#names[@]}; k++)); do
         v=${names[(k + r) % ${#names[@]}]}
         case $v in
-        perf7) time_one perf7 sh -c "'$PERF7' inject --convert-callchain -i '$INPUT' -o '$BENCH_DIR/theirs.data' 2>/dev/null" ;;
-        perfpipe-file) time_one perfpipe-file "$PERFPIPE" inject --convert-callchain -i "$INPUT" -o "$BENCH_DIR/ours.data" ;;
-        perfpipe-pipe) time_one perfpipe-pipe sh -c "'$PERFPIPE' inject --convert-callchain <'$INPUT.pipe' >'$BENCH_DIR/ours.pipe'" ;;
+        perf7) time_one "$BENCH_DIR/convert.tsv" perf7 sh -c "'$PERF7' inject --convert-callchain -i '$INPUT' -o '$BENCH_DIR/theirs.data' 2>/dev/null" ;;
+        perfpipe-file) time_one "$BENCH_DIR/convert.tsv" perfpipe-file "$PERFPIPE" inject --convert-callchain -i "$INPUT" -o "$BENCH_DIR/ours.data" ;;
+        perfpipe-pipe) time_one "$BENCH_DIR/convert.tsv" perfpipe-pipe sh -c "'$PERFPIPE' inject --convert-callchain <'$INPUT.pipe' >'$BENCH_DIR/ours.pipe'" ;;
         esac
     done
 done

@@ -57,6 +57,18 @@ record_workload_input() {
 # BENCH_ROUNDS rounds, the starting command rotating so that none always runs first.
 T_FORMAT="%e_%U_%S_%M"
 
+# time_one TSV NAME CMD...: runs CMD once under /usr/bin/time and appends "NAME wall rss_kb cpu"
+# (seconds, KiB, user + sys seconds) to TSV: one timed run of a script that rotates its own variants.
+time_one() {
+    local tsv=$1 name=$2 t0 t1 rss user sys
+    shift 2
+    t0=$(date +%s%N)
+    /usr/bin/time -f '%M %U %S' -o "$tsv.time" "$@"
+    t1=$(date +%s%N)
+    read -r rss user sys <"$tsv.time"
+    echo "$name $(echo "($t1 - $t0) / 1000000000" | bc -l | cut -c1-6) $rss $(echo "$user + $sys" | bc -l)" >>"$tsv"
+}
+
 # run_one IDX: prints "pipeline_wall wall user sys rss_kb status"
 run_one() {
     local i=$1 t0 t1 st=ok vals

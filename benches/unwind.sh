@@ -74,16 +74,6 @@ fi
 in_bytes=$(stat -c %s "$INPUT")
 log "input $INPUT: $in_bytes bytes"
 
-# time_one NAME CMD...: appends "NAME wall rss_kb cpu" to $BENCH_DIR/unwind.tsv
-time_one() {
-    local name=$1; shift
-    local t0 t1
-    t0=$(date +%s%N)
-    /usr/bin/time -f '%M %U %S' -o "$BENCH_DIR/time.$$" "$@"
-    t1=$(date +%s%N)
-    read -r rss user sys <"$BENCH_DIR/time.$$"
-    echo "$name $(echo "($t1 - $t0) / 1000000000" | bc -l | cut -c1-6) $rss $(echo "$user + $sys" | bc -l)" >>"$BENCH_DIR/unwind.tsv"
-}
 : >"$BENCH_DIR/unwind.tsv"
 cat "$INPUT" >/dev/null # in the page cache for every variant
 variants=(perf unwind pp1 pp2 seq ppscript)
@@ -97,13 +87,13 @@ for ((r = 0; r < BENCH_ROUNDS; r++)); do
     for ((k = 0; k < ${#variants[@]}; k++)); do
         v=${variants[(k + r) % ${#variants[@]}]}
         case $v in
-        perf) time_one "perf-script" sh -c "'$PERF' script ${FIELDS[*]} -i '$INPUT' >/dev/null 2>&1" ;;
-        unwind) time_one "perfpipe-unwind" "$PERFPIPE" -i "$INPUT" --unwind -o "$BENCH_DIR/out.pipe" --pipe ;;
-        base) time_one "base-unwind" "$PERFPIPE_BASE" -i "$INPUT" --unwind -o "$BENCH_DIR/base.pipe" --pipe ;;
-        pp1) time_one "perfpipe-workers-1" env RAYON_NUM_THREADS=1 "$PERFPIPE" -i "$INPUT" --stage unwind:parallel-min=2 -o "$BENCH_DIR/out.pipe" --pipe ;;
-        pp2) time_one "perfpipe-workers-2" env RAYON_NUM_THREADS=2 "$PERFPIPE" -i "$INPUT" --stage unwind:parallel-min=2 -o "$BENCH_DIR/out.pipe" --pipe ;;
-        ppscript) time_one "perfpipe-then-perf-script" sh -c "'$PERFPIPE' -i '$INPUT' --unwind | '$PERF' script ${FIELDS[*]} -i - >/dev/null 2>&1" ;;
-        seq) time_one "perfpipe-sequential" "$PERFPIPE" -i "$INPUT" --stage unwind:parallel=no -o "$BENCH_DIR/out.pipe" --pipe ;;
+        perf) time_one "$BENCH_DIR/unwind.tsv" "perf-script" sh -c "'$PERF' script ${FIELDS[*]} -i '$INPUT' >/dev/null 2>&1" ;;
+        unwind) time_one "$BENCH_DIR/unwind.tsv" "perfpipe-unwind" "$PERFPIPE" -i "$INPUT" --unwind -o "$BENCH_DIR/out.pipe" --pipe ;;
+        base) time_one "$BENCH_DIR/unwind.tsv" "base-unwind" "$PERFPIPE_BASE" -i "$INPUT" --unwind -o "$BENCH_DIR/base.pipe" --pipe ;;
+        pp1) time_one "$BENCH_DIR/unwind.tsv" "perfpipe-workers-1" env RAYON_NUM_THREADS=1 "$PERFPIPE" -i "$INPUT" --stage unwind:parallel-min=2 -o "$BENCH_DIR/out.pipe" --pipe ;;
+        pp2) time_one "$BENCH_DIR/unwind.tsv" "perfpipe-workers-2" env RAYON_NUM_THREADS=2 "$PERFPIPE" -i "$INPUT" --stage unwind:parallel-min=2 -o "$BENCH_DIR/out.pipe" --pipe ;;
+        ppscript) time_one "$BENCH_DIR/unwind.tsv" "perfpipe-then-perf-script" sh -c "'$PERFPIPE' -i '$INPUT' --unwind | '$PERF' script ${FIELDS[*]} -i - >/dev/null 2>&1" ;;
+        seq) time_one "$BENCH_DIR/unwind.tsv" "perfpipe-sequential" "$PERFPIPE" -i "$INPUT" --stage unwind:parallel=no -o "$BENCH_DIR/out.pipe" --pipe ;;
         esac
     done
 done
