@@ -354,7 +354,9 @@ impl Sampler {
 
     /// Stops the thread and takes the last sample, at `t` (the run's wall time). A periodic
     /// sample less than half a period before it is replaced by it, so that the last interval is
-    /// no sliver whose few batches would read as a burst of throughput.
+    /// no sliver whose few batches would read as a burst of throughput. The sampler thread may
+    /// have taken its last sample after `t` was read: that one is replaced too (a `Duration`
+    /// subtraction below zero panics).
     pub(crate) fn finish(mut self, t: Duration) -> Timeline {
         drop(self.stop.take());
         if let Some(h) = self.thread.take() {
@@ -367,7 +369,7 @@ impl Sampler {
             .lock()
             .unwrap_or_else(|e| e.into_inner());
         let half = series.period / 2;
-        if series.samples.len() > 1 && series.samples.last().is_some_and(|l| t - l.t < half) {
+        if series.samples.len() > 1 && series.samples.last().is_some_and(|l| t.saturating_sub(l.t) < half) {
             series.samples.pop();
         }
         series.push(sample);
