@@ -369,7 +369,12 @@ impl Sampler {
             .lock()
             .unwrap_or_else(|e| e.into_inner());
         let half = series.period / 2;
-        if series.samples.len() > 1 && series.samples.last().is_some_and(|l| t.saturating_sub(l.t) < half) {
+        if series.samples.len() > 1
+            && series
+                .samples
+                .last()
+                .is_some_and(|l| t.saturating_sub(l.t) < half)
+        {
             series.samples.pop();
         }
         series.push(sample);
