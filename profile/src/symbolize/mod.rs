@@ -973,6 +973,11 @@ impl Stage for Symbolize {
                     s.archive_entries_rejected.clone(),
                 ),
                 ("archives_unreadable", s.archives_unreadable.clone()),
+                ("archives_truncated", s.archives_truncated.clone()),
+                (
+                    "archive_members_truncated",
+                    s.archive_members_truncated.clone(),
+                ),
             ]);
         }
         if let Some(d) = src.debuginfod() {

@@ -28,7 +28,10 @@ use perfpipe_core::spec::{BuildCtx, FormatSpec, Kind, Options, StageOption};
 use perfpipe_core::{Batch, Counter, Flow, Sink, StageError};
 use perfpipe_stream::model::dso::gnu_build_id_in_notes;
 
-use super::sources::hex;
+use super::sources::{hex, Cand};
+
+/// Most bytes of one file packed (a dso's file or debug file).
+const FILE_MAX: u64 = 16 << 30;
 use crate::symbolize::{Sources, Stacks};
 
 /// How `perfpipe archive` offers the format (it is not among the outputs `-o` chooses).
@@ -192,7 +195,8 @@ enum Member {
 
 #[derive(Debug)]
 enum Content {
-    Path(PathBuf),
+    /// A file the locator found (a path, or an archive's member).
+    File(Cand),
     Bytes(Arc<[u8]>),
 }
 
@@ -276,26 +280,18 @@ fn members(
         let Some(id) = src.symbols.build_id(d) else {
             continue;
         };
-        let matches = |p: &Path| file_build_id(p).is_some_and(|b| b == id);
-        // The file the symbols were read from: found by the locator (a container's through
-        // `/proc/PID/root` while it runs), checked by build id; else the path.
-        let path = match src.symbols.runtime_file(d) {
-            Some(super::sources::Cand::Path(p)) => p,
-            _ => PathBuf::from(&name),
-        };
+        // The files the symbols were read from, as the one locator found them (a container's
+        // through `/proc/PID/root` while it runs, a debug file by its debuglink or build id),
+        // each of the dso's build.
+        let (runtime, debug) = src.symbols.files(d);
         let mut files = Vec::new();
-        if matches(&path) {
-            files.push(("elf", Content::Path(path.clone())));
+        if let Some(c) = runtime {
+            files.push(("elf", Content::File(c)));
+        }
+        if let Some(c) = debug {
+            files.push(("debug", Content::File(c)));
         }
         let h = hex(&id);
-        let debug = PathBuf::from(format!(
-            "/usr/lib/debug/.build-id/{}/{}.debug",
-            &h[..2],
-            &h[2..]
-        ));
-        if matches(&debug) {
-            files.push(("debug", Content::Path(debug)));
-        }
         if files.is_empty() {
             summary.missing.push((name, h));
             continue;
@@ -341,10 +337,6 @@ fn has_addresses(t: &[u8]) -> bool {
         .any(|l| l.iter().take_while(|&&c| c != b' ').any(|&c| c != b'0'))
 }
 
-fn file_build_id(p: &Path) -> Option<Vec<u8>> {
-    super::elf::info(&super::elf::Src::open(p)?)?.build_id
-}
-
 fn write_tar(
     path: &Path,
     members: &[Member],
@@ -387,8 +379,8 @@ fn write_tar(
                     h.set_entry_type(tar::EntryType::Regular);
                     h.set_mode(0o644);
                     let n = match from {
-                        Content::Path(p) => {
-                            let whole = std::fs::read(p)?;
+                        Content::File(c) => {
+                            let whole = c.read_all(FILE_MAX)?;
                             summary.bytes_whole += whole.len() as u64;
                             let small = match slim {
                                 Slim::Yes { dwarf } => super::slim::slim(&whole, dwarf),

@@ -1,13 +1,13 @@
-//! Loading one ELF dso's symbols the way perf 6.1's `dso__load` does: candidate files in perf's
-//! order (debuglink, `/usr/lib/debug/PATH.debug`, `/usr/lib/debug/PATH`, the build-id debug
-//! file, the file itself), each skipped when its build id differs from the dso's; symbols from
-//! the first with a `.symtab` (else `.dynsym` of the runtime file); addresses made file offsets
+//! Loading one ELF dso's symbols the way perf 6.1's `dso__load` does, from the files the one
+//! locator offers ([`super::sources::locate`]: where files are looked for, in perf's order, each
+//! of the dso's build; this module only reads them): symbols from the first with a `.symtab`
+//! (else `.dynsym` of the runtime file); addresses made file offsets
 //! with the runtime file's PT_LOADs (so `Query::rel` looks them up); `name@plt` from
 //! `.rela.plt` (`dso__synthesize_plt_symbols`). Files are read by positioned reads
 //! ([`ReadCache`]), never mapped.
 
 use std::fs::File;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 
 use object::elf::{
@@ -18,6 +18,7 @@ use object::read::elf::{ElfFile, FileHeader, ProgramHeader, Rela, SectionHeader,
 use object::read::ReadCache;
 use object::{Endianness, FileKind, Object, ObjectSection, ReadRef};
 
+use super::sources::locate::{OtherBuild, Reader, Role, Wanted};
 use super::sources::{Cand, Sources, Window};
 use super::table::{Builder, Strings, Table};
 
@@ -31,7 +32,6 @@ pub(crate) type Load = (u64, u64, u64);
 #[derive(Debug, Default)]
 pub(crate) struct Info {
     pub build_id: Option<Vec<u8>>,
-    pub debuglink: Option<Vec<u8>>,
     pub symtab: bool,
     pub dynsym: bool,
     pub dwarf: bool,
@@ -48,10 +48,6 @@ pub(crate) enum Src {
 }
 
 impl Src {
-    pub fn open(path: &Path) -> Option<Src> {
-        Src::open_cand(&Cand::Path(path.to_path_buf()))
-    }
-
     pub fn open_cand(c: &Cand) -> Option<Src> {
         let w = c.window()?;
         let (file, base) = w.handle();
@@ -118,7 +114,6 @@ fn info_impl<'d, E: FileHeader<Endian = Endianness>, R: ReadRef<'d>>(data: R) ->
         .is_some_and(|s| s.kind() != object::SectionKind::UninitializedData && s.size() > 0);
     Some(Info {
         build_id: f.build_id().ok().flatten().map(<[u8]>::to_vec),
-        debuglink: f.gnu_debuglink().ok().flatten().map(|(n, _)| n.to_vec()),
         symtab: has(SHT_SYMTAB),
         dynsym: has(SHT_DYNSYM),
         dwarf,
@@ -382,55 +377,6 @@ fn dwarf_impl<'d, E: FileHeader<Endian = Endianness>, R: ReadRef<'d>>(
     Some(out)
 }
 
-/// Where perf 6.1 looks for the files of a dso `name` (its `binary_type_symtab` order, without
-/// the build-id cache in `~/.debug`): debuglink (`DIR/LINK`, `DIR/.debug/LINK`,
-/// `/usr/lib/debug/DIR/LINK`), `/usr/lib/debug/NAME.debug`, `/usr/lib/debug/NAME`, the
-/// build-id file, and last the dso itself (`main`).
-pub(crate) fn candidates(
-    name: &Path,
-    main: &Path,
-    debuglink: Option<&[u8]>,
-    build_id: Option<&[u8]>,
-    debug_dirs: &[PathBuf],
-) -> Vec<PathBuf> {
-    let mut out: Vec<PathBuf> = Vec::new();
-    let dir = main.parent().unwrap_or(Path::new("/"));
-    let ndir = name.parent().unwrap_or(Path::new("/"));
-    let rel = |p: &Path| {
-        p.strip_prefix("/")
-            .map(Path::to_path_buf)
-            .unwrap_or(p.into())
-    };
-    if let Some(link) = debuglink {
-        let link = Path::new(std::str::from_utf8(link).unwrap_or(""));
-        if !link.as_os_str().is_empty() {
-            out.push(dir.join(link));
-            out.push(dir.join(".debug").join(link));
-            for d in debug_dirs {
-                out.push(d.join(rel(ndir)).join(link));
-            }
-        }
-    }
-    for d in debug_dirs {
-        let mut p = d.join(rel(name)).into_os_string();
-        p.push(".debug");
-        out.push(p.into());
-        out.push(d.join(rel(name)));
-    }
-    if let Some(bid) = build_id.filter(|b| b.len() > 1) {
-        let hex: String = bid.iter().map(|b| format!("{b:02x}")).collect();
-        for d in debug_dirs {
-            out.push(
-                d.join(".build-id")
-                    .join(&hex[..2])
-                    .join(format!("{}.debug", &hex[2..])),
-            );
-        }
-    }
-    out.push(main.to_path_buf());
-    out
-}
-
 /// A dso's symbols as perf would load them, and where its DWARF is.
 #[derive(Debug, Default)]
 pub(crate) struct Loaded {
@@ -438,136 +384,87 @@ pub(crate) struct Loaded {
     pub loads: Vec<Load>,
     /// The file with the DWARF (the symbol file's, else the runtime file's).
     pub dwarf: Option<Cand>,
-    /// No candidate could be opened.
+    /// No file of the dso's build could be read.
     pub missing: bool,
     /// The dso's build id: the stream's, else the file's own (as perf reads it).
     pub build_id: Option<Vec<u8>>,
-    /// The file the runtime role was read from (the `.dynsym`, the PT_LOADs).
+    /// The file the runtime role was read from (the `.dynsym`, the PT_LOADs), else the symbol
+    /// file.
     pub runtime: Option<Cand>,
+    /// The separate debug file the `.symtab` was read from, when it is not the runtime file.
+    pub debug: Option<Cand>,
     /// With `missing`: the files found of another build than the dso's (never read).
-    pub other_builds: Vec<super::sources::locate::OtherBuild>,
+    pub other_builds: Vec<OtherBuild>,
 }
 
-/// Loads the dso `name` (opened as `main`, e.g. under `/proc/PID/root`) with build id `bid`,
-/// looking in `sources` first (by build id) and asking debuginfod last.
+/// The files a dso's symbols are read from, as the locator offers them: the first with a
+/// `.symtab` (perf's `syms_ss`) and the first with a `.dynsym` (`runtime_ss`).
+#[derive(Default)]
+struct SymbolFiles {
+    syms: Option<(Src, Info, Cand)>,
+    runtime: Option<(Src, Info, Cand)>,
+}
+
+impl Reader for SymbolFiles {
+    type Out = ();
+
+    fn read(&mut self, c: &Cand) -> Option<()> {
+        let src = Src::open_cand(c)?;
+        let inf = info(&src)?;
+        let (want_syms, want_rt) = (
+            self.syms.is_none() && inf.symtab,
+            self.runtime.is_none() && inf.dynsym,
+        );
+        if want_syms && want_rt {
+            // One file is both: keep it as the symbol source, reopen for the runtime role.
+            if let (Some(a), Some(i2)) = (Src::open_cand(c), info(&src)) {
+                self.runtime = Some((a, i2, c.clone()));
+            }
+            self.syms = Some((src, inf, c.clone()));
+        } else if want_syms {
+            self.syms = Some((src, inf, c.clone()));
+        } else if want_rt {
+            self.runtime = Some((src, inf, c.clone()));
+        }
+        (self.syms.is_some() && self.runtime.is_some()).then_some(())
+    }
+
+    /// debuginfod's debug file while no file had a `.symtab`, its executable while no file was
+    /// read at all.
+    fn wants(&self, role: Role) -> bool {
+        match role {
+            Role::Debug => self.syms.is_none(),
+            Role::Runtime => self.syms.is_none() && self.runtime.is_none(),
+        }
+    }
+}
+
+/// Loads the symbols of dso `name` (build id `bid` when the stream gives it), mapped by process
+/// `pid`, from the files the locator finds ([`Sources::find`], [`Role::Debug`]: by build id in
+/// `--symbols` and the cache, perf's debug files, the file at its path, debuginfod), each of the
+/// dso's build.
 pub(crate) fn load(
     name: &Path,
-    main: &Path,
+    pid: u32,
     bid: Option<&[u8]>,
-    debug_dirs: &[PathBuf],
     demangle: bool,
     minidebuginfo: bool,
     sources: &Sources,
 ) -> Loaded {
-    let main_src = Src::open(main);
-    let main_info = main_src.as_ref().and_then(info);
-    // perf reads the build id from the file when the stream gave none; an archive given for the
-    // recording names it first (the file here may be another build).
-    let bid: Option<Vec<u8>> = bid
-        .map(<[u8]>::to_vec)
-        .or_else(|| sources.id_by_name(&name.to_string_lossy(), true))
-        .or_else(|| main_info.as_ref().and_then(|i| i.build_id.clone()))
-        // The file is gone: the one build a cache holds for its path.
-        .or_else(|| {
-            main_info
-                .is_none()
-                .then(|| sources.id_by_name(&name.to_string_lossy(), false))
-                .flatten()
-        });
-    let link = main_info.as_ref().and_then(|i| i.debuglink.clone());
-    let mut syms: Option<(Src, Info, Cand)> = None;
-    let mut runtime: Option<(Src, Info, Cand)> = None;
-    let mut main_src = main_src.zip(main_info);
-    let mut seen: Vec<Cand> = Vec::new();
-    let mut other_builds: Vec<super::sources::locate::OtherBuild> = Vec::new();
-    let from_sources = bid
-        .as_deref()
-        .map(|b| sources.by_build_id(b))
-        .unwrap_or_default();
-    let host = candidates(name, main, link.as_deref(), bid.as_deref(), debug_dirs)
-        .into_iter()
-        .map(Cand::Path);
-    let main_cand = Cand::Path(main.to_path_buf());
-    let mut consider = |c: Cand,
-                        src: Option<(Src, Info)>,
-                        syms: &mut Option<(Src, Info, Cand)>,
-                        runtime: &mut Option<(Src, Info, Cand)>| {
-        if seen.contains(&c) {
-            return;
-        }
-        seen.push(c.clone());
-        let Some((src, inf)) = src.or_else(|| {
-            let src = Src::open_cand(&c)?;
-            let inf = info(&src)?;
-            Some((src, inf))
-        }) else {
-            return;
-        };
-        if let (Some(want), Some(got)) = (&bid, &inf.build_id) {
-            if want != got {
-                other_builds.push(super::sources::locate::OtherBuild {
-                    at: c.describe(),
-                    id: Some(got.clone()),
-                });
-                return;
-            }
-        }
-        let (want_syms, want_rt) = (
-            syms.is_none() && inf.symtab,
-            runtime.is_none() && inf.dynsym,
-        );
-        if want_syms && want_rt {
-            // One file is both: keep it as the symbol source, reopen for the runtime role.
-            let again = Src::open_cand(&c);
-            if let (Some(a), Some(i2)) = (again, info(&src)) {
-                *runtime = Some((a, i2, c.clone()));
-            }
-            *syms = Some((src, inf, c));
-        } else if want_syms {
-            *syms = Some((src, inf, c));
-        } else if want_rt {
-            *runtime = Some((src, inf, c));
-        }
+    let w = Wanted {
+        path: name,
+        build_id: bid,
+        pid,
     };
-    for c in from_sources.into_iter().chain(host) {
-        let src = if c == main_cand {
-            match main_src.take() {
-                Some(x) => Some(x),
-                None => continue,
-            }
-        } else {
-            None
-        };
-        consider(c, src, &mut syms, &mut runtime);
-        if syms.is_some() && runtime.is_some() {
-            break;
-        }
-    }
-    // debuginfod last, and only for what is still missing: the debug file when no file had a
-    // `.symtab`, the executable when no file was found at all.
-    if let (Some(d), Some(id)) = (sources.debuginfod(), bid.as_deref()) {
-        let check = |p: &Path| {
-            Src::open(p)
-                .and_then(|s| info(&s))
-                .and_then(|i| i.build_id)
-                .is_some_and(|b| b == id)
-        };
-        if syms.is_none() {
-            if let Ok(p) = d.fetch(id, "debuginfo", &check) {
-                consider(Cand::Path(p), None, &mut syms, &mut runtime);
-            }
-        }
-        if syms.is_none() && runtime.is_none() {
-            if let Ok(p) = d.fetch(id, "executable", &check) {
-                consider(Cand::Path(p), None, &mut syms, &mut runtime);
-            }
-        }
-    }
+    let mut files = SymbolFiles::default();
+    let found = sources.find(&w, Role::Debug, &mut files);
+    let SymbolFiles { syms, runtime } = files;
+    let bid = found.build_id;
     if syms.is_none() && runtime.is_none() {
         return Loaded {
             missing: true,
             build_id: bid,
-            other_builds,
+            other_builds: found.other_builds,
             ..Loaded::default()
         };
     }
@@ -602,6 +499,10 @@ pub(crate) fn load(
         }
     }
     b.fixup(false);
+    let debug = match (&syms, &runtime) {
+        (Some(s), Some(r)) if s.2 != r.2 => Some(s.2.clone()),
+        _ => None,
+    };
     Loaded {
         table: b.finish(Vec::new()),
         loads: rt_loads,
@@ -609,6 +510,7 @@ pub(crate) fn load(
         missing: false,
         build_id: bid,
         runtime: runtime.or(syms).map(|r| r.2),
+        debug,
         other_builds: Vec::new(),
     }
 }

@@ -5,9 +5,10 @@
 //! The rules are perf 6.1's (`tools/perf/util/symbol.c`, `symbol-elf.c`), so that names equal
 //! `perf script`'s; `docs/symbolization.md` lists them with what perf prints.
 //!
-//! - **ELF dsos** (`elf`): `.symtab` from the first of perf's candidate files (debuglink,
-//!   `/usr/lib/debug/PATH[.debug]`, `/usr/lib/debug/.build-id/xx/rest.debug`, the file), else
-//!   `.dynsym`, else MiniDebugInfo; `name@plt`; a table per build id (else per path), loaded
+//! - **ELF dsos** (`elf`): `.symtab` from the first file of the dso's build the locator
+//!   ([`sources::locate`]) finds in perf's order (`--symbols` and the cache by build id, debuglink,
+//!   `/usr/lib/debug/PATH[.debug]`, `/usr/lib/debug/.build-id/xx/rest.debug`, the file,
+//!   debuginfod), else `.dynsym`, else MiniDebugInfo; `name@plt`; a table per build id (else per path), loaded
 //!   once on the pool; lookups by file offset ([`Query::rel`]).
 //! - **Kernel**: `/proc/kallsyms` (modules as `[name]`), once, when `host_kernel`.
 //! - **JIT**: `/tmp/perf-PID.map` for anonymous memory, read at the first lookup (the JIT
@@ -49,8 +50,6 @@ pub struct SymbolsConfig {
     /// Kernel symbols from this host's `/proc/kallsyms` (the recording is of this host); otherwise
     /// kernel frames are `[unknown]` in `[kernel.kallsyms]`.
     pub host_kernel: bool,
-    /// Where separate debug files are looked up (`/usr/lib/debug`).
-    pub debug_dirs: Vec<PathBuf>,
     /// Read MiniDebugInfo (`.gnu_debugdata`) of files with no `.symtab` and no debug file. perf
     /// 6.1 does not (it came in a later perf); Debian ships none, so this changes nothing there.
     pub minidebuginfo: bool,
@@ -58,8 +57,8 @@ pub struct SymbolsConfig {
     pub kallsyms: PathBuf,
     /// Where JIT maps are: `{tmp}/perf-PID.map`.
     pub perf_map_dir: PathBuf,
-    /// Where else files are looked for, by build id ([`sources`]): `--symbols`, perf's build-id
-    /// cache, `--symfs`, `--kallsyms`, debuginfod.
+    /// Where files are looked for ([`sources::locate`]): `--symbols`, perf's build-id cache,
+    /// `--symfs`, the path, perf's debug files, `--kallsyms`, debuginfod.
     pub sources: Arc<Sources>,
 }
 
@@ -69,7 +68,6 @@ impl Default for SymbolsConfig {
             inline: false,
             demangle: true,
             host_kernel: true,
-            debug_dirs: vec![PathBuf::from("/usr/lib/debug")],
             minidebuginfo: true,
             kallsyms: PathBuf::from("/proc/kallsyms"),
             perf_map_dir: PathBuf::from("/tmp"),
@@ -216,7 +214,8 @@ struct Slot {
 #[derive(Debug, Default, Clone)]
 struct Spec {
     name: PathBuf,
-    open: PathBuf,
+    /// A process that maps it (its files are looked for as it sees them).
+    pid: u32,
     build_id: Option<Vec<u8>>,
     vdso: bool,
 }
@@ -390,7 +389,7 @@ impl Symbols {
                 let src = &self.config.sources;
                 let id = src.id_by_name("[kernel.kallsyms]", true)?;
                 let c = src.special(&id, "kallsyms")?;
-                c.read_all(1 << 30).map(|t| table::parse_kallsyms(&t))
+                c.read_all(1 << 30).ok().map(|t| table::parse_kallsyms(&t))
             })
             .as_ref()
     }
@@ -544,7 +543,8 @@ impl Symbols {
                 let name = PathBuf::from(
                     <std::ffi::OsStr as std::os::unix::ffi::OsStrExt>::from_bytes(dso.name),
                 );
-                // Where the locator looks by path: `--symfs`, else as the process sees it.
+                // Where the locator looks by path (`--symfs`, else as the process sees it): the
+                // table of a dso without build id is shared by the dsos of that file.
                 let open = self.config.sources.path_of(&name, dso.pid);
                 // An id the stream gave in a BUILD_ID record (a perf.data's build-id table).
                 let noted = match dso.build_id {
@@ -568,7 +568,7 @@ impl Symbols {
                         let s = Arc::new(Slot {
                             spec: Spec {
                                 name,
-                                open,
+                                pid: dso.pid,
                                 build_id: build_id.map(<[u8]>::to_vec),
                                 vdso: false,
                             },
@@ -821,16 +821,20 @@ impl Symbols {
         out
     }
 
-    /// The file dso `id`'s table was read from (the runtime file: the `.dynsym`'s), waiting for
-    /// its load; `None` when none was found.
-    pub fn runtime_file(&self, id: DsoId) -> Option<sources::Cand> {
+    /// The files dso `id`'s table was read from, waiting for its load: the runtime file (the
+    /// `.dynsym`'s, else the symbol file) and the separate debug file its `.symtab` came from
+    /// (when another file), as the locator found them; `None`s when none was found.
+    pub fn files(&self, id: DsoId) -> (Option<sources::Cand>, Option<sources::Cand>) {
         let entry = {
             let v = self.dsos.read().unwrap_or_else(|e| e.into_inner());
             v.get(id.0 as usize).cloned().flatten()
-        }?;
-        match &entry.kind {
-            EntryKind::Elf(slot) => slot.get(&self.config, &self.counters).runtime.clone(),
-            _ => None,
+        };
+        match entry.as_deref().map(|e| &e.kind) {
+            Some(EntryKind::Elf(slot)) => {
+                let l = slot.get(&self.config, &self.counters);
+                (l.runtime.clone(), l.debug.clone())
+            }
+            _ => (None, None),
         }
     }
 
@@ -850,7 +854,7 @@ impl Slot {
                     Some(id) => c
                         .sources
                         .special(id, "vdso")
-                        .and_then(|cand| cand.read_all(1 << 24))
+                        .and_then(|cand| cand.read_all(1 << 24).ok())
                         .filter(|img| {
                             perfpipe_stream::model::dso::elf_build_id(img)
                                 .is_some_and(|b| b.as_bytes() == &id[..])
@@ -859,23 +863,10 @@ impl Slot {
                 };
                 load_vdso(image, c.demangle)
             } else {
-                let fs_debug;
-                let debug_dirs = match c.sources.symfs() {
-                    Some(fs) => {
-                        fs_debug = c
-                            .debug_dirs
-                            .iter()
-                            .map(|d| fs.join(d.strip_prefix("/").unwrap_or(d)))
-                            .collect::<Vec<_>>();
-                        &fs_debug
-                    }
-                    None => &c.debug_dirs,
-                };
                 elf::load(
                     &self.spec.name,
-                    &self.spec.open,
+                    self.spec.pid,
                     self.spec.build_id.as_deref(),
-                    debug_dirs,
                     c.demangle,
                     c.minidebuginfo,
                     &c.sources,
@@ -937,7 +928,7 @@ fn kallsyms_by_id(src: &Sources, id: Option<Vec<u8>>) -> Option<Table> {
         return Some(load_kallsyms(f));
     }
     let c = src.special(&id?, "kallsyms")?;
-    c.read_all(1 << 30).map(|t| table::parse_kallsyms(&t))
+    c.read_all(1 << 30).ok().map(|t| table::parse_kallsyms(&t))
 }
 
 fn load_kallsyms(path: &Path) -> Table {

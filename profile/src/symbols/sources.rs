@@ -62,6 +62,9 @@ pub struct SourcesConfig {
     pub kallsyms: Option<PathBuf>,
     /// debuginfod; `None`: none.
     pub debuginfod: Option<DebuginfodConfig>,
+    /// Where separate debug files are looked for ([`locate::debug_files`]); `None`:
+    /// `/usr/lib/debug`, as perf. Under `--symfs DIR` when given.
+    pub debug_dirs: Option<Vec<PathBuf>>,
 }
 
 /// `--symfs DIR`, an option of every stage that reads dsos' files (`symbolize`, `unwind`): one
@@ -119,16 +122,23 @@ pub struct SourceCounters {
     pub found_by_build_id: Counter,
     /// Archive members skipped: a name that escapes the archive, a link out of it.
     pub archive_entries_rejected: Counter,
-    /// Archives that could not be read (not a tar, truncated, too large).
+    /// Archives that could not be read at all (not a tar, too large).
     pub archives_unreadable: Counter,
+    /// Archives read only in part: a bad tar header, a broken bzip2 stream or a member past the
+    /// end stopped the listing; the members listed before it are used.
+    pub archives_truncated: Counter,
+    /// Archive members that claim more bytes than the archive holds: never used.
+    pub archive_members_truncated: Counter,
 }
 
-/// The sources, opened.
-#[derive(Debug, Default)]
+/// The sources, opened: where a dso's files are looked for ([`locate`]).
+#[derive(Debug)]
 pub struct Sources {
     /// `--symbols`, then the cache.
     stores: Vec<(Store, bool)>,
     symfs: Option<PathBuf>,
+    /// Where separate debug files are looked for (under `--symfs` when given).
+    debug_dirs: Vec<PathBuf>,
     kallsyms: Option<PathBuf>,
     debuginfod: Option<Arc<Debuginfod>>,
     counters: SourceCounters,
@@ -191,15 +201,33 @@ impl Cand {
         }
     }
 
-    /// All its bytes, if at most `max`.
-    pub fn read_all(&self, max: u64) -> Option<Vec<u8>> {
-        let mut w = self.window()?;
+    /// All its bytes.
+    ///
+    /// # Errors
+    /// It cannot be opened, it has more than `max` bytes, or fewer than it claims (an archive
+    /// member that runs past the archive's end, a file that shrank): never a short copy.
+    pub fn read_all(&self, max: u64) -> std::io::Result<Vec<u8>> {
+        let err = |m: String| std::io::Error::other(format!("{}: {m}", self.describe()));
+        let mut w = self
+            .window()
+            .ok_or_else(|| err("cannot be opened as a file".into()))?;
         if w.len > max {
-            return None;
+            return Err(err(format!("{} bytes, more than {max}", w.len)));
         }
-        let mut out = Vec::with_capacity(w.len as usize);
-        w.read_to_end(&mut out).ok()?;
-        Some(out)
+        let mut out = Vec::with_capacity(w.len.min(1 << 26) as usize);
+        w.read_to_end(&mut out)?;
+        if out.len() as u64 != w.len {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::UnexpectedEof,
+                format!(
+                    "{}: {} bytes claimed, {} read (truncated)",
+                    self.describe(),
+                    w.len,
+                    out.len()
+                ),
+            ));
+        }
+        Ok(out)
     }
 
     /// Where it is, for messages.
@@ -305,8 +333,26 @@ pub fn cache_dir_of(name: &str) -> String {
     name.trim_start_matches('/').to_string()
 }
 
+/// perf's directory of separate debug files.
+pub const DEBUG_DIR: &str = "/usr/lib/debug";
+
+impl Default for Sources {
+    /// No source besides the recorded paths and `/usr/lib/debug`.
+    fn default() -> Sources {
+        Sources {
+            stores: Vec::new(),
+            symfs: None,
+            debug_dirs: vec![PathBuf::from(DEBUG_DIR)],
+            kallsyms: None,
+            debuginfod: None,
+            counters: SourceCounters::default(),
+            names: Vec::new(),
+        }
+    }
+}
+
 impl Sources {
-    /// No source besides the recorded paths.
+    /// No source besides the recorded paths and `/usr/lib/debug`.
     pub fn none() -> Sources {
         Sources::default()
     }
@@ -320,8 +366,20 @@ impl Sources {
         if let Some(k) = &c.kallsyms {
             std::fs::File::open(k).map_err(|e| format!("--kallsyms {}: {e}", k.display()))?;
         }
+        let symfs = c.symfs.clone().filter(|d| d != Path::new("/"));
+        let debug_dirs = c
+            .debug_dirs
+            .clone()
+            .unwrap_or_else(|| vec![PathBuf::from(DEBUG_DIR)])
+            .into_iter()
+            .map(|d| match &symfs {
+                Some(fs) => fs.join(d.strip_prefix("/").unwrap_or(&d)),
+                None => d,
+            })
+            .collect();
         let mut s = Sources {
-            symfs: c.symfs.clone().filter(|d| d != Path::new("/")),
+            symfs,
+            debug_dirs,
             kallsyms: c.kallsyms.clone(),
             ..Sources::default()
         };
@@ -366,6 +424,11 @@ impl Sources {
     /// `--symfs DIR`.
     pub fn symfs(&self) -> Option<&Path> {
         self.symfs.as_deref()
+    }
+
+    /// Where separate debug files are looked for (under `--symfs` when given).
+    pub fn debug_dirs(&self) -> &[PathBuf] {
+        &self.debug_dirs
     }
 
     /// `--kallsyms FILE`.
@@ -648,15 +711,31 @@ fn clean(name: &Path) -> Option<String> {
     (!parts.is_empty()).then(|| parts.join("/"))
 }
 
+/// An archive's members, listed: as many as can be read. A tar whose listing breaks (a bad
+/// header, a truncated file, a broken bzip2 stream) keeps the members listed before the break
+/// (`archives_truncated`); a member that claims more bytes than the archive holds is not listed
+/// (`archive_members_truncated`).
+///
+/// # Errors
+/// The file cannot be opened, decompresses past [`ARCHIVE_MAX_BYTES`], or has no tar header.
 fn read_index(path: &Path, counters: &SourceCounters) -> std::io::Result<Index> {
     let mut f = File::open(path)?;
     let mut magic = [0u8; 3];
     let n = f.read(&mut magic)?;
     f.seek(SeekFrom::Start(0))?;
+    let mut truncated = false;
     let file = if n == 3 && &magic == b"BZh" {
         let mut tmp = tempfile::tempfile()?;
         let dec = bzip2::read::BzDecoder::new(std::io::BufReader::new(f));
-        let copied = std::io::copy(&mut dec.take(ARCHIVE_MAX_BYTES + 1), &mut tmp)?;
+        let mut capped = dec.take(ARCHIVE_MAX_BYTES + 1);
+        // A broken stream ends the copy: what came before it is listed.
+        let copied = match std::io::copy(&mut capped, &mut tmp) {
+            Ok(n) => n,
+            Err(_) => {
+                truncated = true;
+                tmp.metadata()?.len()
+            }
+        };
         if copied > ARCHIVE_MAX_BYTES {
             return Err(std::io::Error::other("archive decompresses past the cap"));
         }
@@ -665,10 +744,16 @@ fn read_index(path: &Path, counters: &SourceCounters) -> std::io::Result<Index> 
         f
     };
     let file = Arc::new(file);
+    let file_len = file.metadata()?.len();
     let mut nodes = BTreeMap::new();
-    let mut ar = tar::Archive::new(Window::new(file.clone(), 0, file.metadata()?.len()));
+    let mut ar = tar::Archive::new(Window::new(file.clone(), 0, file_len));
     for e in ar.entries_with_seek()? {
-        let e = e?;
+        let Ok(e) = e else {
+            // The tar crate cannot go on past a bad header (it does not know the next one's
+            // place): the listing stops, the members before stay.
+            truncated = true;
+            break;
+        };
         if nodes.len() >= ARCHIVE_MAX_MEMBERS {
             break;
         }
@@ -677,10 +762,15 @@ fn read_index(path: &Path, counters: &SourceCounters) -> std::io::Result<Index> 
             continue;
         };
         let node = match e.header().entry_type() {
-            tar::EntryType::Regular | tar::EntryType::Continuous => Node::File {
-                offset: e.raw_file_position(),
-                len: e.size(),
-            },
+            tar::EntryType::Regular | tar::EntryType::Continuous => {
+                let (offset, len) = (e.raw_file_position(), e.size());
+                if offset.checked_add(len).is_none_or(|end| end > file_len) {
+                    counters.archive_members_truncated.add(1);
+                    truncated = true;
+                    continue;
+                }
+                Node::File { offset, len }
+            }
             tar::EntryType::Directory => Node::Dir,
             tar::EntryType::Symlink => match e.link_name().ok().flatten() {
                 Some(t) => Node::Link(t.to_string_lossy().into_owned()),
@@ -701,6 +791,9 @@ fn read_index(path: &Path, counters: &SourceCounters) -> std::io::Result<Index> 
         };
         nodes.insert(name, node);
     }
+    if truncated {
+        counters.archives_truncated.add(1);
+    }
     Ok(Index {
         nodes,
         file: Some(file),
@@ -709,8 +802,7 @@ fn read_index(path: &Path, counters: &SourceCounters) -> std::io::Result<Index> 
 
 /// The archive members' names that [`Sources`] reads, listed (for tests and `archive`'s check).
 pub fn list_archive(path: &Path) -> Vec<String> {
-    let c = SourceCounters::default();
-    read_index(path, &c)
+    read_index(path, &SourceCounters::default())
         .map(|i| i.nodes.into_keys().collect())
         .unwrap_or_default()
 }

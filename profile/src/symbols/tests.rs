@@ -500,7 +500,7 @@ fn offset_of(file: &Path, sym: &str) -> u64 {
             (n == sym).then(|| u64::from_str_radix(a, 16).unwrap())
         })
         .unwrap_or_else(|| panic!("{sym} not in nm {}", file.display()));
-    let src = elf::Src::open(file).unwrap();
+    let src = elf::Src::open_cand(&sources::Cand::Path(file.to_path_buf())).unwrap();
     elf::to_offset(&elf::info(&src).unwrap().loads, v).unwrap()
 }
 
@@ -654,8 +654,18 @@ fn debuglink_build_id_and_minidebuginfo() {
         ],
     );
 
+    let with_dirs = |dirs: Vec<PathBuf>| {
+        Arc::new(
+            sources::Sources::open(&sources::SourcesConfig {
+                debug_dirs: Some(dirs),
+                no_cache: true,
+                ..sources::SourcesConfig::default()
+            })
+            .unwrap(),
+        )
+    };
     let config = SymbolsConfig {
-        debug_dirs: vec![d.join("debug")],
+        sources: with_dirs(vec![d.join("debug")]),
         ..SymbolsConfig::default()
     };
     let s = Symbols::new(config.clone(), None);
@@ -667,7 +677,7 @@ fn debuglink_build_id_and_minidebuginfo() {
     // MiniDebugInfo, with no debug file to find.
     let s = Symbols::new(
         SymbolsConfig {
-            debug_dirs: Vec::new(),
+            sources: with_dirs(Vec::new()),
             ..config
         },
         None,

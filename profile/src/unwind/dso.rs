@@ -175,7 +175,7 @@ pub fn find(sources: &Sources, name: &[u8], pid: u32, build_id: Option<&[u8]>) -
         let id = build_id.filter(|b| !b.is_empty());
         let from_source = id
             .and_then(|id| sources.special(id, "vdso"))
-            .and_then(|c| c.read_all(1 << 24));
+            .and_then(|c| c.read_all(1 << 24).ok());
         let Some(image) = from_source.or_else(crate::symbols::vdso_image) else {
             return done(Err(Missing::NotFound), None, Vec::new());
         };
@@ -204,7 +204,7 @@ pub fn find(sources: &Sources, name: &[u8], pid: u32, build_id: Option<&[u8]>) -
     };
     // Whether some file of the dso's build was read at all (else: not found).
     let mut read_one = false;
-    let found = sources.find(&wanted, Role::Runtime, |c| {
+    let found = sources.find(&wanted, Role::Runtime, &mut |c: &crate::symbols::sources::Cand| {
         let w = c.window()?;
         read_one = true;
         parse(&ReadCache::new(w))

@@ -1,28 +1,41 @@
 //! Where a dso's file is looked for, by (recorded path, build id): one order for everything that
 //! reads one (the unwinder's tables, the symbol tables, `perfpipe archive`), apart from how an
 //! ELF file is read (samply's `wholesym`/`samply-symbols` split: a new source is a new arm here,
-//! the readers do not change).
+//! the readers do not change). A reader ([`Reader`]) is offered each file of the dso's build in
+//! order and says when it has what it needs.
 //!
 //! The order, for a user dso (`docs/another-machine.md`, "Where files are looked for"):
 //!
 //! 1. by build id: each `--symbols ARCHIVE|DIR` in the order given, then perf's build-id cache
 //!    (`PATH/ID/elf`, then `PATH/ID/debug`);
-//! 2. `--symfs DIR`: `DIR/PATH` (and nothing else by path, as perf's `--symfs`);
-//! 3. else the file as the process sees it ([`process_views`]): `/proc/PID/root/PATH` first while
-//!    the process lives in another mount namespace or under another root (a container, a
-//!    chroot: perf's `nsinfo`), then `PATH` itself;
+//! 2. the file at its path: `--symfs DIR`: `DIR/PATH` (and nothing else by path, as perf's
+//!    `--symfs`); else the file as the process sees it ([`process_views`]): `/proc/PID/root/PATH`
+//!    first while the process lives in another mount namespace or under another root (a
+//!    container, a chroot: perf's `nsinfo`), then `PATH` itself;
+//! 3. perf's separate debug files ([`debug_files`]): the `.gnu_debuglink` of the dso's file
+//!    (the first of 1 and 2 of its build, an archive's copy included) in the file's directory,
+//!    its `.debug/` and `/usr/lib/debug/DIR/`; `/usr/lib/debug/PATH.debug`,
+//!    `/usr/lib/debug/PATH`, `/usr/lib/debug/.build-id/xx/rest.debug` (the debug directories
+//!    under `--symfs DIR` when given). A reader of symbols ([`Role::Debug`]) is offered them
+//!    before 2, as perf's `dso__load` tries them before the file itself; the unwinder
+//!    ([`Role::Runtime`]) after it;
 //! 4. debuginfod by build id: `/executable` for a runtime file (unwind tables, `.dynsym`),
-//!    `/debuginfo` for a debug file (`.symtab`, DWARF, `.debug_frame`).
+//!    `/debuginfo` for a debug file (`.symtab`, DWARF, `.debug_frame`), the role's first, each
+//!    only while the reader still wants it ([`Reader::wants`]).
 //!
-//! **What is checked**: when the recording gives the dso's build id (an MMAP2 with one, a
-//! BUILD_ID record, or the one id an explicit `--symbols` source holds for the path), a file
-//! whose build id differs, or that has none, is never used: it is reported as another build
-//! ([`Found::other_builds`]). When no id is known, the first file that reads is trusted, as perf
-//! trusts it.
+//! **What is checked**: the dso's build id is the recording's (an MMAP2 with one, a BUILD_ID
+//! record), else the one an explicit `--symbols` source holds for the path (the archive was made
+//! for this recording), else the build id of the file at its path (2, as perf's `dso__load` reads
+//! it), else, that file being gone, the one build the build-id cache holds for the path. A file
+//! whose build id differs, or that has none, is never offered: it is reported as another build
+//! ([`Found::other_builds`]). Only when none of these gives an id (the file at the path has no
+//! build id note) is every file that reads offered, the path's first, as perf trusts it.
 
 use std::path::{Path, PathBuf};
 
+use object::read::elf::{ElfFile32, ElfFile64};
 use object::read::ReadCache;
+use object::{FileKind, Object};
 use perfpipe_stream::model::dso::{elf_build_id_in, process_views};
 
 use super::{hex, Cand, Sources};
@@ -47,6 +60,42 @@ pub enum Role {
     Debug,
 }
 
+impl Role {
+    fn debuginfod_kind(self) -> &'static str {
+        match self {
+            Role::Runtime => "executable",
+            Role::Debug => "debuginfo",
+        }
+    }
+
+    fn other(self) -> Role {
+        match self {
+            Role::Runtime => Role::Debug,
+            Role::Debug => Role::Runtime,
+        }
+    }
+}
+
+/// What reads the files [`Sources::find`] offers. A closure `FnMut(&Cand) -> Option<T>` is one
+/// that takes the first file it can read.
+pub trait Reader {
+    /// What the reader makes of the files.
+    type Out;
+    /// Reads `c`, a file of the dso's build; `Some` ends the search.
+    fn read(&mut self, c: &Cand) -> Option<Self::Out>;
+    /// Whether a file of `role` is still worth a debuginfod request (default: yes).
+    fn wants(&self, _role: Role) -> bool {
+        true
+    }
+}
+
+impl<T, F: FnMut(&Cand) -> Option<T>> Reader for F {
+    type Out = T;
+    fn read(&mut self, c: &Cand) -> Option<T> {
+        self(c)
+    }
+}
+
 /// A file that was found but is another build than the recording's.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct OtherBuild {
@@ -56,13 +105,18 @@ pub struct OtherBuild {
     pub id: Option<Vec<u8>>,
 }
 
-/// What a search found: the first file the reader took, and the files of other builds it passed.
+/// What a search found: what the reader made of the files, and the files of other builds it
+/// passed.
 #[derive(Debug)]
 pub struct Found<T> {
-    /// What the reader made of the file, and the file.
+    /// What the reader made of the file that ended the search, and that file.
     pub hit: Option<(T, Cand)>,
     /// Files at the places looked in whose build id is not the dso's: never read.
     pub other_builds: Vec<OtherBuild>,
+    /// The build id the files were checked against (`None`: none known, none checked).
+    pub build_id: Option<Vec<u8>>,
+    /// Files of the dso's build offered to the reader.
+    pub offered: usize,
 }
 
 impl<T> Default for Found<T> {
@@ -70,14 +124,80 @@ impl<T> Default for Found<T> {
         Found {
             hit: None,
             other_builds: Vec::new(),
+            build_id: None,
+            offered: 0,
         }
     }
 }
 
 /// The build id of the ELF file `c` (`None`: not an ELF file, or one without a GNU build id).
-fn build_id_of(c: &Cand) -> Option<Vec<u8>> {
+pub(crate) fn build_id_of(c: &Cand) -> Option<Vec<u8>> {
     let cache = ReadCache::new(c.window()?);
     elf_build_id_in(&cache).map(|b| b.as_bytes().to_vec())
+}
+
+/// The `.gnu_debuglink` file name of the ELF file `c`.
+fn debuglink_of(c: &Cand) -> Option<Vec<u8>> {
+    let cache = ReadCache::new(c.window()?);
+    let link = match FileKind::parse(&cache).ok()? {
+        FileKind::Elf64 => ElfFile64::<object::Endianness, _>::parse(&cache)
+            .ok()?
+            .gnu_debuglink(),
+        FileKind::Elf32 => ElfFile32::<object::Endianness, _>::parse(&cache)
+            .ok()?
+            .gnu_debuglink(),
+        _ => return None,
+    };
+    link.ok().flatten().map(|(n, _)| n.to_vec())
+}
+
+/// perf's separate debug files of dso `name` whose file is in directory `dir` (`dso__load`'s
+/// `DEBUGLINK`, `FEDORA_DEBUGINFO`, `UBUNTU_DEBUGINFO`, `BUILDID_DEBUGINFO`, in its order):
+/// with a debuglink `LINK`, `DIR/LINK`, `DIR/.debug/LINK` and `D/NAMEDIR/LINK` for each debug
+/// directory `D`; then `D/NAME.debug`, `D/NAME`, and with build id `ID`,
+/// `D/.build-id/xx/rest.debug`.
+pub fn debug_files(
+    name: &Path,
+    dir: &Path,
+    debuglink: Option<&[u8]>,
+    build_id: Option<&[u8]>,
+    debug_dirs: &[PathBuf],
+) -> Vec<PathBuf> {
+    let mut out: Vec<PathBuf> = Vec::new();
+    let ndir = name.parent().unwrap_or(Path::new("/"));
+    let rel = |p: &Path| {
+        p.strip_prefix("/")
+            .map(Path::to_path_buf)
+            .unwrap_or(p.into())
+    };
+    if let Some(link) = debuglink {
+        let link = Path::new(std::str::from_utf8(link).unwrap_or(""));
+        // A link is a file name: one with a directory in it could point anywhere.
+        if link.components().count() == 1 && !link.as_os_str().is_empty() {
+            out.push(dir.join(link));
+            out.push(dir.join(".debug").join(link));
+            for d in debug_dirs {
+                out.push(d.join(rel(ndir)).join(link));
+            }
+        }
+    }
+    for d in debug_dirs {
+        let mut p = d.join(rel(name)).into_os_string();
+        p.push(".debug");
+        out.push(p.into());
+        out.push(d.join(rel(name)));
+    }
+    if let Some(bid) = build_id.filter(|b| b.len() > 1) {
+        let h = hex(bid);
+        for d in debug_dirs {
+            out.push(
+                d.join(".build-id")
+                    .join(&h[..2])
+                    .join(format!("{}.debug", &h[2..])),
+            );
+        }
+    }
+    out
 }
 
 impl Sources {
@@ -101,8 +221,9 @@ impl Sources {
             .clone()
     }
 
-    /// The build id the dso is checked against: the recording's, else the one an explicit
-    /// `--symbols` source holds for its path (the archive was made for this recording).
+    /// The build id the dso is checked against before its files are looked at: the
+    /// recording's, else the one an explicit `--symbols` source holds for its path (the archive
+    /// was made for this recording).
     pub fn expected_id(&self, w: &Wanted<'_>) -> Option<Vec<u8>> {
         match w.build_id {
             Some(b) if !b.is_empty() => Some(b.to_vec()),
@@ -110,78 +231,97 @@ impl Sources {
         }
     }
 
-    /// Looks for the file of `w` in the order of the module doc, giving each file whose build id
-    /// is the dso's (any readable file, when no id is known) to `read`, until `read` takes one
-    /// (`Some`). debuginfod is asked, for `role`'s file then the other's, only when nothing local
-    /// was taken and the id is known.
-    pub fn find<T>(
-        &self,
-        w: &Wanted<'_>,
-        role: Role,
-        mut read: impl FnMut(&Cand) -> Option<T>,
-    ) -> Found<T> {
-        let want = self.expected_id(w);
-        let mut found = Found::default();
-        let mut seen: Vec<Cand> = Vec::new();
-        let mut consider = |c: Cand, found: &mut Found<T>| -> bool {
-            if seen.contains(&c) {
-                return false;
-            }
-            seen.push(c.clone());
-            if let Some(want) = &want {
-                let got = build_id_of(&c);
-                if got.as_ref() != Some(want) {
-                    // A path that is no file is no build; a file that is not ELF is skipped.
-                    if c.window().is_some() {
-                        let other = OtherBuild {
-                            at: c.describe(),
-                            id: got,
-                        };
-                        if !found.other_builds.contains(&other) {
-                            found.other_builds.push(other);
-                        }
-                    }
-                    return false;
-                }
-            }
-            match read(&c) {
-                Some(t) => {
-                    found.hit = Some((t, c));
-                    true
-                }
-                None => false,
-            }
-        };
-        let by_id = want
-            .as_deref()
-            .map(|id| self.by_build_id(id))
-            .unwrap_or_default();
-        let by_path = self
+    /// Looks for the files of `w` in the order of the module doc, offering each whose build id
+    /// is the dso's (any readable file, when no id is known) to `reader`, until it takes one
+    /// (`Some`). debuginfod is asked last, for `role`'s file then the other's, each only while
+    /// `reader` wants it and the id is known.
+    pub fn find<R: Reader>(&self, w: &Wanted<'_>, role: Role, reader: &mut R) -> Found<R::Out> {
+        let by_path: Vec<Cand> = self
             .paths(w.path, w.pid)
             .into_iter()
             .filter(|p| p.is_file())
-            .map(Cand::Path);
-        for c in by_id.into_iter().chain(by_path) {
-            if consider(c, &mut found) {
-                return found;
+            .map(Cand::Path)
+            .collect();
+        let want = self
+            .expected_id(w)
+            // perf reads the id from the file when the recording gives none (`dso__load`).
+            .or_else(|| by_path.iter().find_map(build_id_of))
+            // The file is gone: the one build the cache holds for its path.
+            .or_else(|| {
+                by_path
+                    .is_empty()
+                    .then(|| self.id_by_name(&w.path.to_string_lossy(), false))
+                    .flatten()
+            });
+        let mut s = Search {
+            want,
+            found: Found::default(),
+            seen: Vec::new(),
+        };
+        s.found.build_id = s.want.clone();
+        let by_id = s
+            .want
+            .as_deref()
+            .map(|id| self.by_build_id(id))
+            .unwrap_or_default();
+        for c in &by_id {
+            if s.offer(c.clone(), reader) {
+                return s.found;
             }
         }
-        if let (Some(d), Some(id)) = (self.debuginfod(), want.as_deref()) {
-            let check =
-                |p: &Path| build_id_of(&Cand::Path(p.to_path_buf())).is_some_and(|b| b == id);
-            let kinds = match role {
-                Role::Runtime => ["executable", "debuginfo"],
-                Role::Debug => ["debuginfo", "executable"],
-            };
-            for kind in kinds {
-                if let Ok(p) = d.fetch(id, kind, &check) {
-                    if consider(Cand::Path(p), &mut found) {
-                        return found;
+        // The dso's own file (its debuglink names its debug file): the first of its build.
+        let main = by_id
+            .iter()
+            .chain(&by_path)
+            .find(|c| s.is_of_build(c))
+            .cloned();
+        let debug = || {
+            let dir = match &main {
+                Some(Cand::Path(p)) if by_path.contains(&Cand::Path(p.clone())) => {
+                    p.parent().map(Path::to_path_buf)
+                }
+                _ => None,
+            }
+            .unwrap_or_else(|| {
+                let p = self.path_of(w.path, w.pid);
+                p.parent().unwrap_or(Path::new("/")).to_path_buf()
+            });
+            let link = main.as_ref().and_then(debuglink_of);
+            debug_files(
+                w.path,
+                &dir,
+                link.as_deref(),
+                s.want.as_deref(),
+                self.debug_dirs(),
+            )
+            .into_iter()
+            .filter(|p| p.is_file())
+            .map(Cand::Path)
+            .collect::<Vec<_>>()
+        };
+        let local: Vec<Cand> = match role {
+            Role::Debug => debug().into_iter().chain(by_path.clone()).collect(),
+            Role::Runtime => by_path.iter().cloned().chain(debug()).collect(),
+        };
+        for c in local {
+            if s.offer(c, reader) {
+                return s.found;
+            }
+        }
+        if let (Some(d), Some(id)) = (self.debuginfod(), s.want.clone()) {
+            let check = |p: &Path| build_id_of(&Cand::Path(p.to_path_buf())).as_ref() == Some(&id);
+            for r in [role, role.other()] {
+                if !reader.wants(r) {
+                    continue;
+                }
+                if let Ok(p) = d.fetch(&id, r.debuginfod_kind(), &check) {
+                    if s.offer(Cand::Path(p), reader) {
+                        return s.found;
                     }
                 }
             }
         }
-        found
+        s.found
     }
 
     /// How to get the right file of a dso whose file here is another build, for the end lines.
@@ -192,6 +332,56 @@ impl Sources {
              or a debuginfod server that has build id {}",
             hex(id)
         )
+    }
+}
+
+/// One search's state: the id files are checked against, what was found, the files seen.
+struct Search<T> {
+    want: Option<Vec<u8>>,
+    found: Found<T>,
+    seen: Vec<Cand>,
+}
+
+impl<T> Search<T> {
+    /// Whether `c` is a readable file of the dso's build (any readable file with no id known).
+    fn is_of_build(&self, c: &Cand) -> bool {
+        match &self.want {
+            Some(w) => build_id_of(c).as_ref() == Some(w),
+            None => c.window().is_some(),
+        }
+    }
+
+    /// Offers `c` to the reader when it is of the dso's build (else notes it as another build);
+    /// true when the reader took it.
+    fn offer<R: Reader<Out = T>>(&mut self, c: Cand, reader: &mut R) -> bool {
+        if self.seen.contains(&c) {
+            return false;
+        }
+        self.seen.push(c.clone());
+        if let Some(want) = &self.want {
+            let got = build_id_of(&c);
+            if got.as_ref() != Some(want) {
+                // A path that is no file is no build; a file that is not ELF is skipped.
+                if c.window().is_some() {
+                    let other = OtherBuild {
+                        at: c.describe(),
+                        id: got,
+                    };
+                    if !self.found.other_builds.contains(&other) {
+                        self.found.other_builds.push(other);
+                    }
+                }
+                return false;
+            }
+        }
+        self.found.offered += 1;
+        match reader.read(&c) {
+            Some(t) => {
+                self.found.hit = Some((t, c));
+                true
+            }
+            None => false,
+        }
     }
 }
 
@@ -213,7 +403,7 @@ mod tests {
             build_id: Some(&[0xab; 20]),
             pid: u32::MAX,
         };
-        let f = s.find(&w, Role::Runtime, |_| Some(()));
+        let f = s.find(&w, Role::Runtime, &mut |_: &Cand| Some(()));
         assert!(f.hit.is_none());
         assert_eq!(f.other_builds.len(), 1, "{:?}", f.other_builds);
         assert_eq!(f.other_builds[0].at, exe.display().to_string());
@@ -230,7 +420,7 @@ mod tests {
                 build_id,
                 pid: u32::MAX,
             };
-            let f = s.find(&w, Role::Runtime, |c| Some(c.describe()));
+            let f = s.find(&w, Role::Runtime, &mut |c: &Cand| Some(c.describe()));
             assert_eq!(f.hit.map(|h| h.0), Some(exe.display().to_string()));
             assert!(f.other_builds.is_empty());
         }
