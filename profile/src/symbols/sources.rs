@@ -36,6 +36,8 @@ use perfpipe_core::Counter;
 
 pub mod debuginfod;
 pub mod locate;
+#[cfg(test)]
+mod tests;
 
 use debuginfod::{Debuginfod, DebuginfodConfig};
 
