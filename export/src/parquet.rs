@@ -609,7 +609,7 @@ impl ParquetSink {
                 }
             }
         }
-        let dsos = &namer.sources().dsos;
+        let dsos = &namer.tables().dsos;
         let named: Vec<Vec<Named>> = namer.each(&want, |_, frame, resolved| {
             let build_id = frame
                 .query

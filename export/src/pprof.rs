@@ -459,7 +459,7 @@ impl Pprof {
         };
         let used = self.stacks.used_frames();
         let resolved: Vec<Vec<Resolved>> = namer.each_used(&used, |_, r| r);
-        let (symbols, dsos) = (&namer.sources().symbols, &namer.sources().dsos);
+        let (symbols, dsos) = (&namer.tables().symbols, &namer.tables().dsos);
         // Mappings: one per dso, id = dso id + 1; one more for unmapped addresses.
         let mut mapping_of: FxHashMap<Option<u32>, u64> = FxHashMap::default();
         let mut functions: FxHashMap<(i64, i64), u64> = FxHashMap::default();

@@ -127,7 +127,7 @@ fn frames(p: &Otlp, pool: Option<&rayon::ThreadPool>, d: &mut Dictionary) -> Vec
             .collect();
         (lines, resolved.last().map(|r| r.dso.clone()))
     });
-    let dsos = &namer.sources().dsos;
+    let dsos = &namer.tables().dsos;
     let mut location_of = vec![0i32; namer.frames().len()];
     let mut mapping_of: FxHashMap<Option<u32>, i32> = FxHashMap::default();
     let mut functions: FxHashMap<(i32, i32, i32), i32> = FxHashMap::default();

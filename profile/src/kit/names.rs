@@ -8,7 +8,9 @@ use std::fmt::Write as _;
 
 use rayon::prelude::*;
 
-use crate::symbolize::{resolve, DsoInfo, Frame, FrameId, FrameKind, Resolved, Sources, Stacks};
+use crate::symbolize::{
+    resolve, DsoInfo, Frame, FrameId, FrameKind, FrameTables, Resolved, Stacks,
+};
 use perfpipe_stream::model::machine::DsoId;
 
 use super::intern::FrameSet;
@@ -17,19 +19,19 @@ use super::intern::FrameSet;
 /// table of the first annotated batch (one stream has one of each), and whether kernel frames may
 /// be named from this host's kallsyms as the latest batch says.
 #[derive(Clone, Debug, Default)]
-pub struct NameSources(Option<Sources>);
+pub struct NameSources(Option<FrameTables>);
 
 impl NameSources {
     /// Takes in a batch's annotation.
     pub fn observe(&mut self, stacks: &Stacks) {
         match &mut self.0 {
             Some(s) => s.host_kernel = stacks.host_kernel,
-            None => self.0 = Some(stacks.sources()),
+            None => self.0 = Some(stacks.frame_tables()),
         }
     }
 
-    /// The sources, once a batch was annotated.
-    pub fn get(&self) -> Option<&Sources> {
+    /// The tables, once a batch was annotated.
+    pub fn get(&self) -> Option<&FrameTables> {
         self.0.as_ref()
     }
 
@@ -48,7 +50,7 @@ impl NameSources {
 /// worker pool if there is one. Results come in the order asked, whatever the pool's order.
 #[derive(Debug)]
 pub struct Namer<'a> {
-    sources: &'a Sources,
+    sources: &'a FrameTables,
     frames: Vec<Frame>,
     pool: Option<&'a rayon::ThreadPool>,
 }
@@ -59,8 +61,8 @@ impl Namer<'_> {
         &self.frames
     }
 
-    /// Where the names come from.
-    pub fn sources(&self) -> &Sources {
+    /// The tables the names come from.
+    pub fn tables(&self) -> &FrameTables {
         self.sources
     }
 

@@ -329,9 +329,10 @@ impl Stacks {
     }
 }
 
-/// What a sink keeps, past the batches, to name frames when it writes: [`Stacks::sources`].
+/// The tables a sink keeps, past the batches, to name frames when it writes:
+/// [`Stacks::frame_tables`]. (Where a dso's files are found is [`crate::symbols::sources`].)
 #[derive(Clone, Debug)]
-pub struct Sources {
+pub struct FrameTables {
     /// The symbol tables.
     pub symbols: Arc<Symbols>,
     /// The stream's frames.
@@ -343,9 +344,9 @@ pub struct Sources {
 }
 
 impl Stacks {
-    /// Where this batch's frames are named.
-    pub fn sources(&self) -> Sources {
-        Sources {
+    /// The tables this batch's frames are named from.
+    pub fn frame_tables(&self) -> FrameTables {
+        FrameTables {
             symbols: self.symbols.clone(),
             table: self.table.clone(),
             dsos: self.dsos.clone(),

@@ -32,7 +32,7 @@ use super::sources::{hex, Cand};
 
 /// Most bytes of one file packed (a dso's file or debug file).
 const FILE_MAX: u64 = 16 << 30;
-use crate::symbolize::{Sources, Stacks};
+use crate::symbolize::{FrameTables, Stacks};
 
 /// How `perfpipe archive` offers the format (it is not among the outputs `-o` chooses).
 pub const SPEC: FormatSpec = FormatSpec {
@@ -99,7 +99,7 @@ pub struct ArchiveSink {
     path: PathBuf,
     /// Slim copies of ELF files, or the files whole.
     pub slim: Slim,
-    sources: Option<Sources>,
+    tables: Option<FrameTables>,
     hit: rustc_hash::FxHashSet<u32>,
     files: Counter,
     bytes: Counter,
@@ -115,7 +115,7 @@ impl ArchiveSink {
         ArchiveSink {
             path: path.to_path_buf(),
             slim: Slim::Yes { dwarf: false },
-            sources: None,
+            tables: None,
             hit: Default::default(),
             files: Counter::new(),
             bytes: Counter::new(),
@@ -131,8 +131,8 @@ impl Sink for ArchiveSink {
         let Some(stacks) = batch.annotation::<Stacks>() else {
             return Ok(Flow::Continue);
         };
-        if self.sources.is_none() {
-            self.sources = Some(stacks.sources());
+        if self.tables.is_none() {
+            self.tables = Some(stacks.frame_tables());
         }
         for s in stacks.samples() {
             self.hit.extend(stacks.frames(s).iter().copied());
@@ -141,7 +141,7 @@ impl Sink for ArchiveSink {
     }
 
     fn finish(&mut self) -> Result<(), StageError> {
-        let members = match &self.sources {
+        let members = match &self.tables {
             Some(src) => members(src, &self.hit, self.slim, &mut self.summary),
             None => Vec::new(),
         };
@@ -202,7 +202,7 @@ enum Content {
 
 /// The members for the frames `hit`, by build id (each once).
 fn members(
-    src: &Sources,
+    src: &FrameTables,
     hit: &rustc_hash::FxHashSet<u32>,
     slim: Slim,
     summary: &mut Summary,
