@@ -3,8 +3,10 @@
 //! perf 7.3 run inside the root (`util::in_trixie`): `perf script --no-inline | inferno-collapse-perf`,
 //! which reads the root's files at the recorded paths. perfpipe runs on the host and gets the
 //! root's files through `--symfs ROOT`, an archive made inside the root by `perfpipe archive`, a
-//! real debuginfod serving them, or live through `/proc/PID/root` (a process in a mount namespace
-//! and one only chrooted); at least 99.9 % of the weight must be on identical stacks, for
+//! real debuginfod serving them, perf's build-id cache (`~/.debug` as `perf buildid-cache -a`
+//! fills it), or live through `/proc/PID/root` (a process in a mount namespace and one only
+//! chrooted); an archived stripped file's debuglink is looked up under `/usr/lib/debug` as perf
+//! looks up the debuglink of the file at its path; at least 99.9 % of the weight must be on identical stacks, for
 //! `--call-graph dwarf` (unwound by `--unwind`) and frame pointers (`-g`). With no source, the
 //! host's libc (another build) is never read: `dsos_build_id_mismatch`, an end line naming it,
 //! and no frame named from it.
@@ -87,8 +89,14 @@ fn record_inside(args: &[&str], argv: &[&str]) -> Vec<u8> {
 
 /// The oracle: perf 7.3 inside the root, `perf script --no-inline | inferno-collapse-perf`.
 fn truth(rec: &[u8]) -> String {
+    truth_env(rec, &[])
+}
+
+/// [`truth`] with the environment `env` (a `HOME` whose `.debug` is a build-id cache).
+fn truth_env(rec: &[u8], env: &[(&str, &str)]) -> String {
     let out = run(
-        &mut in_trixie(&["/usr/bin/perf", "script", "--no-inline", "-i", "-"]),
+        in_trixie(&["/usr/bin/perf", "script", "--no-inline", "-i", "-"])
+            .envs(env.iter().copied()),
         rec,
     );
     assert!(
@@ -314,6 +322,178 @@ pipetest!(needs(perf, cc, inferno, trixie) with_no_source_no_frame_is_named_from
         assert!(!named.contains(libc), "{libc} named from another build:\n{folded}");
     }
     assert!(named.contains("[libc.so.6]"), "{folded}");
+});
+
+pipetest!(needs(perf, cc, inferno, trixie) perfs_build_id_cache_unwinds_and_names_on_the_host, |dir| {
+    let r = InRoot::new("buildid-cache");
+    let exe = until(&r, &["-O2", "-fomit-frame-pointer"], "until");
+    let stop = format!("{}/never", r.inside);
+    let rec = record_inside(&["--call-graph", "dwarf"], &[&exe, &stop, ROUNDS]);
+    // Where it was recorded, perf 7.3 fills the build-id cache of a HOME of the test's own with
+    // the files the workload maps (`perf buildid-cache -a`, what `perf record -o FILE` does by
+    // itself at its end).
+    let (home, home_host) = r.file("home");
+    std::fs::create_dir_all(&home_host).unwrap();
+    let lib = "/usr/lib/x86_64-linux-gnu";
+    for f in [
+        exe.clone(),
+        format!("{lib}/libc.so.6"),
+        format!("{lib}/ld-linux-x86-64.so.2"),
+    ] {
+        let out = run(
+            in_trixie(&["/usr/bin/perf", "buildid-cache", "-a", &f]).env("HOME", &home),
+            b"",
+        );
+        assert!(
+            out.status.success(),
+            "perf buildid-cache -a {f}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    // On the host, that `~/.debug` copied out (its links kept): the only source of the root's
+    // files, by build id (the workload is nowhere on the host, its libc another build).
+    let host_home = dir.path("home");
+    std::fs::create_dir_all(&host_home).unwrap();
+    let cp = Command::new("cp")
+        .arg("-a")
+        .arg(home_host.join(".debug"))
+        .arg(&host_home)
+        .status()
+        .unwrap();
+    assert!(cp.success());
+    let env = [
+        ("HOME", host_home.to_str().unwrap()),
+        ("PERF_BUILDID_DIR", ""),
+        ("DEBUGINFOD_URLS", ""),
+    ];
+    let theirs = truth(&rec);
+    let (folded, stats) = ours_env(&dir, &rec, &["--unwind"], &env);
+    assert_agrees(
+        "dwarf, --unwind with the build-id cache in ~/.debug",
+        &of_until(&folded),
+        &of_until(&theirs),
+    );
+    for f in ["__libc_start_main", "getppid", "until_loop"] {
+        assert!(folded.contains(f), "{f} not named: {stats}\n{folded}");
+    }
+    // Found there by build id, the host's files at the same paths never read.
+    assert!(counter(&stats, "files_found_by_build_id") >= 3, "{stats}");
+    assert_eq!(counter(&stats, "dsos_build_id_mismatch"), 0, "{stats}");
+});
+
+/// Removes a directory at drop, and then its parents up to `up_to` while they are empty.
+struct Removed {
+    dir: PathBuf,
+    up_to: PathBuf,
+}
+
+impl Drop for Removed {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+        let mut d = self.dir.parent();
+        while let Some(p) = d.filter(|p| p.starts_with(&self.up_to) && *p != self.up_to) {
+            if std::fs::remove_dir(p).is_err() {
+                break;
+            }
+            d = p.parent();
+        }
+    }
+}
+
+pipetest!(needs(perf, cc, inferno, trixie) an_archived_files_debuglink_is_looked_up_under_usr_lib_debug, |_dir| {
+    let r = InRoot::new("debuglink");
+    let full = until(&r, &["-O1", "-g", "-fno-omit-frame-pointer"], "until-full");
+    let full = trixie_root().join(full.trim_start_matches('/'));
+    // `until` stripped (its functions are in no `.dynsym`), with a debuglink to `until.dbg`: a
+    // name only the debuglink finds (`/usr/lib/debug/PATH.debug` would be perf's Fedora rule).
+    let (keep, keep_host) = r.file("keep");
+    let _ = keep;
+    std::fs::create_dir_all(&keep_host).unwrap();
+    let dbg = keep_host.join("until.dbg");
+    let (exe, exe_host) = r.file("until");
+    for args in [
+        vec!["--only-keep-debug".into(), full.clone(), dbg.clone()],
+        vec!["--strip-all".into(), full.clone(), exe_host.clone()],
+    ] {
+        assert!(Command::new("objcopy").args(&args).status().unwrap().success());
+    }
+    let link = format!("--add-gnu-debuglink={}", dbg.display());
+    assert!(Command::new("objcopy")
+        .arg(&link)
+        .arg(&exe_host)
+        .status()
+        .unwrap()
+        .success());
+    let stop = format!("{}/never", r.inside);
+    let rec = record_inside(&["-g"], &[&exe, &stop, ROUNDS]);
+    let (rec_in, rec_host) = r.file("rec.data");
+    std::fs::write(&rec_host, &rec).unwrap();
+    // perfpipe archive inside the root while the debug file is nowhere perf's rules look: the
+    // archive holds the stripped file (its debuglink kept), no debug file.
+    let (pp, pp_host) = r.file("perfpipe");
+    std::fs::copy(bin(), &pp_host).unwrap();
+    let (tar_in, tar_host) = r.file("files.tar");
+    let out = run(
+        &mut in_trixie(&[&pp, "archive", "-i", &rec_in, "-o", &tar_in]),
+        b"",
+    );
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let listed = perfpipe_profile::symbols::sources::list_archive(&tar_host);
+    let of_exe: Vec<&String> = listed
+        .iter()
+        .filter(|n| n.starts_with(exe.trim_start_matches('/')))
+        .collect();
+    assert!(
+        of_exe.iter().any(|n| n.ends_with("/elf")) && !of_exe.iter().any(|n| n.ends_with("/debug")),
+        "{of_exe:?}"
+    );
+    // The debug file where perf's debuglink rule finds it: `/usr/lib/debug/DIR/LINK`.
+    let usr_debug = trixie_root().join("usr/lib/debug");
+    let placed = Removed {
+        dir: usr_debug.join(r.inside.trim_start_matches('/')),
+        up_to: trixie_root().join("usr/lib"),
+    };
+    std::fs::create_dir_all(&placed.dir).unwrap();
+    std::fs::rename(&dbg, placed.dir.join("until.dbg")).unwrap();
+    // perf 7.3 with the stripped file at its path: names from the debug file by its debuglink.
+    let theirs = truth(&rec);
+    assert!(theirs.contains("until_leaf"), "{theirs}");
+    // The file gone from its path, only in an archive, or in perf's own build-id cache: perf
+    // reads a debuglink only from the file at the recorded path (`dso__read_binary_type_filename`,
+    // DEBUGLINK), and `perf buildid-cache -a` takes a debug file only from
+    // `/usr/lib/debug/.build-id/`, so perf 7.3 names none of its functions.
+    let (home, home_host) = r.file("home");
+    std::fs::create_dir_all(&home_host).unwrap();
+    let out = run(
+        in_trixie(&["/usr/bin/perf", "buildid-cache", "-a", &exe]).env("HOME", &home),
+        b"",
+    );
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    std::fs::remove_file(&exe_host).unwrap();
+    let perf_from_cache = truth_env(&rec, &[("HOME", &home)]);
+    assert!(!perf_from_cache.contains("until_leaf"), "{perf_from_cache}");
+    // perfpipe, run inside the root with the archive: the archived file's debuglink is looked
+    // up as perf looks up the file's at its path, and finds the debug file.
+    let (folded_in, folded_host) = r.file("out.folded");
+    let (nocache, nocache_host) = r.file("no-cache");
+    std::fs::create_dir_all(&nocache_host).unwrap();
+    let out = run(
+        in_trixie(&[
+            &pp, "-i", &rec_in, "-o", &folded_in, "--stats", "--symbols", &tar_in,
+        ])
+        .env("PERF_BUILDID_DIR", &nocache)
+        .env("DEBUGINFOD_URLS", ""),
+        b"",
+    );
+    let stats = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(out.status.success(), "{stats}");
+    let folded = std::fs::read_to_string(&folded_host).unwrap();
+    assert_agrees(
+        "-g, --symbols ARCHIVE, the debug file by the archived file's debuglink",
+        &of_until(&folded),
+        &of_until(&theirs),
+    );
+    assert!(folded.contains("until_leaf"), "{stats}\n{folded}");
 });
 
 /// The GNU build id of `file`, in hex (by `readelf -n`).
