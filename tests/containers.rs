@@ -74,17 +74,22 @@ const ROUNDS: &str = "5000";
 
 /// perf 7.3 inside the root: `perf record -e cpu-clock -F 4000 ARGS -o - -- ARGV`.
 fn record_inside(args: &[&str], argv: &[&str]) -> Vec<u8> {
+    record_inside_told(args, argv).0
+}
+
+/// [`record_inside`], with what perf said (its stderr: how the workload ended).
+fn record_inside_told(args: &[&str], argv: &[&str]) -> (Vec<u8>, String) {
     let mut all = vec!["/usr/bin/perf", "record", "-e", "cpu-clock", "-F", "4000"];
     all.extend_from_slice(args);
     all.extend_from_slice(&["-o", "-", "--"]);
     all.extend_from_slice(argv);
     let out = run(&mut in_trixie(&all), b"");
+    let told = String::from_utf8_lossy(&out.stderr).into_owned();
     assert!(
         out.status.success() && !out.stdout.is_empty(),
-        "{all:?} inside the root: {}",
-        String::from_utf8_lossy(&out.stderr)
+        "{all:?} inside the root: {told}"
     );
-    out.stdout
+    (out.stdout, told)
 }
 
 /// The oracle: perf 7.3 inside the root, `perf script --no-inline | inferno-collapse-perf`.
@@ -95,8 +100,7 @@ fn truth(rec: &[u8]) -> String {
 /// [`truth`] with the environment `env` (a `HOME` whose `.debug` is a build-id cache).
 fn truth_env(rec: &[u8], env: &[(&str, &str)]) -> String {
     let out = run(
-        in_trixie(&["/usr/bin/perf", "script", "--no-inline", "-i", "-"])
-            .envs(env.iter().copied()),
+        in_trixie(&["/usr/bin/perf", "script", "--no-inline", "-i", "-"]).envs(env.iter().copied()),
         rec,
     );
     assert!(
@@ -425,7 +429,7 @@ pipetest!(needs(perf, cc, inferno, trixie) an_archived_files_debuglink_is_looked
         .unwrap()
         .success());
     let stop = format!("{}/never", r.inside);
-    let rec = record_inside(&["-g"], &[&exe, &stop, ROUNDS]);
+    let (rec, told) = record_inside_told(&["-g"], &[&exe, &stop, ROUNDS]);
     let (rec_in, rec_host) = r.file("rec.data");
     std::fs::write(&rec_host, &rec).unwrap();
     // perfpipe archive inside the root while the debug file is nowhere perf's rules look: the
@@ -457,7 +461,11 @@ pipetest!(needs(perf, cc, inferno, trixie) an_archived_files_debuglink_is_looked
     std::fs::rename(&dbg, placed.dir.join("until.dbg")).unwrap();
     // perf 7.3 with the stripped file at its path: names from the debug file by its debuglink.
     let theirs = truth(&rec);
-    assert!(theirs.contains("until_leaf"), "{theirs}");
+    assert!(
+        theirs.contains("until_leaf"),
+        "{theirs}\n{} bytes recorded; perf record said: {told}",
+        rec.len()
+    );
     // The file gone from its path, only in an archive, or in perf's own build-id cache: perf
     // reads a debuglink only from the file at the recorded path (`dso__read_binary_type_filename`,
     // DEBUGLINK), and `perf buildid-cache -a` takes a debug file only from

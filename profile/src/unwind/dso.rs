@@ -204,11 +204,15 @@ pub fn find(sources: &Sources, name: &[u8], pid: u32, build_id: Option<&[u8]>) -
     };
     // Whether some file of the dso's build was read at all (else: not found).
     let mut read_one = false;
-    let found = sources.find(&wanted, Role::Runtime, &mut |c: &crate::symbols::sources::Cand| {
-        let w = c.window()?;
-        read_one = true;
-        parse(&ReadCache::new(w))
-    });
+    let found = sources.find(
+        &wanted,
+        Role::Runtime,
+        &mut |c: &crate::symbols::sources::Cand| {
+            let w = c.window()?;
+            read_one = true;
+            parse(&ReadCache::new(w))
+        },
+    );
     match found.hit {
         Some((info, c)) => done(Ok(info), Some(c.describe()), found.other_builds),
         None if read_one => done(Err(Missing::NoInfo), None, found.other_builds),

@@ -275,7 +275,7 @@ impl Sources {
             .chain(&by_path)
             .find(|c| s.is_of_build(c))
             .cloned();
-        let debug = || {
+        let debug = |want: Option<&[u8]>| {
             let dir = match &main {
                 Some(Cand::Path(p)) if by_path.contains(&Cand::Path(p.clone())) => {
                     p.parent().map(Path::to_path_buf)
@@ -287,25 +287,28 @@ impl Sources {
                 p.parent().unwrap_or(Path::new("/")).to_path_buf()
             });
             let link = main.as_ref().and_then(debuglink_of);
-            debug_files(
-                w.path,
-                &dir,
-                link.as_deref(),
-                s.want.as_deref(),
-                self.debug_dirs(),
-            )
-            .into_iter()
-            .filter(|p| p.is_file())
-            .map(Cand::Path)
-            .collect::<Vec<_>>()
+            debug_files(w.path, &dir, link.as_deref(), want, self.debug_dirs())
+                .into_iter()
+                .filter(|p| p.is_file())
+                .map(Cand::Path)
+                .collect::<Vec<_>>()
         };
-        let local: Vec<Cand> = match role {
-            Role::Debug => debug().into_iter().chain(by_path.clone()).collect(),
-            Role::Runtime => by_path.iter().cloned().chain(debug()).collect(),
+        // The symbols try the debug files before the file itself (perf's order); the unwinder
+        // the file first (its `.eh_frame`), the debug files only when it has none.
+        let (first, debug_done) = match role {
+            Role::Debug => (debug(s.want.as_deref()), true),
+            Role::Runtime => (Vec::new(), false),
         };
-        for c in local {
+        for c in first.into_iter().chain(by_path.iter().cloned()) {
             if s.offer(c, reader) {
                 return s.found;
+            }
+        }
+        if !debug_done {
+            for c in debug(s.want.as_deref()) {
+                if s.offer(c, reader) {
+                    return s.found;
+                }
             }
         }
         if let (Some(d), Some(id)) = (self.debuginfod(), s.want.clone()) {

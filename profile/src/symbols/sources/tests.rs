@@ -71,7 +71,11 @@ fn a_truncated_archive_keeps_the_members_before_the_cut() {
     std::fs::write(&cut, &bytes[..starts[1] as usize + 1000]).unwrap();
     let s = open(&cut);
     assert_eq!(elf_of(&s, &ID_A), Some(vec![b'a'; 3000]));
-    assert_eq!(elf_of(&s, &ID_B), None, "a member past the end is never read short");
+    assert_eq!(
+        elf_of(&s, &ID_B),
+        None,
+        "a member past the end is never read short"
+    );
     assert_eq!(elf_of(&s, &ID_C), None);
     let c = s.counters();
     assert_eq!(
@@ -150,7 +154,10 @@ fn a_truncated_bzip2_archive_keeps_what_decompressed() {
     let cut = dir.path().join("cut.tar.bz2");
     std::fs::write(&cut, &z[..z.len() * 3 / 4]).unwrap();
     let names = list_archive(&cut);
-    assert!(names.contains(&format!("a/{}/elf", hex(&ID_A))), "{names:?}");
+    assert!(
+        names.contains(&format!("a/{}/elf", hex(&ID_A))),
+        "{names:?}"
+    );
     let s = open(&cut);
     assert_eq!(s.id_by_name("/a", true), Some(ID_A.to_vec()));
     assert_eq!(s.counters().archives_truncated.get(), 1);
