@@ -2,9 +2,10 @@
 //! frames, as a tar in perf's build-id-cache layout (so `tar xf ARCHIVE -C ~/.debug` serves perf
 //! too, and `--symbols ARCHIVE` reads it in place):
 //!
-//! - for every file dso a sample (or a callchain frame) hit: `PATH/ID/elf`, the file itself, and
-//!   `PATH/ID/debug`, its separate debug file when this host has one (`/usr/lib/debug/.build-id/
-//!   xx/rest.debug`), each only when its build id is the dso's, with the link
+//! - for every file dso a sample (or a callchain frame) hit: `PATH/ID/elf`, the file its symbols'
+//!   runtime layout was read from, and `PATH/ID/debug`, the separate debug file its `.symtab`
+//!   came from when another one (by debuglink, `/usr/lib/debug/…`, debuginfod), as the one
+//!   locator found them (`super::sources::locate`), each of the dso's build, with the link
 //!   `.build-id/xx/rest` → `../../PATH/ID`;
 //! - when a kernel frame was hit: `[kernel.kallsyms]/ID/kallsyms`, this host's `/proc/kallsyms`
 //!   under the running kernel's build id (a copy whose addresses `kptr_restrict` hid is refused);
@@ -29,10 +30,10 @@ use perfpipe_core::{Batch, Counter, Flow, Sink, StageError};
 use perfpipe_stream::model::dso::gnu_build_id_in_notes;
 
 use super::sources::{hex, Cand};
+use crate::symbolize::{FrameTables, Stacks};
 
 /// Most bytes of one file packed (a dso's file or debug file).
 const FILE_MAX: u64 = 16 << 30;
-use crate::symbolize::{FrameTables, Stacks};
 
 /// How `perfpipe archive` offers the format (it is not among the outputs `-o` chooses).
 pub const SPEC: FormatSpec = FormatSpec {

@@ -6,10 +6,10 @@
 //! `perf script`'s; `docs/symbolization.md` lists them with what perf prints.
 //!
 //! - **ELF dsos** (`elf`): `.symtab` from the first file of the dso's build the locator
-//!   ([`sources::locate`]) finds in perf's order (`--symbols` and the cache by build id, debuglink,
-//!   `/usr/lib/debug/PATH[.debug]`, `/usr/lib/debug/.build-id/xx/rest.debug`, the file,
-//!   debuginfod), else `.dynsym`, else MiniDebugInfo; `name@plt`; a table per build id (else per path), loaded
-//!   once on the pool; lookups by file offset ([`Query::rel`]).
+//!   ([`sources::locate`]) finds in perf's order (`--symbols` and the cache by build id,
+//!   debuglink, `/usr/lib/debug/PATH[.debug]`, `/usr/lib/debug/.build-id/xx/rest.debug`, the
+//!   file, debuginfod), else `.dynsym`, else MiniDebugInfo; `name@plt`; a table per build id
+//!   (else per path), loaded once on the pool; lookups by file offset ([`Query::rel`]).
 //! - **Kernel**: `/proc/kallsyms` (modules as `[name]`), once, when `host_kernel`.
 //! - **JIT**: `/tmp/perf-PID.map` for anonymous memory, read at the first lookup (the JIT
 //!   appends to it while the recording runs).

@@ -1,29 +1,20 @@
-//! Where a dso's symbols are found when its file on this host is not the one recorded: perf's
-//! build-id cache, archives (`perfpipe archive`'s tars, `perf archive`'s `.tar.bz2`), a
-//! `--symfs` tree, and debuginfod ([`debuginfod`]). Every file found here is used only when its
-//! build id is the dso's (checked where it is loaded, `elf::load`).
+//! The sources of a dso's files ([`Sources`]): perf's build-id cache, archives (`perfpipe
+//! archive`'s tars, `perf archive`'s `.tar.bz2`) and directories (`--symbols`), a `--symfs`
+//! tree, perf's debug directories, `--kallsyms`, and debuginfod ([`debuginfod`]). The one order
+//! in which everything that reads a dso's file looks in them, and what is checked, is
+//! [`locate`]'s ([`Sources::find`]); this module holds the stores and reads archives.
 //!
-//! The order, for a user dso with build id ID (`docs/another-machine.md`):
-//!
-//! 1. `--symbols ARCHIVE|DIR`, in the order given: `.build-id/xx/rest` → `PATH/ID/{elf,debug}`
-//!    inside the archive or directory (perf's cache layout);
-//! 2. perf's build-id cache: `$PERF_BUILDID_DIR`, else `~/.debug` (`DIR/.debug` with `--symfs`);
-//! 3. the files at the recorded path (under `--symfs DIR` when given), with perf's debug-file
-//!    candidates (debuglink, `/usr/lib/debug/…`);
-//! 4. debuginfod, when none of these had a `.symtab`: `/buildid/ID/debuginfo`, then
-//!    `/executable`.
-//!
-//! A dso the stream gives no build id for takes the id that an explicit source (1) holds for its
-//! path, when it holds exactly one: the archive was made for this recording, while the file at
-//! the same path on this host may be another build. Kernel symbols: `--kallsyms FILE`, else
-//! `[kernel.kallsyms]/ID/kallsyms` by the stream's kernel build id, else this host's
-//! `/proc/kallsyms` for a recording of this host, else the one kallsyms an explicit source holds.
+//! Kernel symbols: `--kallsyms FILE`, else `[kernel.kallsyms]/ID/kallsyms` by the stream's kernel
+//! build id, else this host's `/proc/kallsyms` for a recording of this host, else the one
+//! kallsyms an explicit source holds.
 //!
 //! Archives are read in place: a tar's members are windows of the file (positioned reads, never
 //! unpacked); a `.tar.bz2` is decompressed once, on the worker pool, into an unlinked temporary
 //! file. Member names and links are untrusted: a name with `..` or a leading `/`, or a link that
 //! leads out of the archive, is skipped and counted (`archive_entries_rejected`); nothing is ever
-//! written from an archive.
+//! written from an archive. A damaged archive keeps the members listed before the damage
+//! (`archives_truncated`); a member that claims more bytes than the archive holds is never read
+//! (`archive_members_truncated`), and [`Cand::read_all`] never returns a short read.
 
 use std::collections::{BTreeMap, HashMap};
 use std::fs::File;
