@@ -28,7 +28,9 @@
 use perfpipe_core::spec::{Flag, StageSpec};
 use perfpipe_core::{Batch, Counter, Flow, Out, Stage, StageError};
 
-use crate::format::{build, feature, Endian, RecordType, StreamInfo, EVENT_HEADER_SIZE, OTHER_KIND};
+use crate::format::{
+    build, feature, Endian, RecordType, StreamInfo, EVENT_HEADER_SIZE, OTHER_KIND,
+};
 
 /// How `downgrade` appears on the command line: `--downgrade`.
 pub const SPEC: StageSpec = StageSpec {
@@ -177,12 +179,24 @@ mod tests {
         let f = RecordType::HEADER_FEATURE.0;
         assert_eq!(d.verdict(f, &feature_record(27, &[0; 8]), e), Verdict::Keep);
         assert_eq!(d.verdict(f, &feature_record(31, &[0; 4]), e), Verdict::Keep);
-        assert_eq!(d.verdict(f, &feature_record(32, &[0; 8]), e), Verdict::DropFeature);
-        assert_eq!(d.verdict(f, &feature_record(33, &[1, 2]), e), Verdict::DropFeature);
+        assert_eq!(
+            d.verdict(f, &feature_record(32, &[0; 8]), e),
+            Verdict::DropFeature
+        );
+        assert_eq!(
+            d.verdict(f, &feature_record(33, &[1, 2]), e),
+            Verdict::DropFeature
+        );
         assert_eq!(d.verdict(f, &feature_record(35, &[]), e), Verdict::EndMark);
         d.end_mark_written = true;
-        assert_eq!(d.verdict(f, &feature_record(36, &[]), e), Verdict::DropFeature);
-        assert_eq!(d.verdict(f, &feature_record(32, &[]), e), Verdict::DropFeature);
+        assert_eq!(
+            d.verdict(f, &feature_record(36, &[]), e),
+            Verdict::DropFeature
+        );
+        assert_eq!(
+            d.verdict(f, &feature_record(32, &[]), e),
+            Verdict::DropFeature
+        );
         // A 6.1 pipe's own end mark stays as it is.
         let d = DowngradeConfig::default().build();
         assert_eq!(d.verdict(f, &feature_record(32, &[]), e), Verdict::Keep);
