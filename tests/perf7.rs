@@ -522,3 +522,164 @@ pipetest!(needs(perf, cc, inferno, trixie) offcpu_time_samples_weigh_their_perio
     let ours = ours.replace("[off-cpu: S|D];", "");
     assert_agrees("--weight offcpu of offcpu-time samples", &ours, &theirs);
 });
+
+/// `PERF_SAMPLE_RAW`.
+const RAW: u64 = 1 << 10;
+/// perf's dummy time of the `offcpu-time` samples it writes at the end (`OFF_CPU_TIMESTAMP`).
+const OFF_CPU_TIMESTAMP: u64 = !0 << 32;
+
+/// A perf 7.x `-F … -g` pipe recording made into what perf ≥ 6.15 `record --off-cpu` writes for
+/// its `offcpu-time` event, laid out as `tools/perf` of 7.3 states it: the attr a BPF-output
+/// software event with `PERF_SAMPLE_RAW` instead of `PERF_SAMPLE_CALLCHAIN` (`OFFCPU_SAMPLE_TYPES`
+/// in `util/off_cpu.h`), its EVENT_UPDATE name `offcpu-time`; each sample's fields in its raw
+/// data, `u32 size` then u64s `[pid word][period][nr][PERF_CONTEXT_USER, ips…][cgroup id]` and 4
+/// bytes of padding (the kernel pads a BPF output's raw data to 8 with its size). Every other
+/// sample is a direct dump (`off_cpu_dump()` in `util/bpf_skel/off_cpu.bpf.c`: the switch-in's
+/// time, pid word `tgid << 32 | pid`); the rest are what `off_cpu_write()` in
+/// `util/bpf_off_cpu.c` writes at the end of the recording (ip, tid, period 0, time
+/// `OFF_CPU_TIMESTAMP` counting up, pid word `pid << 32 | tgid`), moved to the end. The period is
+/// made from the sample's time: 1–997 µs. With `at_end` false, every sample is a direct dump.
+/// Returns the stream and the sum of the periods.
+pub(crate) fn offcpu_raw(input: &[u8], at_end_too: bool) -> (Vec<u8>, u64) {
+    let recs = records(input);
+    let t = only_attr(&recs);
+    assert!(t & PERIOD != 0 && t & TIME != 0 && t & CALLCHAIN != 0 && t & IP != 0);
+    let mut out = input[..16].to_vec();
+    let mut at_end = Vec::new();
+    let (mut total, mut n) = (0u64, 0u64);
+    for (ty, _, mut rec) in recs {
+        match ty {
+            64 => {
+                rec[8..12].copy_from_slice(&1u32.to_le_bytes()); // PERF_TYPE_SOFTWARE
+                rec[16..24].copy_from_slice(&10u64.to_le_bytes()); // PERF_COUNT_SW_BPF_OUTPUT
+                let st = (t & !CALLCHAIN) | RAW;
+                rec[8 + 24..8 + 32].copy_from_slice(&st.to_le_bytes());
+            }
+            // EVENT_UPDATE NAME (type 2): the event perf --off-cpu names.
+            78 if u64_at(&rec, 8) == 2 => {
+                rec.truncate(24);
+                rec.extend_from_slice(b"offcpu-time\0\0\0\0\0");
+                let size = rec.len() as u16;
+                rec[6..8].copy_from_slice(&size.to_le_bytes());
+            }
+            9 => {
+                let (tid_at, period, nr_at, _) = sample_fields(t, &rec);
+                let p_at = period.unwrap();
+                let ip_at = 8 + 8 * usize::from(t & IDENTIFIER != 0);
+                let nr = u64_at(&rec, nr_at) as usize;
+                let ips: Vec<u64> = (0..nr).map(|i| u64_at(&rec, nr_at + 8 + 8 * i)).collect();
+                let Some(k) = ips.iter().position(|&ip| ip == CONTEXT_USER) else {
+                    continue;
+                };
+                let user = &ips[k + 1..];
+                let pid = u64::from(u32::from_le_bytes(
+                    rec[tid_at..tid_at + 4].try_into().unwrap(),
+                ));
+                let tid = u64::from(u32::from_le_bytes(
+                    rec[tid_at + 4..tid_at + 8].try_into().unwrap(),
+                ));
+                let time = u64_at(&rec, tid_at + 8);
+                let ns = (time % 997 + 1) * 1000;
+                total += ns;
+                n += 1;
+                let direct = !at_end_too || n % 2 == 1;
+                let word = if direct {
+                    pid << 32 | tid
+                } else {
+                    tid << 32 | pid
+                };
+                let mut raw = Vec::new();
+                for w in [word, ns, user.len() as u64 + 1, CONTEXT_USER] {
+                    raw.extend_from_slice(&w.to_le_bytes());
+                }
+                for ip in user {
+                    raw.extend_from_slice(&ip.to_le_bytes());
+                }
+                raw.extend_from_slice(&0u64.to_le_bytes()); // the cgroup id
+                let mut s = rec[..nr_at].to_vec();
+                s[p_at..p_at + 8].copy_from_slice(&0u64.to_le_bytes());
+                if !direct {
+                    s[ip_at..ip_at + 8].copy_from_slice(&0u64.to_le_bytes());
+                    s[tid_at..tid_at + 8].copy_from_slice(&0u64.to_le_bytes());
+                    let dummy = OFF_CPU_TIMESTAMP + at_end.len() as u64;
+                    s[tid_at + 8..tid_at + 16].copy_from_slice(&dummy.to_le_bytes());
+                }
+                s.extend_from_slice(&(raw.len() as u32 + 4).to_le_bytes());
+                s.extend_from_slice(&raw);
+                s.extend_from_slice(&[0; 4]);
+                s.extend_from_slice(&rec[nr_at + 8 + 8 * nr..]);
+                let size = s.len() as u16;
+                s[6..8].copy_from_slice(&size.to_le_bytes());
+                if direct {
+                    out.extend_from_slice(&s);
+                } else {
+                    at_end.push(s);
+                }
+                continue;
+            }
+            _ => {}
+        }
+        out.extend_from_slice(&rec);
+    }
+    for s in at_end {
+        out.extend_from_slice(&s);
+    }
+    (out, total)
+}
+
+pipetest!(needs(perf, cc, inferno, trixie)
+    /// perf ≥ 6.15's `offcpu-time` samples, their fields in raw data ([`offcpu_raw`]): perf 7.3
+    /// reads the stream as the layout says (its report's total is the raw periods' sum, its
+    /// script gives each sample the raw stack); `--weight offcpu` charges each its raw period on
+    /// its raw stack as 7.3 does; `--stitch` writes them with their callchains, so perf 6.1 (which
+    /// does not read raw data) sees what 7.3 sees. The samples `off_cpu_write()` puts at the end
+    /// are of threads that exited before: perf 7.3 has removed them (`:PID`, `[unknown]`);
+    /// perfpipe, which keeps the maps by time, names their frames as perf 6.1 (which keeps exited
+    /// threads) names them in our `--stitch` output: the same total, none unknown.
+    offcpu_time_raw_samples_are_read_as_perf7_reads_them, |dir| {
+    let p7 = perf7();
+    let argv = fp(&dir, true);
+    let argv: Vec<&str> = argv.iter().map(String::as_str).collect();
+    let input = p7.record(&["-e", "cpu-clock", "-F", "4000", "-g"], &argv);
+    let ours_of = |off: &[u8]| {
+        let out = perfpipe(&["--weight", "offcpu", "--stats", "-o", dir.path("off.folded").to_str().unwrap()], off);
+        let stats = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{stats}");
+        assert!(counter(&stats, "offcpu_assembled") > 0 && counter(&stats, "offcpu_unassembled") == 0, "{stats}");
+        std::fs::read_to_string(dir.path("off.folded")).unwrap().replace("[off-cpu: S|D];", "")
+    };
+    let sum = |folded: &str| crate::oracle::parse(folded).values().sum::<u64>();
+    for at_end in [false, true] {
+        let (off, total) = offcpu_raw(&input, at_end);
+        assert!(total > 0);
+        let attrs = p7.on(&["evlist", "-v"], &off);
+        assert!(attrs.contains("BPF_OUTPUT") && attrs.contains("RAW") && !attrs.contains("CALLCHAIN"), "{attrs}");
+        let report = p7.on(&["report", "--stdio", "--no-children", "--sort", "comm", "-F", "period,comm"], &off);
+        let reported: u64 = report
+            .lines()
+            .filter(|l| !l.starts_with('#') && !l.trim().is_empty())
+            .filter_map(|l| l.split_whitespace().next()?.parse::<u64>().ok())
+            .sum();
+        assert_eq!(reported, total, "{report}");
+        assert!(report.contains("of event 'offcpu-time'"), "{report}");
+        let theirs = folded_by(&p7, Input::Bytes(&off));
+        eqnice!(total, sum(&theirs));
+        let ours = ours_of(&off);
+        eqnice!(total, sum(&ours));
+        let stitched = perfpipe_ok(&["--stitch"], &off);
+        // (Named fields: perf 6.1's default ones dump the raw data, bytes that are no text.)
+        let by_61 = collapse(&oracle().on(&["script", "-F", "comm,tid,time,period,event,ip,sym,dso"], &stitched), &[]);
+        eqnice!(theirs, folded_by(&p7, Input::Bytes(&stitched)));
+        if !at_end {
+            assert_agrees("perf 6.1 on --stitch of raw-data offcpu-time samples", &by_61, &theirs);
+            assert_agrees("--weight offcpu of raw-data offcpu-time samples", &ours, &theirs);
+        } else {
+            // perf 6.1 keeps exited threads: it names the frames of those samples as we do.
+            assert_agrees("samples written at the end: ours vs perf 6.1 on --stitch", &ours, &by_61);
+            let lost: u64 = crate::oracle::parse(&theirs).iter().filter(|(k, _)| k.starts_with(':')).map(|(_, v)| v).sum();
+            assert!(lost > 0, "perf 7.3 resolved the samples of exited threads:\n{theirs}");
+            let unknown: u64 = crate::oracle::parse(&ours).iter().filter(|(k, _)| k.contains("[unknown]") || k.starts_with(':')).map(|(_, v)| v).sum();
+            assert!(unknown * 1000 <= total, "ours has {unknown} of {total} unresolved:\n{ours}");
+        }
+    }
+});

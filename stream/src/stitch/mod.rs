@@ -33,6 +33,9 @@ use perfpipe_core::{Batch, Counter, Editor, Flow, Out, Stage, StageError};
 
 use crate::format::{context, flag, Endian, RecordType, StreamInfo, EVENT_HEADER_SIZE};
 
+mod offcpu;
+pub use offcpu::OFFCPU_EVENT;
+
 /// Most bytes of samples held for their deferred frames at once.
 pub const MAX_HELD_BYTES: usize = 64 << 20;
 
@@ -68,6 +71,7 @@ impl StitchConfig {
             unmatched: Counter::new(),
             orphans: Counter::new(),
             malformed: Counter::new(),
+            offcpu: offcpu::OffCpu::default(),
         }
     }
 }
@@ -92,6 +96,8 @@ pub struct Stitch {
     unmatched: Counter,
     orphans: Counter,
     malformed: Counter,
+    /// perf's raw-data `offcpu-time` samples, assembled ([`offcpu`]).
+    offcpu: offcpu::OffCpu,
 }
 
 /// The sample `rec` with its callchain (at `cc`: `nr` and entries) made of `keep` entries of
@@ -224,12 +230,17 @@ impl Stage for Stitch {
         let mut ed = batch.edit();
         while let Some(span) = ed.next_record() {
             match RecordType(span.kind) {
+                RecordType::SAMPLE if self.offcpu.takes(&info, &span) => {
+                    self.offcpu.record(&info, &mut ed, &span);
+                }
                 RecordType::SAMPLE => self.hold(&info, &mut ed, span),
                 RecordType::CALLCHAIN_DEFERRED => self.deliver(&info, &mut ed, span),
-                _ => {}
+                _ => self.offcpu.record(&info, &mut ed, &span),
             }
         }
         ed.finish();
+        let info = self.offcpu.info_out(&info);
+        batch.context = Some(info.clone());
         self.info = Some(info);
         if batch.spans.is_empty() {
             out.recycle(batch);
@@ -265,6 +276,8 @@ impl Stage for Stitch {
             ("deferred_unmatched", self.unmatched.clone()),
             ("deferred_orphans", self.orphans.clone()),
             ("deferred_malformed", self.malformed.clone()),
+            ("offcpu_assembled", self.offcpu.assembled.clone()),
+            ("offcpu_unassembled", self.offcpu.unassembled.clone()),
         ]
     }
 }
