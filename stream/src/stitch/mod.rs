@@ -17,6 +17,10 @@
 //! perf 6.1 stops reading a stream at the first one, so every output of this stage is readable by
 //! it. A record no held sample waits for is dropped (`deferred_orphans`), as perf ignores it.
 //!
+//! It also assembles perf ≥ 6.15's `offcpu-time` samples, whose pid, period and callchain are in
+//! their raw data, as perf's parse does (`stitch/offcpu.rs`): `offcpu_assembled`,
+//! `offcpu_unassembled`.
+//!
 //! The profile outputs (through `symbolize`) and `unwind` need this stage, so the chain puts it
 //! before them; passthrough and `--drop` keep the records as they are.
 //!
@@ -34,7 +38,6 @@ use perfpipe_core::{Batch, Counter, Editor, Flow, Out, Stage, StageError};
 use crate::format::{context, flag, Endian, RecordType, StreamInfo, EVENT_HEADER_SIZE};
 
 mod offcpu;
-pub use offcpu::OFFCPU_EVENT;
 
 /// Most bytes of samples held for their deferred frames at once.
 pub const MAX_HELD_BYTES: usize = 64 << 20;

@@ -44,7 +44,7 @@ const TYPE_SOFTWARE: u32 = 1;
 /// `PERF_COUNT_SW_BPF_OUTPUT`.
 const SW_BPF_OUTPUT: u64 = 10;
 /// The event `perf record --off-cpu` adds (`OFFCPU_EVENT`).
-pub const OFFCPU_EVENT: &str = "offcpu-time";
+const OFFCPU_EVENT: &str = "offcpu-time";
 /// Offset of `sample_type` in a HEADER_ATTR record (after the 8-byte header: `u32 type, size`,
 /// `u64 config`, `u64 sample_period`).
 const ATTR_SAMPLE_TYPE: usize = EVENT_HEADER_SIZE + 24;
