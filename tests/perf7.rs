@@ -683,3 +683,349 @@ pipetest!(needs(perf, cc, inferno, trixie)
         }
     }
 });
+
+// ---------------------------------------------------------------------------------------------
+// Every profile output of perf 7.x recordings against what perf 7.3 itself says of them.
+
+/// Where perf 7.3 runs: on this machine's files (`perf7()`), or inside the trixie root (the
+/// recording's files are the root's: perfpipe reads them through `--symfs ROOT`).
+#[derive(Clone, Copy, Debug)]
+enum At {
+    Host,
+    Root,
+}
+
+/// perf 7.3's `perf ARGS -i -` on `rec`, where `at` says.
+fn perf7_at(at: At, args: &[&str], rec: &[u8]) -> String {
+    let out = match at {
+        At::Host => run(perf7().command().args(args).args(["-i", "-"]), rec),
+        At::Root => {
+            let mut all = vec!["/usr/bin/perf"];
+            all.extend_from_slice(args);
+            all.extend_from_slice(&["-i", "-"]);
+            run(&mut in_trixie(&all), rec)
+        }
+    };
+    assert!(
+        out.status.success(),
+        "perf 7.3 {args:?} ({at:?}): {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// The frames of an SVG flame graph (`<title>NAME (N samples, P%)</title>`): each name's
+/// samples summed over its frames.
+fn svg_titles(svg: &str) -> std::collections::BTreeMap<String, u64> {
+    let mut m = std::collections::BTreeMap::new();
+    for t in svg.split("<title>").skip(1) {
+        let Some((t, _)) = t.split_once("</title>") else {
+            continue;
+        };
+        let Some((name, rest)) = t.rsplit_once(" (") else {
+            continue;
+        };
+        let Some(n) = rest
+            .split_once(' ')
+            .and_then(|(n, _)| n.replace(',', "").parse::<u64>().ok())
+        else {
+            continue;
+        };
+        *m.entry(name.to_string()).or_default() += n;
+    }
+    m
+}
+
+/// `go tool pprof -traces` of a profile, by sample count, as folded stacks `comm;root;…;leaf N`.
+fn pprof_traces(profile: &Path) -> String {
+    let out = Command::new("go")
+        .args([
+            "tool",
+            "pprof",
+            "-traces",
+            "-sample_index=cpu-clock_samples",
+        ])
+        .arg(profile)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    let mut folded = String::new();
+    for block in text
+        .split("-----------+-------------------------------------------------------")
+        .skip(1)
+    {
+        let (mut comm, mut count, mut frames) = (String::new(), 0u64, Vec::new());
+        for line in block.lines().filter(|l| !l.trim().is_empty()) {
+            let t = line.trim();
+            if let Some(c) = t.strip_prefix("comm:") {
+                comm = c.trim().to_string();
+            } else if t.contains(':')
+                && frames.is_empty()
+                && !t.starts_with(|c: char| c.is_ascii_digit())
+            {
+                // Other labels (pid, tid).
+            } else if frames.is_empty() {
+                let (n, f) = t.split_once(char::is_whitespace).unwrap_or((t, ""));
+                count = n
+                    .parse()
+                    .unwrap_or_else(|_| panic!("a trace's count: {line:?}"));
+                frames.push(f.trim().to_string());
+            } else {
+                frames.push(t.to_string());
+            }
+            // pprof names a location without a function by its mapping, in brackets: ours of
+            // an address in no map is the mapping `[unknown]`, which perf names `[unknown]`.
+            if let Some(last) = frames.last_mut() {
+                if last.starts_with("[[") && last.ends_with("]]") {
+                    *last = last[1..last.len() - 1].to_string();
+                }
+            }
+        }
+        if count > 0 {
+            frames.reverse();
+            folded.push_str(&format!("{comm};{} {count}\n", frames.join(";")));
+        }
+    }
+    folded
+}
+
+/// The Firefox profile's samples as folded stacks `thread name;root;…;leaf N` (each sample its
+/// weight, 1 where the profile gives none).
+fn firefox_folded(gz: &Path) -> String {
+    let doc: serde_json::Value =
+        serde_json::from_slice(&crate::export::gunzip(&std::fs::read(gz).unwrap())).unwrap();
+    let mut stacks = std::collections::BTreeMap::<String, u64>::new();
+    for t in doc["threads"].as_array().expect("threads") {
+        let strings = t["stringArray"].as_array().expect("stringArray");
+        let (st, ft, fu) = (&t["stackTable"], &t["frameTable"], &t["funcTable"]);
+        let name_of_frame = |f: usize| -> String {
+            let func = ft["func"][f].as_u64().unwrap() as usize;
+            let s = fu["name"][func].as_u64().unwrap() as usize;
+            strings[s].as_str().unwrap().to_string()
+        };
+        let samples = &t["samples"];
+        let n = samples["length"].as_u64().unwrap() as usize;
+        for i in 0..n {
+            let weight = samples["weight"]
+                .get(i)
+                .and_then(|w| w.as_u64())
+                .unwrap_or(1);
+            let mut frames = Vec::new();
+            let mut s = samples["stack"][i].as_u64();
+            while let Some(at) = s {
+                frames.push(name_of_frame(
+                    st["frame"][at as usize].as_u64().unwrap() as usize
+                ));
+                s = st["prefix"][at as usize].as_u64();
+            }
+            frames.push(t["name"].as_str().unwrap().to_string());
+            frames.reverse();
+            *stacks.entry(frames.join(";")).or_default() += weight;
+        }
+    }
+    stacks.iter().map(|(k, v)| format!("{k} {v}\n")).collect()
+}
+
+/// Every profile output of `rec` (read by perfpipe with `extra`) against perf 7.3 `at`:
+/// folded stacks and the SVG flame graph against `perf script --no-inline |
+/// inferno-collapse-perf` (and `inferno-flamegraph` of it), by period; pprof (`go tool pprof
+/// -traces`) and the Firefox profile's samples against the same by sample count; the Parquet
+/// rows' pid, tid, time (ns) and period against `perf script -F pid,tid,time,period --ns`, one
+/// row per sample, and their leaf function against `-G -F tid,time,ip,sym` where perf names one.
+fn outputs_agree(dir: &Dir, what: &str, rec: &[u8], at: At, extra: &[&str]) {
+    let input = dir.write("rec.data", rec);
+    let ours = |out: &str| -> PathBuf {
+        let path = dir.path(out);
+        let mut args = vec!["-i", input.to_str().unwrap(), "-o", path.to_str().unwrap()];
+        args.extend_from_slice(extra);
+        perfpipe_ok(&args, b"");
+        path
+    };
+    // Folded stacks and the flame graph, by period.
+    let theirs = collapse(&perf7_at(at, &["script", "--no-inline"], rec), &[]);
+    let folded = std::fs::read_to_string(ours("out.folded")).unwrap();
+    assert_agrees(&format!("{what}: folded"), &folded, &theirs);
+    let svg = std::fs::read_to_string(ours("out.svg")).unwrap();
+    let flamegraph = run(&mut Command::new("inferno-flamegraph"), theirs.as_bytes());
+    assert!(flamegraph.status.success());
+    let (a, b) = (
+        svg_titles(&svg),
+        svg_titles(&String::from_utf8_lossy(&flamegraph.stdout)),
+    );
+    let same: u64 = a
+        .iter()
+        .map(|(k, v)| (*v).min(b.get(k).copied().unwrap_or(0)))
+        .sum();
+    let all = a.values().sum::<u64>().max(b.values().sum::<u64>());
+    assert!(
+        a.len() > 10,
+        "{what}: {} functions in the flame graph",
+        a.len()
+    );
+    assert!(
+        same * 1000 >= all * 999,
+        "{what}: {same} of {all} samples of the flame graphs' frames alike; ours only: {:?}",
+        a.keys()
+            .filter(|k| !b.contains_key(*k))
+            .take(10)
+            .collect::<Vec<_>>()
+    );
+    // pprof and the Firefox profile, by sample count.
+    let counted = collapse(
+        &perf7_at(
+            at,
+            &[
+                "script",
+                "--no-inline",
+                "-F",
+                "comm,tid,time,event,ip,sym,dso",
+            ],
+            rec,
+        ),
+        &[],
+    );
+    assert_agrees(
+        &format!("{what}: go tool pprof -traces"),
+        &pprof_traces(&ours("out.pb.gz")),
+        &counted,
+    );
+    assert_agrees(
+        &format!("{what}: Firefox profile samples"),
+        &firefox_folded(&ours("out.json.gz")),
+        &counted,
+    );
+    // Parquet: a row per sample with perf's fields.
+    let parquet = ours("out.parquet");
+    let f = parquet.display();
+    let mut rows: Vec<String> = duckdb(&format!(
+        "select pid, tid, time, period from '{f}' where off_cpu_end is null"
+    ))
+    .lines()
+    .map(|l| l.replace('|', " "))
+    .collect();
+    let mut want: Vec<String> = perf7_at(
+        at,
+        &["script", "-G", "-F", "pid,tid,time,period", "--ns"],
+        rec,
+    )
+    .lines()
+    .filter(|l| !l.trim().is_empty())
+    .map(|l| {
+        let w: Vec<&str> = l
+            .split(|c: char| c.is_whitespace() || c == '/' || c == ':')
+            .filter(|w| !w.is_empty())
+            .collect();
+        let ns = w[2].replace('.', "").trim_start_matches('0').to_string();
+        format!("{} {} {ns} {}", w[0], w[1], w[3])
+    })
+    .collect();
+    rows.sort();
+    want.sort();
+    assert!(want.len() > 100, "{what}: {} samples", want.len());
+    eqnice!(want, rows);
+    let leaf = |l: &str| -> Option<(String, String)> {
+        let (key, f) = l.rsplit_once('|')?;
+        Some((key.to_string(), f.to_string()))
+    };
+    let ours_leaf: std::collections::BTreeMap<String, String> = duckdb(&format!(
+        "select tid, time, list_filter(stack, lambda x: not x.inlined)[-1].function from '{f}' where off_cpu_end is null"
+    ))
+    .lines()
+    .filter_map(leaf)
+    .collect();
+    let (mut named, mut alike) = (0, 0);
+    for l in perf7_at(
+        at,
+        &[
+            "script",
+            "-G",
+            "--no-inline",
+            "-F",
+            "tid,time,ip,sym",
+            "--ns",
+        ],
+        rec,
+    )
+    .lines()
+    {
+        let w: Vec<&str> = l.split_whitespace().collect();
+        if w.len() < 4 || w[3].starts_with('[') {
+            continue;
+        }
+        let ns = w[1]
+            .trim_end_matches(':')
+            .replace('.', "")
+            .trim_start_matches('0')
+            .to_string();
+        named += 1;
+        let sym = w[3];
+        if ours_leaf
+            .get(&format!("{}|{ns}", w[0]))
+            .is_some_and(|o| o == sym)
+        {
+            alike += 1;
+        }
+    }
+    assert!(
+        named > 100 && alike * 1000 >= named * 999,
+        "{what}: {alike} of {named} leaf functions alike"
+    );
+}
+
+pipetest!(needs(perf, cc, inferno, go, duckdb, trixie)
+    /// Recordings by perf 7.3 on this machine (`-g` of `fp.c` with frame pointers, `--call-graph
+    /// dwarf` of it without, read with `--unwind`), with 7.x's defaults (build ids in every
+    /// MMAP2): every profile output against 7.3's own `perf script` ([`outputs_agree`]). Deferred
+    /// callchains (`--call-graph fp,defer`) where this kernel records them.
+    perf7_host_recordings_every_output_as_perf7_says, |dir| {
+    let p7 = perf7();
+    let with_fp = fp(&dir, true);
+    let with_fp: Vec<&str> = with_fp.iter().map(String::as_str).collect();
+    let g = p7.record(&["-e", "cpu-clock", "-F", "4000", "-g"], &with_fp);
+    assert!(records(&g).iter().any(|r| r.0 == 10 && r.1 & 0x4000 != 0), "7.x wrote no MMAP2 with a build id");
+    outputs_agree(&dir, "perf 7.3 -g", &g, At::Host, &[]);
+    let without = fp(&dir, false);
+    let without: Vec<&str> = without.iter().map(String::as_str).collect();
+    let dwarf = p7.record(&["-e", "cpu-clock", "-F", "4000", "--call-graph", "dwarf"], &without);
+    outputs_agree(&dir, "perf 7.3 --call-graph dwarf", &dwarf, At::Host, &["--unwind"]);
+    let defer = p7
+        .command()
+        .args(["record", "-e", "cpu-clock", "-F", "4000", "--call-graph", "fp,defer", "-o", "-", "--"])
+        .args(&with_fp)
+        .output()
+        .unwrap();
+    if defer.status.success() && records(&defer.stdout).iter().any(|r| r.0 == 22) {
+        outputs_agree(&dir, "perf 7.3 --call-graph fp,defer", &defer.stdout, At::Host, &[]);
+    } else {
+        eprintln!(
+            "perf 7.3 --call-graph fp,defer: this kernel ({}) writes no deferred callchains: {}",
+            String::from_utf8_lossy(&Command::new("uname").arg("-r").output().unwrap().stdout).trim(),
+            String::from_utf8_lossy(&defer.stderr).lines().last().unwrap_or("")
+        );
+    }
+});
+
+pipetest!(needs(perf, cc, inferno, go, duckdb, trixie)
+    /// Recordings by perf 7.3 inside the trixie root (another userland: glibc 2.41), `-g` and
+    /// `--call-graph dwarf` (`--unwind`): every profile output, perfpipe on the host reading the
+    /// root's files through `--symfs ROOT`, against 7.3's `perf script` inside the root.
+    perf7_recordings_in_the_trixie_root_every_output_as_perf7_says, |dir| {
+    let r = crate::containers::InRoot::new("perf7-outputs");
+    let root = crate::needs::trixie_root();
+    let root = root.to_str().unwrap();
+    for (frame_pointers, args, extra) in [
+        (true, &["-g"][..], &["--symfs", root][..]),
+        (false, &["--call-graph", "dwarf"][..], &["--symfs", root, "--unwind"][..]),
+    ] {
+        let argv = fp(&dir, frame_pointers);
+        let (inside, host) = r.file("fp");
+        std::fs::copy(&argv[0], &host).unwrap();
+        let rec = crate::containers::record_inside(args, &[&inside, &argv[1]]);
+        outputs_agree(&dir, &format!("perf 7.3 {args:?} inside the root"), &rec, At::Root, extra);
+    }
+});
