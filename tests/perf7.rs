@@ -3,10 +3,13 @@
 //! --aslr` against 7.3's layout, with every frame named as on the input by 7.3 and 6.1 and no
 //! address of the input's maps left; deferred user callchains (`CALLCHAIN_DEFERRED`) stitched
 //! into their samples; perf's `offcpu-time` samples charged by `--weight offcpu` as 7.3 charges
-//! them. This kernel writes no deferred callchains and Debian's 7.3 has no BPF skeletons, so those
-//! two streams are made from real `-g` recordings ([`defer`], [`offcpu_time`]) and 7.3 is shown to
-//! read them as it reads the recordings before ours are compared with it.
-
+//! them, in both layouts (period and callchain; ≥ 6.15's raw data). This kernel writes no deferred
+//! callchains and Debian's 7.3 has no BPF skeletons, so those streams are made from real `-g`
+//! recordings ([`defer`], [`offcpu_time`], [`offcpu_raw`]) and 7.3 is shown to read them as it
+//! reads the recordings before ours are compared with it.
+//!
+//! Then every profile output of perf 7.3 recordings (on this machine, and inside the trixie root,
+//! `-g` and `--call-graph dwarf`) against what 7.3 itself says of them ([`outputs_agree`]).
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::process::Command;
