@@ -353,6 +353,7 @@ pipetest!(needs(perf, perf612, trixie)
         assert!(out.status.success(), "{stats}");
         assert_eq!(counter(&stats, "features_dropped"), 2, "{what}: {stats}");
         let ours = out.stdout;
+        assert!(ours == perfpipe_ok(&["--downgrade", "--batch-size", "64"], input), "{what}: batches of 64 bytes");
         let n = readers::samples(&p7, Input::Stream(reference)).unwrap();
         for perf in readers() {
             let report = readers::read(&perf, &["report", "--stdio"], Input::Stream(&ours))

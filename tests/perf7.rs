@@ -675,6 +675,8 @@ pipetest!(needs(perf, cc, inferno, trixie)
         let ours = ours_of(&off);
         eqnice!(total, sum(&ours));
         let stitched = perfpipe_ok(&["--stitch"], &off);
+        // Batches of 64 bytes (a record split across batches at every point) change nothing.
+        assert!(stitched == perfpipe_ok(&["--stitch", "--batch-size", "64"], &off));
         // (Named fields: perf 6.1's default ones dump the raw data, bytes that are no text.)
         let by_61 = collapse(&oracle().on(&["script", "-F", "comm,tid,time,period,event,ip,sym,dso"], &stitched), &[]);
         eqnice!(theirs, folded_by(&p7, Input::Bytes(&stitched)));
