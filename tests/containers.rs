@@ -25,13 +25,13 @@ use crate::util::*;
 
 /// A directory of the test's own inside the root: `ROOT/tmp/perfpipe-NAME-PID` on the host,
 /// `/tmp/perfpipe-NAME-PID` inside. Removed at drop.
-struct InRoot {
+pub(crate) struct InRoot {
     host: PathBuf,
     inside: String,
 }
 
 impl InRoot {
-    fn new(name: &str) -> InRoot {
+    pub(crate) fn new(name: &str) -> InRoot {
         let inside = format!("/tmp/perfpipe-{name}-{}", std::process::id());
         let host = trixie_root().join(inside.trim_start_matches('/'));
         let _ = std::fs::remove_dir_all(&host);
@@ -40,7 +40,7 @@ impl InRoot {
     }
 
     /// `NAME` inside the root, and on the host.
-    fn file(&self, name: &str) -> (String, PathBuf) {
+    pub(crate) fn file(&self, name: &str) -> (String, PathBuf) {
         (format!("{}/{name}", self.inside), self.host.join(name))
     }
 }
@@ -73,7 +73,7 @@ fn until(r: &InRoot, flags: &[&str], name: &str) -> String {
 const ROUNDS: &str = "5000";
 
 /// perf 7.3 inside the root: `perf record -e cpu-clock -F 4000 ARGS -o - -- ARGV`.
-fn record_inside(args: &[&str], argv: &[&str]) -> Vec<u8> {
+pub(crate) fn record_inside(args: &[&str], argv: &[&str]) -> Vec<u8> {
     record_inside_told(args, argv).0
 }
 

@@ -325,3 +325,43 @@ pipetest!(needs(perf, perf612, trixie)
     let warned = run(p7.command().args(["report", "--stdio", "-i"]).arg(&as_pipe), b"");
     assert!(String::from_utf8_lossy(&warned.stderr).contains("Invalid HEADER_CPU_DOMAIN_INFO"));
 });
+
+pipetest!(needs(perf, perf612, trixie)
+    /// `--downgrade` makes perf 7.x pipes readable by perf 6.1's and 6.12's `perf report`, which
+    /// stop at 7.x's feature 33 ("wrong feature ID: 33"): a `-g` recording, a `-z` one (which
+    /// perf 7 itself cannot read from a pipe) and the `-g` one with its user frames made deferred
+    /// (CALLCHAIN_DEFERRED, at which 6.1 stops reading). Each reader's `perf report --stdio`
+    /// accepts ours where 6.1 and 6.12 rejected the input, counting the samples perf 7 counts in
+    /// the recording; each reader's `perf script` prints for ours what it prints for the plain
+    /// recording (for `-z`, its `--decompress`).
+    perf7_downgrade_is_read_by_perf_6_1s_report, |_dir| {
+    let p7 = perf7();
+    let w = workload();
+    let g = p7.record(&["-e", "cpu-clock", "-c", "100000", "-g"], &[&w, "single", "1"]);
+    let z = p7.record(&["-e", "cpu-clock", "-c", "100000", "-g", "-z"], &[&w, "single", "1"]);
+    let (deferred, made) = crate::perf7::defer(&g);
+    assert!(made > 0, "no sample with user frames to defer");
+    let z_plain = perfpipe_ok(&["--decompress"], &z);
+    let frames = ["script", "-F", "comm,tid,time,ip,sym,dso"];
+    for (what, input, reference) in [("-g", &g, &g), ("-z", &z, &z_plain), ("deferred", &deferred, &g)] {
+        for perf in [oracle(), perf612()] {
+            let err = readers::read(&perf, &["report", "--stdio"], Input::Stream(input)).unwrap_err();
+            assert!(err.contains("wrong feature ID: 33") || err.contains("failed to process"), "{what}: {err}");
+        }
+        let out = perfpipe(&["--downgrade", "--stats"], input);
+        let stats = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{stats}");
+        assert_eq!(counter(&stats, "features_dropped"), 2, "{what}: {stats}");
+        let ours = out.stdout;
+        assert!(ours == perfpipe_ok(&["--downgrade", "--batch-size", "64"], input), "{what}: batches of 64 bytes");
+        let n = readers::samples(&p7, Input::Stream(reference)).unwrap();
+        for perf in readers() {
+            let report = readers::read(&perf, &["report", "--stdio"], Input::Stream(&ours))
+                .unwrap_or_else(|e| panic!("{what}: {e}"));
+            let want = format!("# Samples: {n}  of event 'cpu-clock'");
+            assert!(report.contains(&want), "{what}, {}: not `{want}`:\n{report}", perf.name);
+            readers::same_script(&perf, &frames, Input::Stream(reference), Input::Stream(&ours))
+                .unwrap_or_else(|e| panic!("{what}: {e}"));
+        }
+    }
+});

@@ -57,7 +57,9 @@
 //!   ends: `-o DIR/` writes the dataset while it is open; an impossible output exits 2 at once.
 //! - `help`: every command's `--help` fits 100 columns, with one help column per section.
 //! - `perf7`: what perf 7.x added, with perf 7.3 as the oracle: `inject --convert-callchain` and
-//!   `--aslr` on files and pipes, deferred user callchains stitched, `offcpu-time` samples weighed.
+//!   `--aslr` on files and pipes, deferred user callchains stitched, `offcpu-time` samples weighed
+//!   (both layouts); every profile output of 7.3's recordings (host and trixie root, `-g` and
+//!   dwarf) against 7.3's `perf script`.
 //! - `dataset`: the Parquet dataset as a fleet writes it: partitions from the stream (a recording
 //!   made in a UTS namespace, CLOCK_DATA dates), `--rotate` parts, read by Spark and DuckDB against
 //!   `perf report`, and the queries of `docs/parquet.md` run on it.

@@ -58,6 +58,7 @@ pub const TRANSFORMS: &[StageSpec] = &[
     perfpipe_stream::ring::SPEC,
     perfpipe_stream::stitch::SPEC,
     perfpipe_stream::aslr::SPEC,
+    perfpipe_stream::downgrade::SPEC,
     perfpipe_profile::unwind::SPEC,
     perfpipe_profile::symbolize::SPEC,
 ];

@@ -22,7 +22,8 @@
 //! - [`filter`]: keeps the samples an expression selects (`--filter`, `--pid`, `--comm`, `--time`…).
 //! - [`drop`](mod@drop): removes the records of the named types (`--drop switch,lost`).
 //! - [`prune_sideband`]: removes the side-band of processes without samples (`--prune-sideband`).
-//! - [`stitch`]: merges deferred user callchains (CALLCHAIN_DEFERRED records) into their samples (`--stitch`).
+//! - [`stitch`]: merges deferred user callchains (CALLCHAIN_DEFERRED records) into their samples, assembles raw-data `offcpu-time` samples (`--stitch`).
+//! - [`downgrade`]: makes a perf 7.x stream readable by perf 6.1 and 6.12 (`--downgrade`).
 //! - [`ring`]: the flight recorder; keeps the newest events and dumps complete streams on a trigger.
 //! - [`write`](mod@write): sink; standard output or a file, with `writev`.
 //! - [`write::file`]: sink; a file-mode `perf.data` (header, attrs, data, features), renamed at the end.
@@ -62,6 +63,7 @@ pub mod aslr;
 pub mod buildid;
 pub mod decode;
 pub mod decompress;
+pub mod downgrade;
 pub mod drop;
 mod error;
 pub mod filter;

@@ -359,12 +359,19 @@ impl Switches {
                         stack_of: s.tid(),
                         ..Switch::default()
                     },
+                    // perf's offcpu-time samples always begin their callchain with
+                    // PERF_CONTEXT_USER; an empty one is another BPF output's sample (one of raw
+                    // data that `stitch` gave an empty callchain), no interval.
                     Some(Kind::OffCpuTime) => match (s.tid(), s.period()) {
-                        (Some(tid), Some(ns)) if tid != 0 => Switch {
-                            measured: Some((s.pid().unwrap_or(u32::MAX), tid, time, ns)),
-                            stack: true,
-                            ..Switch::default()
-                        },
+                        (Some(tid), Some(ns))
+                            if tid != 0 && s.callchain().is_some_and(|c| !c.is_empty()) =>
+                        {
+                            Switch {
+                                measured: Some((s.pid().unwrap_or(u32::MAX), tid, time, ns)),
+                                stack: true,
+                                ..Switch::default()
+                            }
+                        }
                         _ => Switch::default(),
                     },
                     Some(Kind::NoFormat) => {

@@ -17,6 +17,10 @@
 //! perf 6.1 stops reading a stream at the first one, so every output of this stage is readable by
 //! it. A record no held sample waits for is dropped (`deferred_orphans`), as perf ignores it.
 //!
+//! It also assembles perf ≥ 6.15's `offcpu-time` samples, whose pid, period and callchain are in
+//! their raw data, as perf's parse does (`stitch/offcpu.rs`): `offcpu_assembled`,
+//! `offcpu_unassembled`.
+//!
 //! The profile outputs (through `symbolize`) and `unwind` need this stage, so the chain puts it
 //! before them; passthrough and `--drop` keep the records as they are.
 //!
@@ -32,6 +36,8 @@ use perfpipe_core::spec::{Flag, StageSpec};
 use perfpipe_core::{Batch, Counter, Editor, Flow, Out, Stage, StageError};
 
 use crate::format::{context, flag, Endian, RecordType, StreamInfo, EVENT_HEADER_SIZE};
+
+mod offcpu;
 
 /// Most bytes of samples held for their deferred frames at once.
 pub const MAX_HELD_BYTES: usize = 64 << 20;
@@ -68,6 +74,7 @@ impl StitchConfig {
             unmatched: Counter::new(),
             orphans: Counter::new(),
             malformed: Counter::new(),
+            offcpu: offcpu::OffCpu::default(),
         }
     }
 }
@@ -92,6 +99,8 @@ pub struct Stitch {
     unmatched: Counter,
     orphans: Counter,
     malformed: Counter,
+    /// perf's raw-data `offcpu-time` samples, assembled ([`offcpu`]).
+    offcpu: offcpu::OffCpu,
 }
 
 /// The sample `rec` with its callchain (at `cc`: `nr` and entries) made of `keep` entries of
@@ -224,12 +233,17 @@ impl Stage for Stitch {
         let mut ed = batch.edit();
         while let Some(span) = ed.next_record() {
             match RecordType(span.kind) {
+                RecordType::SAMPLE if self.offcpu.takes(&info, &span) => {
+                    self.offcpu.record(&info, &mut ed, &span);
+                }
                 RecordType::SAMPLE => self.hold(&info, &mut ed, span),
                 RecordType::CALLCHAIN_DEFERRED => self.deliver(&info, &mut ed, span),
-                _ => {}
+                _ => self.offcpu.record(&info, &mut ed, &span),
             }
         }
         ed.finish();
+        let info = self.offcpu.info_out(&info);
+        batch.context = Some(info.clone());
         self.info = Some(info);
         if batch.spans.is_empty() {
             out.recycle(batch);
@@ -265,6 +279,8 @@ impl Stage for Stitch {
             ("deferred_unmatched", self.unmatched.clone()),
             ("deferred_orphans", self.orphans.clone()),
             ("deferred_malformed", self.malformed.clone()),
+            ("offcpu_assembled", self.offcpu.assembled.clone()),
+            ("offcpu_unassembled", self.offcpu.unassembled.clone()),
         ]
     }
 }
