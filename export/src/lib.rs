@@ -133,7 +133,7 @@ mod test_support {
 #[cfg(test)]
 mod tests {
     use perfpipe_profile::kit::event;
-    use perfpipe_stream::test_stream::SynthStream;
+    use perfpipe_stream::synth::SynthStream;
 
     use super::test_support::symbolized;
 

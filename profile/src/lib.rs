@@ -20,11 +20,5 @@
 pub mod fuzz;
 pub mod kit;
 pub mod symbolize;
-
-/// Most bytes of batches a profile stage holds back while it waits for records that belong
-/// before them in time (a COMM that names a sample's thread, the FORK or MMAP of its process):
-/// records are ordered by time only across FINISHED_ROUNDs, so both `symbolize` and `unwind`
-/// hold a batch for two rounds, or until this much is held.
-pub const HOLD_MAX_BYTES: usize = 32 << 20;
 pub mod symbols;
 pub mod unwind;

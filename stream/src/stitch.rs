@@ -274,7 +274,7 @@ mod tests {
     use perfpipe_core::harness;
 
     use super::*;
-    use crate::test_stream::{decoded, SynthStream};
+    use crate::synth::{decoded, SynthStream};
 
     const K: u64 = context::KERNEL;
     const D: u64 = context::USER_DEFERRED;

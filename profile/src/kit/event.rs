@@ -159,7 +159,7 @@ impl FirstEvent {
 mod tests {
     use perfpipe_core::harness::{raw_batches, run_stage};
     use perfpipe_stream::decode::DecodeConfig;
-    use perfpipe_stream::test_stream::SynthStream;
+    use perfpipe_stream::synth::SynthStream;
 
     use super::*;
 

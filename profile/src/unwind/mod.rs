@@ -30,18 +30,18 @@
 //!
 //! **Order**: input order; samples are rewritten in place, nothing is added or reordered.
 //! **Buffering**: a batch is held until two more FINISHED_ROUNDs have arrived (or
-//! [`HOLD_MAX_BYTES`] are held), and its samples are unwound then: records are ordered by time
-//! only across rounds, so the maps and FORKs older than a sample may come up to two rounds after
-//! it in the stream. Side-band records are applied to the model as they arrive. An unwound
-//! sample is written over its own bytes, and a batch whose records then fill less than a quarter
-//! of its buffer is copied to one of their size, the big buffer going back to the pool, so the
-//! batches downstream hold what they carry. **EOF**: the held batches.
-//! Counters: `samples_unwound` (the walk reached the outermost frame), `samples_partial` (it
-//! stopped early; per reason `partial_stack_end`, `partial_no_unwind_info`, `partial_bad_frame`,
-//! `partial_frame_cap`), `samples_no_unwind_info` (the sample's ip is in no dso with unwind
-//! information), `samples_no_user_regs` (kernel threads, 32-bit processes), `samples_malformed`
-//! (dropped: a field runs past the record), `dyn_size_clamped`, `user_frames`, `dsos_loaded`,
-//! `dsos_missing`, `dsos_without_unwind_info`.
+//! [`HOLD_MAX_BYTES`](perfpipe_stream::model::hold::HOLD_MAX_BYTES) are held: the stream model's
+//! [`Hold`]), and its samples are unwound then: records are ordered by time only across rounds, so
+//! the maps and FORKs older than a sample may come up to two rounds after it in the stream.
+//! Side-band records are applied to the model as they arrive. An unwound sample is written over its
+//! own bytes, and a batch whose records then fill less than a quarter of its buffer is copied to
+//! one of their size, the big buffer going back to the pool, so the batches downstream hold what
+//! they carry. **EOF**: the held batches. Counters: `samples_unwound` (the walk reached the
+//! outermost frame), `samples_partial` (it stopped early; per reason `partial_stack_end`,
+//! `partial_no_unwind_info`, `partial_bad_frame`, `partial_frame_cap`), `samples_no_unwind_info`
+//! (the sample's ip is in no dso with unwind information), `samples_no_user_regs` (kernel threads,
+//! 32-bit processes), `samples_malformed` (dropped: a field runs past the record),
+//! `dyn_size_clamped`, `user_frames`, `dsos_loaded`, `dsos_missing`, `dsos_without_unwind_info`.
 
 pub mod dso;
 pub mod sample;
@@ -49,7 +49,7 @@ pub mod sample;
 mod tests;
 
 use std::cell::RefCell;
-use std::collections::{HashMap, VecDeque};
+use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -64,6 +64,7 @@ use perfpipe_core::spec::{BuildCtx, Flag, Kind, Options, StageOption, StageSpec}
 use perfpipe_stream::format::{
     misc, Attr, Endian, RecordType, SampleLayout, StreamInfo, EVENT_HEADER_SIZE,
 };
+use perfpipe_stream::model::hold::Hold;
 use perfpipe_stream::model::machine::{DsoId, Identity, Machine, Map};
 use perfpipe_stream::model::IdMap;
 use perfpipe_stream::Error;
@@ -71,7 +72,6 @@ use sample::AttrExtra;
 
 use crate::symbols::sources::locate::Wanted;
 use crate::symbols::sources::{hex, Sources, SourcesConfig, SYMBOLS_FLAG, SYMFS_FLAG};
-use crate::HOLD_MAX_BYTES;
 
 /// How `unwind` appears on the command line: `--unwind [parallel=no,parallel-min=N,max-frames=N]`.
 pub const SPEC: StageSpec = StageSpec {
@@ -236,9 +236,7 @@ impl UnwindConfig {
             info_in: None,
             info_out: None,
             extras_changed: false,
-            held: VecDeque::new(),
-            held_bytes: 0,
-            rounds: 0,
+            held: Hold::default(),
             swept: 0,
             c: Counters::default(),
         }
@@ -501,12 +499,8 @@ pub struct Unwind {
     info_in: Option<Arc<StreamInfo>>,
     info_out: Option<Arc<StreamInfo>>,
     extras_changed: bool,
-    /// Batches held back (in order), with the FINISHED_ROUND count at their end and the model's
-    /// round when they came.
-    held: VecDeque<(Batch, usize, u64)>,
-    held_bytes: usize,
-    /// FINISHED_ROUNDs so far.
-    rounds: usize,
+    /// Batches held back for their side-band.
+    held: Hold,
     /// The model's round when `processes` was last swept of unwinders not asked for.
     swept: u64,
     c: Counters,
@@ -610,7 +604,6 @@ impl Unwind {
                 | RecordType::COMM
                 | RecordType::FINISHED_ROUND => {
                     self.machine.apply(&info.record(batch, span));
-                    self.rounds += usize::from(rt == RecordType::FINISHED_ROUND);
                 }
                 _ => {}
             }
@@ -736,20 +729,14 @@ impl Unwind {
 
     /// Unwinds and emits the held batches that are due (all of them with `all`).
     fn release_due(&mut self, out: &mut Out<'_>, all: bool) {
-        while let Some((_, rounds, _)) = self.held.front() {
-            if !all && self.rounds < rounds + 2 && self.held_bytes <= HOLD_MAX_BYTES {
-                break;
-            }
-            let (b, _, _) = self.held.pop_front().expect("front exists");
-            self.held_bytes -= b.data.len();
+        while let Some(b) = self.held.pop(all) {
             match self.scan(&b) {
                 Some(s) => self.finish(b, s, out),
                 None => out.push(b),
             }
         }
         // The model keeps the history the held samples may look up.
-        self.machine
-            .hold(self.held.front().map(|&(_, _, round)| round));
+        self.held.keep_for_held(&mut self.machine);
         let round = self.machine.round();
         if round != self.swept {
             self.swept = round;
@@ -1012,23 +999,21 @@ pub fn unwound_attr(attr: &mut Attr) {
 
 impl Stage for Unwind {
     fn process(&mut self, batch: Batch, out: &mut Out<'_>) -> Result<Flow, StageError> {
-        let round = self.machine.round();
-        match StreamInfo::shared(&batch) {
+        let round = match StreamInfo::shared(&batch) {
             Some(info) => {
                 // This batch's samples are unwound later: the model keeps their history from now.
-                self.machine
-                    .hold(Some(self.held.front().map_or(round, |&(_, _, r)| r)));
+                let round = self.held.keep_for_next(&mut self.machine);
                 self.take_in(&batch, &info);
+                round
             }
             None if self.held.is_empty() => {
                 out.push(batch);
                 return Ok(Flow::Continue);
             }
-            None => {}
-        }
-        self.held_bytes += batch.data.len();
+            None => self.machine.round(),
+        };
         // Its last samples are of the round the batch ends in.
-        self.held.push_back((batch, self.rounds, round));
+        self.held.push(batch, round);
         self.release_due(out, false);
         Ok(Flow::Continue)
     }

@@ -34,10 +34,12 @@
 //! **Order**: input order, records only removed. **Buffering**: none, except with `comm`: perf
 //! sorts records by time before it names a sample's thread, and a COMM (on one cpu) may come later
 //! in the stream than a sample (on another) that it names. FINISHED_ROUND guarantees that records
-//! of round N+2 are later than every record of round N, so a batch is held (whole, not copied) until
-//! two more FINISHED_ROUNDs have arrived, or until [`HOLD_MAX_BYTES`] are held, then decided.
-//! `dso` follows the maps in stream order (the [`crate::model::machine`] model). **EOF**: held batches
-//! are decided and emitted.
+//! of round N+2 are later than every record of round N, so a batch is held (whole, not copied)
+//! until two more FINISHED_ROUNDs have arrived, or until
+//! [`HOLD_MAX_BYTES`](crate::model::hold::HOLD_MAX_BYTES) are held, then decided (the stream
+//! model's [`Hold`], as `aslr`, `symbolize` and `unwind` hold batches). `dso` follows the maps in
+//! stream order (the [`crate::model::machine`] model). **EOF**: held batches are decided and
+//! emitted.
 
 pub mod expr;
 mod program;
@@ -49,6 +51,7 @@ use perfpipe_core::{Batch, Counter, Flow, Out, Span, Stage, StageError};
 use rayon::prelude::*;
 
 use crate::format::{Record, RecordType, StreamInfo};
+use crate::model::hold::Hold;
 use crate::model::machine::Machine;
 use crate::model::threads::{Events, Threads};
 pub use expr::{parse, Expr, ExprError, Field};
@@ -60,10 +63,6 @@ pub use shorthand::{cpu_list, id_list, name_list, time_range};
 /// the 416 MB benchmark recording (see docs/filtering.md): a compiled predicate costs a
 /// few ns per sample, less than handing a 256 KiB batch's ~2,700 samples to other threads.
 pub const PARALLEL_MIN_DEFAULT: usize = usize::MAX;
-
-/// Most bytes of batches a `comm` filter holds while waiting for later COMM records; past it the
-/// oldest is decided with what is known.
-pub const HOLD_MAX_BYTES: usize = 256 << 20;
 
 /// Configuration of a `filter` stage: a parsed expression. Plain data; no I/O.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -107,9 +106,7 @@ impl FilterConfig {
             threads: Threads::default(),
             events: Events::default(),
             first_time: None,
-            held: std::collections::VecDeque::new(),
-            held_bytes: 0,
-            rounds: 0,
+            held: Hold::default(),
             progs: Vec::new(),
             compiled_for: (usize::MAX, 0, 0),
             kept: Counter::new(),
@@ -258,11 +255,8 @@ pub struct Filter {
     events: Events,
     /// Time of the first sample, for relative times.
     first_time: Option<u64>,
-    /// Batches held for a `comm` filter, each with the FINISHED_ROUND count after it.
-    held: std::collections::VecDeque<(Batch, u64)>,
-    held_bytes: usize,
-    /// FINISHED_ROUND records seen.
-    rounds: u64,
+    /// Batches held for a `comm` filter.
+    held: Hold,
     /// The program for each attr index; the last entry is for samples of an unknown attr.
     progs: Vec<Prog>,
     /// (number of attrs, event-name generation, tracing data) the programs were compiled for.
@@ -326,7 +320,6 @@ impl Filter {
                     self.first_time = Some(*info.first_sample_time.get_or_init(|| t));
                 }
             }
-            RecordType::FINISHED_ROUND => self.rounds += 1,
             RecordType::COMM | RecordType::FORK if self.track_comm => self.threads.observe(rec),
             RecordType::EVENT_UPDATE | RecordType::HEADER_FEATURE if self.track_events => {
                 self.events.observe(rec.bytes, RecordType(span.kind), info)
@@ -464,7 +457,7 @@ impl Stage for Filter {
             if self.held.is_empty() {
                 out.push(batch);
             } else {
-                self.held.push_back((batch, self.rounds));
+                self.held.push(batch, 0);
             }
             return Ok(Flow::Continue);
         };
@@ -473,24 +466,17 @@ impl Stage for Filter {
             self.emit(batch, out);
             return Ok(Flow::Continue);
         }
-        self.held_bytes += batch.data.len();
-        self.held.push_back((batch, self.rounds));
-        while let Some((_, at)) = self.held.front() {
-            if self.rounds < at + 2 && self.held_bytes <= HOLD_MAX_BYTES {
-                break;
-            }
-            let (b, _) = self.held.pop_front().expect("front exists");
-            self.held_bytes -= b.data.len();
+        self.held.push(batch, 0);
+        while let Some(b) = self.held.pop(false) {
             self.emit(b, out);
         }
         Ok(Flow::Continue)
     }
 
     fn flush(&mut self, out: &mut Out<'_>) -> Result<(), StageError> {
-        while let Some((b, _)) = self.held.pop_front() {
+        while let Some(b) = self.held.pop(true) {
             self.emit(b, out);
         }
-        self.held_bytes = 0;
         Ok(())
     }
 
