@@ -181,6 +181,8 @@ pipetest!(usage_flags_are_in_the_help, |_dir| {
 struct Row {
     name: String,
     optional: bool,
+    /// The row's text.
+    line: String,
 }
 
 /// The rows of the tables in `lines` whose first cell is a name in backticks.
@@ -210,10 +212,43 @@ fn table_rows(lines: &[&str]) -> Vec<Row> {
         rows.push(Row {
             name: cells[0].trim_matches('`').to_string(),
             optional: optional_column.is_some_and(|c| cells.get(c).is_some_and(|v| v == "yes")),
+            line: line.to_string(),
         });
     }
     rows
 }
+
+pipetest!(
+    format_table_gives_each_format_its_extensions_and_features,
+    |_dir| {
+        let text = readme();
+        let rows = table_rows(&section(&text, "Stages and formats"));
+        // Every format of perfpipe-export, compiled in or not, from the one place that declares them.
+        for o in perfpipe_export::offered::OFFERED {
+            let row = rows.iter().find(|r| r.name == o.name);
+            let row =
+                row.unwrap_or_else(|| panic!("README.md has no row of the {} format", o.name));
+            assert_eq!(
+                row.optional,
+                !o.features.is_empty(),
+                "README.md's {} row: optional is a cargo feature ({:?})",
+                o.name,
+                o.features
+            );
+            let listed: Vec<&str> = row
+                .line
+                .split("`-o FILE.")
+                .skip(1)
+                .filter_map(|rest| rest.split('`').next())
+                .collect();
+            assert_eq!(
+                listed, o.extensions,
+                "README.md's {} row lists other extensions than the format declares",
+                o.name
+            );
+        }
+    }
+);
 
 /// The stages and formats `perfpipe stages` prints: its unindented lines (flags and options are
 /// indented) but the heading of the formats, by name (`--buildid` → `buildid`).
