@@ -17,8 +17,14 @@
 #![deny(missing_docs)]
 
 #[doc(hidden)]
+#[cfg(all(feature = "unwind", feature = "debuginfod"))]
 pub mod fuzz;
 pub mod kit;
 pub mod symbolize;
 pub mod symbols;
+#[cfg(feature = "unwind")]
+pub mod unwind;
+/// `unwind` in a build without the `unwind` feature: its flags, and an error naming the feature.
+#[cfg(not(feature = "unwind"))]
+#[path = "unwind/spec.rs"]
 pub mod unwind;

@@ -84,8 +84,9 @@ impl SourcesConfig {
     /// the environment's, as perf and elfutils read it), opened.
     ///
     /// # Errors
-    /// As [`Sources::open`].
+    /// As [`Sources::open`]; servers named in a build without the `debuginfod` feature.
     pub fn open_with(&self, debuginfod: Option<&str>) -> Result<Sources, String> {
+        debuginfod::check_option(debuginfod)?;
         let mut c = self.clone();
         c.debuginfod = match debuginfod {
             Some("no") => None,

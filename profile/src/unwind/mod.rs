@@ -45,6 +45,7 @@
 
 pub mod dso;
 pub mod sample;
+mod spec;
 #[cfg(test)]
 mod tests;
 
@@ -60,7 +61,7 @@ use perfpipe_core::{Batch, Counter, Flow, NoteValue, Notes, Out, Stage, StageErr
 use rayon::prelude::*;
 
 use dso::{Bytes, Missing, UnwindInfo};
-use perfpipe_core::spec::{BuildCtx, Flag, Kind, Options, StageOption, StageSpec};
+use perfpipe_core::spec::{BuildCtx, Options};
 use perfpipe_stream::format::{
     misc, Attr, Endian, RecordType, SampleLayout, StreamInfo, EVENT_HEADER_SIZE,
 };
@@ -69,57 +70,10 @@ use perfpipe_stream::model::machine::{DsoId, Identity, Machine, Map};
 use perfpipe_stream::model::IdMap;
 use perfpipe_stream::Error;
 use sample::AttrExtra;
+pub use spec::SPEC;
 
 use crate::symbols::sources::locate::Wanted;
-use crate::symbols::sources::{hex, Sources, SourcesConfig, SYMBOLS_FLAG, SYMFS_FLAG};
-
-/// How `unwind` appears on the command line: `--unwind [parallel=no,parallel-min=N,max-frames=N]`.
-pub const SPEC: StageSpec = StageSpec {
-    name: "unwind",
-    help: "unwind --call-graph dwarf samples' user stacks into callchains (.eh_frame/.debug_frame) and drop the stack copies",
-    flags: &[
-        Flag::stage_options(
-            "unwind",
-            "unwind --call-graph dwarf samples into callchains and drop their stack copies",
-        ),
-        SYMBOLS_FLAG,
-        SYMFS_FLAG,
-    ],
-    options: &[
-        StageOption {
-            key: "parallel",
-            kind: Kind::Switch,
-            help: "unwind each batch's samples on the worker pool (default yes; no: on the stage's thread)",
-        },
-        StageOption {
-            key: "parallel-min",
-            kind: Kind::Count,
-            help: "fewest samples in a batch for the pool to unwind them (default 64; fewer: on the stage's thread)",
-        },
-        StageOption {
-            key: "max-frames",
-            kind: Kind::Count,
-            help: "most user frames per sample (default 1024)",
-        },
-        StageOption {
-            key: "symbols",
-            kind: Kind::Text("ARCHIVE|DIR"),
-            help: "an archive or build-id-cache directory to look dsos' unwind tables up in, by build id (repeatable)",
-        },
-        StageOption {
-            key: "symfs",
-            kind: Kind::Text("DIR"),
-            help: "the root every dso path is looked up under",
-        },
-        StageOption {
-            key: "debuginfod",
-            kind: Kind::Text("URLS|no"),
-            help: "debuginfod servers (space-separated) instead of DEBUGINFOD_URLS; no: none",
-        },
-    ],
-    build: build_stage,
-    needs: &["decompress", "stitch"],
-};
+use crate::symbols::sources::{hex, Sources, SourcesConfig};
 
 fn build_stage(ctx: &BuildCtx, o: &Options) -> Result<Box<dyn Stage>, perfpipe_core::StageError> {
     let config = UnwindConfig::from_options(o)?;
