@@ -231,11 +231,7 @@ impl Stage for Stitch {
         }
         ed.finish();
         self.info = Some(info);
-        if batch.spans.is_empty() {
-            out.recycle(batch);
-        } else {
-            out.push(batch);
-        }
+        out.push_or_recycle(batch);
         Ok(Flow::Continue)
     }
 

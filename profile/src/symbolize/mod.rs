@@ -38,7 +38,7 @@ pub use crate::symbols::{DsoDesc, FrameKind, Query, Resolved, Symbols, SymbolsCo
 use perfpipe_core::spec::{BuildCtx, Flag, FlagValue, Kind, Options, StageOption, StageSpec};
 use perfpipe_stream::format::{context, misc, Endian, Record, RecordType, Sample, StreamInfo};
 use perfpipe_stream::model::dso::{HostIds, HostMode, StreamHost};
-use perfpipe_stream::model::hold::Hold;
+use perfpipe_stream::model::hold::{Hold, Holding};
 use perfpipe_stream::model::machine::{DsoId, Machine, Map};
 use perfpipe_stream::model::threads::Threads;
 
@@ -765,6 +765,42 @@ impl Symbolize {
         }
     }
 
+    /// Whether attr `attr`'s samples tell the model the time (see `untimed`).
+    fn untimed(&mut self, info: &StreamInfo, attr: u16) -> bool {
+        let i = usize::from(attr);
+        if self.untimed.len() != info.attrs.len() {
+            self.untimed = info
+                .attrs
+                .iter()
+                .map(|a| {
+                    !a.sample_id_all() && a.sample_type & perfpipe_stream::format::sample::TIME != 0
+                })
+                .collect();
+        }
+        self.untimed.get(i).copied().unwrap_or(false)
+    }
+}
+
+impl Holding for Symbolize {
+    /// Takes in a batch's side-band as it comes (maps, names, rounds), and the times of its
+    /// samples where its other records have none.
+    fn take_in(&mut self, batch: &Batch, info: &Arc<StreamInfo>) {
+        let e = info.endian;
+        for span in &batch.spans {
+            let rec = info.record(batch, span);
+            if RecordType(span.kind) == RecordType::SAMPLE {
+                if self.untimed(info, span.tag as u16) {
+                    if let Some(t) = rec.sample().and_then(|s| s.time()) {
+                        self.machine.saw(t);
+                        self.threads.saw(t);
+                    }
+                }
+            } else {
+                self.observe(&rec, e);
+            }
+        }
+    }
+
     /// Maps a held batch's samples, at their times, fills their thread names and attaches the
     /// stacks.
     fn release(&mut self, mut batch: Batch, out: &mut Out<'_>) {
@@ -825,59 +861,15 @@ impl Symbolize {
         out.push(batch);
     }
 
-    fn release_due(&mut self, out: &mut Out<'_>, all: bool) {
-        while let Some(batch) = self.held.pop(all) {
-            self.release(batch, out);
-        }
-        // The model keeps the history the held samples may look up.
-        self.held.keep_for_held(&mut self.machine);
-    }
-
-    /// Whether attr `attr`'s samples tell the model the time (see `untimed`).
-    fn untimed(&mut self, info: &StreamInfo, attr: u16) -> bool {
-        let i = usize::from(attr);
-        if self.untimed.len() != info.attrs.len() {
-            self.untimed = info
-                .attrs
-                .iter()
-                .map(|a| {
-                    !a.sample_id_all() && a.sample_type & perfpipe_stream::format::sample::TIME != 0
-                })
-                .collect();
-        }
-        self.untimed.get(i).copied().unwrap_or(false)
+    fn parts(&mut self) -> (&mut Hold, &mut Machine) {
+        (&mut self.held, &mut self.machine)
     }
 }
 
 impl Stage for Symbolize {
     fn process(&mut self, batch: Batch, out: &mut Out<'_>) -> Result<Flow, StageError> {
-        let Some(info) = StreamInfo::shared(&batch) else {
-            if self.held.is_empty() {
-                out.push(batch);
-            } else {
-                self.held.push(batch, self.machine.round());
-            }
-            return Ok(Flow::Continue);
-        };
-        let e = info.endian;
         // This batch's samples are looked up later: the model keeps their history from now.
-        let round = self.held.keep_for_next(&mut self.machine);
-        for span in &batch.spans {
-            let rec = info.record(&batch, span);
-            if RecordType(span.kind) == RecordType::SAMPLE {
-                if self.untimed(&info, span.tag as u16) {
-                    if let Some(t) = rec.sample().and_then(|s| s.time()) {
-                        self.machine.saw(t);
-                        self.threads.saw(t);
-                    }
-                }
-            } else {
-                self.observe(&rec, e);
-            }
-        }
-        // Its last samples are of the round the batch ends in.
-        self.held.push(batch, round);
-        self.release_due(out, false);
+        self.hold(batch, out);
         Ok(Flow::Continue)
     }
 
@@ -1125,21 +1117,13 @@ pub const SPEC: StageSpec = StageSpec {
             kind: Kind::Text("ARCHIVE|DIR"),
             help: "an archive or build-id-cache directory to look symbols up in, by build id (repeatable)",
         },
-        StageOption {
-            key: "symfs",
-            kind: Kind::Text("DIR"),
-            help: "the root every dso path is looked up under",
-        },
+        crate::symbols::sources::SYMFS_OPTION,
         StageOption {
             key: "kallsyms",
             kind: Kind::Text("FILE"),
             help: "the kallsyms kernel frames are named from",
         },
-        StageOption {
-            key: "debuginfod",
-            kind: Kind::Text("URLS|no"),
-            help: "debuginfod servers (space-separated) instead of DEBUGINFOD_URLS; no: none",
-        },
+        crate::symbols::sources::DEBUGINFOD_OPTION,
     ],
     build: build_stage,
     needs: &["decompress", "stitch"],

@@ -65,7 +65,7 @@ use perfpipe_core::spec::{BuildCtx, Options};
 use perfpipe_stream::format::{
     misc, Attr, Endian, RecordType, SampleLayout, StreamInfo, EVENT_HEADER_SIZE,
 };
-use perfpipe_stream::model::hold::Hold;
+use perfpipe_stream::model::hold::{Hold, Holding};
 use perfpipe_stream::model::machine::{DsoId, Identity, Machine, Map};
 use perfpipe_stream::model::IdMap;
 use perfpipe_stream::Error;
@@ -526,44 +526,6 @@ impl Unwind {
         true
     }
 
-    /// Takes in a batch as it comes: notes its dwarf attrs and applies its side-band records to
-    /// the address spaces.
-    fn take_in(&mut self, batch: &Batch, info: &StreamInfo) {
-        let e = info.endian;
-        for span in &batch.spans {
-            let rt = RecordType(span.kind);
-            match rt {
-                RecordType::HEADER_ATTR => {
-                    let rec = batch.bytes(span);
-                    let Ok(attr) = Attr::parse(&rec[EVENT_HEADER_SIZE.min(rec.len())..], e) else {
-                        continue;
-                    };
-                    if sample::wants_unwinding(attr.sample_type) {
-                        self.note_attr(info, &attr, rec);
-                    }
-                }
-                RecordType::HEADER_BUILD_ID => {
-                    if let Some(b) = info.record(batch, span).build_id() {
-                        if !b.build_id.is_empty() {
-                            self.noted_ids
-                                .entry(b.filename.to_vec())
-                                .or_insert_with(|| b.build_id.to_vec());
-                        }
-                    }
-                }
-                RecordType::MMAP
-                | RecordType::MMAP2
-                | RecordType::FORK
-                | RecordType::EXIT
-                | RecordType::COMM
-                | RecordType::FINISHED_ROUND => {
-                    self.machine.apply(&info.record(batch, span));
-                }
-                _ => {}
-            }
-        }
-    }
-
     /// Pass one over a held batch: the rewritten dwarf attrs, and a job of each sample to unwind
     /// with its process's unwinder at the sample's time.
     fn scan(&mut self, batch: &Batch) -> Option<Scanned> {
@@ -674,30 +636,7 @@ impl Unwind {
         }
         compact(&mut batch, out);
         batch.context = Some(info_out);
-        if batch.spans.is_empty() {
-            out.recycle(batch);
-        } else {
-            out.push(batch);
-        }
-    }
-
-    /// Unwinds and emits the held batches that are due (all of them with `all`).
-    fn release_due(&mut self, out: &mut Out<'_>, all: bool) {
-        while let Some(b) = self.held.pop(all) {
-            match self.scan(&b) {
-                Some(s) => self.finish(b, s, out),
-                None => out.push(b),
-            }
-        }
-        // The model keeps the history the held samples may look up.
-        self.held.keep_for_held(&mut self.machine);
-        let round = self.machine.round();
-        if round != self.swept {
-            self.swept = round;
-            let keep = |used: u64| used.saturating_add(KEEP_ROUNDS) >= round;
-            self.processes.retain(|_, b| keep(b.used));
-            self.modules.0.retain(|_, (_, used)| keep(*used));
-        }
+        out.push_or_recycle(batch);
     }
 
     /// The unwinder of process `pid` with its maps at `time`: the one last built for it while
@@ -951,24 +890,68 @@ pub fn unwound_attr(attr: &mut Attr) {
     attr.layout = SampleLayout::new(attr.sample_type, attr.read_format, attr.sample_id_all());
 }
 
+impl Holding for Unwind {
+    fn parts(&mut self) -> (&mut Hold, &mut Machine) {
+        (&mut self.held, &mut self.machine)
+    }
+
+    /// Takes in a batch as it comes: notes its dwarf attrs and applies its side-band records to
+    /// the address spaces.
+    fn take_in(&mut self, batch: &Batch, info: &Arc<StreamInfo>) {
+        let e = info.endian;
+        for span in &batch.spans {
+            let rt = RecordType(span.kind);
+            match rt {
+                RecordType::HEADER_ATTR => {
+                    let rec = batch.bytes(span);
+                    let Ok(attr) = Attr::parse(&rec[EVENT_HEADER_SIZE.min(rec.len())..], e) else {
+                        continue;
+                    };
+                    if sample::wants_unwinding(attr.sample_type) {
+                        self.note_attr(info, &attr, rec);
+                    }
+                }
+                RecordType::HEADER_BUILD_ID => {
+                    if let Some(b) = info.record(batch, span).build_id() {
+                        if !b.build_id.is_empty() {
+                            self.noted_ids
+                                .entry(b.filename.to_vec())
+                                .or_insert_with(|| b.build_id.to_vec());
+                        }
+                    }
+                }
+                rt if Machine::takes(rt) => {
+                    self.machine.apply(&info.record(batch, span));
+                }
+                _ => {}
+            }
+        }
+    }
+
+    /// Unwinds a batch that is due and emits it.
+    fn release(&mut self, batch: Batch, out: &mut Out<'_>) {
+        match self.scan(&batch) {
+            Some(s) => self.finish(batch, s, out),
+            None => out.push(batch),
+        }
+    }
+
+    /// Drops the unwinders and modules no sample asked for in [`KEEP_ROUNDS`] rounds.
+    fn released(&mut self) {
+        let round = self.machine.round();
+        if round != self.swept {
+            self.swept = round;
+            let keep = |used: u64| used.saturating_add(KEEP_ROUNDS) >= round;
+            self.processes.retain(|_, b| keep(b.used));
+            self.modules.0.retain(|_, (_, used)| keep(*used));
+        }
+    }
+}
+
 impl Stage for Unwind {
     fn process(&mut self, batch: Batch, out: &mut Out<'_>) -> Result<Flow, StageError> {
-        let round = match StreamInfo::shared(&batch) {
-            Some(info) => {
-                // This batch's samples are unwound later: the model keeps their history from now.
-                let round = self.held.keep_for_next(&mut self.machine);
-                self.take_in(&batch, &info);
-                round
-            }
-            None if self.held.is_empty() => {
-                out.push(batch);
-                return Ok(Flow::Continue);
-            }
-            None => self.machine.round(),
-        };
-        // Its last samples are of the round the batch ends in.
-        self.held.push(batch, round);
-        self.release_due(out, false);
+        // This batch's samples are unwound later: the model keeps their history from now.
+        self.hold(batch, out);
         Ok(Flow::Continue)
     }
 

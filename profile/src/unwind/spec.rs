@@ -9,7 +9,7 @@ use perfpipe_core::{
     Stage, StageError,
 };
 
-use crate::symbols::sources::{SYMBOLS_FLAG, SYMFS_FLAG};
+use crate::symbols::sources::{DEBUGINFOD_OPTION, SYMBOLS_FLAG, SYMFS_FLAG, SYMFS_OPTION};
 
 /// How `unwind` appears on the command line: `--unwind [parallel=no,parallel-min=N,max-frames=N]`.
 pub const SPEC: StageSpec = StageSpec {
@@ -44,16 +44,8 @@ pub const SPEC: StageSpec = StageSpec {
             kind: Kind::Text("ARCHIVE|DIR"),
             help: "an archive or build-id-cache directory to look dsos' unwind tables up in, by build id (repeatable)",
         },
-        StageOption {
-            key: "symfs",
-            kind: Kind::Text("DIR"),
-            help: "the root every dso path is looked up under",
-        },
-        StageOption {
-            key: "debuginfod",
-            kind: Kind::Text("URLS|no"),
-            help: "debuginfod servers (space-separated) instead of DEBUGINFOD_URLS; no: none",
-        },
+        SYMFS_OPTION,
+        DEBUGINFOD_OPTION,
     ],
     build: build_stage,
     needs: &["decompress", "stitch"],

@@ -52,7 +52,7 @@ use crate::format::{
     context, feature, misc, sample, Attr, Record, RecordType, SampleLayout, StreamInfo,
     EVENT_HEADER_SIZE,
 };
-use crate::model::hold::Hold;
+use crate::model::hold::{Hold, Holding};
 use crate::model::machine::{Machine, Map};
 
 mod rewrite;
@@ -540,18 +540,17 @@ pub fn stripped_type(t: u64) -> u64 {
     t & !(REGS_USER | REGS_INTR)
 }
 
-impl Aslr {
-    /// Takes in a batch as it comes: applies its side-band records to the address spaces.
-    fn take_in(&mut self, batch: &Batch, info: &StreamInfo) {
+impl Holding for Aslr {
+    fn parts(&mut self) -> (&mut Hold, &mut Machine) {
+        (&mut self.held, &mut self.machine)
+    }
+
+    /// Applies a batch's side-band to the address spaces as it comes, and lays its maps out.
+    fn take_in(&mut self, batch: &Batch, info: &Arc<StreamInfo>) {
         for span in &batch.spans {
             let rt = RecordType(span.kind);
             match rt {
-                RecordType::MMAP
-                | RecordType::MMAP2
-                | RecordType::FORK
-                | RecordType::EXIT
-                | RecordType::COMM
-                | RecordType::FINISHED_ROUND => {
+                rt if Machine::takes(rt) => {
                     let rec = info.record(batch, span);
                     self.machine.apply(&rec);
                     match rt {
@@ -580,45 +579,25 @@ impl Aslr {
         }
     }
 
-    /// Rewrites and emits the held batches that are due (all of them with `all`).
-    fn release_due(&mut self, out: &mut Out<'_>, all: bool) {
-        while let Some(mut batch) = self.held.pop(all) {
-            let Some(info) = StreamInfo::shared(&batch) else {
-                out.push(batch);
-                continue;
-            };
-            let mut ed = batch.edit();
-            while let Some(span) = ed.next_record() {
-                self.record(&info, &mut ed, span);
-            }
-            ed.finish();
-            batch.context = Some(self.info_out(&info));
-            if batch.spans.is_empty() {
-                out.recycle(batch);
-            } else {
-                out.push(batch);
-            }
+    /// Rewrites a batch that is due and emits it.
+    fn release(&mut self, mut batch: Batch, out: &mut Out<'_>) {
+        let Some(info) = StreamInfo::shared(&batch) else {
+            out.push(batch);
+            return;
+        };
+        let mut ed = batch.edit();
+        while let Some(span) = ed.next_record() {
+            self.record(&info, &mut ed, span);
         }
-        self.held.keep_for_held(&mut self.machine);
+        ed.finish();
+        batch.context = Some(self.info_out(&info));
+        out.push_or_recycle(batch);
     }
 }
 
 impl Stage for Aslr {
     fn process(&mut self, batch: Batch, out: &mut Out<'_>) -> Result<Flow, StageError> {
-        let round = match StreamInfo::shared(&batch) {
-            Some(info) => {
-                let round = self.held.keep_for_next(&mut self.machine);
-                self.take_in(&batch, &info);
-                round
-            }
-            None if self.held.is_empty() => {
-                out.push(batch);
-                return Ok(Flow::Continue);
-            }
-            None => self.machine.round(),
-        };
-        self.held.push(batch, round);
-        self.release_due(out, false);
+        self.hold(batch, out);
         Ok(Flow::Continue)
     }
 

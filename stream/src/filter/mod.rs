@@ -416,11 +416,7 @@ impl Filter {
         self.kept.add((samples - dropped) as u64);
         self.dropped.add(dropped as u64);
         batch.spans = kept;
-        if batch.spans.is_empty() {
-            out.recycle(batch);
-        } else {
-            out.push(batch);
-        }
+        out.push_or_recycle(batch);
     }
 }
 

@@ -13,8 +13,9 @@
 //! [`Machine`] which rounds the held samples may still look up, so it forgets no older history.
 
 use std::collections::VecDeque;
+use std::sync::Arc;
 
-use perfpipe_core::Batch;
+use perfpipe_core::{Batch, Out};
 
 use super::machine::Machine;
 use crate::format::{RecordType, StreamInfo};
@@ -80,6 +81,22 @@ impl Hold {
         Some(h.batch)
     }
 
+    /// What becomes of a batch that comes, before [`Hold::push`]: `None` when it goes on at once
+    /// (it has no stream info, and nothing is held before it); else the model's round to push it
+    /// with, and its stream info, whose side-band the stage then takes in (the model keeps the
+    /// history from the oldest held batch: [`Hold::keep_for_next`]).
+    pub fn admit(
+        &self,
+        batch: &Batch,
+        machine: &mut Machine,
+    ) -> Option<(u64, Option<Arc<StreamInfo>>)> {
+        match StreamInfo::shared(batch) {
+            Some(info) => Some((self.keep_for_next(machine), Some(info))),
+            None if self.is_empty() => None,
+            None => Some((machine.round(), None)),
+        }
+    }
+
     /// Before a batch is taken into `machine`: the model keeps its history from the round of the
     /// oldest held batch, or from now for the batch about to be held. Returns the model's round,
     /// for [`Hold::push`].
@@ -96,10 +113,54 @@ impl Hold {
     }
 }
 
+/// A stage whose batches wait in a [`Hold`] for the side-band older than their samples, its
+/// [`Machine`] fed as they come (`aslr`, `symbolize`, `unwind`): it says how to take a batch's
+/// side-band in and what becomes of a batch when it goes; [`Holding::hold`] is its `process` and
+/// [`Holding::release_due`] its `flush`.
+pub trait Holding {
+    /// Its hold and its model.
+    fn parts(&mut self) -> (&mut Hold, &mut Machine);
+
+    /// Takes in the side-band of a batch as it comes.
+    fn take_in(&mut self, batch: &Batch, info: &Arc<StreamInfo>);
+
+    /// Emits a batch that is due: its samples looked up or rewritten (a batch without stream
+    /// info too, in its place).
+    fn release(&mut self, batch: Batch, out: &mut Out<'_>);
+
+    /// After batches went: what else the stage forgets (nothing by default).
+    fn released(&mut self) {}
+
+    /// Holds a batch that comes (or passes it on at once: no stream info, nothing held before
+    /// it), taking its side-band in, then emits the batches that are due.
+    fn hold(&mut self, batch: Batch, out: &mut Out<'_>) {
+        let (hold, machine) = self.parts();
+        let Some((round, info)) = hold.admit(&batch, machine) else {
+            out.push(batch);
+            return;
+        };
+        if let Some(info) = info {
+            self.take_in(&batch, &info);
+        }
+        // Its last samples are of the round the batch ends in.
+        self.parts().0.push(batch, round);
+        self.release_due(out, false);
+    }
+
+    /// Emits the held batches that are due (all of them with `all`: at the end of the stream,
+    /// or for a snapshot); the model then keeps the history the held ones may still look up.
+    fn release_due(&mut self, out: &mut Out<'_>, all: bool) {
+        while let Some(batch) = self.parts().0.pop(all) {
+            self.release(batch, out);
+        }
+        let (hold, machine) = self.parts();
+        hold.keep_for_held(machine);
+        self.released();
+    }
+}
+
 #[cfg(test)]
 mod tests {
-    use std::sync::Arc;
-
     use perfpipe_core::Span;
 
     use super::*;

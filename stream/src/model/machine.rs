@@ -460,6 +460,20 @@ impl Machine {
         Machine::default()
     }
 
+    /// Whether [`Machine::apply`] takes records of type `rt` in: the maps, the processes'
+    /// lives and the rounds (MMAP, MMAP2, FORK, EXIT, COMM, FINISHED_ROUND).
+    pub fn takes(rt: RecordType) -> bool {
+        matches!(
+            rt,
+            RecordType::MMAP
+                | RecordType::MMAP2
+                | RecordType::FORK
+                | RecordType::EXIT
+                | RecordType::COMM
+                | RecordType::FINISHED_ROUND
+        )
+    }
+
     /// Applies a record: MMAP, MMAP2, FORK, COMM, EXIT and FINISHED_ROUND change the model; other
     /// records are ignored. Returns the dso an MMAP/MMAP2 introduced or mapped again.
     pub fn apply(&mut self, rec: &Record<'_>) -> Option<DsoId> {
