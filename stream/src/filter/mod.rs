@@ -13,9 +13,10 @@
 //! - `time` values take a unit (`ns` by default, `us`, `ms`, `s`): absolute timestamps as perf script
 //!   prints them (`time >= 12345.678s`); with a `+`, relative to the first sample (`time < +1.5s`).
 //! - `comm` is the thread's name at the sample's time, tracked from COMM and FORK records (see
-//!   `state::Threads`); `event` the attr's name from EVENT_UPDATE records or the EVENT_DESC
-//!   feature; `dso` the file mapped at the sample's ip, from the [`crate::model::machine`] model (`[unknown]`
-//!   when none, `[kernel.kallsyms]` for the kernel).
+//!   [`crate::model::threads`]); `event` the attr's event name by the rule the profiles name events
+//!   with ([`crate::model::events::name`]: `cpu-clock`, `sched:sched_switch`); `dso` the file
+//!   mapped at the sample's ip, from the [`crate::model::machine`] model (`[unknown]` when none,
+//!   `[kernel.kallsyms]` for the kernel).
 //! - `tp.NAME` is the field `NAME` of a tracepoint sample's raw payload, read at the offset, size
 //!   and signedness its format file gives (from the recording's tracing data, see
 //!   [`crate::format::tracing`]): `tp.prev_state == "D" && tp.prev_comm == "kworker*"`. Numbers
@@ -27,8 +28,8 @@
 //!   a sample that is not a tracepoint's or whose tracepoint has no field `x`) is false.
 //!
 //! The expression is parsed once when the stage is built and compiled once per attr (fields become
-//! byte offsets of that attr's sample layout, `event` a constant), again only when an attr or an
-//! event name arrives. Batches with at least [`FilterConfig::parallel_min`] samples are evaluated on
+//! byte offsets of that attr's sample layout, `event` a constant), again only when an attr or the
+//! tracing data arrives. Batches with at least [`FilterConfig::parallel_min`] samples are evaluated on
 //! rayon's pool, unless the expression uses `dso` (whose map state changes record by record).
 //!
 //! **Order**: input order, records only removed. **Buffering**: none, except with `comm`: perf
@@ -51,9 +52,10 @@ use perfpipe_core::{Batch, Counter, Flow, Out, Span, Stage, StageError};
 use rayon::prelude::*;
 
 use crate::format::{Record, RecordType, StreamInfo};
+use crate::model::events;
 use crate::model::hold::Hold;
 use crate::model::machine::Machine;
-use crate::model::threads::{Events, Threads};
+use crate::model::threads::Threads;
 pub use expr::{parse, Expr, ExprError, Field};
 use perfpipe_core::spec::{BuildCtx, Flag, Kind, Options, StageOption, StageSpec};
 use program::{Cx, Prog};
@@ -101,14 +103,12 @@ impl FilterConfig {
                 self.parallel_min
             },
             track_comm: self.expr.uses(Field::Comm),
-            track_events: self.expr.uses(Field::Event),
             machine: uses_dso.then(Machine::new),
             threads: Threads::default(),
-            events: Events::default(),
             first_time: None,
             held: Hold::default(),
             progs: Vec::new(),
-            compiled_for: (usize::MAX, 0, 0),
+            compiled_for: (usize::MAX, 0),
             kept: Counter::new(),
             dropped: Counter::new(),
             short: Counter::new(),
@@ -249,18 +249,16 @@ pub struct Filter {
     expr: Expr,
     parallel_min: usize,
     track_comm: bool,
-    track_events: bool,
     machine: Option<Machine>,
     threads: Threads,
-    events: Events,
     /// Time of the first sample, for relative times.
     first_time: Option<u64>,
     /// Batches held for a `comm` filter.
     held: Hold,
     /// The program for each attr index; the last entry is for samples of an unknown attr.
     progs: Vec<Prog>,
-    /// (number of attrs, event-name generation, tracing data) the programs were compiled for.
-    compiled_for: (usize, u64, usize),
+    /// (number of attrs, tracing data) the programs were compiled for.
+    compiled_for: (usize, usize),
     kept: Counter,
     dropped: Counter,
     /// Tracepoint fields read past the end of a sample's raw payload (the predicate is false).
@@ -284,7 +282,6 @@ impl Filter {
     fn compile(&mut self, info: &StreamInfo) {
         let key = (
             info.attrs.len(),
-            self.events.generation,
             info.tracing.as_ref().map_or(0, |t| Arc::as_ptr(t) as usize),
         );
         if key == self.compiled_for {
@@ -295,10 +292,11 @@ impl Filter {
             .iter()
             .enumerate()
             .map(|(i, a)| {
+                let event = events::name(info, i as u16);
                 Prog::compile(
                     &self.expr,
                     Some(&a.layout),
-                    self.events.name(i),
+                    Some(&event),
                     info.tracepoint(i),
                 )
             })
@@ -312,7 +310,7 @@ impl Filter {
         &self.progs[(tag as usize).min(last)]
     }
 
-    /// Takes in a side-band record (names, rounds; not maps); notes the first sample's time.
+    /// Takes in a side-band record (thread names; not maps); notes the first sample's time.
     fn observe(&mut self, span: &Span, rec: &Record<'_>, info: &StreamInfo) {
         match RecordType(span.kind) {
             RecordType::SAMPLE if self.first_time.is_none() => {
@@ -321,9 +319,6 @@ impl Filter {
                 }
             }
             RecordType::COMM | RecordType::FORK if self.track_comm => self.threads.observe(rec),
-            RecordType::EVENT_UPDATE | RecordType::HEADER_FEATURE if self.track_events => {
-                self.events.observe(rec.bytes, RecordType(span.kind), info)
-            }
             _ => {}
         }
     }
