@@ -31,16 +31,18 @@ impl Offered {
     }
 }
 
+/// This crate's cargo features, each with whether it is on.
+const FEATURES: &[(&str, bool)] = &[
+    ("flamegraph", cfg!(feature = "flamegraph")),
+    ("pprof", cfg!(feature = "pprof")),
+    ("firefox", cfg!(feature = "firefox")),
+    ("parquet", cfg!(feature = "parquet")),
+    ("otlp", cfg!(feature = "otlp")),
+];
+
 /// Whether cargo feature `feature` of this crate is on.
 pub fn compiled(feature: &str) -> bool {
-    match feature {
-        "flamegraph" => cfg!(feature = "flamegraph"),
-        "pprof" => cfg!(feature = "pprof"),
-        "firefox" => cfg!(feature = "firefox"),
-        "parquet" => cfg!(feature = "parquet"),
-        "otlp" => cfg!(feature = "otlp"),
-        _ => false,
-    }
+    FEATURES.iter().any(|&(f, on)| f == feature && on)
 }
 
 /// Folded stacks ([`crate::folded`]).
