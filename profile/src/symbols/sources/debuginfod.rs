@@ -34,7 +34,12 @@ use perfpipe_core::Counter;
 #[cfg(feature = "debuginfod")]
 type Agent = ureq::Agent;
 #[cfg(not(feature = "debuginfod"))]
-type Agent = ();
+type Agent = NoAgent;
+
+/// The agent of a build without an HTTP transport.
+#[cfg(not(feature = "debuginfod"))]
+#[derive(Clone, Debug)]
+pub(crate) struct NoAgent;
 
 /// Fails a `debuginfod=URLS` option (any but `no`) in a build without the `debuginfod` feature.
 ///
@@ -366,7 +371,9 @@ fn new_agent(timeout: Duration) -> Agent {
 
 /// No agent: the build has no HTTP transport ([`get`] fails naming the feature).
 #[cfg(not(feature = "debuginfod"))]
-fn new_agent(_: Duration) -> Agent {}
+fn new_agent(_: Duration) -> Agent {
+    NoAgent
+}
 
 /// The agent's configuration: `timeout` for every step, redirects, the CA store (the fuzz target
 /// `debuginfod` makes its agent of it too, with a transport that plays the server's answer).
