@@ -57,8 +57,5 @@ use super::build_stage;
 /// The stage in a build without the `unwind` feature: an error that names it.
 #[cfg(not(feature = "unwind"))]
 fn build_stage(_: &BuildCtx, _: &Options) -> Result<Box<dyn Stage>, StageError> {
-    Err(
-        "--unwind: this perfpipe is built without the cargo feature `unwind` (DWARF unwinding)"
-            .into(),
-    )
+    Err("this perfpipe is built without the cargo feature `unwind` (DWARF unwinding)".into())
 }
