@@ -31,7 +31,7 @@ fn run(data: &Arc<Vec<u8>>, transforms: &[(&str, Option<&str>)]) {
 }
 
 fn shapes(c: &mut Criterion) {
-    let data = Arc::new(perfpipe_stream::test_stream::workload(64 << 20));
+    let data = Arc::new(perfpipe_stream::synth::workload(64 << 20));
     let mut group = c.benchmark_group("perfpipe_core::Pipeline");
     group.throughput(Throughput::Bytes(data.len() as u64));
     group.sample_size(10);
@@ -67,7 +67,7 @@ impl Stage for Heavy {
 }
 
 fn parallel(c: &mut Criterion) {
-    let data = Arc::new(perfpipe_stream::test_stream::workload(16 << 20));
+    let data = Arc::new(perfpipe_stream::synth::workload(16 << 20));
     let mut group = c.benchmark_group("perfpipe_core::Parallel");
     group.throughput(Throughput::Bytes(data.len() as u64));
     group.sample_size(10);

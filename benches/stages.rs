@@ -2,7 +2,7 @@
 //!
 //! What it shows: the cost of a stage's own transformation per record and per byte, so that a
 //! stage that gets slower shows here before it shows as a pipeline bottleneck. Input: the
-//! synthetic profile-shaped workload (`perfpipe_stream::test_stream::workload`, 16 MB: ~95k records,
+//! synthetic profile-shaped workload (`perfpipe_stream::synth::workload`, 16 MB: ~95k records,
 //! mostly samples with 4–20-frame callchains). Throughput is reported in bytes and, in a second
 //! group, records. `iter_batched` keeps the copy of the input batches out of the timing.
 
@@ -17,7 +17,7 @@ const BATCH_BYTES: usize = 256 << 10;
 
 /// The workload as raw batches, as `read` produces them.
 fn raw_batches() -> Vec<Batch> {
-    let data = perfpipe_stream::test_stream::workload(INPUT_BYTES);
+    let data = perfpipe_stream::synth::workload(INPUT_BYTES);
     harness::raw_batches(&data, &[BATCH_BYTES], HEADROOM)
 }
 

@@ -7,7 +7,7 @@
 //! - `cargo bench -p perfpipe-profile --bench symbols -- load FILE...`: per file, the load time
 //!   (median of 5, each in a fresh `Symbols`), the symbol count, and lookups/s over 1M addresses
 //!   spread over the file (each address once: the sinks look each distinct address up once).
-//! - `perf script -i REC -F ip,sym,dso --no-inline | cargo bench -p perfpipe-stages --bench
+//! - `perf script -i REC -F ip,sym,dso --no-inline | cargo bench -p perfpipe-profile --bench
 //!   symbols -- agree`: resolves every `ADDR SYM+OFF (DSO)` frame perf printed (user frames
 //!   print the file offset, kernel frames the address) and counts agreement of name and offset;
 //!   prints the first disagreements.

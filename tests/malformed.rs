@@ -9,7 +9,7 @@ use std::os::unix::process::CommandExt as _;
 use std::process::{Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
-use perfpipe_stream::test_stream::SynthStream;
+use perfpipe_stream::synth::SynthStream;
 
 use crate::util::*;
 

@@ -7,6 +7,10 @@
 //!   build without it may leave it out;
 //! - its main job (`## Set-up`), run as written, draws a flame graph whose frames are named, by
 //!   the archive it passes: without `--symbols` the workload's frames are not.
+//!
+//! Nor can the docs drift from the tree: every repository path that the README, `docs/`,
+//! `benches/`, a crate's README or the index of `tests/tests.rs` names exists, every `-p NAME`
+//! is a package of the workspace, and that index names every module of the tests.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::process::Command;
@@ -177,6 +181,8 @@ pipetest!(usage_flags_are_in_the_help, |_dir| {
 struct Row {
     name: String,
     optional: bool,
+    /// The row's text.
+    line: String,
 }
 
 /// The rows of the tables in `lines` whose first cell is a name in backticks.
@@ -206,10 +212,43 @@ fn table_rows(lines: &[&str]) -> Vec<Row> {
         rows.push(Row {
             name: cells[0].trim_matches('`').to_string(),
             optional: optional_column.is_some_and(|c| cells.get(c).is_some_and(|v| v == "yes")),
+            line: line.to_string(),
         });
     }
     rows
 }
+
+pipetest!(
+    format_table_gives_each_format_its_extensions_and_features,
+    |_dir| {
+        let text = readme();
+        let rows = table_rows(&section(&text, "Stages and formats"));
+        // Every format of perfpipe-export, compiled in or not, from the one place that declares them.
+        for o in perfpipe_export::offered::OFFERED {
+            let row = rows.iter().find(|r| r.name == o.name);
+            let row =
+                row.unwrap_or_else(|| panic!("README.md has no row of the {} format", o.name));
+            assert_eq!(
+                row.optional,
+                !o.features.is_empty(),
+                "README.md's {} row: optional is a cargo feature ({:?})",
+                o.name,
+                o.features
+            );
+            let listed: Vec<&str> = row
+                .line
+                .split("`-o FILE.")
+                .skip(1)
+                .filter_map(|rest| rest.split('`').next())
+                .collect();
+            assert_eq!(
+                listed, o.extensions,
+                "README.md's {} row lists other extensions than the format declares",
+                o.name
+            );
+        }
+    }
+);
 
 /// The stages and formats `perfpipe stages` prints: its unindented lines (flags and options are
 /// indented) but the heading of the formats, by name (`--buildid` → `buildid`).
@@ -379,4 +418,164 @@ pipetest!(main_job_names_its_frames_from_the_archive, |_dir| {
         "{names:?}"
     );
     assert!(unnamed_share(&frames) > 0.5, "{frames:?}");
+});
+
+/// The workspace's root directory.
+fn root() -> std::path::PathBuf {
+    std::path::Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/.."))
+        .canonicalize()
+        .expect("the workspace root")
+}
+
+/// The files of `dir` whose names end in one of `exts`.
+fn files_in(dir: &std::path::Path, exts: &[&str]) -> Vec<std::path::PathBuf> {
+    let mut out: Vec<_> = std::fs::read_dir(dir)
+        .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
+        .filter_map(|e| Some(e.ok()?.path()))
+        .filter(|p| p.is_file() && exts.iter().any(|x| p.to_string_lossy().ends_with(x)))
+        .collect();
+    out.sort();
+    out
+}
+
+/// The repository paths `text` names: a word that starts with a top-level directory of the
+/// workspace and a `/` (`stream/src/aslr/mod.rs`, `profile/src/symbols/`), standing on its own
+/// (not inside another path, a URL or a shell variable), with the punctuation after it taken off.
+/// A pattern (`benches/results/*.md`, `tests/fixtures/<name>`, `…`) is not a path.
+fn named_paths(text: &str, tops: &BTreeSet<String>) -> Vec<(usize, String)> {
+    let path_char = |c: char| c.is_ascii_alphanumeric() || "_./+-".contains(c);
+    let mut out = Vec::new();
+    for (n, line) in text.lines().enumerate() {
+        let mut rest = line;
+        let mut before = ' ';
+        while let Some(c) = rest.chars().next() {
+            let len = rest
+                .chars()
+                .take_while(|&c| path_char(c))
+                .map(char::len_utf8)
+                .sum();
+            if len == 0 {
+                before = c;
+                rest = &rest[c.len_utf8()..];
+                continue;
+            }
+            let word = &rest[..len];
+            let after = rest[len..].chars().next().unwrap_or(' ');
+            rest = &rest[len..];
+            let top = word.split('/').next().unwrap_or("");
+            if !word.contains('/')
+                || !tops.contains(top)
+                || before.is_ascii_alphanumeric()
+                || "$/.:~".contains(before)
+                || "*<{…$".contains(after)
+            {
+                before = word.chars().last().unwrap_or(' ');
+                continue;
+            }
+            let path = word.trim_end_matches(['.', ',', ':', ';']);
+            out.push((n + 1, path.to_string()));
+            before = word.chars().last().unwrap_or(' ');
+        }
+    }
+    out
+}
+
+pipetest!(paths_the_docs_name_exist, |_dir| {
+    let root = root();
+    // The top-level directories a path may start with: the workspace's own.
+    let tops: BTreeSet<String> = std::fs::read_dir(&root)
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .filter(|e| e.path().is_dir())
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n != "target" && n != ".git")
+        .collect();
+    // The workspace's packages, for `-p NAME`.
+    let mut packages = BTreeSet::new();
+    for top in &tops {
+        for dir in [root.join(top)].into_iter().chain(
+            std::fs::read_dir(root.join(top))
+                .unwrap()
+                .filter_map(|e| Some(e.ok()?.path())),
+        ) {
+            let Ok(toml) = std::fs::read_to_string(dir.join("Cargo.toml")) else {
+                continue;
+            };
+            if let Some(name) = toml.lines().find_map(|l| l.strip_prefix("name = \"")) {
+                packages.insert(name.trim_end_matches('"').to_string());
+            }
+        }
+    }
+    assert!(packages.contains("perfpipe-profile"), "{packages:?}");
+    let mut files = vec![root.join("README.md"), root.join("tests/tests.rs")];
+    files.extend(files_in(&root.join("docs"), &[".md"]));
+    files.extend(files_in(&root.join("benches"), &[".rs", ".sh", ".md"]));
+    for top in &tops {
+        files.extend(files_in(&root.join(top), &["README.md"]));
+    }
+    files.sort();
+    files.dedup();
+    let (mut checked, mut wrong) = (0, Vec::new());
+    for file in &files {
+        let text = std::fs::read_to_string(file).unwrap();
+        let at = file.strip_prefix(&root).unwrap().display().to_string();
+        for (line, path) in named_paths(&text, &tops) {
+            checked += 1;
+            if !root.join(&path).exists() {
+                wrong.push(format!("{at}:{line}: {path}"));
+            }
+        }
+        for (n, l) in text.lines().enumerate() {
+            for (i, _) in l.match_indices("-p perfpipe") {
+                let name: String = l[i + 3..]
+                    .chars()
+                    .take_while(|&c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
+                    .collect();
+                if !packages.contains(&name) {
+                    wrong.push(format!("{at}:{}: package {name}", n + 1));
+                }
+            }
+        }
+    }
+    assert!(
+        checked > 50,
+        "only {checked} paths found: the scan is broken"
+    );
+    assert!(
+        wrong.is_empty(),
+        "paths and packages named that do not exist:\n{}",
+        wrong.join("\n")
+    );
+});
+
+pipetest!(the_index_of_the_tests_names_every_module, |_dir| {
+    let text = std::fs::read_to_string(root().join("tests/tests.rs")).unwrap();
+    let doc: String = text
+        .lines()
+        .filter_map(|l| l.strip_prefix("//!"))
+        .collect::<Vec<_>>()
+        .join("\n");
+    let modules: BTreeSet<&str> = text
+        .lines()
+        .filter_map(|l| l.strip_prefix("pub mod ").or(l.strip_prefix("mod ")))
+        .map(|l| l.trim_end_matches(';'))
+        .collect();
+    assert!(modules.len() > 20, "{modules:?}");
+    let missing: Vec<_> = modules
+        .iter()
+        .filter(|m| !doc.contains(&format!("`{m}`")))
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "tests/tests.rs's index does not name {missing:?}"
+    );
+    let gone: Vec<_> = doc
+        .lines()
+        .filter_map(|l| l.strip_prefix(" - `")?.split('`').next())
+        .filter(|m| !modules.contains(m))
+        .collect();
+    assert!(
+        gone.is_empty(),
+        "tests/tests.rs's index names no module {gone:?}"
+    );
 });

@@ -216,7 +216,7 @@ pipetest!(
     |_dir| {
         // A 64 MB synthetic recording (8 processes, 16 libraries each, callchain samples), its
         // records after the set-up repeated: 1 GiB in all, into a 1 MB ring.
-        let chunk = perfpipe_stream::test_stream::workload(64 << 20);
+        let chunk = perfpipe_stream::synth::workload(64 << 20);
         let body_at = records(&chunk)
             .iter()
             .position(|(t, _)| *t == 9)

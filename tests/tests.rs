@@ -63,6 +63,13 @@
 //! - `dataset`: the Parquet dataset as a fleet writes it: partitions from the stream (a recording
 //!   made in a UTS namespace, CLOCK_DATA dates), `--rotate` parts, read by Spark and DuckDB against
 //!   `perf report`, and the queries of `docs/parquet.md` run on it.
+//! - `fields`: what `decode` and the typed views read out of samples and sample-id trailers
+//!   against `perf script`, with several attrs and byte-swapped input.
+//! - `stats`: the `--stats` table, `--stats-json` against its schema, `--tap`, progress on a
+//!   terminal only, figures printed on an interrupt.
+//! - `unwind`: `--unwind` against perf's own DWARF unwinding, sample by sample, by every reader.
+//! - `readme`: the README against the binary (usage flags, the stage and format tables, its main
+//!   job run as written), and every path the docs, benches and this index name exists.
 
 #[macro_use]
 pub mod util;

@@ -10,6 +10,7 @@ use std::sync::Arc;
 
 use perfpipe_core::spec::{BuildCtx, Registry, Workers};
 use perfpipe_core::{Pipeline, Requests, Settings, Stage, Tap};
+#[cfg(feature = "record")]
 use perfpipe_record::RecordConfig;
 use perfpipe_stream::decode::DecodeConfig;
 use perfpipe_stream::read::file::Input;
@@ -30,7 +31,8 @@ pub enum SourceSpec {
         /// Grow the input pipe's buffer to this (0: leave it).
         pipe_buffer: usize,
     },
-    /// `perfpipe record`'s own recording.
+    /// `perfpipe record`'s own recording (the cargo feature `record`).
+    #[cfg(feature = "record")]
     Record(Box<RecordConfig>),
     /// A stream held in memory (`bench`).
     Memory(Arc<Vec<u8>>),
@@ -170,6 +172,7 @@ impl Chain<'_> {
                 })?;
                 ("read", true, Pipeline::new(settings).source("read", read))
             }
+            #[cfg(feature = "record")]
             SourceSpec::Record(config) => {
                 // The overwrite dumps arrive framed, with their stream info: nothing to decode.
                 let decode = !config.overwrite;

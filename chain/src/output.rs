@@ -25,67 +25,10 @@ use perfpipe_core::spec::{FormatSpec, Registry};
 use crate::Error;
 
 /// The format a directory output writes: a Hive-partitioned dataset.
-pub const DATASET_FORMAT: &str = "parquet";
+pub const DATASET_FORMAT: &str = perfpipe_export::offered::PARQUET.name;
 
-/// An output format `perfpipe-export` offers, compiled in or not.
-#[derive(Clone, Copy, Debug)]
-pub struct Offered {
-    /// Its name (its [`FormatSpec::name`] when compiled in).
-    pub name: &'static str,
-    /// The cargo feature it is behind (`None`: always there).
-    pub feature: Option<&'static str>,
-    /// The extensions that choose it (its [`FormatSpec::extensions`]).
-    pub extensions: &'static [&'static str],
-    /// Whether it can write standard output.
-    pub to_stdout: bool,
-}
-
-/// Every output format of `perfpipe-export`, so that a build without one still knows its
-/// extensions and can say which feature it lacks.
-pub const OFFERED: &[Offered] = &[
-    Offered {
-        name: "folded",
-        feature: None,
-        extensions: &["folded"],
-        to_stdout: true,
-    },
-    Offered {
-        name: "flamegraph",
-        feature: Some("flamegraph"),
-        extensions: &["svg"],
-        to_stdout: true,
-    },
-    Offered {
-        name: "pprof",
-        feature: Some("pprof"),
-        extensions: &["pb.gz", "pprof"],
-        to_stdout: true,
-    },
-    Offered {
-        name: "firefox",
-        feature: Some("firefox"),
-        extensions: &["json.gz"],
-        to_stdout: true,
-    },
-    Offered {
-        name: DATASET_FORMAT,
-        feature: Some("parquet"),
-        extensions: &["parquet"],
-        to_stdout: false,
-    },
-    Offered {
-        name: "otlp",
-        feature: Some("otlp"),
-        extensions: &["otlp.pb"],
-        to_stdout: true,
-    },
-    Offered {
-        name: "pyroscope",
-        feature: Some("otlp"),
-        extensions: &[],
-        to_stdout: false,
-    },
-];
+/// Every output format of `perfpipe-export`, compiled in or not (declared there, once).
+pub use perfpipe_export::offered::{Offered, OFFERED};
 
 /// The scheme of a Pyroscope push: `pyroscope+http://HOST:4040`.
 const PYROSCOPE: &str = "pyroscope+";
@@ -162,11 +105,20 @@ fn offered_of_path(path: &Path) -> Option<&'static Offered> {
         .map(|(o, _)| o)
 }
 
-/// The text of a missing feature: `built without the cargo feature `flamegraph``.
+/// The text of a missing feature: `built without the cargo feature `flamegraph``: the features
+/// of the format this build lacks, or all of them (a registry made without the format).
 fn without(o: &Offered) -> String {
-    match o.feature {
-        Some(f) => format!("this perfpipe is built without the cargo feature `{f}`"),
-        None => "this perfpipe's registry has no such format".into(),
+    let mut missing = o.missing();
+    if missing.is_empty() {
+        missing = o.features.to_vec();
+    }
+    match missing.as_slice() {
+        [] => "this perfpipe's registry has no such format".into(),
+        [f] => format!("this perfpipe is built without the cargo feature `{f}`"),
+        more => format!(
+            "this perfpipe is built without the cargo features `{}`",
+            more.join("`, `")
+        ),
     }
 }
 

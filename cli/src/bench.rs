@@ -71,7 +71,7 @@ fn pipeline(args: &PipelineBench, registry: &Registry, plan: &Plan) -> anyhow::R
             p.display().to_string(),
         ),
         None => (
-            perfpipe_stream::test_stream::workload(args.synthetic),
+            perfpipe_stream::synth::workload(args.synthetic),
             "synthetic workload".to_string(),
         ),
     };

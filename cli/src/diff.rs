@@ -20,6 +20,7 @@ use perfpipe_chain::{Plan, Word};
 use perfpipe_core::spec::Registry;
 use perfpipe_export::diff::{side, svg::DiffGraph, Diff, Normalize, Side};
 use perfpipe_export::folded::{FOLD_FLAGS, FOLD_OPTIONS};
+use perfpipe_export::offered::{self, Offered};
 use perfpipe_stream::write::file::OutputMode;
 
 use crate::args::ReportArgs;
@@ -139,9 +140,13 @@ fn output_of(words: &[Word<'_>], args: &DiffArgs, registry: &Registry) -> Result
         return if args.output == Path::new("-") {
             Ok(Output::Folded)
         } else {
+            let ext = |o: &Offered| o.extensions[0];
             Err(format!(
-                "-o {}: a diff is written as folded stacks (.folded), a flame graph (.svg) or pprof (.pb.gz)",
-                args.output.display()
+                "-o {}: a diff is written as folded stacks (.{}), a flame graph (.{}) or pprof (.{})",
+                args.output.display(),
+                ext(&offered::FOLDED),
+                ext(&offered::FLAMEGRAPH),
+                ext(&offered::PPROF),
             ))
         };
     };

@@ -10,17 +10,22 @@
 //! any `--ring` stage, like the main command).
 
 use std::process::ExitCode;
-use std::sync::atomic::AtomicBool;
-use std::sync::Arc;
+#[cfg(feature = "record")]
+use std::sync::{atomic::AtomicBool, Arc};
 
 use clap::Args;
+use perfpipe_chain::Plan;
 use perfpipe_core::spec::Registry;
-use perfpipe_core::Requests;
-use perfpipe_record::{Period, RecordConfig, Target};
 
 use crate::args::{BatchArgs, IoArgs, OutputArgs, ReportArgs};
-use crate::{EXIT_FAILURE, EXIT_USAGE};
-use perfpipe_chain::{Chain, Plan, SinkSpec, SourceSpec};
+use crate::EXIT_USAGE;
+#[cfg(feature = "record")]
+use {
+    crate::EXIT_FAILURE,
+    perfpipe_chain::{Chain, SinkSpec, SourceSpec},
+    perfpipe_core::Requests,
+    perfpipe_record::{Period, RecordConfig, Target},
+};
 
 /// Options of `perfpipe record`, named as `perf record` names them.
 #[derive(Debug, Args)]
@@ -81,6 +86,14 @@ pub(crate) struct RecordArgs {
     command: Vec<String>,
 }
 
+/// `perfpipe record` in a build without the cargo feature `record`: a usage error that names it.
+#[cfg(not(feature = "record"))]
+pub(crate) fn main(_: &RecordArgs, _: Plan, _: &Registry) -> ExitCode {
+    eprintln!("perfpipe record: this perfpipe is built without the cargo feature `record`");
+    ExitCode::from(EXIT_USAGE)
+}
+
+#[cfg(feature = "record")]
 impl RecordArgs {
     fn target(&self) -> Result<Target, String> {
         match (self.all, self.pid, self.command.is_empty()) {
@@ -118,6 +131,7 @@ impl RecordArgs {
 }
 
 /// Sets `flag` on each of `signals`; a failure only loses that signal's handling.
+#[cfg(feature = "record")]
 fn on_signals(signals: &[i32], flag: &Arc<AtomicBool>) {
     for &s in signals {
         if let Err(e) = signal_hook::flag::register(s, flag.clone()) {
@@ -127,6 +141,7 @@ fn on_signals(signals: &[i32], flag: &Arc<AtomicBool>) {
 }
 
 /// Runs `perfpipe record` with the stages of `plan`.
+#[cfg(feature = "record")]
 pub(crate) fn main(args: &RecordArgs, mut plan: Plan, registry: &Registry) -> ExitCode {
     let target = match args.target() {
         Ok(t) => t,
@@ -186,7 +201,7 @@ pub(crate) fn main(args: &RecordArgs, mut plan: Plan, registry: &Registry) -> Ex
     crate::build_and_run(chain, registry, &args.report, None, "perfpipe record")
 }
 
-#[cfg(test)]
+#[cfg(all(test, feature = "record"))]
 mod tests {
     use super::*;
 

@@ -39,6 +39,17 @@ impl<'a> Out<'a> {
         self.batches.push(batch);
     }
 
+    /// Emits a batch downstream if it holds a record, else gives it back to the pool: for a
+    /// stage that removes records, whose batch may end up with none.
+    #[inline]
+    pub fn push_or_recycle(&mut self, batch: Batch) {
+        if batch.spans.is_empty() {
+            self.recycle(batch);
+        } else {
+            self.push(batch);
+        }
+    }
+
     /// A cleared batch from the pipeline's pool (recycled when possible).
     #[inline]
     pub fn take(&self) -> Batch {

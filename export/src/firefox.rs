@@ -159,9 +159,9 @@ impl Firefox {
 
 /// How the command line offers the format.
 pub const SPEC: FormatSpec = kit::snapshot::format::<Firefox>(
-    "firefox",
+    crate::offered::FIREFOX.name,
     "a Firefox Profiler profile (processed format, gzip'd JSON): a thread per tid, every sample on its timeline",
-    &["json.gz"],
+    crate::offered::FIREFOX.extensions,
     &[Flag::stage(
         "firefox",
         "write a Firefox Profiler profile (what -o FILE.json.gz chooses)",

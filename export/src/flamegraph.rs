@@ -167,9 +167,9 @@ const FLAGS: [Flag; 5] = [
 /// How the command line offers the format. Its folded-stack flags (`--weight`, `--stack-pid`…)
 /// are declared by [`crate::folded`] and apply here too.
 pub const SPEC: FormatSpec = FormatSpec {
-    name: "flamegraph",
+    name: crate::offered::FLAMEGRAPH.name,
     help: "a flame graph SVG drawn by inferno, openable in a browser (search, zoom)",
-    extensions: &["svg"],
+    extensions: crate::offered::FLAMEGRAPH.extensions,
     flags: &FLAGS,
     options: &OPTIONS,
     needs: &["symbolize"],

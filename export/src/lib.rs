@@ -17,6 +17,9 @@
 //!   (`-o http://HOST:4318/v1development/profiles`) one request per `--window`; with `pprof`,
 //!   pprof pushed to Pyroscope (`-o pyroscope+http://HOST:4040`); feature `otlp`.
 //!
+//! Each format's name and extensions are declared once, in [`offered`], with the features it is
+//! behind, so that a build without one still knows it.
+//!
 //! Every format reads the frames the `symbolize` stage attaches to each batch
 //! ([`perfpipe_profile::symbolize::Stacks`]).
 
@@ -28,6 +31,7 @@ pub mod firefox;
 #[cfg(feature = "flamegraph")]
 pub mod flamegraph;
 pub mod folded;
+pub mod offered;
 #[cfg(feature = "otlp")]
 pub mod otlp;
 #[cfg(feature = "parquet")]
@@ -133,7 +137,7 @@ mod test_support {
 #[cfg(test)]
 mod tests {
     use perfpipe_profile::kit::event;
-    use perfpipe_stream::test_stream::SynthStream;
+    use perfpipe_stream::synth::SynthStream;
 
     use super::test_support::symbolized;
 

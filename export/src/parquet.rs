@@ -874,9 +874,9 @@ impl Sink for ParquetSink {
 
 /// How the command line offers the format.
 pub const SPEC: FormatSpec = FormatSpec {
-    name: "parquet",
+    name: crate::offered::PARQUET.name,
     help: "Parquet rows, one per sample with its stack, for DuckDB, Spark, DataFusion; a directory is a Hive-partitioned dataset (host=…/date=…)",
-    extensions: &["parquet"],
+    extensions: crate::offered::PARQUET.extensions,
     flags: &[
         Flag::stage(
             "parquet",

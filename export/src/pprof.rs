@@ -638,9 +638,9 @@ struct Labels {
 
 /// How the command line offers the format.
 pub const SPEC: FormatSpec = kit::snapshot::format::<Pprof>(
-    "pprof",
+    crate::offered::PPROF.name,
     "a pprof profile (gzip'd profile.proto) for go tool pprof, Pyroscope, Parca: mappings with build ids, labels comm/pid/tid/cpu",
-    &["pb.gz", "pprof"],
+    crate::offered::PPROF.extensions,
     &[Flag::stage(
         "pprof",
         "write a pprof profile (what -o FILE.pb.gz chooses)",

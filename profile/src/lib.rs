@@ -17,14 +17,14 @@
 #![deny(missing_docs)]
 
 #[doc(hidden)]
+#[cfg(all(feature = "unwind", feature = "debuginfod"))]
 pub mod fuzz;
 pub mod kit;
 pub mod symbolize;
-
-/// Most bytes of batches a profile stage holds back while it waits for records that belong
-/// before them in time (a COMM that names a sample's thread, the FORK or MMAP of its process):
-/// records are ordered by time only across FINISHED_ROUNDs, so both `symbolize` and `unwind`
-/// hold a batch for two rounds, or until this much is held.
-pub const HOLD_MAX_BYTES: usize = 32 << 20;
 pub mod symbols;
+#[cfg(feature = "unwind")]
+pub mod unwind;
+/// `unwind` in a build without the `unwind` feature: its flags, and an error naming the feature.
+#[cfg(not(feature = "unwind"))]
+#[path = "unwind/spec.rs"]
 pub mod unwind;

@@ -487,7 +487,7 @@ impl Source for Record {
 mod tests {
     use super::*;
     use perfpipe_stream::format::Attr;
-    use perfpipe_stream::test_stream::SynthStream;
+    use perfpipe_stream::synth::SynthStream;
 
     /// The attr of a synthetic stream, and one sample per time on `cpu`, oldest first.
     fn ring(info: &mut Option<StreamInfo>, cpu: u32, times: &[u64]) -> Vec<Vec<u8>> {

@@ -111,11 +111,7 @@ impl Stage for Drop {
         }
         ed.finish();
         self.dropped.add(dropped);
-        if batch.spans.is_empty() {
-            out.recycle(batch);
-        } else {
-            out.push(batch);
-        }
+        out.push_or_recycle(batch);
         Ok(Flow::Continue)
     }
 

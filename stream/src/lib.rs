@@ -31,7 +31,7 @@
 //!
 //! The models the stages share, in [`model`]: [`model::machine`] (the per-process address spaces),
 //! [`model::dso`] (dso files and build ids), [`model::threads`] (thread and event names).
-//! Synthetic streams for benchmarks and tests: [`test_stream`].
+//! Synthetic streams (`perfpipe bench --synthetic`, the benchmarks, the tests): [`synth`].
 //!
 //! ```
 //! use perfpipe_core::{Pipeline, Settings};
@@ -73,9 +73,9 @@ pub mod read;
 pub mod ring;
 pub mod stitch;
 mod stream_info;
+pub mod synth;
 #[cfg(test)]
 mod test_child;
-pub mod test_stream;
 pub mod write;
 
 pub use error::Error;

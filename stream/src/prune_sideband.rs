@@ -259,11 +259,7 @@ impl Stage for PruneSideband {
             }
         }
         ed.finish();
-        if batch.spans.is_empty() {
-            out.recycle(batch);
-        } else {
-            out.push(batch);
-        }
+        out.push_or_recycle(batch);
         Ok(Flow::Continue)
     }
 

@@ -240,9 +240,9 @@ const FLAGS: [Flag; 6] = [
 
 /// How the command line offers the format.
 pub const SPEC: FormatSpec = FormatSpec {
-    name: "folded",
+    name: crate::offered::FOLDED.name,
     help: "folded stacks, comm;outer;…;inner COUNT, as perf script | inferno-collapse-perf writes them",
-    extensions: &["folded"],
+    extensions: crate::offered::FOLDED.extensions,
     flags: &FLAGS,
     options: &FOLD_OPTIONS,
     needs: &["symbolize"],

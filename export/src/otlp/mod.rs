@@ -326,9 +326,9 @@ const FLAGS: [Flag; 2] = [
 
 /// How the command line offers the format.
 pub const SPEC: FormatSpec = FormatSpec {
-    name: "otlp",
+    name: crate::offered::OTLP.name,
     help: "OpenTelemetry profiles (an ExportProfilesServiceRequest, v1development) to a file, or POSTed to a collector's /v1development/profiles per --window",
-    extensions: &["otlp.pb"],
+    extensions: crate::offered::OTLP.extensions,
     flags: &FLAGS,
     options: &PUSH_OPTIONS,
     needs: &["symbolize"],

@@ -72,9 +72,9 @@ const FLAGS: [Flag; 2] = [
 
 /// How the command line offers the format.
 pub const SPEC: FormatSpec = FormatSpec {
-    name: "pyroscope",
+    name: crate::offered::PYROSCOPE.name,
     help: "pprof profiles POSTed to Pyroscope's /ingest (-o pyroscope+http://HOST:4040[/?name=APP]), one per --window",
-    extensions: &[],
+    extensions: crate::offered::PYROSCOPE.extensions,
     flags: &FLAGS,
     options: &PUSH_OPTIONS,
     needs: &["symbolize"],

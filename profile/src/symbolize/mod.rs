@@ -17,10 +17,11 @@
 //! is of this host (`kernel=auto`: the stream's hostname and kernel release, as `--host-ids`).
 //!
 //! - **Order**: input order. **Buffering**: a batch is held until two more FINISHED_ROUNDs have
-//!   arrived (or [`HOLD_MAX_BYTES`] are held), and its samples are looked up then: records are
-//!   ordered by time only across rounds, so the maps, FORKs and COMMs older than a sample may come
-//!   up to two rounds after it in the stream (perf flushes its time-ordered queue one round
-//!   behind). Side-band records are applied to the models as they arrive.
+//!   arrived (or [`HOLD_MAX_BYTES`](perfpipe_stream::model::hold::HOLD_MAX_BYTES) are held: the
+//!   stream model's [`Hold`]), and its samples are looked up then: records are ordered by time only
+//!   across rounds, so the maps, FORKs and COMMs older than a sample may come up to two rounds
+//!   after it in the stream (perf flushes its time-ordered queue one round behind). Side-band
+//!   records are applied to the models as they arrive.
 //! - **Counters**: `samples`, `frames`, `samples_without_ip`, `callchains_corrupt`,
 //!   `frames_unmapped` (user frames no map covered at the sample's time: `[unknown]`), and the
 //!   symbol tables'.
@@ -28,7 +29,7 @@
 #[cfg(test)]
 mod stage_tests;
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use perfpipe_core::{Batch, Counter, Flow, NoteValue, Notes, Out, Stage, StageError};
@@ -37,10 +38,9 @@ pub use crate::symbols::{DsoDesc, FrameKind, Query, Resolved, Symbols, SymbolsCo
 use perfpipe_core::spec::{BuildCtx, Flag, FlagValue, Kind, Options, StageOption, StageSpec};
 use perfpipe_stream::format::{context, misc, Endian, Record, RecordType, Sample, StreamInfo};
 use perfpipe_stream::model::dso::{HostIds, HostMode, StreamHost};
+use perfpipe_stream::model::hold::{Hold, Holding};
 use perfpipe_stream::model::machine::{DsoId, Machine, Map};
 use perfpipe_stream::model::threads::Threads;
-
-use crate::HOLD_MAX_BYTES;
 
 /// Configuration of a `symbolize` stage. Plain data; no I/O.
 #[derive(Clone, Debug, Default)]
@@ -125,9 +125,7 @@ impl SymbolizeConfig {
             threads: Threads::default(),
             anon: Vec::new(),
             wanted: Wanted::default(),
-            held: VecDeque::new(),
-            held_bytes: 0,
-            rounds: 0,
+            held: Hold::default(),
             untimed: Vec::new(),
             frames_per_record: 0,
             last_chain: Vec::new(),
@@ -529,11 +527,8 @@ pub struct Symbolize {
     anon: Vec<bool>,
     /// The dsos whose tables were asked for.
     wanted: Wanted,
-    /// Batches waiting for the side-band older than their samples, with the FINISHED_ROUND
-    /// count and the model's round when they came.
-    held: VecDeque<Held>,
-    held_bytes: usize,
-    rounds: u64,
+    /// Batches waiting for the side-band older than their samples.
+    held: Hold,
     /// By attr index: its samples carry a time but its other records none (no `sample_id_all`),
     /// so the model learns the time from the samples.
     untimed: Vec<bool>,
@@ -561,18 +556,6 @@ pub struct Symbolize {
     /// A snapshot request (SIGUSR2), so that the sink after it hears of it while the input is
     /// quiet: the stage then sends it an empty batch.
     dump: Option<Arc<std::sync::atomic::AtomicBool>>,
-}
-
-/// A batch the stage holds.
-#[derive(Debug)]
-struct Held {
-    batch: Batch,
-    /// Whether it has stream info (samples to map).
-    info: bool,
-    /// FINISHED_ROUNDs up to its end.
-    rounds: u64,
-    /// The model's round when it came.
-    round: u64,
 }
 
 /// How often a quiet stage looks at the snapshot request.
@@ -764,7 +747,6 @@ impl Symbolize {
             }
             RecordType::FINISHED_ROUND => {
                 self.machine.apply(rec);
-                self.rounds += 1;
             }
             RecordType::HEADER_FEATURE => {
                 let b = rec.sized();
@@ -784,18 +766,46 @@ impl Symbolize {
         }
     }
 
+    /// Whether attr `attr`'s samples tell the model the time (see `untimed`).
+    fn untimed(&mut self, info: &StreamInfo, attr: u16) -> bool {
+        let i = usize::from(attr);
+        if self.untimed.len() != info.attrs.len() {
+            self.untimed = info
+                .attrs
+                .iter()
+                .map(|a| {
+                    !a.sample_id_all() && a.sample_type & perfpipe_stream::format::sample::TIME != 0
+                })
+                .collect();
+        }
+        self.untimed.get(i).copied().unwrap_or(false)
+    }
+}
+
+impl Holding for Symbolize {
+    /// Takes in a batch's side-band as it comes (maps, names, rounds), and the times of its
+    /// samples where its other records have none.
+    fn take_in(&mut self, batch: &Batch, info: &Arc<StreamInfo>) {
+        let e = info.endian;
+        for span in &batch.spans {
+            let rec = info.record(batch, span);
+            if RecordType(span.kind) == RecordType::SAMPLE {
+                if self.untimed(info, span.tag as u16) {
+                    if let Some(t) = rec.sample().and_then(|s| s.time()) {
+                        self.machine.saw(t);
+                        self.threads.saw(t);
+                    }
+                }
+            } else {
+                self.observe(&rec, e);
+            }
+        }
+    }
+
     /// Maps a held batch's samples, at their times, fills their thread names and attaches the
     /// stacks.
-    fn release(&mut self, h: Held, out: &mut Out<'_>) {
-        let Held {
-            mut batch, info, ..
-        } = h;
-        let info = if info {
-            StreamInfo::shared(&batch)
-        } else {
-            None
-        };
-        let Some(info) = info else {
+    fn release(&mut self, mut batch: Batch, out: &mut Out<'_>) {
+        let Some(info) = StreamInfo::shared(&batch) else {
             batch.annotate(Arc::new(self.empty_stacks(0, 0)));
             out.push(batch);
             return;
@@ -852,78 +862,15 @@ impl Symbolize {
         out.push(batch);
     }
 
-    fn release_due(&mut self, out: &mut Out<'_>, all: bool) {
-        while let Some(h) = self.held.front() {
-            if !all && self.rounds < h.rounds + 2 && self.held_bytes <= HOLD_MAX_BYTES {
-                break;
-            }
-            let h = self.held.pop_front().expect("front exists");
-            self.held_bytes -= h.batch.data.len();
-            self.release(h, out);
-        }
-        // The model keeps the history the held samples may look up.
-        self.machine.hold(self.held.front().map(|h| h.round));
-    }
-
-    /// Whether attr `attr`'s samples tell the model the time (see `untimed`).
-    fn untimed(&mut self, info: &StreamInfo, attr: u16) -> bool {
-        let i = usize::from(attr);
-        if self.untimed.len() != info.attrs.len() {
-            self.untimed = info
-                .attrs
-                .iter()
-                .map(|a| {
-                    !a.sample_id_all() && a.sample_type & perfpipe_stream::format::sample::TIME != 0
-                })
-                .collect();
-        }
-        self.untimed.get(i).copied().unwrap_or(false)
+    fn parts(&mut self) -> (&mut Hold, &mut Machine) {
+        (&mut self.held, &mut self.machine)
     }
 }
 
 impl Stage for Symbolize {
     fn process(&mut self, batch: Batch, out: &mut Out<'_>) -> Result<Flow, StageError> {
-        let Some(info) = StreamInfo::shared(&batch) else {
-            if self.held.is_empty() {
-                out.push(batch);
-            } else {
-                self.held_bytes += batch.data.len();
-                self.held.push_back(Held {
-                    batch,
-                    info: false,
-                    rounds: self.rounds,
-                    round: self.machine.round(),
-                });
-            }
-            return Ok(Flow::Continue);
-        };
-        let e = info.endian;
-        let round = self.machine.round();
         // This batch's samples are looked up later: the model keeps their history from now.
-        self.machine
-            .hold(Some(self.held.front().map_or(round, |h| h.round)));
-        for span in &batch.spans {
-            let rec = info.record(&batch, span);
-            if RecordType(span.kind) == RecordType::SAMPLE {
-                if self.untimed(&info, span.tag as u16) {
-                    if let Some(t) = rec.sample().and_then(|s| s.time()) {
-                        self.machine.saw(t);
-                        self.threads.saw(t);
-                    }
-                }
-            } else {
-                self.observe(&rec, e);
-            }
-        }
-        self.held_bytes += batch.data.len();
-        // Its last samples are of the round the batch ends in.
-        self.held.push_back(Held {
-            batch,
-            info: true,
-            rounds: self.rounds,
-            round,
-        });
-        self.release_due(out, false);
+        self.hold(batch, out);
         Ok(Flow::Continue)
     }
 
@@ -1176,21 +1123,13 @@ pub const SPEC: StageSpec = StageSpec {
             kind: Kind::Text("ARCHIVE|DIR"),
             help: "an archive or build-id-cache directory to look symbols up in, by build id (repeatable)",
         },
-        StageOption {
-            key: "symfs",
-            kind: Kind::Text("DIR"),
-            help: "the root every dso path is looked up under",
-        },
+        crate::symbols::sources::SYMFS_OPTION,
         StageOption {
             key: "kallsyms",
             kind: Kind::Text("FILE"),
             help: "the kallsyms kernel frames are named from",
         },
-        StageOption {
-            key: "debuginfod",
-            kind: Kind::Text("URLS|no"),
-            help: "debuginfod servers (space-separated) instead of DEBUGINFOD_URLS; no: none",
-        },
+        crate::symbols::sources::DEBUGINFOD_OPTION,
     ],
     build: build_stage,
     needs: &["decompress", "stitch"],

@@ -60,6 +60,20 @@ pub struct SourcesConfig {
     pub debug_dirs: Option<Vec<PathBuf>>,
 }
 
+/// The `symfs` option of every stage that reads dsos' files ([`SYMFS_FLAG`] sets it).
+pub const SYMFS_OPTION: perfpipe_core::spec::StageOption = perfpipe_core::spec::StageOption {
+    key: "symfs",
+    kind: perfpipe_core::spec::Kind::Text("DIR"),
+    help: "the root every dso path is looked up under",
+};
+
+/// The `debuginfod` option of every stage that reads dsos' files (`symbolize`, `unwind`).
+pub const DEBUGINFOD_OPTION: perfpipe_core::spec::StageOption = perfpipe_core::spec::StageOption {
+    key: "debuginfod",
+    kind: perfpipe_core::spec::Kind::Text("URLS|no"),
+    help: "debuginfod servers (space-separated) instead of DEBUGINFOD_URLS; no: none",
+};
+
 /// `--symfs DIR`, an option of every stage that reads dsos' files (`symbolize`, `unwind`): one
 /// definition, declared alike by each.
 pub const SYMFS_FLAG: perfpipe_core::spec::Flag = perfpipe_core::spec::Flag::option(
@@ -80,8 +94,9 @@ impl SourcesConfig {
     /// the environment's, as perf and elfutils read it), opened.
     ///
     /// # Errors
-    /// As [`Sources::open`].
+    /// As [`Sources::open`]; servers named in a build without the `debuginfod` feature.
     pub fn open_with(&self, debuginfod: Option<&str>) -> Result<Sources, String> {
+        debuginfod::check_option(debuginfod)?;
         let mut c = self.clone();
         c.debuginfod = match debuginfod {
             Some("no") => None,

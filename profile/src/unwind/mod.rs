@@ -30,26 +30,27 @@
 //!
 //! **Order**: input order; samples are rewritten in place, nothing is added or reordered.
 //! **Buffering**: a batch is held until two more FINISHED_ROUNDs have arrived (or
-//! [`HOLD_MAX_BYTES`] are held), and its samples are unwound then: records are ordered by time
-//! only across rounds, so the maps and FORKs older than a sample may come up to two rounds after
-//! it in the stream. Side-band records are applied to the model as they arrive. An unwound
-//! sample is written over its own bytes, and a batch whose records then fill less than a quarter
-//! of its buffer is copied to one of their size, the big buffer going back to the pool, so the
-//! batches downstream hold what they carry. **EOF**: the held batches.
-//! Counters: `samples_unwound` (the walk reached the outermost frame), `samples_partial` (it
-//! stopped early; per reason `partial_stack_end`, `partial_no_unwind_info`, `partial_bad_frame`,
-//! `partial_frame_cap`), `samples_no_unwind_info` (the sample's ip is in no dso with unwind
-//! information), `samples_no_user_regs` (kernel threads, 32-bit processes), `samples_malformed`
-//! (dropped: a field runs past the record), `dyn_size_clamped`, `user_frames`, `dsos_loaded`,
-//! `dsos_missing`, `dsos_without_unwind_info`.
+//! [`HOLD_MAX_BYTES`](perfpipe_stream::model::hold::HOLD_MAX_BYTES) are held: the stream model's
+//! [`Hold`]), and its samples are unwound then: records are ordered by time only across rounds, so
+//! the maps and FORKs older than a sample may come up to two rounds after it in the stream.
+//! Side-band records are applied to the model as they arrive. An unwound sample is written over its
+//! own bytes, and a batch whose records then fill less than a quarter of its buffer is copied to
+//! one of their size, the big buffer going back to the pool, so the batches downstream hold what
+//! they carry. **EOF**: the held batches. Counters: `samples_unwound` (the walk reached the
+//! outermost frame), `samples_partial` (it stopped early; per reason `partial_stack_end`,
+//! `partial_no_unwind_info`, `partial_bad_frame`, `partial_frame_cap`), `samples_no_unwind_info`
+//! (the sample's ip is in no dso with unwind information), `samples_no_user_regs` (kernel threads,
+//! 32-bit processes), `samples_malformed` (dropped: a field runs past the record),
+//! `dyn_size_clamped`, `user_frames`, `dsos_loaded`, `dsos_missing`, `dsos_without_unwind_info`.
 
 pub mod dso;
 pub mod sample;
+mod spec;
 #[cfg(test)]
 mod tests;
 
 use std::cell::RefCell;
-use std::collections::{HashMap, VecDeque};
+use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -60,66 +61,19 @@ use perfpipe_core::{Batch, Counter, Flow, NoteValue, Notes, Out, Stage, StageErr
 use rayon::prelude::*;
 
 use dso::{Bytes, Missing, UnwindInfo};
-use perfpipe_core::spec::{BuildCtx, Flag, Kind, Options, StageOption, StageSpec};
+use perfpipe_core::spec::{BuildCtx, Options};
 use perfpipe_stream::format::{
     misc, Attr, Endian, RecordType, SampleLayout, StreamInfo, EVENT_HEADER_SIZE,
 };
+use perfpipe_stream::model::hold::{Hold, Holding};
 use perfpipe_stream::model::machine::{DsoId, Identity, Machine, Map};
 use perfpipe_stream::model::IdMap;
 use perfpipe_stream::Error;
 use sample::AttrExtra;
+pub use spec::SPEC;
 
 use crate::symbols::sources::locate::Wanted;
-use crate::symbols::sources::{hex, Sources, SourcesConfig, SYMBOLS_FLAG, SYMFS_FLAG};
-use crate::HOLD_MAX_BYTES;
-
-/// How `unwind` appears on the command line: `--unwind [parallel=no,parallel-min=N,max-frames=N]`.
-pub const SPEC: StageSpec = StageSpec {
-    name: "unwind",
-    help: "unwind --call-graph dwarf samples' user stacks into callchains (.eh_frame/.debug_frame) and drop the stack copies",
-    flags: &[
-        Flag::stage_options(
-            "unwind",
-            "unwind --call-graph dwarf samples into callchains and drop their stack copies",
-        ),
-        SYMBOLS_FLAG,
-        SYMFS_FLAG,
-    ],
-    options: &[
-        StageOption {
-            key: "parallel",
-            kind: Kind::Switch,
-            help: "unwind each batch's samples on the worker pool (default yes; no: on the stage's thread)",
-        },
-        StageOption {
-            key: "parallel-min",
-            kind: Kind::Count,
-            help: "fewest samples in a batch for the pool to unwind them (default 64; fewer: on the stage's thread)",
-        },
-        StageOption {
-            key: "max-frames",
-            kind: Kind::Count,
-            help: "most user frames per sample (default 1024)",
-        },
-        StageOption {
-            key: "symbols",
-            kind: Kind::Text("ARCHIVE|DIR"),
-            help: "an archive or build-id-cache directory to look dsos' unwind tables up in, by build id (repeatable)",
-        },
-        StageOption {
-            key: "symfs",
-            kind: Kind::Text("DIR"),
-            help: "the root every dso path is looked up under",
-        },
-        StageOption {
-            key: "debuginfod",
-            kind: Kind::Text("URLS|no"),
-            help: "debuginfod servers (space-separated) instead of DEBUGINFOD_URLS; no: none",
-        },
-    ],
-    build: build_stage,
-    needs: &["decompress", "stitch"],
-};
+use crate::symbols::sources::{hex, Sources, SourcesConfig};
 
 fn build_stage(ctx: &BuildCtx, o: &Options) -> Result<Box<dyn Stage>, perfpipe_core::StageError> {
     let config = UnwindConfig::from_options(o)?;
@@ -236,9 +190,7 @@ impl UnwindConfig {
             info_in: None,
             info_out: None,
             extras_changed: false,
-            held: VecDeque::new(),
-            held_bytes: 0,
-            rounds: 0,
+            held: Hold::default(),
             swept: 0,
             c: Counters::default(),
         }
@@ -501,12 +453,8 @@ pub struct Unwind {
     info_in: Option<Arc<StreamInfo>>,
     info_out: Option<Arc<StreamInfo>>,
     extras_changed: bool,
-    /// Batches held back (in order), with the FINISHED_ROUND count at their end and the model's
-    /// round when they came.
-    held: VecDeque<(Batch, usize, u64)>,
-    held_bytes: usize,
-    /// FINISHED_ROUNDs so far.
-    rounds: usize,
+    /// Batches held back for their side-band.
+    held: Hold,
     /// The model's round when `processes` was last swept of unwinders not asked for.
     swept: u64,
     c: Counters,
@@ -576,45 +524,6 @@ impl Unwind {
             self.extras_changed = true;
         }
         true
-    }
-
-    /// Takes in a batch as it comes: notes its dwarf attrs and applies its side-band records to
-    /// the address spaces.
-    fn take_in(&mut self, batch: &Batch, info: &StreamInfo) {
-        let e = info.endian;
-        for span in &batch.spans {
-            let rt = RecordType(span.kind);
-            match rt {
-                RecordType::HEADER_ATTR => {
-                    let rec = batch.bytes(span);
-                    let Ok(attr) = Attr::parse(&rec[EVENT_HEADER_SIZE.min(rec.len())..], e) else {
-                        continue;
-                    };
-                    if sample::wants_unwinding(attr.sample_type) {
-                        self.note_attr(info, &attr, rec);
-                    }
-                }
-                RecordType::HEADER_BUILD_ID => {
-                    if let Some(b) = info.record(batch, span).build_id() {
-                        if !b.build_id.is_empty() {
-                            self.noted_ids
-                                .entry(b.filename.to_vec())
-                                .or_insert_with(|| b.build_id.to_vec());
-                        }
-                    }
-                }
-                RecordType::MMAP
-                | RecordType::MMAP2
-                | RecordType::FORK
-                | RecordType::EXIT
-                | RecordType::COMM
-                | RecordType::FINISHED_ROUND => {
-                    self.machine.apply(&info.record(batch, span));
-                    self.rounds += usize::from(rt == RecordType::FINISHED_ROUND);
-                }
-                _ => {}
-            }
-        }
     }
 
     /// Pass one over a held batch: the rewritten dwarf attrs, and a job of each sample to unwind
@@ -727,36 +636,7 @@ impl Unwind {
         }
         compact(&mut batch, out);
         batch.context = Some(info_out);
-        if batch.spans.is_empty() {
-            out.recycle(batch);
-        } else {
-            out.push(batch);
-        }
-    }
-
-    /// Unwinds and emits the held batches that are due (all of them with `all`).
-    fn release_due(&mut self, out: &mut Out<'_>, all: bool) {
-        while let Some((_, rounds, _)) = self.held.front() {
-            if !all && self.rounds < rounds + 2 && self.held_bytes <= HOLD_MAX_BYTES {
-                break;
-            }
-            let (b, _, _) = self.held.pop_front().expect("front exists");
-            self.held_bytes -= b.data.len();
-            match self.scan(&b) {
-                Some(s) => self.finish(b, s, out),
-                None => out.push(b),
-            }
-        }
-        // The model keeps the history the held samples may look up.
-        self.machine
-            .hold(self.held.front().map(|&(_, _, round)| round));
-        let round = self.machine.round();
-        if round != self.swept {
-            self.swept = round;
-            let keep = |used: u64| used.saturating_add(KEEP_ROUNDS) >= round;
-            self.processes.retain(|_, b| keep(b.used));
-            self.modules.0.retain(|_, (_, used)| keep(*used));
-        }
+        out.push_or_recycle(batch);
     }
 
     /// The unwinder of process `pid` with its maps at `time`: the one last built for it while
@@ -1010,26 +890,68 @@ pub fn unwound_attr(attr: &mut Attr) {
     attr.layout = SampleLayout::new(attr.sample_type, attr.read_format, attr.sample_id_all());
 }
 
+impl Holding for Unwind {
+    fn parts(&mut self) -> (&mut Hold, &mut Machine) {
+        (&mut self.held, &mut self.machine)
+    }
+
+    /// Takes in a batch as it comes: notes its dwarf attrs and applies its side-band records to
+    /// the address spaces.
+    fn take_in(&mut self, batch: &Batch, info: &Arc<StreamInfo>) {
+        let e = info.endian;
+        for span in &batch.spans {
+            let rt = RecordType(span.kind);
+            match rt {
+                RecordType::HEADER_ATTR => {
+                    let rec = batch.bytes(span);
+                    let Ok(attr) = Attr::parse(&rec[EVENT_HEADER_SIZE.min(rec.len())..], e) else {
+                        continue;
+                    };
+                    if sample::wants_unwinding(attr.sample_type) {
+                        self.note_attr(info, &attr, rec);
+                    }
+                }
+                RecordType::HEADER_BUILD_ID => {
+                    if let Some(b) = info.record(batch, span).build_id() {
+                        if !b.build_id.is_empty() {
+                            self.noted_ids
+                                .entry(b.filename.to_vec())
+                                .or_insert_with(|| b.build_id.to_vec());
+                        }
+                    }
+                }
+                rt if Machine::takes(rt) => {
+                    self.machine.apply(&info.record(batch, span));
+                }
+                _ => {}
+            }
+        }
+    }
+
+    /// Unwinds a batch that is due and emits it.
+    fn release(&mut self, batch: Batch, out: &mut Out<'_>) {
+        match self.scan(&batch) {
+            Some(s) => self.finish(batch, s, out),
+            None => out.push(batch),
+        }
+    }
+
+    /// Drops the unwinders and modules no sample asked for in [`KEEP_ROUNDS`] rounds.
+    fn released(&mut self) {
+        let round = self.machine.round();
+        if round != self.swept {
+            self.swept = round;
+            let keep = |used: u64| used.saturating_add(KEEP_ROUNDS) >= round;
+            self.processes.retain(|_, b| keep(b.used));
+            self.modules.0.retain(|_, (_, used)| keep(*used));
+        }
+    }
+}
+
 impl Stage for Unwind {
     fn process(&mut self, batch: Batch, out: &mut Out<'_>) -> Result<Flow, StageError> {
-        let round = self.machine.round();
-        match StreamInfo::shared(&batch) {
-            Some(info) => {
-                // This batch's samples are unwound later: the model keeps their history from now.
-                self.machine
-                    .hold(Some(self.held.front().map_or(round, |&(_, _, r)| r)));
-                self.take_in(&batch, &info);
-            }
-            None if self.held.is_empty() => {
-                out.push(batch);
-                return Ok(Flow::Continue);
-            }
-            None => {}
-        }
-        self.held_bytes += batch.data.len();
-        // Its last samples are of the round the batch ends in.
-        self.held.push_back((batch, self.rounds, round));
-        self.release_due(out, false);
+        // This batch's samples are unwound later: the model keeps their history from now.
+        self.hold(batch, out);
         Ok(Flow::Continue)
     }
 

@@ -15,7 +15,7 @@ use perfpipe_stream::format::build::{self as fbuild, RecordWriter};
 use perfpipe_stream::format::{
     context, misc, sample as st, Attr, Endian, Record, RecordType, PIPE_MAGIC,
 };
-use perfpipe_stream::test_stream::decoded;
+use perfpipe_stream::synth::decoded;
 
 const E: Endian = Endian::Little;
 /// AX, BP, SP, IP: the registers in sample order are AX, BP, SP, IP.

@@ -35,11 +35,12 @@
 //! (the features `HOSTNAME`, `OSRELEASE`, `CMDLINE`, `CPUDESC`, `CPUID`, `TOTAL_MEM`,
 //! `CPU_TOPOLOGY`, `NUMA_TOPOLOGY`, `MEM_TOPOLOGY`, `CACHE`) drop those too.
 //!
-//! **Order**: input order; records are rewritten or dropped, none added. **Buffering**: a batch
-//! is held until two more FINISHED_ROUNDs have come (at most [`HOLD_MAX_BYTES`] of batches), as
-//! `unwind` holds them: records are in time order only across rounds, so a process's FORK and
-//! maps may come after its first samples; side-band records are applied to the model as they
-//! come, the batch rewritten when it goes. **EOF**: the held batches.
+//! **Order**: input order; records are rewritten or dropped, none added. **Buffering**: a batch is
+//! held until two more FINISHED_ROUNDs have come (at most
+//! [`HOLD_MAX_BYTES`](crate::model::hold::HOLD_MAX_BYTES) of batches; the stream model's [`Hold`],
+//! as `unwind` and `symbolize` hold them): records are in time order only across rounds, so a
+//! process's FORK and maps may come after its first samples; side-band records are applied to the
+//! model as they come, the batch rewritten when it goes. **EOF**: the held batches.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
@@ -51,6 +52,7 @@ use crate::format::{
     context, feature, misc, sample, Attr, Record, RecordType, SampleLayout, StreamInfo,
     EVENT_HEADER_SIZE,
 };
+use crate::model::hold::{Hold, Holding};
 use crate::model::machine::{Machine, Map};
 
 mod rewrite;
@@ -157,9 +159,7 @@ impl AslrConfig {
             config: self.clone(),
             machine: Machine::new(),
             parents: HashMap::new(),
-            held: VecDeque::new(),
-            held_bytes: 0,
-            rounds: 0,
+            held: Hold::default(),
             layouts: HashMap::new(),
             placed: VecDeque::new(),
             ksymbols: Vec::new(),
@@ -205,12 +205,8 @@ pub struct Aslr {
     machine: Machine,
     /// pid → the pid it was forked from.
     parents: HashMap<u32, u32>,
-    /// Batches held back (in order), with the FINISHED_ROUND count at their end and the model's
-    /// round when they came.
-    held: VecDeque<(Batch, usize, u64)>,
-    held_bytes: usize,
-    /// FINISHED_ROUNDs so far.
-    rounds: usize,
+    /// Batches held back for their side-band.
+    held: Hold,
     /// By pid ([`KERNEL_PID`] for the kernel's).
     layouts: HashMap<u32, Layout>,
     /// The new addresses of the MMAP, MMAP2 and KSYMBOL records taken in and not yet written,
@@ -544,21 +540,17 @@ pub fn stripped_type(t: u64) -> u64 {
     t & !(REGS_USER | REGS_INTR)
 }
 
-/// Most bytes of batches held for their side-band (as `unwind` holds them).
-pub const HOLD_MAX_BYTES: usize = 32 << 20;
+impl Holding for Aslr {
+    fn parts(&mut self) -> (&mut Hold, &mut Machine) {
+        (&mut self.held, &mut self.machine)
+    }
 
-impl Aslr {
-    /// Takes in a batch as it comes: applies its side-band records to the address spaces.
-    fn take_in(&mut self, batch: &Batch, info: &StreamInfo) {
+    /// Applies a batch's side-band to the address spaces as it comes, and lays its maps out.
+    fn take_in(&mut self, batch: &Batch, info: &Arc<StreamInfo>) {
         for span in &batch.spans {
             let rt = RecordType(span.kind);
             match rt {
-                RecordType::MMAP
-                | RecordType::MMAP2
-                | RecordType::FORK
-                | RecordType::EXIT
-                | RecordType::COMM
-                | RecordType::FINISHED_ROUND => {
+                rt if Machine::takes(rt) => {
                     let rec = info.record(batch, span);
                     self.machine.apply(&rec);
                     match rt {
@@ -577,7 +569,6 @@ impl Aslr {
                         }
                         _ => {}
                     }
-                    self.rounds += usize::from(rt == RecordType::FINISHED_ROUND);
                 }
                 RecordType::KSYMBOL => {
                     let new = self.place_ksymbol(&info.record(batch, span));
@@ -588,53 +579,25 @@ impl Aslr {
         }
     }
 
-    /// Rewrites and emits the held batches that are due (all of them with `all`).
-    fn release_due(&mut self, out: &mut Out<'_>, all: bool) {
-        while let Some((_, rounds, _)) = self.held.front() {
-            if !all && self.rounds < rounds + 2 && self.held_bytes <= HOLD_MAX_BYTES {
-                break;
-            }
-            let (mut batch, _, _) = self.held.pop_front().expect("front exists");
-            self.held_bytes -= batch.data.len();
-            let Some(info) = StreamInfo::shared(&batch) else {
-                out.push(batch);
-                continue;
-            };
-            let mut ed = batch.edit();
-            while let Some(span) = ed.next_record() {
-                self.record(&info, &mut ed, span);
-            }
-            ed.finish();
-            batch.context = Some(self.info_out(&info));
-            if batch.spans.is_empty() {
-                out.recycle(batch);
-            } else {
-                out.push(batch);
-            }
+    /// Rewrites a batch that is due and emits it.
+    fn release(&mut self, mut batch: Batch, out: &mut Out<'_>) {
+        let Some(info) = StreamInfo::shared(&batch) else {
+            out.push(batch);
+            return;
+        };
+        let mut ed = batch.edit();
+        while let Some(span) = ed.next_record() {
+            self.record(&info, &mut ed, span);
         }
-        self.machine
-            .hold(self.held.front().map(|&(_, _, round)| round));
+        ed.finish();
+        batch.context = Some(self.info_out(&info));
+        out.push_or_recycle(batch);
     }
 }
 
 impl Stage for Aslr {
     fn process(&mut self, batch: Batch, out: &mut Out<'_>) -> Result<Flow, StageError> {
-        let round = self.machine.round();
-        match StreamInfo::shared(&batch) {
-            Some(info) => {
-                self.machine
-                    .hold(Some(self.held.front().map_or(round, |&(_, _, r)| r)));
-                self.take_in(&batch, &info);
-            }
-            None if self.held.is_empty() => {
-                out.push(batch);
-                return Ok(Flow::Continue);
-            }
-            None => {}
-        }
-        self.held_bytes += batch.data.len();
-        self.held.push_back((batch, self.rounds, round));
-        self.release_due(out, false);
+        self.hold(batch, out);
         Ok(Flow::Continue)
     }
 

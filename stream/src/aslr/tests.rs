@@ -3,7 +3,7 @@
 use perfpipe_core::harness;
 
 use super::*;
-use crate::test_stream::{decoded, SynthStream};
+use crate::synth::{decoded, SynthStream};
 
 /// (type, fields) of every record out: MMAP2 (pid, addr, pgoff), samples (tid, ip, chain).
 fn run(stream: &[u8], chunk: usize) -> Vec<(u32, u32, u64, Vec<u64>)> {

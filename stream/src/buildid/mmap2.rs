@@ -676,11 +676,7 @@ impl Stage for Mmap2Hit {
             }
             ed.finish();
         }
-        if batch.spans.is_empty() {
-            out.recycle(batch);
-        } else {
-            out.push(batch);
-        }
+        out.push_or_recycle(batch);
         Ok(Flow::Continue)
     }
 

@@ -13,9 +13,10 @@
 //! - `time` values take a unit (`ns` by default, `us`, `ms`, `s`): absolute timestamps as perf script
 //!   prints them (`time >= 12345.678s`); with a `+`, relative to the first sample (`time < +1.5s`).
 //! - `comm` is the thread's name at the sample's time, tracked from COMM and FORK records (see
-//!   `state::Threads`); `event` the attr's name from EVENT_UPDATE records or the EVENT_DESC
-//!   feature; `dso` the file mapped at the sample's ip, from the [`crate::model::machine`] model (`[unknown]`
-//!   when none, `[kernel.kallsyms]` for the kernel).
+//!   [`crate::model::threads`]); `event` the attr's event name by the rule the profiles name events
+//!   with ([`crate::model::events::name`]: `cpu-clock`, `sched:sched_switch`); `dso` the file
+//!   mapped at the sample's ip, from the [`crate::model::machine`] model (`[unknown]` when none,
+//!   `[kernel.kallsyms]` for the kernel).
 //! - `tp.NAME` is the field `NAME` of a tracepoint sample's raw payload, read at the offset, size
 //!   and signedness its format file gives (from the recording's tracing data, see
 //!   [`crate::format::tracing`]): `tp.prev_state == "D" && tp.prev_comm == "kworker*"`. Numbers
@@ -27,17 +28,19 @@
 //!   a sample that is not a tracepoint's or whose tracepoint has no field `x`) is false.
 //!
 //! The expression is parsed once when the stage is built and compiled once per attr (fields become
-//! byte offsets of that attr's sample layout, `event` a constant), again only when an attr or an
-//! event name arrives. Batches with at least [`FilterConfig::parallel_min`] samples are evaluated on
+//! byte offsets of that attr's sample layout, `event` a constant), again only when an attr or the
+//! tracing data arrives. Batches with at least [`FilterConfig::parallel_min`] samples are evaluated on
 //! rayon's pool, unless the expression uses `dso` (whose map state changes record by record).
 //!
 //! **Order**: input order, records only removed. **Buffering**: none, except with `comm`: perf
 //! sorts records by time before it names a sample's thread, and a COMM (on one cpu) may come later
 //! in the stream than a sample (on another) that it names. FINISHED_ROUND guarantees that records
-//! of round N+2 are later than every record of round N, so a batch is held (whole, not copied) until
-//! two more FINISHED_ROUNDs have arrived, or until [`HOLD_MAX_BYTES`] are held, then decided.
-//! `dso` follows the maps in stream order (the [`crate::model::machine`] model). **EOF**: held batches
-//! are decided and emitted.
+//! of round N+2 are later than every record of round N, so a batch is held (whole, not copied)
+//! until two more FINISHED_ROUNDs have arrived, or until
+//! [`HOLD_MAX_BYTES`](crate::model::hold::HOLD_MAX_BYTES) are held, then decided (the stream
+//! model's [`Hold`], as `aslr`, `symbolize` and `unwind` hold batches). `dso` follows the maps in
+//! stream order (the [`crate::model::machine`] model). **EOF**: held batches are decided and
+//! emitted.
 
 pub mod expr;
 mod program;
@@ -49,8 +52,10 @@ use perfpipe_core::{Batch, Counter, Flow, Out, Span, Stage, StageError};
 use rayon::prelude::*;
 
 use crate::format::{Record, RecordType, StreamInfo};
+use crate::model::events;
+use crate::model::hold::Hold;
 use crate::model::machine::Machine;
-use crate::model::threads::{Events, Threads};
+use crate::model::threads::Threads;
 pub use expr::{parse, Expr, ExprError, Field};
 use perfpipe_core::spec::{BuildCtx, Flag, Kind, Options, StageOption, StageSpec};
 use program::{Cx, Prog};
@@ -60,10 +65,6 @@ pub use shorthand::{cpu_list, id_list, name_list, time_range};
 /// the 416 MB benchmark recording (see docs/filtering.md): a compiled predicate costs a
 /// few ns per sample, less than handing a 256 KiB batch's ~2,700 samples to other threads.
 pub const PARALLEL_MIN_DEFAULT: usize = usize::MAX;
-
-/// Most bytes of batches a `comm` filter holds while waiting for later COMM records; past it the
-/// oldest is decided with what is known.
-pub const HOLD_MAX_BYTES: usize = 256 << 20;
 
 /// Configuration of a `filter` stage: a parsed expression. Plain data; no I/O.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -102,16 +103,12 @@ impl FilterConfig {
                 self.parallel_min
             },
             track_comm: self.expr.uses(Field::Comm),
-            track_events: self.expr.uses(Field::Event),
             machine: uses_dso.then(Machine::new),
             threads: Threads::default(),
-            events: Events::default(),
             first_time: None,
-            held: std::collections::VecDeque::new(),
-            held_bytes: 0,
-            rounds: 0,
+            held: Hold::default(),
             progs: Vec::new(),
-            compiled_for: (usize::MAX, 0, 0),
+            compiled_for: (usize::MAX, 0),
             kept: Counter::new(),
             dropped: Counter::new(),
             short: Counter::new(),
@@ -252,21 +249,16 @@ pub struct Filter {
     expr: Expr,
     parallel_min: usize,
     track_comm: bool,
-    track_events: bool,
     machine: Option<Machine>,
     threads: Threads,
-    events: Events,
     /// Time of the first sample, for relative times.
     first_time: Option<u64>,
-    /// Batches held for a `comm` filter, each with the FINISHED_ROUND count after it.
-    held: std::collections::VecDeque<(Batch, u64)>,
-    held_bytes: usize,
-    /// FINISHED_ROUND records seen.
-    rounds: u64,
+    /// Batches held for a `comm` filter.
+    held: Hold,
     /// The program for each attr index; the last entry is for samples of an unknown attr.
     progs: Vec<Prog>,
-    /// (number of attrs, event-name generation, tracing data) the programs were compiled for.
-    compiled_for: (usize, u64, usize),
+    /// (number of attrs, tracing data) the programs were compiled for.
+    compiled_for: (usize, usize),
     kept: Counter,
     dropped: Counter,
     /// Tracepoint fields read past the end of a sample's raw payload (the predicate is false).
@@ -290,7 +282,6 @@ impl Filter {
     fn compile(&mut self, info: &StreamInfo) {
         let key = (
             info.attrs.len(),
-            self.events.generation,
             info.tracing.as_ref().map_or(0, |t| Arc::as_ptr(t) as usize),
         );
         if key == self.compiled_for {
@@ -301,10 +292,11 @@ impl Filter {
             .iter()
             .enumerate()
             .map(|(i, a)| {
+                let event = events::name(info, i as u16);
                 Prog::compile(
                     &self.expr,
                     Some(&a.layout),
-                    self.events.name(i),
+                    Some(&event),
                     info.tracepoint(i),
                 )
             })
@@ -318,7 +310,7 @@ impl Filter {
         &self.progs[(tag as usize).min(last)]
     }
 
-    /// Takes in a side-band record (names, rounds; not maps); notes the first sample's time.
+    /// Takes in a side-band record (thread names; not maps); notes the first sample's time.
     fn observe(&mut self, span: &Span, rec: &Record<'_>, info: &StreamInfo) {
         match RecordType(span.kind) {
             RecordType::SAMPLE if self.first_time.is_none() => {
@@ -326,11 +318,7 @@ impl Filter {
                     self.first_time = Some(*info.first_sample_time.get_or_init(|| t));
                 }
             }
-            RecordType::FINISHED_ROUND => self.rounds += 1,
             RecordType::COMM | RecordType::FORK if self.track_comm => self.threads.observe(rec),
-            RecordType::EVENT_UPDATE | RecordType::HEADER_FEATURE if self.track_events => {
-                self.events.observe(rec.bytes, RecordType(span.kind), info)
-            }
             _ => {}
         }
     }
@@ -423,11 +411,7 @@ impl Filter {
         self.kept.add((samples - dropped) as u64);
         self.dropped.add(dropped as u64);
         batch.spans = kept;
-        if batch.spans.is_empty() {
-            out.recycle(batch);
-        } else {
-            out.push(batch);
-        }
+        out.push_or_recycle(batch);
     }
 }
 
@@ -464,7 +448,7 @@ impl Stage for Filter {
             if self.held.is_empty() {
                 out.push(batch);
             } else {
-                self.held.push_back((batch, self.rounds));
+                self.held.push(batch, 0);
             }
             return Ok(Flow::Continue);
         };
@@ -473,24 +457,17 @@ impl Stage for Filter {
             self.emit(batch, out);
             return Ok(Flow::Continue);
         }
-        self.held_bytes += batch.data.len();
-        self.held.push_back((batch, self.rounds));
-        while let Some((_, at)) = self.held.front() {
-            if self.rounds < at + 2 && self.held_bytes <= HOLD_MAX_BYTES {
-                break;
-            }
-            let (b, _) = self.held.pop_front().expect("front exists");
-            self.held_bytes -= b.data.len();
+        self.held.push(batch, 0);
+        while let Some(b) = self.held.pop(false) {
             self.emit(b, out);
         }
         Ok(Flow::Continue)
     }
 
     fn flush(&mut self, out: &mut Out<'_>) -> Result<(), StageError> {
-        while let Some((b, _)) = self.held.pop_front() {
+        while let Some(b) = self.held.pop(true) {
             self.emit(b, out);
         }
-        self.held_bytes = 0;
         Ok(())
     }
 

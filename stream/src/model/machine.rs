@@ -9,16 +9,15 @@
 //! pid that existed before (pid reuse) starts a new life, and the maps of the old one stop counting.
 //! The history this needs is forgotten once no lookup can ask for it: records are ordered by time
 //! across rounds, so a sample that came in round `r` is no older than the newest record of round
-//! `r − 2` (perf's flush point; an older one is out of order for perf too), and the user of the
-//! model says with [`Machine::hold`] the oldest round whose samples it has still to look up (the
-//! stages that look frames up hold a batch two rounds, or `perfpipe_profile::HOLD_MAX_BYTES` of
-//! batches). At each FINISHED_ROUND the maps older than that point that a newer map covers, the
-//! exits before it and the fork links before it (the child then gets a copy of its parent's maps,
-//! as perf copies them) are dropped. A stream without FINISHED_ROUND (a file without rounds is one
-//! round) counts a round every [`VIRTUAL_ROUND`] side-band records instead, so memory stays
-//! bounded; perf sorts such a stream whole, so there a record further out of place than that may
-//! be looked up as stream order has it.
-//!
+//! `r − 2` (perf's flush point; an older one is out of order for perf too), and the user of the model
+//! says with [`Machine::hold`] the oldest round whose samples it has still to look up (the stages
+//! that look frames up hold a batch two rounds, or [`HOLD_MAX_BYTES`](super::hold::HOLD_MAX_BYTES)
+//! of batches: [`Hold`](super::hold::Hold)). At each FINISHED_ROUND the maps older than that point
+//! that a newer map covers, the exits before it and the fork links before it (the child then gets a
+//! copy of its parent's maps, as perf copies them) are dropped. A stream without FINISHED_ROUND (a
+//! file without rounds is one round) counts a round every [`VIRTUAL_ROUND`] side-band records
+//! instead, so memory stays bounded; perf sorts such a stream whole, so there a record further out
+//! of place than that may be looked up as stream order has it.
 //! - **Processes own maps; threads share them.** Maps are kept per process (pid). A thread (tid) only
 //!   says which process it belongs to, so every thread of a process sees its maps.
 //! - **COMM with `COMM_EXEC`** changes nothing here: perf keeps the old image's maps after an exec
@@ -461,6 +460,20 @@ impl Machine {
         Machine::default()
     }
 
+    /// Whether [`Machine::apply`] takes records of type `rt` in: the maps, the processes'
+    /// lives and the rounds (MMAP, MMAP2, FORK, EXIT, COMM, FINISHED_ROUND).
+    pub fn takes(rt: RecordType) -> bool {
+        matches!(
+            rt,
+            RecordType::MMAP
+                | RecordType::MMAP2
+                | RecordType::FORK
+                | RecordType::EXIT
+                | RecordType::COMM
+                | RecordType::FINISHED_ROUND
+        )
+    }
+
     /// Applies a record: MMAP, MMAP2, FORK, COMM, EXIT and FINISHED_ROUND change the model; other
     /// records are ignored. Returns the dso an MMAP/MMAP2 introduced or mapped again.
     pub fn apply(&mut self, rec: &Record<'_>) -> Option<DsoId> {
@@ -666,6 +679,11 @@ impl Machine {
     /// next round. Without it, each sample is taken to be looked up when it comes.
     pub fn hold(&mut self, round: Option<u64>) {
         self.held = round;
+    }
+
+    /// The round given to [`Machine::hold`] last: the oldest whose samples are not all looked up.
+    pub fn held(&self) -> Option<u64> {
+        self.held
     }
 
     /// The rounds so far: FINISHED_ROUNDs, or virtual ones (see the module doc).

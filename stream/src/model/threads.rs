@@ -1,13 +1,9 @@
-//! What the filter learns from side-band records: each thread's command name over time (COMM,
-//! FORK) and each attr's event name (EVENT_UPDATE, the EVENT_DESC feature).
+//! Each thread's command name over time, from side-band records (COMM, FORK).
 
 use std::sync::Arc;
 
-use crate::format::{feature, Endian, Record, RecordType, StreamInfo};
+use crate::format::{Record, RecordType};
 use crate::model::IdMap;
-
-/// `PERF_EVENT_UPDATE__NAME`, the EVENT_UPDATE type that carries an event name.
-const EVENT_UPDATE_NAME: u64 = 2;
 
 /// The command names of threads, each with the time it took effect, the way perf's `thread`
 /// keeps a comm list: a COMM record sets the name of its tid; a FORK gives the child its parent's
@@ -105,84 +101,6 @@ impl Threads {
             .rposition(|(t, _)| *t <= time)
             .map_or(0, |i| i + 1);
         list.insert(at, (time, name));
-    }
-}
-
-/// Event names by attr index.
-#[derive(Debug, Default)]
-pub struct Events {
-    names: Vec<Option<String>>,
-    /// Bumped whenever a name changes, so programs are recompiled.
-    pub generation: u64,
-}
-
-impl Events {
-    /// The name of attr `index`, if known.
-    pub fn name(&self, index: usize) -> Option<&str> {
-        self.names.get(index)?.as_deref()
-    }
-
-    fn set(&mut self, index: usize, name: &[u8]) {
-        if self.names.len() <= index {
-            self.names.resize(index + 1, None);
-        }
-        let name = String::from_utf8_lossy(name).into_owned();
-        if self.names[index].as_deref() != Some(name.as_str()) {
-            self.names[index] = Some(name);
-            self.generation += 1;
-        }
-    }
-
-    fn index_of_id(info: &StreamInfo, id: u64) -> Option<usize> {
-        info.attrs.iter().position(|a| a.ids.contains(&id))
-    }
-
-    /// Takes in an EVENT_UPDATE or HEADER_FEATURE record (others are ignored). Malformed records
-    /// are ignored too: names only help `event` predicates, and perf reports such records itself.
-    pub fn observe(&mut self, rec: &[u8], rt: RecordType, info: &StreamInfo) {
-        let e = info.endian;
-        if rt == RecordType::EVENT_UPDATE {
-            if e.u64(rec, 8) != Some(EVENT_UPDATE_NAME) {
-                return;
-            }
-            let (Some(id), Some(name)) = (e.u64(rec, 16), rec.get(24..)) else {
-                return;
-            };
-            let name = &name[..name.iter().position(|&c| c == 0).unwrap_or(name.len())];
-            let index = match Events::index_of_id(info, id) {
-                Some(i) => i,
-                None if info.attrs.len() == 1 => 0,
-                None => return,
-            };
-            self.set(index, name);
-        } else if rt == RecordType::HEADER_FEATURE
-            && e.u64(rec, 8) == Some(feature::EVENT_DESC.into())
-        {
-            self.event_desc(&rec[16.min(rec.len())..], e, info);
-        }
-    }
-
-    /// `write_event_desc()` in `tools/perf/util/header.c`: `u32 nr, attr_size`, then per event the
-    /// attr, `u32 nr_ids`, the name as `u32 len` + `len` bytes (NUL-padded), and `u64 ids[nr_ids]`.
-    fn event_desc(&mut self, b: &[u8], e: Endian, info: &StreamInfo) -> Option<()> {
-        let nr = e.u32(b, 0)? as usize;
-        let attr_size = e.u32(b, 4)? as usize;
-        let mut at = 8usize;
-        for i in 0..nr.min(4096) {
-            at = at.checked_add(attr_size)?;
-            let nr_ids = e.u32(b, at)? as usize;
-            let len = e.u32(b, at + 4)? as usize;
-            let name = b.get(at + 8..at.checked_add(8)?.checked_add(len)?)?;
-            let name = &name[..name.iter().position(|&c| c == 0).unwrap_or(name.len())];
-            at = at + 8 + len;
-            let first_id = if nr_ids > 0 { e.u64(b, at) } else { None };
-            at = at.checked_add(nr_ids.checked_mul(8)?)?;
-            let index = first_id
-                .and_then(|id| Events::index_of_id(info, id))
-                .unwrap_or(i);
-            self.set(index, name);
-        }
-        Some(())
     }
 }
 

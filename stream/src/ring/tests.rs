@@ -7,7 +7,7 @@ use perfpipe_core::{harness, Batch, Flow, Out, Stage, StageError};
 
 use super::{Ring, RingConfig};
 use crate::format::RecordType;
-use crate::test_stream::{decoded, SynthStream};
+use crate::synth::{decoded, SynthStream};
 
 /// The streams in `batches`' output, split at each pipe header, as (type, bytes) records.
 fn streams(batches: &[Batch]) -> Vec<Vec<(u32, Vec<u8>)>> {

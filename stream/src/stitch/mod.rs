@@ -245,11 +245,7 @@ impl Stage for Stitch {
         let info = self.offcpu.info_out(&info);
         batch.context = Some(info.clone());
         self.info = Some(info);
-        if batch.spans.is_empty() {
-            out.recycle(batch);
-        } else {
-            out.push(batch);
-        }
+        out.push_or_recycle(batch);
         Ok(Flow::Continue)
     }
 
@@ -290,7 +286,7 @@ mod tests {
     use perfpipe_core::harness;
 
     use super::*;
-    use crate::test_stream::{decoded, SynthStream};
+    use crate::synth::{decoded, SynthStream};
 
     const K: u64 = context::KERNEL;
     const D: u64 = context::USER_DEFERRED;

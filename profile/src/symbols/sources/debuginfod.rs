@@ -13,6 +13,10 @@
 //! body streams into a temporary file of the cache. The choice, measured against the hand-written
 //! client it replaced, attohttpc and rustls under `std::net`: `benches/results/http-clients.md`.
 //!
+//! The HTTP transport is the cargo feature `debuginfod` (on by default). A build without it reads
+//! no `DEBUGINFOD_URLS` (as perf built without libdebuginfod) and refuses a `debuginfod=URLS`
+//! option, naming the feature ([`check_option`]).
+//!
 //! Each failure is counted and ends only its request: a server that never answers (the read
 //! timeout), one that closes mid-body (a short body), an answer larger than the cap, a file of
 //! another build id. Only a miss (404 from every server) is cached, as elfutils caches only
@@ -25,6 +29,30 @@ use std::sync::mpsc;
 use std::time::{Duration, SystemTime};
 
 use perfpipe_core::Counter;
+
+/// The HTTP agent of a client (nothing in a build without the `debuginfod` feature).
+#[cfg(feature = "debuginfod")]
+type Agent = ureq::Agent;
+#[cfg(not(feature = "debuginfod"))]
+type Agent = NoAgent;
+
+/// The agent of a build without an HTTP transport.
+#[cfg(not(feature = "debuginfod"))]
+#[derive(Clone, Debug)]
+pub(crate) struct NoAgent;
+
+/// Fails a `debuginfod=URLS` option (any but `no`) in a build without the `debuginfod` feature.
+///
+/// # Errors
+/// The text that names the feature.
+pub fn check_option(value: Option<&str>) -> Result<(), String> {
+    match value {
+        Some(urls) if urls != "no" && !cfg!(feature = "debuginfod") => Err(format!(
+            "debuginfod={urls}: this perfpipe is built without the cargo feature `debuginfod`"
+        )),
+        _ => Ok(()),
+    }
+}
 
 /// The default of `DEBUGINFOD_TIMEOUT` (elfutils' 90 s).
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(90);
@@ -50,8 +78,11 @@ pub struct DebuginfodConfig {
 
 impl DebuginfodConfig {
     /// `DEBUGINFOD_URLS` and the client's variables, as elfutils reads them; `None` when
-    /// `DEBUGINFOD_URLS` is unset or empty.
+    /// `DEBUGINFOD_URLS` is unset or empty, or the build has no `debuginfod` feature.
     pub fn from_env() -> Option<DebuginfodConfig> {
+        if !cfg!(feature = "debuginfod") {
+            return None;
+        }
         let urls = std::env::var("DEBUGINFOD_URLS").ok()?;
         DebuginfodConfig::with_urls(&urls)
     }
@@ -132,7 +163,7 @@ pub struct Debuginfod {
     config: DebuginfodConfig,
     counters: DebuginfodCounters,
     pool: std::sync::OnceLock<Option<rayon::ThreadPool>>,
-    agent: std::sync::OnceLock<ureq::Agent>,
+    agent: std::sync::OnceLock<Agent>,
     /// Per server: its failed requests and the first one's error, for the end lines.
     failures: std::sync::Mutex<Vec<(String, u64, String)>>,
 }
@@ -203,9 +234,8 @@ impl Debuginfod {
     }
 
     /// The HTTP agent, made once: timeouts, redirects, the CA store.
-    fn agent(&self) -> &ureq::Agent {
-        self.agent
-            .get_or_init(|| agent_config(self.config.timeout).into())
+    fn agent(&self) -> &Agent {
+        self.agent.get_or_init(|| new_agent(self.config.timeout))
     }
 
     /// The file of build id `id` of `kind` (`debuginfo` or `executable`): from the cache, else
@@ -333,8 +363,21 @@ impl Debuginfod {
     }
 }
 
+/// An agent of [`agent_config`].
+#[cfg(feature = "debuginfod")]
+fn new_agent(timeout: Duration) -> Agent {
+    agent_config(timeout).into()
+}
+
+/// No agent: the build has no HTTP transport ([`get`] fails naming the feature).
+#[cfg(not(feature = "debuginfod"))]
+fn new_agent(_: Duration) -> Agent {
+    NoAgent
+}
+
 /// The agent's configuration: `timeout` for every step, redirects, the CA store (the fuzz target
 /// `debuginfod` makes its agent of it too, with a transport that plays the server's answer).
+#[cfg(feature = "debuginfod")]
 pub(crate) fn agent_config(timeout: Duration) -> ureq::config::Config {
     let t = Some(timeout);
     ureq::Agent::config_builder()
@@ -362,6 +405,7 @@ fn base_url(url: &str) -> Option<&str> {
 
 /// The CA store: the system's (`rustls-native-certs`: `SSL_CERT_FILE`, `SSL_CERT_DIR`, else the
 /// distribution's bundle), webpki's roots only when that has none.
+#[cfg(feature = "https")]
 pub fn tls_config() -> ureq::tls::TlsConfig {
     let native = rustls_native_certs::load_native_certs();
     let certs: Vec<ureq::tls::Certificate<'static>> = native
@@ -379,13 +423,24 @@ pub fn tls_config() -> ureq::tls::TlsConfig {
 
 /// What one request gave, besides a file.
 #[derive(Debug)]
+#[cfg_attr(not(feature = "debuginfod"), allow(dead_code))]
 pub(crate) enum Answer {
     NotFound,
     /// Why, and whether it was TLS (the certificate or the handshake).
     Failed(String, bool),
 }
 
+/// `GET url` into `out` in a build without the `debuginfod` feature: a failure that names it.
+#[cfg(not(feature = "debuginfod"))]
+pub(crate) fn get(_: &Agent, url: &str, _: u64, _: &mut impl Write) -> Result<u64, Answer> {
+    Err(Answer::Failed(
+        format!("{url}: this perfpipe is built without the cargo feature `debuginfod`"),
+        false,
+    ))
+}
+
 /// `GET url` into `out`: at most `max` bytes.
+#[cfg(feature = "debuginfod")]
 pub(crate) fn get(
     agent: &ureq::Agent,
     url: &str,
@@ -433,6 +488,7 @@ pub(crate) fn get(
 
 /// Whether a request failed in TLS: the certificate, the handshake (rustls' error, which ureq
 /// passes up inside an I/O error).
+#[cfg(feature = "debuginfod")]
 fn is_tls(e: &ureq::Error) -> bool {
     match e {
         ureq::Error::Tls(_) | ureq::Error::Rustls(_) => true,
@@ -462,5 +518,22 @@ mod tests {
         assert_eq!(base_url("file:///srv"), None);
         assert_eq!(base_url("https://"), None);
         assert_eq!(base_url("ftp://example.invalid"), None);
+    }
+
+    #[test]
+    fn a_build_without_the_feature_refuses_servers_naming_it() {
+        assert_eq!(check_option(None), Ok(()));
+        assert_eq!(check_option(Some("no")), Ok(()));
+        let r = check_option(Some("http://127.0.0.1:1"));
+        if cfg!(feature = "debuginfod") {
+            assert_eq!(r, Ok(()));
+        } else {
+            assert_eq!(
+                r.unwrap_err(),
+                "debuginfod=http://127.0.0.1:1: this perfpipe is built without the cargo \
+                 feature `debuginfod`"
+            );
+            assert_eq!(DebuginfodConfig::from_env(), None);
+        }
     }
 }

@@ -1,9 +1,9 @@
-//! Synthetic perf pipe-mode streams, for benchmarks and tests: a pipe header, one attr
+//! Synthetic perf pipe-mode streams: the workload of `perfpipe bench --synthetic` and the
+//! benchmarks ([`workload`]), and the streams the tests build. A pipe header, one attr
 //! (`IP|TID|TIME|ID|CPU|PERIOD|CALLCHAIN`, `sample_id_all`; cpu-clock unless
-//! [`SynthStream::with_event`] names another event), then whatever records the caller adds,
-//! laid out as `perf record -o -` lays them out (sample-id trailers included), so that `perf script`
+//! [`SynthStream::with_event`] names another event), then whatever records the caller adds, laid
+//! out as `perf record -o -` lays them out (sample-id trailers included), so that `perf script`
 //! reads the result. [`decoded`] frames any stream as `decode` does, for tests of later stages.
-
 use perfpipe_core::{harness, Batch};
 
 use crate::decode::DecodeConfig;
