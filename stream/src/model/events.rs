@@ -12,7 +12,7 @@
 //! not added, and a name the recording gave an event (EVENT_UPDATE, the EVENT_DESC feature) is
 //! not used: the name is the same whichever tool recorded the stream.
 
-use crate::format::StreamInfo;
+use crate::format::{feature, Endian, RecordType, StreamInfo};
 
 /// `PERF_TYPE_HARDWARE`
 const TYPE_HARDWARE: u32 = 0;
@@ -140,6 +140,83 @@ impl Events {
     /// When `id` was not given by [`Events::id`].
     pub fn get(&self, id: u32) -> &Event {
         &self.list[id as usize]
+    }
+}
+
+/// `PERF_EVENT_UPDATE__NAME`, the EVENT_UPDATE type that carries an event name.
+const EVENT_UPDATE_NAME: u64 = 2;
+
+/// The names perf gave the events, by attr index, as the stream tells them (EVENT_UPDATE, the
+/// EVENT_DESC feature): perf's own evsel names, such as `offcpu-time` for its BPF-output event.
+/// The profile outputs name events by [`name`] instead, one rule for every stream.
+#[derive(Debug, Default)]
+pub struct PerfNames {
+    names: Vec<Option<String>>,
+}
+
+impl PerfNames {
+    /// The name of attr `index`, if known.
+    pub fn name(&self, index: usize) -> Option<&str> {
+        self.names.get(index)?.as_deref()
+    }
+
+    fn set(&mut self, index: usize, name: &[u8]) {
+        if self.names.len() <= index {
+            self.names.resize(index + 1, None);
+        }
+        self.names[index] = Some(String::from_utf8_lossy(name).into_owned());
+    }
+
+    fn index_of_id(info: &StreamInfo, id: u64) -> Option<usize> {
+        info.attrs.iter().position(|a| a.ids.contains(&id))
+    }
+
+    /// Takes in an EVENT_UPDATE or HEADER_FEATURE record (others are ignored). Malformed records
+    /// are ignored too: perf reports such records itself.
+    pub fn observe(&mut self, rec: &[u8], rt: RecordType, info: &StreamInfo) {
+        let e = info.endian;
+        if rt == RecordType::EVENT_UPDATE {
+            if e.u64(rec, 8) != Some(EVENT_UPDATE_NAME) {
+                return;
+            }
+            let (Some(id), Some(name)) = (e.u64(rec, 16), rec.get(24..)) else {
+                return;
+            };
+            let name = &name[..name.iter().position(|&c| c == 0).unwrap_or(name.len())];
+            let index = match PerfNames::index_of_id(info, id) {
+                Some(i) => i,
+                None if info.attrs.len() == 1 => 0,
+                None => return,
+            };
+            self.set(index, name);
+        } else if rt == RecordType::HEADER_FEATURE
+            && e.u64(rec, 8) == Some(feature::EVENT_DESC.into())
+        {
+            self.event_desc(&rec[16.min(rec.len())..], e, info);
+        }
+    }
+
+    /// `write_event_desc()` in `tools/perf/util/header.c`: `u32 nr, attr_size`, then per event the
+    /// attr, `u32 nr_ids`, the name as `u32 len` + `len` bytes (NUL-padded), and `u64 ids[nr_ids]`.
+    fn event_desc(&mut self, b: &[u8], e: Endian, info: &StreamInfo) -> Option<()> {
+        let nr = e.u32(b, 0)? as usize;
+        let attr_size = e.u32(b, 4)? as usize;
+        let mut at = 8usize;
+        for i in 0..nr.min(4096) {
+            at = at.checked_add(attr_size)?;
+            let nr_ids = e.u32(b, at)? as usize;
+            let len = e.u32(b, at + 4)? as usize;
+            let name = b.get(at + 8..at.checked_add(8)?.checked_add(len)?)?;
+            let name = &name[..name.iter().position(|&c| c == 0).unwrap_or(name.len())];
+            at = at + 8 + len;
+            let first_id = if nr_ids > 0 { e.u64(b, at) } else { None };
+            at = at.checked_add(nr_ids.checked_mul(8)?)?;
+            let index = first_id
+                .and_then(|id| PerfNames::index_of_id(info, id))
+                .unwrap_or(i);
+            self.set(index, name);
+        }
+        Some(())
     }
 }
 

@@ -37,7 +37,7 @@ use std::sync::Arc;
 use perfpipe_core::{Counter, Editor, Span};
 
 use crate::format::{sample, Endian, RecordType, SampleLayout, StreamInfo, EVENT_HEADER_SIZE};
-use crate::model::threads::Events;
+use crate::model::events::PerfNames;
 
 /// `PERF_TYPE_SOFTWARE`.
 const TYPE_SOFTWARE: u32 = 1;
@@ -60,7 +60,7 @@ fn carries_raw(type_: u32, config: u64, sample_type: u64) -> bool {
 /// The raw-data `offcpu-time` samples' assembly: the state `stitch` keeps for it.
 #[derive(Debug, Default)]
 pub(super) struct OffCpu {
-    events: Events,
+    events: PerfNames,
     /// The stream info last seen, and the one downstream gets for it (`None`: the same).
     info_in: Option<Arc<StreamInfo>>,
     info_out: Option<Arc<StreamInfo>>,
