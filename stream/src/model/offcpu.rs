@@ -53,6 +53,8 @@
 
 use std::collections::VecDeque;
 
+use perfpipe_core::Batch;
+
 use super::IdMap;
 use crate::format::tracing::{EventFormat, FieldFormat, Value};
 use crate::format::{feature, features, misc, Endian, Record, RecordType, Sample, StreamInfo};
@@ -343,6 +345,25 @@ impl Switches {
                 Kind::SchedSwitch(_) | Kind::ContextSwitches | Kind::OffCpuTime
             )
         })
+    }
+
+    /// Whether a profile reads `batch` through the model, `decided` once it is known: at the
+    /// first batch that holds a sample ([`Switches::active`] then; every attr and the tracing
+    /// data come before the samples). Decided at a batch of header records cut before the
+    /// tracing data (a pipe read that ended there), a `sched_switch` stream had no format and
+    /// was read without the model, timing decided. Batches before it go through the model,
+    /// which takes their NRCPUS feature and nothing else. Sets [`Switches::wakeups`].
+    pub fn reads(&mut self, decided: &mut Option<bool>, info: &StreamInfo, batch: &Batch) -> bool {
+        if let Some(active) = *decided {
+            return active;
+        }
+        self.wakeups = true;
+        if !batch.spans.iter().any(|s| s.kind == RecordType::SAMPLE.0) {
+            return true;
+        }
+        let active = self.active(info);
+        *decided = Some(active);
+        active
     }
 
     /// Notes a `sched_switch` sample of `cpu` at `time`: the time of the cpu's one before, if
