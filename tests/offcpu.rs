@@ -815,7 +815,8 @@ fn perf_script_wakers(file: &Path) -> (Vec<Woken>, Vec<u32>, Vec<u32>) {
     for l in text.lines() {
         // ` TID [CPU] SEC.NS: sched:EVENT: FIELDS` (TID -1 for an exiting thread's last samples)
         let mut w = l.split_whitespace();
-        let (Some(tid), Some(cpu), Some(time), Some(event)) = (w.next(), w.next(), w.next(), w.next())
+        let (Some(tid), Some(cpu), Some(time), Some(event)) =
+            (w.next(), w.next(), w.next(), w.next())
         else {
             continue;
         };
