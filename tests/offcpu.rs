@@ -3,8 +3,8 @@
 //! - every `sched_switch` field, read by name through the recording's tracing data, equals what
 //!   `perf script -F trace` prints, for every sample; and `--filter 'tp.prev_state == X'` keeps
 //!   as many samples as perf prints with that state;
-//! - per thread, the intervals the off-CPU model closes equal the sum of `perf sched timehist`'s
-//!   wait times within 1 %;
+//! - per thread, the intervals the off-CPU model closes end where `perf sched timehist`'s do
+//!   (those whose switch-in was not recorded too) and sum to its wait times within 1 %;
 //! - bad tracing data (cut, garbage, a tracepoint without a format, short payloads) is counted
 //!   and reported, never a crash.
 
@@ -341,8 +341,11 @@ fn timehist_rows(path: &Path) -> Vec<(u32, u64, u64)> {
 
 pipetest!(needs(perf, cc, tracefs)
     /// System-wide form: the intervals closed in stream order are those of the switches in time
-    /// order; per thread of the workload, those that `perf sched timehist` closes sum to its
-    /// wait times within 1 %; the known waits are there within 5 %.
+    /// order; per thread of the workload, each that `perf sched timehist` closes ends where
+    /// timehist's does and they sum to its wait times within 1 %; the known waits are there
+    /// within 5 %. A switch-in that was not recorded (on this project's test VMs the switch-outs
+    /// of a few tasks are never sampled, so a thread they switch to comes in unseen; in CI:
+    /// `nap: no interval ends at …`) is closed at the cpu's previous switch by both.
     offcpu_intervals_match_perf_sched_timehist, |dir| {
     let (file, measured) = system_wide(&dir);
     let (ours, ideal, names) = model_intervals(&file);
