@@ -3,8 +3,8 @@
 //! - every `sched_switch` field, read by name through the recording's tracing data, equals what
 //!   `perf script -F trace` prints, for every sample; and `--filter 'tp.prev_state == X'` keeps
 //!   as many samples as perf prints with that state;
-//! - per thread, the intervals the off-CPU model closes equal the sum of `perf sched timehist`'s
-//!   wait times within 1 %;
+//! - per thread, the intervals the off-CPU model closes end where `perf sched timehist`'s do
+//!   (those whose switch-in was not recorded too) and sum to its wait times within 1 %;
 //! - bad tracing data (cut, garbage, a tracepoint without a format, short payloads) is counted
 //!   and reported, never a crash.
 
@@ -121,11 +121,48 @@ pub(crate) fn perf_trace_lines(perf: &Perf, input: ReadInput<'_>) -> Vec<String>
 }
 
 /// One recording of the workload at a time: a system-wide one sees every thread of the machine,
-/// so it would see another recording's `nap` too.
+/// so it would see another recording's `nap` too, and charge its waits to this one's functions.
 static SYSTEM_WIDE: Mutex<()> = Mutex::new(());
 
+/// The lock file that makes it one at a time on the machine: another test process (another
+/// checkout's tests, run beside these) runs the same workload under the same names. Seen: `nap
+/// 1256483054 ns, measured 1008133571` and `wait_pipe has 4004858145 ns`, with another test
+/// process recording `offcpu.c` at the same time.
+const MACHINE_LOCK: &str = "/tmp/perfpipe-tests-system-wide.lock";
+
+/// Holds the workload's recording to itself, in this process and on the machine, until dropped.
+pub(crate) struct OneAtATime {
+    _machine: std::fs::File,
+    _process: std::sync::MutexGuard<'static, ()>,
+}
+
+/// Waits until no other recording of the workload runs, in this process or another
+/// ([`MACHINE_LOCK`], `flock(2)`, released when the guard's file is closed, whatever ends the
+/// test).
+pub(crate) fn one_recording() -> OneAtATime {
+    use std::os::fd::AsRawFd;
+    let process = SYSTEM_WIDE.lock().unwrap_or_else(|e| e.into_inner());
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(MACHINE_LOCK)
+        .unwrap_or_else(|e| panic!("{MACHINE_LOCK}: {e}"));
+    // SAFETY: flock on the fd of `file`, open for as long as the call.
+    let r = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX) };
+    assert_eq!(
+        r,
+        0,
+        "flock {MACHINE_LOCK}: {}",
+        std::io::Error::last_os_error()
+    );
+    OneAtATime {
+        _machine: file,
+        _process: process,
+    }
+}
+
 pub(crate) fn one_at_a_time<T>(f: impl FnOnce() -> T) -> T {
-    let _one = SYSTEM_WIDE.lock().unwrap_or_else(|e| e.into_inner());
+    let _one = one_recording();
     f()
 }
 
@@ -177,7 +214,7 @@ fn system_wide(dir: &Dir) -> (std::path::PathBuf, Waits) {
 /// [`system_wide`] with the events `events` (`-e` arguments).
 fn system_wide_with(dir: &Dir, events: &[&str]) -> (std::path::PathBuf, Waits) {
     let exe = offcpu_c(dir);
-    let _one = SYSTEM_WIDE.lock().unwrap_or_else(|e| e.into_inner());
+    let _one = one_recording();
     let file = dir.path("sys.data");
     let out = oracle()
         .command()
@@ -341,8 +378,11 @@ fn timehist_rows(path: &Path) -> Vec<(u32, u64, u64)> {
 
 pipetest!(needs(perf, cc, tracefs)
     /// System-wide form: the intervals closed in stream order are those of the switches in time
-    /// order; per thread of the workload, those that `perf sched timehist` closes sum to its
-    /// wait times within 1 %; the known waits are there within 5 %.
+    /// order; per thread of the workload, each that `perf sched timehist` closes ends where
+    /// timehist's does and they sum to its wait times within 1 %; the known waits are there
+    /// within 5 %. A switch-in that was not recorded (on this project's test VMs the switch-outs
+    /// of a few tasks are never sampled, so a thread they switch to comes in unseen; in CI:
+    /// `nap: no interval ends at …`) is closed at the cpu's previous switch by both.
     offcpu_intervals_match_perf_sched_timehist, |dir| {
     let (file, measured) = system_wide(&dir);
     let (ours, ideal, names) = model_intervals(&file);
@@ -791,12 +831,15 @@ type Woken = (u32, u64, u64, Option<u32>);
 /// `sched_switch` samples (and `sched_wakeup` or `sched_waking` ones, or neither), which perf
 /// sorts by time: each interval of a thread (a switch-out to its next switch-in) and the tid of
 /// the last wakeup with its `pid` in between; the tids of the workload's threads (by their
-/// comms); and the threads whose last switch-out no switch-in followed, open at the end.
+/// comms); and the threads whose last switch-out no switch-in followed, open at the end. A
+/// thread switched out again without a switch-in between (its switch-in not recorded) came in
+/// after the previous `sched_switch` of that cpu: its interval ends there, as `perf sched
+/// timehist` ends it (its `tprev`), when that is after its switch-out; else it is dropped.
 fn perf_script_wakers(file: &Path) -> (Vec<Woken>, Vec<u32>, Vec<u32>) {
     let out = succeed(
         oracle()
             .command()
-            .args(["script", "--ns", "-F", "tid,time,event,trace", "-i"])
+            .args(["script", "--ns", "-F", "tid,cpu,time,event,trace", "-i"])
             .arg(file),
     );
     let text = String::from_utf8_lossy(&out.stdout);
@@ -807,13 +850,18 @@ fn perf_script_wakers(file: &Path) -> (Vec<Woken>, Vec<u32>, Vec<u32>) {
     let mut open: BTreeMap<u32, (u64, Option<u32>)> = BTreeMap::new();
     let mut intervals = Vec::new();
     let mut tids = Vec::new();
+    // Each cpu's latest sched_switch time.
+    let mut cpu_switched: BTreeMap<u32, u64> = BTreeMap::new();
     for l in text.lines() {
-        // ` TID SEC.NS: sched:EVENT: FIELDS` (TID -1 for an exiting thread's last samples)
+        // ` TID [CPU] SEC.NS: sched:EVENT: FIELDS` (TID -1 for an exiting thread's last samples)
         let mut w = l.split_whitespace();
-        let (Some(tid), Some(time), Some(event)) = (w.next(), w.next(), w.next()) else {
+        let (Some(tid), Some(cpu), Some(time), Some(event)) =
+            (w.next(), w.next(), w.next(), w.next())
+        else {
             continue;
         };
         let tid = tid.parse::<i64>().unwrap() as u32;
+        let cpu: u32 = cpu.trim_matches(['[', ']']).parse().unwrap();
         let (s, ns) = time.trim_end_matches(':').split_once('.').unwrap();
         let time = s.parse::<u64>().unwrap() * 1_000_000_000 + ns.parse::<u64>().unwrap();
         let l = format!(" {}", l.split_once(event).unwrap().1.trim());
@@ -835,9 +883,15 @@ fn perf_script_wakers(file: &Path) -> (Vec<Woken>, Vec<u32>, Vec<u32>) {
                 {
                     tids.push(prev);
                 }
+                let before = cpu_switched.insert(cpu, time);
                 if prev != 0 {
-                    open.remove(&prev);
+                    let lost_in = open.remove(&prev);
                     if !state.starts_with(['X', 'Z']) {
+                        if let (Some((start, waker)), Some(end)) = (lost_in, before) {
+                            if end >= start {
+                                intervals.push((prev, start, end, waker));
+                            }
+                        }
                         open.insert(prev, (time, None));
                     }
                 }
@@ -1036,3 +1090,61 @@ pipetest!(needs(perf, tracefs)
 fn at_in(hay: &[u8], needle: &[u8]) -> usize {
     hay.windows(needle.len()).position(|w| w == needle).unwrap()
 }
+
+/// `perfpipe ARGS` reading `first` and then `rest` through a pipe, `rest` written only once
+/// perfpipe has read every byte of `first` (the pipe's unread count, `FIONREAD`, is 0): its
+/// first read ends where `first` does. Its standard error.
+fn perfpipe_in_two_reads(args: &[&str], first: &[u8], rest: &[u8]) -> String {
+    use std::io::Write;
+    use std::os::fd::AsRawFd;
+    let mut child = std::process::Command::new(bin())
+        .args(args)
+        .stdin(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    stdin.write_all(first).unwrap();
+    loop {
+        let mut unread: libc::c_int = 0;
+        // SAFETY: FIONREAD writes one int, to `unread`, for the pipe's fd, open while `stdin` is.
+        let r = unsafe { libc::ioctl(stdin.as_raw_fd(), libc::FIONREAD, &mut unread) };
+        assert_eq!(r, 0, "FIONREAD: {}", std::io::Error::last_os_error());
+        if unread == 0 {
+            break;
+        }
+        std::thread::yield_now();
+    }
+    stdin.write_all(rest).unwrap();
+    drop(stdin);
+    let out = child.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(out.status.success(), "{err}");
+    err
+}
+
+pipetest!(needs(perf, tracefs)
+    /// Whether pprof and Parquet read a stream through the off-CPU model is decided by the
+    /// stream, not by where a read of it ends: a system-wide `sched_switch` recording whose
+    /// first read ends before its tracing data (the formats not known yet) gives the off-CPU
+    /// intervals of the whole recording read at once. (Decided at the first batch, such a cut
+    /// left the stream without the model: 0 intervals, found under load.)
+    off_cpu_does_not_depend_on_where_a_read_ends, |dir| {
+    let rec = one_at_a_time(|| {
+        perf_record(&["-a", "-g", "-e", "sched:sched_switch"], &["sleep", "0.1"])
+    });
+    let magic = perfpipe_stream::format::tracing::MAGIC;
+    // The HEADER_TRACING_DATA record (16 bytes) before the blob.
+    let cut = rec.windows(magic.len()).position(|w| w == magic).unwrap() - 16;
+    for (out, counter_name) in [("off.pb.gz", "off_cpu_intervals"), ("off.parquet", "off_cpu_rows")] {
+        let path = dir.path(out);
+        let args = ["-o", path.to_str().unwrap(), "--stats"];
+        let o = perfpipe(&args, &rec);
+        let whole = String::from_utf8_lossy(&o.stderr).into_owned();
+        assert!(o.status.success(), "{whole}");
+        let split = perfpipe_in_two_reads(&args, &rec[..cut], &rec[cut..]);
+        let n = counter(&whole, counter_name);
+        assert!(n > 0, "{out}: {whole}");
+        assert_eq!(counter(&split, counter_name), n, "{out}: {split}");
+    }
+});

@@ -445,10 +445,7 @@ impl ParquetSink {
             return Ok(());
         };
         self.sources.observe(stacks);
-        let active = *self.off.active.get_or_insert_with(|| {
-            self.off.switches.wakeups = true;
-            self.off.switches.active(info)
-        });
+        let active = self.off.switches.reads(&mut self.off.active, info, batch);
         let list = stacks.samples();
         let mut join = join.peekable();
         for span in &batch.spans {

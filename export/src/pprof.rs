@@ -281,10 +281,7 @@ impl Profile for Pprof {
             return;
         };
         self.sources.observe(stacks);
-        if *self.off.active.get_or_insert_with(|| {
-            self.off.switches.wakeups = true;
-            self.off.switches.active(info)
-        }) {
+        if self.off.switches.reads(&mut self.off.active, info, batch) {
             self.add_switches(batch, info, join);
             return;
         }

@@ -413,7 +413,8 @@ impl RecordConfig {
         // or forks while (or after) its state is read is recorded too: perf's immediate tracking
         // event for `-a`. (Enabled after, a process exec'd in between kept no map and its
         // samples were `[unknown]` for its whole life.) Samples taken meanwhile wait in the rings
-        // until the preamble is out. `-- CMD`'s events start at its exec (`enable_on_exec`).
+        // until the preamble is out, and are read out before a workload starts (`-a -- CMD`).
+        // `-- CMD`'s events start at its exec (`enable_on_exec`).
         if !matches!(self.target, Target::Command(_)) {
             for ev in &events {
                 ev.enable()

@@ -233,6 +233,22 @@ impl Record {
         total
     }
 
+    /// Forward mode: one pass over the rings, straight into a pooled batch after decode's
+    /// headroom.
+    fn forward(&mut self, out: &mut Out<'_>) {
+        let mut batch = out.take();
+        batch.data.resize(HEADROOM, 0);
+        self.drain(&mut batch.data);
+        if batch.data.len() > HEADROOM {
+            batch.start = HEADROOM;
+            batch.stream_offset = self.offset;
+            self.offset += (batch.data.len() - HEADROOM) as u64;
+            out.push(batch);
+        } else {
+            out.recycle(batch);
+        }
+    }
+
     fn emit_raw(&mut self, out: &mut Out<'_>, bytes: &[u8]) {
         if bytes.is_empty() {
             return;
@@ -409,6 +425,12 @@ impl Source for Record {
         if let Some(pre) = self.preamble.take() {
             if self.recorder.is_none() {
                 self.emit_raw(out, &pre);
+                // `-a`, `-p`: the events ran while /proc was read, and on a busy machine that
+                // read can take long enough for the rings to fill (seconds of a slow, starved
+                // recorder: every cpu's switches with their stacks). Read out before the
+                // workload starts, so that its exec, maps and first samples find room: started
+                // with full rings, they were lost, and its samples had no comm and no symbols.
+                self.forward(out);
             }
             self.start()?;
             return Ok(Flow::Continue);
@@ -451,18 +473,7 @@ impl Source for Record {
                 }
             }
         } else {
-            // Straight from the rings into a pooled batch, after decode's headroom.
-            let mut batch = out.take();
-            batch.data.resize(HEADROOM, 0);
-            self.drain(&mut batch.data);
-            if batch.data.len() > HEADROOM {
-                batch.start = HEADROOM;
-                batch.stream_offset = self.offset;
-                self.offset += (batch.data.len() - HEADROOM) as u64;
-                out.push(batch);
-            } else {
-                out.recycle(batch);
-            }
+            self.forward(out);
         }
         Ok(if ended { Flow::Stop } else { Flow::Continue })
     }

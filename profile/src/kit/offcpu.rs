@@ -49,10 +49,7 @@ impl<K: Copy> OffCpuSamples<K> {
             return 0;
         };
         sources.observe(stacks);
-        let active = *self.active.get_or_insert_with(|| {
-            self.switches.wakeups = true;
-            self.switches.active(info)
-        });
+        let active = self.switches.reads(&mut self.active, info, batch);
         if !active {
             let mut n = 0;
             for (_, s) in join {

@@ -30,6 +30,14 @@
 //! At the end, switches still waiting are decided, and a thread still off the cpu gets an
 //! interval closed at the last event time of the stream, flagged [`Interval::open_at_end`].
 //!
+//! **Lost switch-ins**: a thread switched out while still off the cpu lost its switch-in (a
+//! full ring; or a switch the kernel never sampled: on some machines the switch-outs of a few
+//! tasks are never recorded, so whatever they switch to comes in unseen). In the system-wide
+//! form it came in on that cpu after the cpu's previous `sched_switch`: the interval is closed
+//! there ([`Switch::came_in_after`], [`OffCpuCounts::lost_ins`]), which is what `perf sched
+//! timehist` charges; without that bound (per process, or a bound before the switch-out) it is
+//! dropped ([`OffCpuCounts::unmatched`]).
+//!
 //! **Wakers**: when [`Switches::wakeups`] is set and the recording has `sched:sched_waking` or
 //! `sched:sched_wakeup` samples (`perf record -a -g -e sched:sched_switch -e
 //! sched:sched_waking`), each wakeup joins the woken thread's switches (its `pid` field, read by
@@ -44,6 +52,8 @@
 //! The stack is the caller's: `S` is whatever it keys a sample's stack by (an interned stack id).
 
 use std::collections::VecDeque;
+
+use perfpipe_core::Batch;
 
 use super::IdMap;
 use crate::format::tracing::{EventFormat, FieldFormat, Value};
@@ -166,6 +176,11 @@ pub struct Switch {
     /// sample's stack is the interval's; the state is S|D ([`State::Blocked`]): perf's BPF
     /// program only measures tasks that blocked (`TASK_INTERRUPTIBLE | TASK_UNINTERRUPTIBLE`).
     pub measured: Option<(u32, u32, u64, u64)>,
+    /// The time of the cpu's previous `sched_switch` sample, for the switch-out of one: the
+    /// thread came on that cpu after it. When the thread's switch-in was not recorded (lost
+    /// with a full ring, or a switch the kernel did not sample), its interval is closed there,
+    /// as `perf sched timehist` closes it (its `tprev`): a lower bound of the switch-in.
+    pub came_in_after: Option<u64>,
 }
 
 /// perf's dummy timestamp of the `offcpu-time` samples it writes at the end of a recording
@@ -238,6 +253,9 @@ pub struct Switches {
     pub short_payloads: u64,
     /// Tracepoint samples whose format the tracing data lacks (skipped).
     pub no_format: u64,
+    /// Per cpu, the time of its latest `sched_switch` sample (0: none yet); records of one cpu
+    /// arrive in time order, so it is the one before the next ([`Switch::came_in_after`]).
+    cpu_switched: Vec<u64>,
 }
 
 impl Switches {
@@ -329,6 +347,36 @@ impl Switches {
         })
     }
 
+    /// Whether a profile reads `batch` through the model, `decided` once it is known: at the
+    /// first batch that holds a sample ([`Switches::active`] then; every attr and the tracing
+    /// data come before the samples). Decided at a batch of header records cut before the
+    /// tracing data (a pipe read that ended there), a `sched_switch` stream had no format and
+    /// was read without the model, timing decided. Batches before it go through the model,
+    /// which takes their NRCPUS feature and nothing else. Sets [`Switches::wakeups`].
+    pub fn reads(&mut self, decided: &mut Option<bool>, info: &StreamInfo, batch: &Batch) -> bool {
+        if let Some(active) = *decided {
+            return active;
+        }
+        self.wakeups = true;
+        if !batch.spans.iter().any(|s| s.kind == RecordType::SAMPLE.0) {
+            return true;
+        }
+        let active = self.active(info);
+        *decided = Some(active);
+        active
+    }
+
+    /// Notes a `sched_switch` sample of `cpu` at `time`: the time of the cpu's one before, if
+    /// any.
+    fn cpu_switched(&mut self, cpu: u32, time: u64) -> Option<u64> {
+        let i = usize::try_from(cpu).ok().filter(|&i| i < MAX_CPUS)?;
+        if self.cpu_switched.len() <= i {
+            self.cpu_switched.resize(i + 1, 0);
+        }
+        let before = std::mem::replace(&mut self.cpu_switched[i], time);
+        (before != 0).then_some(before)
+    }
+
     /// What the record `rec` of attr index `tag` says about switches.
     pub fn read(&mut self, rec: &Record<'_>, tag: u32, info: &StreamInfo) -> Switch {
         self.compute(info);
@@ -341,13 +389,20 @@ impl Switches {
                 let time = s.time().unwrap_or(0);
                 let cpu = s.cpu();
                 let sw = match self.kinds.get_mut(tag as usize) {
-                    Some(Kind::SchedSwitch(sw)) => match sched_switch(sw, &s, e, time) {
-                        Some(sw) => sw,
-                        None => {
-                            self.short_payloads += 1;
-                            Switch::default()
+                    Some(Kind::SchedSwitch(sw)) => {
+                        let read = sched_switch(sw, &s, e, time);
+                        let before = cpu.and_then(|c| self.cpu_switched(c, time));
+                        match read {
+                            Some(sw) => Switch {
+                                came_in_after: before.filter(|_| sw.out.is_some()),
+                                ..sw
+                            },
+                            None => {
+                                self.short_payloads += 1;
+                                Switch::default()
+                            }
                         }
-                    },
+                    }
                     Some(Kind::Wakeup(w)) => match sched_wakeup(w, &s, e, time) {
                         Some(sw) => sw,
                         None => {
@@ -503,6 +558,7 @@ fn sched_switch(sw: &mut SchedSwitch, s: &Sample<'_>, e: Endian, time: u64) -> O
         exit: (prev != 0 && exiting).then_some((prev, time)),
         wake: None,
         measured: None,
+        came_in_after: None,
     })
 }
 
@@ -550,6 +606,8 @@ enum Ev<S> {
         pid: u32,
         state: State,
         stack: Option<S>,
+        /// [`Switch::came_in_after`].
+        came_in_after: Option<u64>,
     },
     In,
     /// Its last switch-out ([`Switch::exit`]).
@@ -596,9 +654,13 @@ pub struct OffCpuCounts {
     pub closed: u64,
     /// Intervals still open at the end (closed at the last event time).
     pub open_at_end: u64,
-    /// Switch-outs followed by another switch-out of the same thread (a switch-in lost): the
-    /// first is dropped.
+    /// Switch-outs followed by another switch-out of the same thread (a switch-in lost) that
+    /// cannot be closed at the cpu's previous switch ([`Switch::came_in_after`]): the first is
+    /// dropped.
     pub unmatched: u64,
+    /// Intervals whose switch-in was lost, closed at the previous switch of the cpu the thread
+    /// was next switched out on ([`Switch::came_in_after`]); not in `closed`.
+    pub lost_ins: u64,
     /// Switch-ins of threads not known to be off the cpu (the first of each thread).
     pub stray_ins: u64,
     /// Last switch-outs of exiting threads ([`Switch::exit`]): no interval.
@@ -673,7 +735,13 @@ impl<S: Copy> OffCpu<S> {
                 // A SWITCH OUT record: the stack of the context-switches sample before it.
                 self.threads.get_mut(&tid).and_then(|t| t.stack.take())
             };
-            self.push(tid, sw.cpu, time, Ev::Out { pid, state, stack }, out);
+            let ev = Ev::Out {
+                pid,
+                state,
+                stack,
+                came_in_after: sw.came_in_after,
+            };
+            self.push(tid, sw.cpu, time, ev, out);
         }
         if let Some((tid, time)) = sw.exit {
             self.push(tid, sw.cpu, time, Ev::Exit, out);
@@ -865,9 +933,32 @@ fn decide<S: Copy>(
         let (time, ev) = queue.pop_front().expect("non-empty");
         t.waiting -= 1;
         match ev {
-            Ev::Out { pid, state, stack } => {
-                if t.open.is_some() {
-                    counts.unmatched += 1;
+            Ev::Out {
+                pid,
+                state,
+                stack,
+                came_in_after,
+            } => {
+                // Still off the cpu: its switch-in was lost. It came in on this cpu after the
+                // cpu's previous switch: closed there when that is after its switch-out
+                // (`perf sched timehist`'s bound), else dropped.
+                if let Some((start, pid, state, stack)) = t.open.take() {
+                    match came_in_after.filter(|&at| at >= start) {
+                        Some(end) => {
+                            counts.lost_ins += 1;
+                            out.push(Interval {
+                                pid,
+                                tid,
+                                start,
+                                end,
+                                state,
+                                stack,
+                                open_at_end: false,
+                                waker: t.waker.take(),
+                            });
+                        }
+                        None => counts.unmatched += 1,
+                    }
                 }
                 t.open = Some((time, pid, state, stack));
                 t.waker = None;

@@ -30,6 +30,7 @@ fn switch(prev: u32, state: State, next: u32, time: u64) -> Switch {
         exit: None,
         wake: None,
         measured: None,
+        came_in_after: None,
     }
 }
 
@@ -138,7 +139,7 @@ fn per_process_form_context_switch_samples_give_the_stack_switch_records_the_res
 }
 
 #[test]
-fn a_lost_switch_in_is_counted_not_charged() {
+fn a_lost_switch_in_without_a_bound_is_counted_not_charged() {
     let (v, c) = run(
         &[
             (out(4, 10, State::Sleeping), Some(1)),
@@ -152,6 +153,39 @@ fn a_lost_switch_in_is_counted_not_charged() {
         v.iter().map(|i| (i.start, i.end)).collect::<Vec<_>>(),
         vec![(20, 25)]
     );
+}
+
+#[test]
+fn a_lost_switch_in_is_closed_at_the_previous_switch_of_the_cpu_as_perf_sched_timehist_does() {
+    // 4 sleeps at 10; its switch-in on cpu 0 is not recorded (cpu 0's previous switch, at 18,
+    // switched in another thread); its next switch-out, at 20, says so: closed at 18, a lower
+    // bound of its switch-in. A bound before the switch-out bounds nothing: dropped.
+    let after = |mut sw: Switch, at: u64| {
+        sw.came_in_after = Some(at);
+        sw
+    };
+    let (v, c) = run(
+        &[
+            (out(4, 10, State::Sleeping), Some(1)),
+            (after(out(4, 20, State::Uninterruptible), 18), Some(2)),
+            (sin(4, 25), None),
+            (out(4, 30, State::Sleeping), Some(3)),
+            (after(out(4, 40, State::Sleeping), 28), Some(4)),
+            (sin(4, 45), None),
+        ],
+        &[],
+    );
+    assert_eq!(
+        v.iter()
+            .map(|i| (i.start, i.end, i.state, i.stack))
+            .collect::<Vec<_>>(),
+        vec![
+            (10, 18, State::Sleeping, Some(1)),
+            (20, 25, State::Uninterruptible, Some(2)),
+            (40, 45, State::Sleeping, Some(4)),
+        ]
+    );
+    assert_eq!((c.lost_ins, c.unmatched, c.closed), (1, 1, 2));
 }
 
 #[test]
