@@ -37,7 +37,7 @@ pub use crate::symbols::{DsoDesc, FrameKind, Query, Resolved, Symbols, SymbolsCo
 use perfpipe_core::spec::{BuildCtx, Flag, FlagValue, Kind, Options, StageOption, StageSpec};
 use perfpipe_stream::format::{context, misc, Endian, Record, RecordType, Sample, StreamInfo};
 use perfpipe_stream::model::dso::{HostIds, HostMode, StreamHost};
-use perfpipe_stream::model::machine::{DsoId, Machine, Map, Space};
+use perfpipe_stream::model::machine::{DsoId, Machine, Map};
 use perfpipe_stream::model::threads::Threads;
 
 use crate::HOLD_MAX_BYTES;
@@ -132,9 +132,7 @@ impl SymbolizeConfig {
             frames_per_record: 0,
             last_chain: Vec::new(),
             last_space: (u32::MAX, (u64::MAX, u64::MAX)),
-            steps: Vec::new(),
-            pending: Vec::new(),
-            misses: Vec::new(),
+            chain: Vec::new(),
             comm_index: Default::default(),
             samples: Counter::new(),
             frames: Counter::new(),
@@ -212,31 +210,6 @@ struct Step {
     ip: u64,
     id: FrameId,
     mapped: bool,
-}
-
-/// A sample of the batch being mapped: its process, time and the stamps of its kernel and user
-/// maps, where its frames are in the batch's steps, and how many of its outer frames it shares
-/// with the sample before it.
-#[derive(Clone, Copy, Debug)]
-struct Pending {
-    pid: u32,
-    time: u64,
-    stamps: (u64, u64),
-    at: u32,
-    len: u32,
-    shared: u32,
-}
-
-impl Pending {
-    /// The stamp of the maps a frame in `mode` is looked up in ([`Space::stamp`]).
-    #[inline]
-    fn stamp(&self, mode: u16) -> u64 {
-        match mode {
-            misc::KERNEL | misc::GUEST_KERNEL => self.stamps.0,
-            misc::USER => self.stamps.1,
-            _ => 0,
-        }
-    }
 }
 
 /// One sample of a [`Stacks`] annotation.
@@ -568,11 +541,8 @@ pub struct Symbolize {
     /// The last sample's frames, and its process and the stamps of its kernel and user maps.
     last_chain: Vec<Step>,
     last_space: (u32, (u64, u64)),
-    /// The frames of the batch being mapped, sample after sample, and its samples' lookups;
-    /// the frames the frame cache missed, (frame, sample) (all kept for their allocations).
-    steps: Vec<Step>,
-    pending: Vec<Pending>,
-    misses: Vec<(u32, u32)>,
+    /// The sample being mapped (kept for its allocation).
+    chain: Vec<Step>,
     /// The batch's thread names by allocation, to their index in its [`Stacks::comm`] table
     /// (kept for its allocation).
     comm_index: rustc_hash::FxHashMap<usize, u32>,
@@ -626,26 +596,23 @@ impl Symbolize {
         self.host.is_host(&self.this_host, self.kernel)
     }
 
-    /// Reads one sample of the batch being mapped: its frames (as (cpumode, address), innermost
-    /// first) go to `steps`, its entry to `stacks` and its lookups to `pending`; the frames are
-    /// mapped by [`Symbolize::map_pending`] once the batch's samples are all read.
-    fn read_sample(
+    /// Resolves one sample's frames into `stacks`; returns how many of its user frames no map
+    /// holds, which the caller sums and counts once a batch, as [`Counter::add`] asks (an atomic
+    /// add a sample cost 3 % of the CPU time of `-o out.folded`).
+    fn sample(
         &mut self,
         s: &Sample<'_>,
         fixed_period: u64,
         start: u32,
         attr: u16,
         stacks: &mut Stacks,
-    ) {
+    ) -> u64 {
         let pid = s.pid().unwrap_or(u32::MAX);
-        let at = self.steps.len();
+        let first = stacks.frames.len();
         let mode = s.cpumode();
-        let step = |mode, ip| Step {
-            mode,
-            ip,
-            id: 0,
-            mapped: false,
-        };
+        // The sample's frames as (cpumode, address), innermost first.
+        let mut chain = std::mem::take(&mut self.chain);
+        chain.clear();
         match s.callchain() {
             Some(cc) if !cc.is_empty() => {
                 let mut mode = mode;
@@ -658,53 +625,84 @@ impl Symbolize {
                             _ => {
                                 // perf 6.1 (`add_callchain_ip()`) takes any other marker for a
                                 // corrupt callchain and discards all of it.
-                                self.steps.truncate(at);
+                                chain.clear();
                                 self.corrupt.add(1);
                                 break;
                             }
                         };
                         continue;
                     }
-                    self.steps.push(step(mode, ip));
+                    chain.push(Step {
+                        mode,
+                        ip,
+                        id: 0,
+                        mapped: false,
+                    });
                 }
             }
             _ => match s.ip() {
-                Some(ip) => self.steps.push(step(mode, ip)),
+                Some(ip) => chain.push(Step {
+                    mode,
+                    ip,
+                    id: 0,
+                    mapped: false,
+                }),
                 None => self.no_ip.add(1),
             },
         }
         // Looked up at the sample's time; one without a time, at the end of time.
-        let time = s.time().unwrap_or(u64::MAX);
-        let space = self.machine.space(pid, time);
+        let space = self.machine.space(pid, s.time().unwrap_or(u64::MAX));
         let stamps = (space.stamp(misc::KERNEL), space.stamp(misc::USER));
-        // The outer frames the sample before shares with this one (same process, same maps,
-        // same cpumodes and addresses, counted from the root) take its frame ids: a thread's
-        // samples differ mostly in their inner frames, and comparing two short arrays costs
-        // less than the frame cache's probes.
-        let (before, chain) = self.steps.split_at(at);
-        let (last, last_space) = match self.pending.last() {
-            Some(p) => (&before[p.at as usize..], (p.pid, p.stamps)),
-            None => (&self.last_chain[..], self.last_space),
-        };
-        let shared = if (pid, stamps) == last_space {
+        // The outer frames the last sample shares with this one (same process, same maps, same
+        // cpumodes and addresses, counted from the root) keep its frame ids: a thread's samples
+        // differ mostly in their inner frames, and comparing two short arrays costs less than
+        // the frame cache's probes.
+        let shared = if (pid, stamps) == self.last_space {
             chain
                 .iter()
                 .rev()
-                .zip(last.iter().rev())
+                .zip(self.last_chain.iter().rev())
                 .take_while(|(a, b)| a.ip == b.ip && a.mode == b.mode)
                 .count()
         } else {
             0
         };
-        let len = chain.len();
-        self.pending.push(Pending {
-            pid,
-            time,
-            stamps,
-            at: at as u32,
-            len: len as u32,
-            shared: shared as u32,
-        });
+        let split = chain.len() - shared;
+        let (fresh, kept) = chain.split_at_mut(split);
+        let last = &self.last_chain[self.last_chain.len() - shared..];
+        for (step, old) in kept.iter_mut().zip(last) {
+            (step.id, step.mapped) = (old.id, old.mapped);
+        }
+        for step in fresh {
+            let (mode, ip) = (step.mode, step.ip);
+            let stamp = space.stamp(mode);
+            (step.id, step.mapped) = match self.cache.get(pid, mode, ip, stamp) {
+                Some(hit) => hit,
+                None => {
+                    let map = space.find(mode, ip);
+                    self.wanted.want(&self.symbols, map.map(|m| m.dso), mode);
+                    let frame = frame_of(map, &self.anon, pid, mode, ip);
+                    let id = self.frames_by_key.intern(frame);
+                    self.cache.put(pid, mode, ip, stamp, (id, map.is_some()));
+                    (id, map.is_some())
+                }
+            };
+        }
+        if let Some(first) = chain.first() {
+            let i = first.id as usize;
+            if self.leaf_samples.len() <= i {
+                self.leaf_samples.resize(i + 1, 0);
+            }
+            self.leaf_samples[i] += 1;
+        }
+        let mut unmapped = 0;
+        for step in &chain {
+            unmapped += u64::from(!step.mapped && step.mode == misc::USER);
+            stacks.frames.push(step.id);
+        }
+        self.last_space = (pid, stamps);
+        self.chain = std::mem::replace(&mut self.last_chain, chain);
+        let n = stacks.frames.len();
         stacks.samples.push(StackSample {
             start,
             attr,
@@ -714,112 +712,9 @@ impl Symbolize {
             time: s.time().unwrap_or(0),
             period: s.period().unwrap_or(fixed_period),
             comm: NO_COMM,
-            frames: (at as u32, (at + len) as u32),
+            frames: (first as u32, n as u32),
         });
-    }
-
-    /// Maps the frames of the samples [`Symbolize::read_sample`] read, in passes that each do
-    /// one kind of memory access, so that the processor overlaps the cache misses of many
-    /// frames (in one loop doing all, a frame's probe of the frame cache, its probe of the
-    /// interner and its sample count waited for each other: half the stage's time):
-    ///
-    /// 1. each new frame (not shared with the sample before) probes the frame cache;
-    /// 2. the frames it missed, in order, probe it again (a miss earlier in this pass may have
-    ///    filled the slot), else are looked up in the maps, interned and cached: the interner
-    ///    sees new frames in the order one pass over the samples would, so every id is the same;
-    /// 3. the shared frames take the ids of the sample before.
-    ///
-    /// Returns the user frames no map holds, which the caller counts once a batch.
-    fn map_pending(&mut self, stacks: &mut Stacks) -> u64 {
-        let Symbolize {
-            steps,
-            pending,
-            misses,
-            cache,
-            machine,
-            wanted,
-            symbols,
-            anon,
-            frames_by_key,
-            last_chain,
-            last_space,
-            leaf_samples,
-            ..
-        } = self;
-        // 1. The frame cache.
-        misses.clear();
-        for (i, p) in pending.iter().enumerate() {
-            let fresh = p.at as usize..(p.at + p.len - p.shared) as usize;
-            for (step, j) in steps[fresh.clone()].iter_mut().zip(fresh) {
-                match cache.get(p.pid, step.mode, step.ip, p.stamp(step.mode)) {
-                    Some(hit) => (step.id, step.mapped) = hit,
-                    None => misses.push((j as u32, i as u32)),
-                }
-            }
-        }
-        // 2. The misses: the maps and the interner.
-        let mut space: Option<(u32, Space<'_>)> = None;
-        for &(j, i) in misses.iter() {
-            let (p, step) = (&pending[i as usize], &mut steps[j as usize]);
-            let stamp = p.stamp(step.mode);
-            if let Some(hit) = cache.get(p.pid, step.mode, step.ip, stamp) {
-                (step.id, step.mapped) = hit;
-                continue;
-            }
-            let sp = match space {
-                Some((k, sp)) if k == i => sp,
-                _ => {
-                    let sp = machine.space(p.pid, p.time);
-                    space = Some((i, sp));
-                    sp
-                }
-            };
-            let map = sp.find(step.mode, step.ip);
-            wanted.want(symbols, map.map(|m| m.dso), step.mode);
-            let frame = frame_of(map, anon, p.pid, step.mode, step.ip);
-            let id = frames_by_key.intern(frame);
-            cache.put(p.pid, step.mode, step.ip, stamp, (id, map.is_some()));
-            (step.id, step.mapped) = (id, map.is_some());
-        }
-        // 3. The frames shared with the sample before, and each sample's own frame.
-        for (i, p) in pending.iter().enumerate() {
-            let (before, chain) = steps.split_at_mut(p.at as usize);
-            let chain = &mut chain[..p.len as usize];
-            if p.shared > 0 {
-                let last = match i.checked_sub(1) {
-                    Some(k) => {
-                        let q = &pending[k];
-                        &before[q.at as usize..(q.at + q.len) as usize]
-                    }
-                    None => &last_chain[..],
-                };
-                let n = p.shared as usize;
-                let kept = &mut chain[p.len as usize - n..];
-                for (step, old) in kept.iter_mut().zip(&last[last.len() - n..]) {
-                    (step.id, step.mapped) = (old.id, old.mapped);
-                }
-            }
-            if let Some(first) = chain.first() {
-                let k = first.id as usize;
-                if leaf_samples.len() <= k {
-                    leaf_samples.resize(k + 1, 0);
-                }
-                leaf_samples[k] += 1;
-            }
-        }
-        if let Some(p) = pending.last() {
-            last_chain.clear();
-            last_chain.extend_from_slice(&steps[p.at as usize..(p.at + p.len) as usize]);
-            *last_space = (p.pid, p.stamps);
-        }
-        stacks.frames.extend(steps.iter().map(|s| s.id));
-        let unmapped = steps
-            .iter()
-            .filter(|s| !s.mapped && s.mode == misc::USER)
-            .count();
-        steps.clear();
-        pending.clear();
-        unmapped as u64
+        unmapped
     }
 
     fn observe(&mut self, rec: &Record<'_>, e: Endian) {
@@ -908,20 +803,21 @@ impl Symbolize {
         // are allocated once instead of growing (growth was 5 % of the stage's time).
         let records = batch.spans.len();
         let mut stacks = self.empty_stacks(records, records * (self.frames_per_record + 1));
-        let mut samples = 0u64;
+        let (mut samples, mut frames, mut unmapped) = (0u64, 0u64, 0u64);
         for span in &batch.spans {
             if RecordType(span.kind) != RecordType::SAMPLE {
                 continue;
             }
             if let Some(s) = info.record(&batch, span).sample() {
+                let before = stacks.frames.len();
                 let fixed = info.attr(span.tag as u16).map_or(1, |a| a.fixed_period());
-                self.read_sample(&s, fixed, span.start, span.tag as u16, &mut stacks);
+                unmapped += self.sample(&s, fixed, span.start, span.tag as u16, &mut stacks);
                 samples += 1;
+                frames += (stacks.frames.len() - before) as u64;
             }
         }
-        let unmapped = self.map_pending(&mut stacks);
         self.samples.add(samples);
-        self.frames.add(stacks.frames.len() as u64);
+        self.frames.add(frames);
         self.unmapped_frames.add(unmapped);
         self.frames_per_record = stacks.frames.len().div_ceil(records.max(1));
         // Spans are usually in buffer order; a stage before may have appended records.
