@@ -4,6 +4,9 @@
  * callback) and memcpy. Build: gcc -O2 -fomit-frame-pointer -g -o deep deep.c
  * Usage: ./deep [seconds]   (default 4 s of CPU). Recorded by benches/unwind.sh with
  * BENCH_WORKLOAD=deep: perf record -e cpu-clock -F 4000 -m 1024 --call-graph dwarf[,65528] -- ./deep 5
+ * Long frame-pointer stacks (benches/flamegraph.sh's long-stack recording):
+ *   gcc -O2 -fno-omit-frame-pointer -DOWN_LEAF -o deep-fp deep.c
+ *   perf record -e cpu-clock -c 20000 -g -o - -- ./deep-fp 30 > deep.pipe
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -15,11 +18,21 @@ static unsigned int rng = 12345;
 
 static unsigned int next_rand(void) { rng = rng * 1103515245u + 12345u; return rng >> 8; }
 
-static int cmp_int(const void *a, const void *b) {
+__attribute__((unused)) static int cmp_int(const void *a, const void *b) {
     int x = *(const int *)a, y = *(const int *)b;
     return (x > y) - (x < y);
 }
 
+#ifdef OWN_LEAF
+/* -DOWN_LEAF: the leaf's work stays in this file (no libc call), so a frame-pointer build
+ * (-fno-omit-frame-pointer, perf record -g) gives whole 60..150-frame chains: the long-stack
+ * recording of benches/flamegraph.sh. */
+__attribute__((noinline)) static unsigned long long leaf(int depth) {
+    unsigned long long h = (unsigned long long)depth;
+    for (int i = 0; i < 4096; i++) h = h * 6364136223846793005ull + next_rand();
+    return h;
+}
+#else
 __attribute__((noinline)) static unsigned long long leaf(int depth) {
     int arr[256];
     char src[2048], dst[2048];
@@ -32,6 +45,7 @@ __attribute__((noinline)) static unsigned long long leaf(int depth) {
     }
     return (unsigned long long)arr[depth & 255] + (unsigned char)dst[depth & 2047];
 }
+#endif
 
 __attribute__((noinline)) static unsigned long long fa(int n, int depth);
 __attribute__((noinline)) static unsigned long long fb(int n, int depth);

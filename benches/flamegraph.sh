@@ -2,13 +2,21 @@
 # Folded stacks and flame graphs: perfpipe against perf script | inferno on a large -g recording.
 #
 # Times, alternating for BENCH_ROUNDS rounds (the starting command rotates):
+#   floor             cat rec | cat | cat > /dev/null   (the bytes through two pipes)
 #   perfpipe folded   cat rec | $PERFPIPE -o out.folded
 #   perf folded       perf script -i rec | inferno-collapse-perf > out.folded
 #   perfpipe svg      cat rec | $PERFPIPE -o flame.svg
 #   perf svg          perf script -i rec | inferno-collapse-perf | inferno-flamegraph > flame.svg
-# measuring the whole pipeline's wall time and the peak RSS (and user/sys) of its first heavy
-# process (perfpipe, or perf script), and prints medians, the ratios perf / perfpipe, and how
-# much of the folded weight agrees. See benches/README.md for the environment variables.
+# and, when $PERF7 is executable (default: the trixie root's perf 7.3, .ci/trixie-root):
+#   perf7 folded      $PERF7 script -i rec | inferno-collapse-perf > out.folded
+#   perf7 svg         (BENCH_PERF7_SVG=1) $PERF7 script -i rec | collapse | flamegraph > flame.svg
+# and, when $PERFPIPE_BASE is set (a build to compare with, in the same interleaved run):
+#   base folded, base svg   the same as perfpipe's with $PERFPIPE_BASE
+# (BENCH_PERF=0 leaves out every perf script command: perfpipe against the floor alone.)
+# It measures the whole pipeline's wall time and the peak RSS (and user/sys) of its first heavy
+# process (perfpipe, perf script, or the middle cat), and prints medians, the ratios perf /
+# perfpipe and perfpipe / floor, and how much of the folded weight agrees. See
+# benches/README.md for the environment variables.
 set -euo pipefail
 
 script_dir=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -22,6 +30,10 @@ BENCH_ROUNDS=${BENCH_ROUNDS:-3}
 PERF=${PERF:-perf}
 PERFPIPE=${PERFPIPE:-$repo_root/target/release/perfpipe}
 PERFPIPE_ARGS=${PERFPIPE_ARGS:-}
+PERF7=${PERF7:-/var/cache/perfpipe/trixie.perf7}
+PERFPIPE_BASE=${PERFPIPE_BASE:-}
+BENCH_PERF=${BENCH_PERF:-1}
+BENCH_PERF7_SVG=${BENCH_PERF7_SVG:-0}
 COLLAPSE=${INFERNO_COLLAPSE:-inferno-collapse-perf}
 FLAMEGRAPH=${INFERNO_FLAMEGRAPH:-inferno-flamegraph}
 BENCH_MIN_MB=${BENCH_MIN_MB:-400}                 # MiB
@@ -52,13 +64,35 @@ echo "input: $INPUT ($input_size bytes, $(awk -v b="$input_size" 'BEGIN{printf "
 workdir=$(mktemp -d)
 trap 'rm -rf "$workdir"' EXIT
 T="/usr/bin/time -f $T_FORMAT -o $workdir/t"
-names=("perfpipe folded" "perf folded" "perfpipe svg" "perf svg")
+names=("floor" "perfpipe folded" "perfpipe svg")
 cmds=(
+    "cat '$INPUT' | $T cat | cat > /dev/null"
     "cat '$INPUT' | $T '$PERFPIPE' $PERFPIPE_ARGS -o '$workdir/ours.folded'"
-    "$T '$PERF' script -i '$INPUT' 2>/dev/null | '$COLLAPSE' > '$workdir/theirs.folded'"
     "cat '$INPUT' | $T '$PERFPIPE' $PERFPIPE_ARGS -o '$workdir/ours.svg'"
-    "$T '$PERF' script -i '$INPUT' 2>/dev/null | '$COLLAPSE' | '$FLAMEGRAPH' > '$workdir/theirs.svg'"
 )
+if [[ -n $PERFPIPE_BASE ]]; then
+    [[ -x $PERFPIPE_BASE ]] || die "PERFPIPE_BASE=$PERFPIPE_BASE is not executable"
+    names+=("base folded" "base svg")
+    cmds+=(
+        "cat '$INPUT' | $T '$PERFPIPE_BASE' $PERFPIPE_ARGS -o '$workdir/base.folded'"
+        "cat '$INPUT' | $T '$PERFPIPE_BASE' $PERFPIPE_ARGS -o '$workdir/base.svg'"
+    )
+fi
+if [[ $BENCH_PERF != 0 ]]; then
+    names+=("perf folded" "perf svg")
+    cmds+=(
+        "$T '$PERF' script -i '$INPUT' 2>/dev/null | '$COLLAPSE' > '$workdir/theirs.folded'"
+        "$T '$PERF' script -i '$INPUT' 2>/dev/null | '$COLLAPSE' | '$FLAMEGRAPH' > '$workdir/theirs.svg'"
+    )
+    if [[ -x $PERF7 ]]; then
+        names+=("perf7 folded")
+        cmds+=("$T '$PERF7' script -i '$INPUT' 2>/dev/null | '$COLLAPSE' > '$workdir/theirs7.folded'")
+        if [[ $BENCH_PERF7_SVG != 0 ]]; then
+            names+=("perf7 svg")
+            cmds+=("$T '$PERF7' script -i '$INPUT' 2>/dev/null | '$COLLAPSE' | '$FLAMEGRAPH' > '$workdir/theirs7.svg'")
+        fi
+    fi
+fi
 
 mkdir -p "$(dirname "$BENCH_OUT")"
 runs_out="${BENCH_OUT%.tsv}.runs.tsv"
@@ -71,7 +105,8 @@ run_rounds
 declare -A pw rss
 printf 'name\truns_ok\tmedian_pipeline_wall_s\tmedian_user_s\tmedian_sys_s\tmedian_maxrss_mb\n' >"$BENCH_OUT"
 echo
-echo "rounds: $BENCH_ROUNDS   input: $input_size bytes   machine: $(nproc) CPU, $(uname -r), $("$PERF" --version)"
+echo "rounds: $BENCH_ROUNDS   input: $input_size bytes   machine: $(nproc) CPU, $(uname -r), $("$PERF" --version)$([[ -x $PERF7 && $BENCH_PERF != 0 ]] && echo ", perf7: $("$PERF7" --version)")"
+echo "load average at the end: $(cut -d' ' -f1-3 /proc/loadavg)"
 echo "(pipe_s: wall time of the whole pipeline; user/sys/RSS: of its first process, perfpipe or perf script)"
 printf '%-16s %5s %9s %8s %8s %9s\n' command ok pipe_s user_s sys_s rss_MB
 for n in "${names[@]}"; do
@@ -83,16 +118,39 @@ for n in "${names[@]}"; do
     printf '%-16s %5s %9s %8s %8s %9s\n' "$n" "$ok/$BENCH_ROUNDS" "${pw[$n]}" "$u" "$s" "${rss[$n]}"
 done
 echo
-echo "folded: perf script | inferno-collapse-perf / perfpipe (wall): $(ratio "${pw[perf folded]}" "${pw[perfpipe folded]}")x   (issue 16 target: >= 20x)"
-echo "svg:    perf script | collapse | flamegraph / perfpipe (wall): $(ratio "${pw[perf svg]}" "${pw[perfpipe svg]}")x"
-echo "perfpipe peak RSS: folded ${rss[perfpipe folded]} MB, svg ${rss[perfpipe svg]} MB   (target: <= 256 MB)"
-if [[ -s $workdir/ours.folded && -s $workdir/theirs.folded ]]; then
-    # The weight of the stacks both count the same, over the larger total (tests/oracle.rs).
-    awk 'FNR==NR { i=match($0, / [0-9]+$/); t[substr($0,1,i-1)]=substr($0,i+1); tt+=substr($0,i+1); next }
-         { i=match($0, / [0-9]+$/); s=substr($0,1,i-1); c=substr($0,i+1); to+=c; if (t[s]==c) a+=c }
-         END { m = to > tt ? to : tt; printf "folded agreement with the oracle: %.3f%% of the weight (ours %.0f, oracle %.0f)\n", m ? 100*a/m : 100, to, tt }' \
-        "$workdir/theirs.folded" "$workdir/ours.folded"
+echo "folded: perfpipe / floor (wall): $(ratio "${pw[perfpipe folded]}" "${pw[floor]}" 2)   (issue 43 target: <= 2)"
+echo "svg:    perfpipe / floor (wall): $(ratio "${pw[perfpipe svg]}" "${pw[floor]}" 2)"
+if [[ -n $PERFPIPE_BASE ]]; then
+    echo "base:   folded $(ratio "${pw[base folded]}" "${pw[floor]}" 2), svg $(ratio "${pw[base svg]}" "${pw[floor]}" 2) x the floor;" \
+        "perfpipe / base: folded $(ratio "${pw[perfpipe folded]}" "${pw[base folded]}" 3), svg $(ratio "${pw[perfpipe svg]}" "${pw[base svg]}" 3)"
+    for f in folded svg; do
+        if cmp -s "$workdir/ours.$f" "$workdir/base.$f"; then
+            echo "base:   the last round's $f outputs are byte-identical"
+        else
+            echo "base:   the last round's $f outputs DIFFER"
+        fi
+    done
 fi
+if [[ $BENCH_PERF != 0 ]]; then
+    echo "folded: perf script | inferno-collapse-perf / perfpipe (wall): $(ratio "${pw[perf folded]}" "${pw[perfpipe folded]}")x   (issue 16 target: >= 20x)"
+    echo "svg:    perf script | collapse | flamegraph / perfpipe (wall): $(ratio "${pw[perf svg]}" "${pw[perfpipe svg]}")x"
+    if [[ -n ${pw[perf7 folded]:-} ]]; then
+        echo "folded: perf 7 script | inferno-collapse-perf / perfpipe (wall): $(ratio "${pw[perf7 folded]}" "${pw[perfpipe folded]}")x"
+    fi
+    if [[ -n ${pw[perf7 svg]:-} ]]; then
+        echo "svg:    perf 7 script | collapse | flamegraph / perfpipe (wall): $(ratio "${pw[perf7 svg]}" "${pw[perfpipe svg]}")x"
+    fi
+fi
+echo "perfpipe peak RSS: folded ${rss[perfpipe folded]} MB, svg ${rss[perfpipe svg]} MB   (target: <= 256 MB)"
+for theirs in theirs theirs7; do
+    [[ -s $workdir/ours.folded && -s $workdir/$theirs.folded ]] || continue
+    # The weight of the stacks both count the same, over the larger total (tests/oracle.rs).
+    awk -v who="$([[ $theirs == theirs ]] && echo perf || echo "perf 7")" \
+        'FNR==NR { i=match($0, / [0-9]+$/); t[substr($0,1,i-1)]=substr($0,i+1); tt+=substr($0,i+1); next }
+         { i=match($0, / [0-9]+$/); s=substr($0,1,i-1); c=substr($0,i+1); to+=c; if (t[s]==c) a+=c }
+         END { m = to > tt ? to : tt; printf "folded agreement with the oracle (%s): %.3f%% of the weight (ours %.0f, oracle %.0f)\n", who, m ? 100*a/m : 100, to, tt }' \
+        "$workdir/$theirs.folded" "$workdir/ours.folded"
+done
 echo "results: $BENCH_OUT (summary), $runs_out (per run)"
 nfail=$(failed_runs)
 ((nfail == 0)) || { echo "FAILED runs: $nfail (see $runs_out)"; exit 1; }

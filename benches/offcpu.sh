@@ -4,7 +4,11 @@
 #
 # Times, alternating for BENCH_ROUNDS rounds (default 3; the starting command rotates):
 #   perfpipe   $PERFPIPE -i REC --weight offcpu -o ours.folded
-#   perf+awk   perf script -i REC --ns -F tid,time,trace,ip,sym | awk (collapse the intervals)
+#   perf+awk   perf script -i REC --ns -F tid,time,trace,ip,sym | mawk (collapse the intervals)
+#   perf+fast  the same perf script | mawk with a faster collapser (fields by index/substr,
+#              no regular expression a line: about half the awk's CPU; issue 43's text route)
+#   base       $PERFPIPE_BASE -i REC --weight offcpu -o base.folded, when PERFPIPE_BASE is set
+#              (a build to compare with in the same interleaved run; outputs compared with cmp)
 # (perf sorts the records by time before it prints them, so the collapser pairs each switch-out
 # with the thread's next switch-in with no state but one open interval per thread: the simplest
 # correct text route. `perf record --off-cpu` needs BPF skeletons Debian's perf lacks; `perf
@@ -68,19 +72,59 @@ in_sample && /^$/ {
 END { for (k in w) print k, w[k] }
 AWK
 
+# The same collapser without a regular expression a line: perf prints a frame as "\t%16x sym", so
+# the name starts at column 18 of the tab's second field; the switch's fields are found by index.
+cat >"$workdir/collapse-fast.awk" <<'AWK'
+BEGIN { FS = "\t" }
+$1 == "" && NF > 1 { if (in_sample) frames[++n] = substr($2, 18); next }
+NF == 0 {
+    if (!in_sample) next
+    in_sample = 0
+    if (prev != 0) {
+        key = comm ";[off-cpu: " state "]"
+        for (i = n; i >= 1; i--) key = key ";" frames[i]
+        open_[prev] = key; since[prev] = t
+    }
+    if (next_ in open_) { w[open_[next_]] += t - since[next_]; delete open_[next_] }
+    next
+}
+{
+    p = index($0, ": prev_comm=")
+    if (p == 0) next
+    k = split(substr($0, 1, p - 1), a, " "); ts = a[k]; d = index(ts, ".")
+    t = substr(ts, 1, d - 1) * 1000000000 + substr(ts, d + 1)
+    rest = substr($0, p + 12)
+    q = index(rest, " prev_pid="); comm = substr(rest, 1, q - 1)
+    if (index(comm, " ")) gsub(/ /, "_", comm)
+    rest = substr(rest, q + 10); prev = rest + 0
+    q = index(rest, " prev_state="); state = substr(rest, q + 12); state = substr(state, 1, index(state, " ") - 1)
+    if (substr(state, length(state)) == "+") state = substr(state, 1, length(state) - 1)
+    q = index(rest, " next_pid="); next_ = substr(rest, q + 10) + 0
+    n = 0; in_sample = 1
+}
+END { for (k in w) print k, w[k] }
+AWK
+
 T="/usr/bin/time -f $T_FORMAT -o $workdir/t"
-names=("perfpipe" "perf+awk")
+script="'$PERF' script -i '$INPUT' --ns -F tid,time,trace,ip,sym 2>/dev/null"
+names=("perfpipe" "perf+awk" "perf+fast")
 cmds=(
     "$T '$PERFPIPE' -i '$INPUT' --weight offcpu -o '$workdir/ours.folded'"
-    "$T '$PERF' script -i '$INPUT' --ns -F tid,time,trace,ip,sym 2>/dev/null | mawk -f '$workdir/collapse.awk' > '$workdir/theirs.folded'"
+    "$T $script | mawk -f '$workdir/collapse.awk' > '$workdir/theirs.folded'"
+    "$T $script | mawk -f '$workdir/collapse-fast.awk' > '$workdir/fast.folded'"
 )
+if [[ -n ${PERFPIPE_BASE:-} ]]; then
+    [[ -x $PERFPIPE_BASE ]] || die "PERFPIPE_BASE=$PERFPIPE_BASE is not executable"
+    names+=("base")
+    cmds+=("$T '$PERFPIPE_BASE' -i '$INPUT' --weight offcpu -o '$workdir/base.folded'")
+fi
 mkdir -p "$(dirname "$BENCH_OUT")"
 runs_out="${BENCH_OUT%.tsv}.runs.tsv"
 cat "$INPUT" >/dev/null # page cache
 run_rounds
 
 printf 'name\tmedian_pipeline_wall_s\tmedian_user_s\tmedian_sys_s\tmedian_maxrss_mb\n' >"$BENCH_OUT"
-echo "rounds: $BENCH_ROUNDS   machine: $(nproc) CPU, $(uname -r), $("$PERF" --version)"
+echo "rounds: $BENCH_ROUNDS   machine: $(nproc) CPU, $(uname -r), $("$PERF" --version); load average at the end: $(cut -d' ' -f1-3 /proc/loadavg)"
 printf '%-9s %9s %8s %8s %9s\n' command pipe_s user_s sys_s rss_MB
 declare -A pw
 for n in "${names[@]}"; do
@@ -91,6 +135,21 @@ for n in "${names[@]}"; do
     printf '%-9s %9s %8s %8s %9s\n' "$n" "${pw[$n]}" "$u" "$s" "$rss"
 done
 echo "perf+awk / perfpipe wall time: $(ratio "${pw[perf+awk]}" "${pw[perfpipe]}")x"
+echo "perf+fast / perfpipe wall time: $(ratio "${pw[perf+fast]}" "${pw[perfpipe]}")x   (issue 43 target: >= 20x)"
+if [[ -n ${PERFPIPE_BASE:-} ]]; then
+    echo "perf+fast / base wall time: $(ratio "${pw[perf+fast]}" "${pw[base]}")x; perfpipe / base: $(ratio "${pw[perfpipe]}" "${pw[base]}" 3)"
+    if cmp -s <(sort "$workdir/ours.folded") <(sort "$workdir/base.folded"); then
+        echo "base: the last round's outputs hold the same lines"
+    else
+        echo "base: the last round's outputs DIFFER"
+    fi
+fi
+# The two collapsers agree (the same intervals, summed in another order).
+if cmp -s <(sort "$workdir/theirs.folded") <(sort "$workdir/fast.folded"); then
+    echo "the two collapsers' outputs are the same"
+else
+    echo "the two collapsers' outputs DIFFER"
+fi
 
 # Agreement: the off-CPU ns per state, both ways, of the intervals closed by a switch-in (the
 # text route drops those the recording ended in; perfpipe shows them apart, "open at end"). Per
