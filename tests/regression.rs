@@ -395,6 +395,37 @@ pipetest!(
 });
 
 pipetest!(
+    /// Found by issue 40's `unwind_info` fuzz target (twice in 7.2 M executions, e.g. this one,
+    /// `tests/fixtures/r40-framehop-cfa.elf`, artifact crash-5f676a47…): a CFI row whose
+    /// return-address rule is not `[CFA-8]` and yields nothing, with a CFA below 8, made framehop
+    /// 0.16 (its latest release) compute `cfa - 8` unchecked (`x86_64/dwarf.rs:68`): a panic with
+    /// overflow checks, a wrapped address (and a failed read) without. The CFA comes from the
+    /// sample's registers and stack words inside framehop, so no check of the file can rule it
+    /// out: `unwind::walk_stack` is the boundary, and a panic in it ends the sample's walk with
+    /// the frames found so far, counted (`partial_unwinder_panic`), never the run.
+    r40_framehop_cfa_below_8_is_a_partial_walk, |_dir| {
+    let data = std::fs::read(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../tests/fixtures/r40-framehop-cfa.elf"),
+    )
+    .unwrap();
+    use perfpipe_profile::unwind::Outcome;
+    let outcomes = perfpipe_profile::fuzz::unwind_outcomes(&data, &data);
+    assert!(!outcomes.is_empty(), "the file unwinds nowhere");
+    // framehop's subtraction panics only where overflow checks are on (tests' default profile).
+    let panicked = outcomes.contains(&Outcome::UnwinderPanic);
+    assert_eq!(panicked, cfg!(debug_assertions), "{outcomes:?}");
+    if !panicked {
+        assert!(outcomes.contains(&Outcome::BadFrame), "{outcomes:?}");
+    }
+    // The next walks still unwind: the sample's own file, through the same thread's cache.
+    let elf = sample_elf();
+    assert!(perfpipe_profile::fuzz::unwind_outcomes(&elf, &elf)
+        .iter()
+        .all(|&o| o != Outcome::UnwinderPanic));
+});
+
+pipetest!(
     /// Found by issue 40's `elf_symbols` fuzz target (an OOM past 2 GiB and two 10 s timeouts, from
     /// the `-gz` seed): a compressed DWARF section (`SHF_COMPRESSED`) declaring gigabytes made
     /// `object`'s `uncompressed_data` allocate and zero them before inflating 9 KiB. Fixed in

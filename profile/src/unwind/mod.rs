@@ -38,8 +38,8 @@
 //! batches downstream hold what they carry. **EOF**: the held batches.
 //! Counters: `samples_unwound` (the walk reached the outermost frame), `samples_partial` (it
 //! stopped early; per reason `partial_stack_end`, `partial_no_unwind_info`, `partial_bad_frame`,
-//! `partial_frame_cap`), `samples_no_unwind_info` (the sample's ip is in no dso with unwind
-//! information), `samples_no_user_regs` (kernel threads, 32-bit processes), `samples_malformed`
+//! `partial_frame_cap`, `partial_unwinder_panic`), `samples_no_unwind_info` (the sample's ip is
+//! in no dso with unwind information), `samples_no_user_regs` (kernel threads, 32-bit processes), `samples_malformed`
 //! (dropped: a field runs past the record), `dyn_size_clamped`, `user_frames`, `dsos_loaded`,
 //! `dsos_missing`, `dsos_without_unwind_info`.
 
@@ -254,6 +254,7 @@ struct Counters {
     no_info_later: Counter,
     bad_frame: Counter,
     frame_cap: Counter,
+    unwinder_panic: Counter,
     no_unwind_info: Counter,
     no_regs: Counter,
     malformed: Counter,
@@ -352,6 +353,8 @@ pub enum Outcome {
     BadFrame,
     /// `max-frames` frames were found.
     FrameCap,
+    /// The unwinder panicked on a frame (framehop's unchecked `cfa - 8`, see `walk_stack`).
+    UnwinderPanic,
     /// The sample's own ip lies in no dso with unwind information: only that frame is written.
     NoUnwindInfo,
     /// No usable user registers: no user frames.
@@ -435,6 +438,35 @@ pub fn walk(
 
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn walk_stack(
+    p: &Process,
+    ip: u64,
+    sp: u64,
+    bp: u64,
+    stack: &[u8],
+    e: Endian,
+    cache: &mut CacheX86_64,
+    max_frames: usize,
+    frames: &mut Vec<u64>,
+) -> Outcome {
+    // framehop 0.16 (its latest release) computes the return address's slot as `cfa - 8`
+    // unchecked (`x86_64/dwarf.rs:68`) when a CFI row's return-address rule is not `[CFA-8]` and
+    // yields nothing: a CFA below 8, which a hostile CFI row with the sample's registers or stack
+    // words gives, panics with overflow checks (release builds wrap, and the read fails). The CFA
+    // is computed inside framehop, from the stack copy, so no check of the input before the walk
+    // can rule it out: the walk is the boundary, and a panic in it ends the sample's walk with the
+    // frames found so far (`partial_unwinder_panic`). The rule cache is made anew, since a panic
+    // may have left it half-written.
+    let walked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        walk_frames(p, ip, sp, bp, stack, e, cache, max_frames, frames)
+    }));
+    walked.unwrap_or_else(|_| {
+        *cache = CacheX86_64::new();
+        Outcome::UnwinderPanic
+    })
+}
+
+#[allow(clippy::too_many_arguments)]
+fn walk_frames(
     p: &Process,
     ip: u64,
     sp: u64,
@@ -949,13 +981,18 @@ impl Unwind {
             Outcome::NoInfoLater => c.no_info_later.add(1),
             Outcome::BadFrame => c.bad_frame.add(1),
             Outcome::FrameCap => c.frame_cap.add(1),
+            Outcome::UnwinderPanic => c.unwinder_panic.add(1),
             Outcome::NoUnwindInfo => c.no_unwind_info.add(1),
             Outcome::NoRegs => c.no_regs.add(1),
             Outcome::Malformed => c.malformed.add(1),
         }
         if matches!(
             w.outcome,
-            Outcome::StackEnd | Outcome::NoInfoLater | Outcome::BadFrame | Outcome::FrameCap
+            Outcome::StackEnd
+                | Outcome::NoInfoLater
+                | Outcome::BadFrame
+                | Outcome::FrameCap
+                | Outcome::UnwinderPanic
         ) {
             c.partial.add(1);
         }
@@ -1052,6 +1089,7 @@ impl Stage for Unwind {
             ("partial_no_unwind_info", c.no_info_later.clone()),
             ("partial_bad_frame", c.bad_frame.clone()),
             ("partial_frame_cap", c.frame_cap.clone()),
+            ("partial_unwinder_panic", c.unwinder_panic.clone()),
             ("samples_no_unwind_info", c.no_unwind_info.clone()),
             ("samples_no_user_regs", c.no_regs.clone()),
             ("samples_malformed", c.malformed.clone()),
