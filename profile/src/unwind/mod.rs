@@ -456,53 +456,37 @@ pub(crate) fn walk_stack(
     // can rule it out: the walk is the boundary, and a panic in it ends the sample's walk with the
     // frames found so far (`partial_unwinder_panic`). The rule cache is made anew, since a panic
     // may have left it half-written.
-    let walked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        walk_frames(p, ip, sp, bp, stack, e, cache, max_frames, frames)
-    }));
-    walked.unwrap_or_else(|_| {
-        *cache = CacheX86_64::new();
-        Outcome::UnwinderPanic
-    })
-}
-
-#[allow(clippy::too_many_arguments)]
-fn walk_frames(
-    p: &Process,
-    ip: u64,
-    sp: u64,
-    bp: u64,
-    stack: &[u8],
-    e: Endian,
-    cache: &mut CacheX86_64,
-    max_frames: usize,
-    frames: &mut Vec<u64>,
-) -> Outcome {
     let mut read = |addr: u64| -> Result<u64, ()> {
         let off = usize::try_from(addr.checked_sub(sp).ok_or(())?).map_err(|_| ())?;
         let b = stack.get(off..off.checked_add(8).ok_or(())?).ok_or(())?;
         e.u64(b, 0).ok_or(())
     };
-    let mut it = p
-        .unwinder
-        .iter_frames(ip, UnwindRegsX86_64::new(ip, sp, bp), cache, &mut read);
-    loop {
-        match it.next() {
-            Ok(Some(FrameAddress::InstructionPointer(ip))) => frames.push(ip),
-            Ok(Some(FrameAddress::ReturnAddress(ra))) => {
-                if frames.len() >= max_frames {
-                    return Outcome::FrameCap;
+    let walked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        let regs = UnwindRegsX86_64::new(ip, sp, bp);
+        let mut it = p.unwinder.iter_frames(ip, regs, cache, &mut read);
+        loop {
+            match it.next() {
+                Ok(Some(FrameAddress::InstructionPointer(ip))) => frames.push(ip),
+                Ok(Some(FrameAddress::ReturnAddress(ra))) => {
+                    if frames.len() >= max_frames {
+                        return Outcome::FrameCap;
+                    }
+                    let at = u64::from(ra) - 1;
+                    frames.push(at);
+                    if !p.covers(at) {
+                        return Outcome::NoInfoLater;
+                    }
                 }
-                let at = u64::from(ra) - 1;
-                frames.push(at);
-                if !p.covers(at) {
-                    return Outcome::NoInfoLater;
-                }
+                Ok(None) => return Outcome::Complete,
+                Err(WalkError::CouldNotReadStack(_)) => return Outcome::StackEnd,
+                Err(_) => return Outcome::BadFrame,
             }
-            Ok(None) => return Outcome::Complete,
-            Err(WalkError::CouldNotReadStack(_)) => return Outcome::StackEnd,
-            Err(_) => return Outcome::BadFrame,
         }
-    }
+    }));
+    walked.unwrap_or_else(|_| {
+        *cache = CacheX86_64::new();
+        Outcome::UnwinderPanic
+    })
 }
 
 /// The running `unwind` stage.
