@@ -289,6 +289,14 @@ pipetest!(
     }
 });
 
+/// The bytes of `tests/fixtures/NAME`.
+fn fixture(name: &str) -> Vec<u8> {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../tests/fixtures")
+        .join(name);
+    std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
 /// The sample program's ELF file from the archive fixture (a slim copy: symbols, `.plt`,
 /// `.rela.plt`, PT_LOADs), read through `--symbols` as the symbol engine reads it.
 fn sample_elf() -> Vec<u8> {
@@ -383,11 +391,7 @@ pipetest!(
     /// without. Fixed in `unwind::dso`: a table with an entry before `.eh_frame` (or one that does not
     /// parse) is dropped, and framehop indexes `.eh_frame` itself.
     r40_eh_frame_hdr_pointing_before_eh_frame, |_dir| {
-    let data = std::fs::read(
-        std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("../tests/fixtures/r40-eh-frame-hdr.elf"),
-    )
-    .unwrap();
+    let data = fixture("r40-eh-frame-hdr.elf");
     std::hint::black_box(perfpipe_profile::fuzz::unwind_info(&data, &data));
     // The sample's own file still unwinds through its (sound) table.
     let elf = sample_elf();
@@ -404,11 +408,7 @@ pipetest!(
     /// out: `unwind::walk_stack` is the boundary, and a panic in it ends the sample's walk with
     /// the frames found so far, counted (`partial_unwinder_panic`), never the run.
     r40_framehop_cfa_below_8_is_a_partial_walk, |_dir| {
-    let data = std::fs::read(
-        std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("../tests/fixtures/r40-framehop-cfa.elf"),
-    )
-    .unwrap();
+    let data = fixture("r40-framehop-cfa.elf");
     use perfpipe_profile::unwind::Outcome;
     let outcomes = perfpipe_profile::fuzz::unwind_outcomes(&data, &data);
     assert!(!outcomes.is_empty(), "the file unwinds nowhere");
@@ -432,11 +432,7 @@ pipetest!(
     /// `symbols::elf`: a declared size beyond zlib's best ratio over the compressed bytes is not
     /// believed, and the section is skipped (as one that does not decompress).
     r40_compressed_section_size_is_believed_up_to_zlib_ratio, |_dir| {
-    let data = std::fs::read(
-        std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("../tests/fixtures/r40-zdebug-bomb.elf"),
-    )
-    .unwrap();
+    let data = fixture("r40-zdebug-bomb.elf");
     let read = perfpipe_profile::fuzz::dwarf_bytes(&data);
     assert!(
         read <= 1100 * data.len() as u64,
@@ -445,11 +441,7 @@ pipetest!(
     );
     std::hint::black_box(perfpipe_profile::fuzz::elf_symbols(&data, None));
     // The same in unwind sections (`unwind_info` target: an OOM, `r40-zdebug-unwind.elf`).
-    let data = std::fs::read(
-        std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("../tests/fixtures/r40-zdebug-unwind.elf"),
-    )
-    .unwrap();
+    let data = fixture("r40-zdebug-unwind.elf");
     let held = perfpipe_profile::unwind::dso::parse(&data[..]).map_or(0, |i| i.bytes());
     assert!(
         held <= 1100 * data.len(),
