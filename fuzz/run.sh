@@ -1,6 +1,6 @@
 #!/bin/bash
 # Runs the fuzz targets, SECS seconds each (default 420), at most JOBS targets at a time (default
-# 2; the machine is shared, so every fuzzer runs under `nice -n 19`). Works on the stable
+# 2; the machine is shared, so every fuzzer runs under `nice -n 19`, or NICE). Works on the stable
 # toolchain: libFuzzer's coverage instrumentation needs no -Z flag, only the sanitizer does, so the
 # targets are built with `cargo fuzz build -O -a --sanitizer none` (release, with debug assertions
 # and overflow checks; safe Rust needs no AddressSanitizer to turn a bug into a panic).
@@ -14,7 +14,7 @@
 #        RUNS=10000000 UNTIL=23:30 fuzz/run.sh 7200 tracing kallsyms …
 #        fuzz/run.sh --count
 # RUNS: a target stops once its log counts that many executions (over all its runs so far);
-# UNTIL: no target runs past that time (anything `date -d` reads).
+# UNTIL: no target runs past that time (anything `date -d` reads); NICE: the niceness (19).
 # Needs: cargo install cargo-fuzz (0.13); perf for fuzz/seed.sh's file-mode seeds.
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
@@ -56,7 +56,7 @@ jobs=${JOBS:-2}
 until=
 [ -n "${UNTIL:-}" ] && until=$(date -d "$UNTIL" +%s)
 [ -d corpus ] || ./seed.sh
-nice -n 19 cargo fuzz build -O -a --sanitizer none || exit 1
+nice -n "${NICE:-19}" cargo fuzz build -O -a --sanitizer none || exit 1
 bin=target/x86_64-unknown-linux-gnu/release
 
 # Largest input per target: the stream targets get room for a few hundred records, read_file for
@@ -85,7 +85,7 @@ fuzz_one() {
       runs=$((RUNS - $(executions "$t")))
       [ "$runs" -gt 0 ] || break
     fi
-    nice -n 19 "$bin/$t" "corpus/$t" -max_total_time="$left" -runs="$runs" -max_len="$(max_len "$t")" \
+    nice -n "${NICE:-19}" "$bin/$t" "corpus/$t" -max_total_time="$left" -runs="$runs" -max_len="$(max_len "$t")" \
       -rss_limit_mb=2048 -timeout=10 -print_final_stats=1 -artifact_prefix="artifacts/$t/" \
       >> "artifacts/$t.log" 2>&1 || sleep 1
   done

@@ -289,6 +289,14 @@ pipetest!(
     }
 });
 
+/// The bytes of `tests/fixtures/NAME`.
+fn fixture(name: &str) -> Vec<u8> {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../tests/fixtures")
+        .join(name);
+    std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
 /// The sample program's ELF file from the archive fixture (a slim copy: symbols, `.plt`,
 /// `.rela.plt`, PT_LOADs), read through `--symbols` as the symbol engine reads it.
 fn sample_elf() -> Vec<u8> {
@@ -383,15 +391,38 @@ pipetest!(
     /// without. Fixed in `unwind::dso`: a table with an entry before `.eh_frame` (or one that does not
     /// parse) is dropped, and framehop indexes `.eh_frame` itself.
     r40_eh_frame_hdr_pointing_before_eh_frame, |_dir| {
-    let data = std::fs::read(
-        std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("../tests/fixtures/r40-eh-frame-hdr.elf"),
-    )
-    .unwrap();
+    let data = fixture("r40-eh-frame-hdr.elf");
     std::hint::black_box(perfpipe_profile::fuzz::unwind_info(&data, &data));
     // The sample's own file still unwinds through its (sound) table.
     let elf = sample_elf();
     assert!(perfpipe_profile::unwind::dso::parse(&elf[..]).is_some_and(|i| i.has_unwind_info()));
+});
+
+pipetest!(
+    /// Found by issue 40's `unwind_info` fuzz target (twice in 7.2 M executions, e.g. this one,
+    /// `tests/fixtures/r40-framehop-cfa.elf`, artifact crash-5f676a47…): a CFI row whose
+    /// return-address rule is not `[CFA-8]` and yields nothing, with a CFA below 8, made framehop
+    /// 0.16 (its latest release) compute `cfa - 8` unchecked (`x86_64/dwarf.rs:68`): a panic with
+    /// overflow checks, a wrapped address (and a failed read) without. The CFA comes from the
+    /// sample's registers and stack words inside framehop, so no check of the file can rule it
+    /// out: `unwind::walk_stack` is the boundary, and a panic in it ends the sample's walk with
+    /// the frames found so far, counted (`partial_unwinder_panic`), never the run.
+    r40_framehop_cfa_below_8_is_a_partial_walk, |_dir| {
+    let data = fixture("r40-framehop-cfa.elf");
+    use perfpipe_profile::unwind::Outcome;
+    let outcomes = perfpipe_profile::fuzz::unwind_outcomes(&data, &data);
+    assert!(!outcomes.is_empty(), "the file unwinds nowhere");
+    // framehop's subtraction panics only where overflow checks are on (tests' default profile).
+    let panicked = outcomes.contains(&Outcome::UnwinderPanic);
+    assert_eq!(panicked, cfg!(debug_assertions), "{outcomes:?}");
+    if !panicked {
+        assert!(outcomes.contains(&Outcome::BadFrame), "{outcomes:?}");
+    }
+    // The next walks still unwind: the sample's own file, through the same thread's cache.
+    let elf = sample_elf();
+    assert!(perfpipe_profile::fuzz::unwind_outcomes(&elf, &elf)
+        .iter()
+        .all(|&o| o != Outcome::UnwinderPanic));
 });
 
 pipetest!(
@@ -401,11 +432,7 @@ pipetest!(
     /// `symbols::elf`: a declared size beyond zlib's best ratio over the compressed bytes is not
     /// believed, and the section is skipped (as one that does not decompress).
     r40_compressed_section_size_is_believed_up_to_zlib_ratio, |_dir| {
-    let data = std::fs::read(
-        std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("../tests/fixtures/r40-zdebug-bomb.elf"),
-    )
-    .unwrap();
+    let data = fixture("r40-zdebug-bomb.elf");
     let read = perfpipe_profile::fuzz::dwarf_bytes(&data);
     assert!(
         read <= 1100 * data.len() as u64,
@@ -414,11 +441,7 @@ pipetest!(
     );
     std::hint::black_box(perfpipe_profile::fuzz::elf_symbols(&data, None));
     // The same in unwind sections (`unwind_info` target: an OOM, `r40-zdebug-unwind.elf`).
-    let data = std::fs::read(
-        std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("../tests/fixtures/r40-zdebug-unwind.elf"),
-    )
-    .unwrap();
+    let data = fixture("r40-zdebug-unwind.elf");
     let held = perfpipe_profile::unwind::dso::parse(&data[..]).map_or(0, |i| i.bytes());
     assert!(
         held <= 1100 * data.len(),

@@ -20,7 +20,7 @@ use crate::symbols::sources::debuginfod;
 use crate::symbols::sources::Cand;
 use crate::symbols::table::{Builder, Table};
 use crate::symbols::{dwarf_context, elf};
-use crate::unwind::{dso, walk_stack, Process};
+use crate::unwind::{dso, walk_stack, Outcome, Process};
 
 fn mix(acc: &mut u64, v: u64) {
     *acc = acc.rotate_left(5) ^ v.wrapping_mul(0x9e37_79b9_7f4a_7c15);
@@ -116,10 +116,25 @@ pub fn dwarf_bytes(data: &[u8]) -> u64 {
 /// PT_LOAD would be and made a framehop module, then a walk from addresses in each map over a
 /// stack of `stack` (the walk as `unwind` does it, at most 64 frames).
 pub fn unwind_info(data: &[u8], stack: &[u8]) -> u64 {
+    let mut acc = 0;
+    unwind_walks(data, stack, |bytes, o, n| {
+        mix(&mut acc, bytes as u64 ^ o as u64 ^ n as u64)
+    });
+    acc
+}
+
+/// How [`unwind_info`]'s walks ended (for `regression::r40_framehop_cfa_below_8_is_a_partial_walk`).
+pub fn unwind_outcomes(data: &[u8], stack: &[u8]) -> Vec<Outcome> {
+    let mut out = Vec::new();
+    unwind_walks(data, stack, |_, o, _| out.push(o));
+    out
+}
+
+/// [`unwind_info`]'s walks, each told to `seen` (the unwind bytes held, the outcome, the frames).
+fn unwind_walks(data: &[u8], stack: &[u8], mut seen: impl FnMut(usize, Outcome, usize)) {
     let Some(info) = dso::parse(data) else {
-        return 0;
+        return;
     };
-    let mut acc = info.bytes() as u64;
     let mut p = Process::new();
     let mut maps = Vec::new();
     for (i, &(_, off, filesz)) in info.loads().iter().take(8).enumerate() {
@@ -150,10 +165,9 @@ pub fn unwind_info(data: &[u8], stack: &[u8]) -> u64 {
                 64,
                 &mut frames,
             );
-            mix(&mut acc, o as u64 ^ frames.len() as u64);
+            seen(info.bytes(), o, frames.len());
         }
     }
-    acc
 }
 
 /// The answers a connection plays, one per connection, each in pieces of the sizes `pieces`

@@ -38,7 +38,8 @@
 //! one of their size, the big buffer going back to the pool, so the batches downstream hold what
 //! they carry. **EOF**: the held batches. Counters: `samples_unwound` (the walk reached the
 //! outermost frame), `samples_partial` (it stopped early; per reason `partial_stack_end`,
-//! `partial_no_unwind_info`, `partial_bad_frame`, `partial_frame_cap`), `samples_no_unwind_info`
+//! `partial_no_unwind_info`, `partial_bad_frame`, `partial_frame_cap`,
+//! `partial_unwinder_panic`), `samples_no_unwind_info`
 //! (the sample's ip is in no dso with unwind information), `samples_no_user_regs` (kernel threads,
 //! 32-bit processes), `samples_malformed` (dropped: a field runs past the record),
 //! `dyn_size_clamped`, `user_frames`, `dsos_loaded`, `dsos_missing`, `dsos_without_unwind_info`.
@@ -206,6 +207,7 @@ struct Counters {
     no_info_later: Counter,
     bad_frame: Counter,
     frame_cap: Counter,
+    unwinder_panic: Counter,
     no_unwind_info: Counter,
     no_regs: Counter,
     malformed: Counter,
@@ -304,6 +306,8 @@ pub enum Outcome {
     BadFrame,
     /// `max-frames` frames were found.
     FrameCap,
+    /// The unwinder panicked on a frame (framehop's unchecked `cfa - 8`, see `walk_stack`).
+    UnwinderPanic,
     /// The sample's own ip lies in no dso with unwind information: only that frame is written.
     NoUnwindInfo,
     /// No usable user registers: no user frames.
@@ -397,32 +401,45 @@ pub(crate) fn walk_stack(
     max_frames: usize,
     frames: &mut Vec<u64>,
 ) -> Outcome {
+    // framehop 0.16 (its latest release) computes the return address's slot as `cfa - 8`
+    // unchecked (`x86_64/dwarf.rs:68`) when a CFI row's return-address rule is not `[CFA-8]` and
+    // yields nothing: a CFA below 8, which a hostile CFI row with the sample's registers or stack
+    // words gives, panics with overflow checks (release builds wrap, and the read fails). The CFA
+    // is computed inside framehop, from the stack copy, so no check of the input before the walk
+    // can rule it out: the walk is the boundary, and a panic in it ends the sample's walk with the
+    // frames found so far (`partial_unwinder_panic`). The rule cache is made anew, since a panic
+    // may have left it half-written.
     let mut read = |addr: u64| -> Result<u64, ()> {
         let off = usize::try_from(addr.checked_sub(sp).ok_or(())?).map_err(|_| ())?;
         let b = stack.get(off..off.checked_add(8).ok_or(())?).ok_or(())?;
         e.u64(b, 0).ok_or(())
     };
-    let mut it = p
-        .unwinder
-        .iter_frames(ip, UnwindRegsX86_64::new(ip, sp, bp), cache, &mut read);
-    loop {
-        match it.next() {
-            Ok(Some(FrameAddress::InstructionPointer(ip))) => frames.push(ip),
-            Ok(Some(FrameAddress::ReturnAddress(ra))) => {
-                if frames.len() >= max_frames {
-                    return Outcome::FrameCap;
+    let walked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        let regs = UnwindRegsX86_64::new(ip, sp, bp);
+        let mut it = p.unwinder.iter_frames(ip, regs, cache, &mut read);
+        loop {
+            match it.next() {
+                Ok(Some(FrameAddress::InstructionPointer(ip))) => frames.push(ip),
+                Ok(Some(FrameAddress::ReturnAddress(ra))) => {
+                    if frames.len() >= max_frames {
+                        return Outcome::FrameCap;
+                    }
+                    let at = u64::from(ra) - 1;
+                    frames.push(at);
+                    if !p.covers(at) {
+                        return Outcome::NoInfoLater;
+                    }
                 }
-                let at = u64::from(ra) - 1;
-                frames.push(at);
-                if !p.covers(at) {
-                    return Outcome::NoInfoLater;
-                }
+                Ok(None) => return Outcome::Complete,
+                Err(WalkError::CouldNotReadStack(_)) => return Outcome::StackEnd,
+                Err(_) => return Outcome::BadFrame,
             }
-            Ok(None) => return Outcome::Complete,
-            Err(WalkError::CouldNotReadStack(_)) => return Outcome::StackEnd,
-            Err(_) => return Outcome::BadFrame,
         }
-    }
+    }));
+    walked.unwrap_or_else(|_| {
+        *cache = CacheX86_64::new();
+        Outcome::UnwinderPanic
+    })
 }
 
 /// The running `unwind` stage.
@@ -829,13 +846,18 @@ impl Unwind {
             Outcome::NoInfoLater => c.no_info_later.add(1),
             Outcome::BadFrame => c.bad_frame.add(1),
             Outcome::FrameCap => c.frame_cap.add(1),
+            Outcome::UnwinderPanic => c.unwinder_panic.add(1),
             Outcome::NoUnwindInfo => c.no_unwind_info.add(1),
             Outcome::NoRegs => c.no_regs.add(1),
             Outcome::Malformed => c.malformed.add(1),
         }
         if matches!(
             w.outcome,
-            Outcome::StackEnd | Outcome::NoInfoLater | Outcome::BadFrame | Outcome::FrameCap
+            Outcome::StackEnd
+                | Outcome::NoInfoLater
+                | Outcome::BadFrame
+                | Outcome::FrameCap
+                | Outcome::UnwinderPanic
         ) {
             c.partial.add(1);
         }
@@ -974,6 +996,7 @@ impl Stage for Unwind {
             ("partial_no_unwind_info", c.no_info_later.clone()),
             ("partial_bad_frame", c.bad_frame.clone()),
             ("partial_frame_cap", c.frame_cap.clone()),
+            ("partial_unwinder_panic", c.unwinder_panic.clone()),
             ("samples_no_unwind_info", c.no_unwind_info.clone()),
             ("samples_no_user_regs", c.no_regs.clone()),
             ("samples_malformed", c.malformed.clone()),
