@@ -501,8 +501,15 @@ pipetest!(needs(perf, cc)
     let exe = spin(&dir);
     let (mut rec, out, err) = spawn_record(&["-a", "-e", "cpu-clock", "-c", "1000000"]);
     out.wait_for("PERFILE2");
-    let spun = Command::new(&exe).arg("100000000").output().unwrap();
-    assert!(spun.status.success());
+    // Our spin by its pid, not by its comm: `-a` records every process, the other tests' `spin`s
+    // among them, and a test that has ended has deleted its binary, so its samples are unnamed.
+    let mut spin = Command::new(&exe)
+        .arg("100000000")
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let pid = spin.id().to_string();
+    assert!(spin.wait().unwrap().success());
     signal(&rec, libc::SIGINT);
     let status = wait_for(&mut rec, Duration::from_secs(30));
     assert!(status.success(), "{status:?}: {}", err.finish_text());
@@ -520,7 +527,7 @@ pipetest!(needs(perf, cc)
         "no map of the test process {me}: {st:?}"
     );
     let text = perf_on(
-        &["report", "--stdio", "--no-children", "-q", "--comm", "spin", "--sort", "sym"],
+        &["report", "--stdio", "--no-children", "-q", "--pid", &pid, "--sort", "sym"],
         &bytes,
     );
     // Shares of all samples, by symbol: spin_a and spin_b hold nearly all of spin's.
@@ -532,16 +539,20 @@ pipetest!(needs(perf, cc)
     };
     let named = share(&|l| l.contains("spin_a") || l.contains("spin_b"));
     let all = share(&|_| true);
-    let by_comm = || {
-        let t = perf_on(&["report", "--stdio", "--no-children", "-q", "--sort", "comm,pid"], &bytes);
+    let by = |keys: &str| {
+        let t = perf_on(&["report", "--stdio", "--no-children", "-q", "--sort", keys], &bytes);
         t.lines().take(25).collect::<Vec<_>>().join("\n")
     };
     assert!(
         all > 0.0,
-        "no sample of comm `spin` ({st:?}); by comm and pid:\n{}",
-        by_comm()
+        "no sample of spin (pid {pid}; {st:?}); by comm and pid:\n{}",
+        by("comm,pid")
     );
-    assert!(named > 0.9 * all, "spin's samples by symbol:\n{text}");
+    assert!(
+        named > 0.9 * all,
+        "spin's (pid {pid}) samples by symbol:\n{text}\nby pid, dso and symbol:\n{}",
+        by("pid,dso,sym")
+    );
 });
 
 /// `perfpipe record -e cpu-clock -c PERIOD -p PID` of `command`, until it exits: the stream,
