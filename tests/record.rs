@@ -548,10 +548,18 @@ pipetest!(needs(perf, cc)
         "no sample of spin (pid {pid}; {st:?}); by comm and pid:\n{}",
         by("comm,pid")
     );
+    // Its side-band, as perf orders it (and its first samples), for a failure to show.
+    let side = || {
+        let mine = format!(" {pid}/");
+        let lines: Vec<&str> = script.lines().filter(|l| l.contains(&mine)).take(30).collect();
+        lines.join("\n")
+    };
     assert!(
         named > 0.9 * all,
-        "spin's (pid {pid}) samples by symbol:\n{text}\nby pid, dso and symbol:\n{}",
-        by("pid,dso,sym")
+        "spin's (pid {pid}) samples by symbol:\n{text}\nby pid, dso and symbol:\n{}\n\
+         records of pid {pid}:\n{}\n{st:?}",
+        by("pid,dso,sym"),
+        side()
     );
 });
 
