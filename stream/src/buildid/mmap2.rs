@@ -46,6 +46,7 @@ use std::collections::HashSet;
 
 use perfpipe_core::{Batch, Counter, Flow, Out, Stage, StageError};
 
+use crate::buildid::pending::Pending;
 use crate::buildid::{note_header, BuildidConfig};
 use crate::format::build::{self, Trailer};
 use crate::format::{misc, Endian, FileId, Mmap, RecordType, SampleId, StreamInfo};
@@ -58,9 +59,6 @@ type Written = std::collections::HashMap<u64, DsoId, std::hash::BuildHasherDefau
 
 /// `PROT_EXEC`, the `prot` upstream gives an MMAP it rewrites.
 const PROT_EXEC: u32 = 4;
-
-/// Most distinct unresolved frames (process, address) kept for a retry.
-const MAX_PENDING: usize = 65_536;
 
 /// The MMAP2 in build-id form of map `m` with build id `id` (`misc` gets MMAP_BUILD_ID added),
 /// followed by `trailer`. An MMAP's `prot` becomes `PROT_EXEC` and its `flags` 0, as upstream.
@@ -159,8 +157,8 @@ impl BuildidConfig {
             counted: Vec::new(),
             written: IdMap::default(),
             born: IdMap::default(),
-            pending: Vec::new(),
-            pending_keys: HashSet::new(),
+            pending: Pending::default(),
+            pending_dropped: Counter::new(),
             present: HashSet::new(),
             counts: Counts::default(),
             held_back: Counter::new(),
@@ -353,15 +351,13 @@ enum Action {
     Before(Vec<u8>, u32),
 }
 
-/// A user-mode frame of a sample: its process and address, the sample's trailer values and attr,
-/// and (waiting for its map) the rounds it may still wait.
+/// A user-mode frame of a sample: its process and address, the sample's trailer values and attr.
 #[derive(Clone, Copy, Debug)]
-struct Pending {
+struct Frame {
     pid: u32,
     ip: u64,
     id: SampleId,
     attr: u16,
-    left: u8,
 }
 
 /// The running `--mmap2-buildids` (`-B`) stage.
@@ -381,9 +377,11 @@ pub struct Mmap2Hit {
     /// Per process: when it was forked and when it mapped each held-back dso.
     born: IdMap<u32, Times>,
     /// Frames that fell in no map when they came, retried at the next two FINISHED_ROUNDs: one
-    /// entry per distinct (process, address), the first sample's (whose time the map must precede).
-    pending: Vec<Pending>,
-    pending_keys: HashSet<(u32, u64)>,
+    /// entry per distinct (process, address), with its earliest and latest samples
+    /// ([`crate::buildid::pending`]).
+    pending: Pending<Frame>,
+    /// Distinct unresolved frames not kept for a retry.
+    pending_dropped: Counter,
     present: HashSet<Vec<u8>>,
     counts: Counts,
     held_back: Counter,
@@ -413,7 +411,7 @@ impl Mmap2Hit {
 
     /// The MMAP2 for map `m` of `p.pid` at a frame of sample `p`, if it is a held-back map not
     /// yet written for that process.
-    fn hit(&mut self, m: Map, p: &Pending, info: &StreamInfo) -> Option<Vec<u8>> {
+    fn hit(&mut self, m: Map, p: &Frame, info: &StreamInfo) -> Option<Vec<u8>> {
         let id = (*self.held.get(m.dso.0 as usize)?)?;
         if self
             .written
@@ -504,6 +502,7 @@ impl Stage for Mmap2Hit {
         let mut carried = 0;
         let mut rewritten = 0;
         let mut held_back = 0;
+        let mut dropped = 0;
         let mut ips: Vec<u64> = Vec::new();
         for (i, span) in batch.spans.iter().enumerate() {
             match RecordType(span.kind) {
@@ -524,12 +523,11 @@ impl Stage for Mmap2Hit {
                         if last.is_some_and(|(a, b)| (a..b).contains(&ip)) {
                             continue;
                         }
-                        let p = Pending {
+                        let p = Frame {
                             pid,
                             ip,
                             id,
                             attr: span.tag as u16,
-                            left: 2,
                         };
                         match self
                             .machine
@@ -537,10 +535,9 @@ impl Stage for Mmap2Hit {
                             .copied()
                         {
                             None => {
-                                if self.pending.len() < MAX_PENDING
-                                    && self.pending_keys.insert((pid, ip))
-                                {
-                                    self.pending.push(p);
+                                let time = id.time.unwrap_or(u64::MAX);
+                                if !self.pending.add((pid, misc::USER, ip), time, p) {
+                                    dropped += 1;
                                 }
                             }
                             Some(m) => {
@@ -612,20 +609,18 @@ impl Stage for Mmap2Hit {
                     self.machine.apply(&rec);
                 }
                 RecordType::FINISHED_ROUND => {
-                    let pending = std::mem::take(&mut self.pending);
-                    self.pending_keys.clear();
-                    for mut p in pending {
-                        let time = p.id.time.unwrap_or(u64::MAX);
-                        if let Some(m) = self.machine.find(p.pid, misc::USER, p.ip, time).copied() {
-                            if let Some(r) = self.hit(m, &p, &info) {
-                                actions.push((i, Action::Before(r, u32::from(p.attr))));
-                            }
-                        } else if p.left > 1 {
-                            p.left -= 1;
-                            self.pending_keys.insert((p.pid, p.ip));
-                            self.pending.push(p);
+                    let mut pending = std::mem::take(&mut self.pending);
+                    pending.retry(|_, time, p| {
+                        let Some(m) = self.machine.find(p.pid, misc::USER, p.ip, time).copied()
+                        else {
+                            return false;
+                        };
+                        if let Some(r) = self.hit(m, p, &info) {
+                            actions.push((i, Action::Before(r, u32::from(p.attr))));
                         }
-                    }
+                        true
+                    });
+                    self.pending = pending;
                     self.machine.apply(&info.record(&batch, span));
                 }
                 RecordType::EXIT => {
@@ -652,6 +647,9 @@ impl Stage for Mmap2Hit {
         }
         if rewritten != 0 {
             self.counts.rewritten.add(rewritten);
+        }
+        if dropped != 0 {
+            self.pending_dropped.add(dropped);
         }
         if held_back != 0 {
             self.held_back.add(held_back);
@@ -707,6 +705,7 @@ impl Stage for Mmap2Hit {
         c.push(("build_ids_listed_at_end", self.listed_at_end.clone()));
         c.push(("mmaps_held_back", self.held_back.clone()));
         c.push(("mmap2_written_at_hit", self.emitted.clone()));
+        c.push(("pending_frames_dropped", self.pending_dropped.clone()));
         c
     }
 }

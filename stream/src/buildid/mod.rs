@@ -35,6 +35,7 @@
 pub mod all;
 pub mod bench_input;
 pub mod mmap2;
+pub mod pending;
 pub mod record;
 
 use std::collections::{HashMap, HashSet};
@@ -45,6 +46,7 @@ use crate::format::{misc, RecordType, StreamInfo};
 use crate::model::dso::{BuildId, HostIds, HostMode, Outcome, Resolver};
 use crate::model::machine::{DsoId, Identity, Machine};
 use crate::Error;
+use pending::Pending;
 use perfpipe_core::spec::{Flag, Kind, Options, StageOption, StageSpec};
 
 /// Configuration of the `buildid` and `buildid-all` stages: validated, no I/O.
@@ -127,7 +129,8 @@ impl BuildidConfig {
             info: None,
             vdso_unhit: Counter::new(),
             in_stream: Counter::new(),
-            pending: Vec::new(),
+            pending: Pending::default(),
+            pending_dropped: Counter::new(),
         }
     }
 }
@@ -162,17 +165,14 @@ pub struct Buildid {
     vdso_unhit: Counter,
     /// Dsos hit whose MMAP2 carried the id: no BUILD_ID record for them.
     in_stream: Counter,
-    /// Samples whose ip (or, with `callchain`, a frame) fell in no map when they arrived:
-    /// (pid, cpumode, ip, time, rounds left).
-    /// Records are ordered by time only between FINISHED_ROUNDs, so a sample from one CPU can
-    /// come before the MMAP (from another CPU) that it falls in; perf, which sorts, resolves it.
-    /// Retried at each FINISHED_ROUND for two rounds, and the BUILD_ID goes before that round's
-    /// end, where perf's reader still has the sample queued.
-    pending: Vec<(u32, u16, u64, u64, u8)>,
+    /// Sample ips (and, with `callchain`, frames) that fell in no map when they arrived, one
+    /// entry per distinct (pid, cpumode, address): see [`pending`]. Retried at each
+    /// FINISHED_ROUND for two rounds, and the BUILD_ID goes before that round's end, where perf's
+    /// reader still has the sample queued.
+    pending: Pending<()>,
+    /// Distinct unresolved frames not kept for a retry ([`pending::MAX_FRAMES`] others waited).
+    pending_dropped: Counter,
 }
-
-/// Most unresolved samples kept for a retry.
-const MAX_PENDING: usize = 4096;
 
 /// Per-batch tallies, added to the counters once per batch.
 #[derive(Default)]
@@ -262,19 +262,40 @@ impl Buildid {
         }
     }
 
-    /// Retries the samples that fell in no map; returns the BUILD_ID records of new hits.
-    fn retry_pending(&mut self, e: crate::format::Endian, t: &mut Tally) -> Vec<Vec<u8>> {
+    /// Retries the frames that fell in no map (`last`: the end of the stream, for the last
+    /// time); returns the BUILD_ID records of new hits.
+    fn retry_pending(
+        &mut self,
+        e: crate::format::Endian,
+        t: &mut Tally,
+        last: bool,
+    ) -> Vec<Vec<u8>> {
         let mut records = Vec::new();
-        let pending = std::mem::take(&mut self.pending);
-        for (pid, mode, ip, time, left) in pending {
-            match self.machine.find(pid, mode, ip, time).map(|m| m.dso) {
-                Some(dso) if self.is_new_hit(dso) => records.extend(self.hit(dso, pid, e, t)),
-                Some(_) => {}
-                None if left > 1 => self.pending.push((pid, mode, ip, time, left - 1)),
-                None => {}
+        let mut pending = std::mem::take(&mut self.pending);
+        let resolve = |(pid, mode, ip): pending::Key, time: u64, _: &()| {
+            let Some(dso) = self.machine.find(pid, mode, ip, time).map(|m| m.dso) else {
+                return false;
+            };
+            if self.is_new_hit(dso) {
+                records.extend(self.hit(dso, pid, e, t));
             }
+            true
+        };
+        if last {
+            pending.finish(resolve);
+        } else {
+            pending.retry(resolve);
         }
+        self.pending = pending;
         records
+    }
+
+    /// Keeps a frame that fell in no map for a retry.
+    #[inline]
+    fn wait(&mut self, pid: u32, mode: u16, ip: u64, time: u64, dropped: &mut u64) {
+        if !self.pending.add((pid, mode, ip), time, ()) {
+            *dropped += 1;
+        }
     }
 
     #[inline]
@@ -296,6 +317,7 @@ impl Stage for Buildid {
         let mut inserts: Inserts = Vec::new();
         let mut t = Tally::default();
         let mut hits: Vec<(DsoId, u32)> = Vec::new();
+        let mut dropped = 0;
         for (i, span) in batch.spans.iter().enumerate() {
             match RecordType(span.kind) {
                 RecordType::SAMPLE => {
@@ -309,10 +331,7 @@ impl Stage for Buildid {
                         match self.machine.find(pid, mode, ip, time) {
                             Some(m) if self.is_new_hit(m.dso) => hits.push((m.dso, pid)),
                             Some(_) => {}
-                            None if self.pending.len() < MAX_PENDING => {
-                                self.pending.push((pid, mode, ip, time, 2));
-                            }
-                            None => {}
+                            None => self.wait(pid, mode, ip, time, &mut dropped),
                         }
                     }
                     if self.callchain {
@@ -333,10 +352,7 @@ impl Stage for Buildid {
                                     }
                                     // Its map (or its process's FORK) may come later in the
                                     // round: retried as a sample ip is.
-                                    None if self.pending.len() < MAX_PENDING => {
-                                        self.pending.push((pid, mode, ip, time, 2));
-                                    }
-                                    None => {}
+                                    None => self.wait(pid, mode, ip, time, &mut dropped),
                                 }
                             }
                         }
@@ -358,7 +374,7 @@ impl Stage for Buildid {
                     }
                 }
                 RecordType::FINISHED_ROUND => {
-                    for r in self.retry_pending(e, &mut t) {
+                    for r in self.retry_pending(e, &mut t, false) {
                         inserts.push((i, r));
                     }
                     self.machine.apply(&info.record(&batch, span));
@@ -376,6 +392,9 @@ impl Stage for Buildid {
         t.flush(&self.injected, &self.missing, &self.no_id);
         if t.in_stream != 0 {
             self.in_stream.add(t.in_stream);
+        }
+        if dropped != 0 {
+            self.pending_dropped.add(dropped);
         }
         self.info = Some(info);
         out.push(batch);
@@ -397,8 +416,7 @@ impl Stage for Buildid {
         };
         let e = info.endian;
         let mut t = Tally::default();
-        let mut records = self.retry_pending(e, &mut t);
-        self.pending.clear();
+        let mut records = self.retry_pending(e, &mut t, true);
         t.flush(&self.injected, &self.missing, &self.no_id);
         if t.in_stream != 0 {
             self.in_stream.add(t.in_stream);
@@ -430,6 +448,7 @@ impl Stage for Buildid {
         let mut c = counters(&self.injected, &self.missing, &self.no_id);
         c.push(("mmap2_ids_in_stream", self.in_stream.clone()));
         c.push(("vdso_listed_unhit", self.vdso_unhit.clone()));
+        c.push(("pending_frames_dropped", self.pending_dropped.clone()));
         c
     }
 }

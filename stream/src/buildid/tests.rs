@@ -341,6 +341,46 @@ fn a_sample_before_its_mmap_in_the_last_round_is_resolved_at_the_end() {
     );
 }
 
+/// The CI failure of `buildid::threads` (perf 7's `-b` listed libelf, ours not): a sample whose
+/// map comes later in its round, after thousands of samples whose ips (frame-pointer chains
+/// through code without them: garbage and `0`) fall in no map and never will. Those were kept one
+/// per sample, at most 4096, so the frame that would have resolved at the round's end was
+/// dropped; one entry per distinct frame keeps it.
+#[test]
+fn a_late_map_still_resolves_after_many_frames_that_never_do() {
+    let pool = pool();
+    let mut input = generate(
+        &pool,
+        Shape {
+            nr_mmaps: 1,
+            nr_samples: 0,
+            pid: 84,
+        },
+        &mut Rng::new(8),
+    );
+    let file = pool[0].as_os_str().as_encoded_bytes();
+    for i in 0..10_000u64 {
+        sample(
+            &mut input,
+            84,
+            [0, 0x55a6_5fb2_1fc0, 0x55a6_5fb1_e6b0][(i % 3) as usize],
+        );
+    }
+    sample(&mut input, 84, 0x7e00_0100);
+    mmap2(&mut input, 84, 0x7e00_0000, file, None);
+    push(&mut input, RecordType::FINISHED_ROUND, 0, &[]);
+    let stage = BuildidConfig::default().build();
+    let dropped = stage.pending_dropped.clone();
+    let out = run(Box::new(stage), &input, 1 << 16);
+    let got = injected(&out);
+    assert!(
+        got.iter().any(|(_, n)| n == file),
+        "no BUILD_ID for {}: {got:?}",
+        pool[0].display()
+    );
+    assert_eq!(dropped.get(), 0);
+}
+
 /// A child running on another cpu than its parent: its exec's MMAP2 comes before its FORK in the
 /// stream. Its samples still hit the dso that MMAP2 mapped.
 #[test]
