@@ -20,7 +20,7 @@
 //! | `tp` | `Map<Utf8, Utf8>` | a tracepoint sample's fields by name, from the recording's format files, as `perf script -F trace` shows them; null for other rows |
 //!
 //! A stream with switches (`sched:sched_switch`, or `context-switches` with `--switch-events`)
-//! also gets one row per off-CPU interval ([`perfpipe_stream::model::offcpu`]): `time` is the
+//! also gets one row per off-CPU interval ([`perfpipe_profile::offcpu`]): `time` is the
 //! switch-out, `period` the ns off the cpu, `stack` and `event` the switch-out sample's, `cpu`
 //! null; an interval still open at the end is closed at the last event time, and its
 //! `off_cpu_open_at_end` is true.
@@ -55,27 +55,19 @@ use perfpipe_core::spec::{
     parse_duration, parse_size, BuildCtx, Flag, FormatSpec, Kind, Options, StageOption,
 };
 use perfpipe_profile::kit::{
-    self, frame_name, Comms, Events, Join, NameSources, Naming, Request, StackTable,
+    self, frame_name, At, Comms, Events, NameSources, Naming, OffCpuSamples, Request, SampleSink,
+    StackTable,
 };
+use perfpipe_profile::offcpu::{Interval, State, Switch};
 use perfpipe_stream::format::features::{feature_record, feature_string, ClockData};
 use perfpipe_stream::format::{feature, RecordType, StreamInfo};
-use perfpipe_stream::model::offcpu::{Interval, OffCpu, State, Switches};
 use perfpipe_stream::Error;
 
 use crate::day_date;
 
 /// A switch-out's row without its interval: comm, event, stack.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-struct OffKey([u32; 3]);
-
-/// The switches of a stream and their intervals.
-#[derive(Debug, Default)]
-struct OffCpuPart {
-    switches: Switches,
-    model: OffCpu<OffKey>,
-    intervals: Vec<Interval<OffKey>>,
-    active: Option<bool>,
-}
+pub struct OffKey([u32; 3]);
 
 /// `Row::tp` of a row without tracepoint fields.
 const NO_TP: (u32, u32) = (0, u32::MAX);
@@ -239,7 +231,7 @@ pub struct ParquetSink {
     day: Option<i64>,
     /// When the first row of the part being filled arrived (what `--rotate DURATION` counts from).
     since: Option<Instant>,
-    off: OffCpuPart,
+    off: OffCpuSamples<OffKey>,
     off_cpu_rows: Counter,
     /// The `tp` column: each attr's tracepoint format, and the pending rows' fields.
     tp_formats: TpFormats,
@@ -397,7 +389,7 @@ impl ParquetSink {
             clock: None,
             day: None,
             since: None,
-            off: OffCpuPart::default(),
+            off: OffCpuSamples::default(),
             off_cpu_rows: Counter::new(),
             tp_formats: TpFormats::default(),
             tp_values: Vec::new(),
@@ -438,65 +430,20 @@ impl ParquetSink {
                 }
             }
         }
-        let Some(join) = Join::of(batch) else {
-            return Ok(());
-        };
-        let (stacks, Some(info)) = (join.stacks(), join.info()) else {
-            return Ok(());
-        };
-        self.sources.observe(stacks);
-        let active = *self.off.active.get_or_insert_with(|| {
-            self.off.switches.wakeups = true;
-            self.off.switches.active(info)
-        });
-        let list = stacks.samples();
-        let mut join = join.peekable();
-        for span in &batch.spans {
-            let sample = match join.peek() {
-                Some(&(i, s)) if span.kind == RecordType::SAMPLE.0 && s.start == span.start => {
-                    join.next();
-                    Some(i)
-                }
-                _ => None,
-            };
-            if !active {
-                let Some(i) = sample else { continue };
-                self.sample_row(&list[i], &info.record(batch, span), info, stacks, dataset)?;
-                continue;
-            }
-            if span.kind == RecordType::FINISHED_ROUND.0 {
-                self.off.model.round(&mut self.off.intervals);
-                self.interval_rows()?;
-                continue;
-            }
-            let rec = info.record(batch, span);
-            let sw = self.off.switches.read(&rec, span.tag, info);
-            let Some(i) = sample else {
-                self.off.model.add(&sw, None, &mut self.off.intervals);
-                continue;
-            };
-            let s = &list[i];
-            if s.time != 0 {
-                self.off.model.note_time(s.time);
-            }
-            self.sample_row(s, &rec, info, stacks, dataset)?;
-            let key = OffKey([
-                self.comms.id(stacks, s),
-                self.events.id(info, s.attr),
-                self.stacks.id(stacks.frames(s)),
-            ]);
-            self.off.model.add(&sw, Some(key), &mut self.off.intervals);
-        }
-        self.interval_rows()
+        let mut off = std::mem::take(&mut self.off);
+        let read = off
+            .add(batch, self)
+            .and_then(|_| self.interval_rows(off.closed()));
+        self.off = off;
+        read
     }
 
-    /// Rows for the off-CPU intervals closed so far.
-    fn interval_rows(&mut self) -> Result<(), Error> {
-        let intervals = std::mem::take(&mut self.off.intervals);
+    /// Rows for the off-CPU intervals closed so far, taken out of `intervals`.
+    fn interval_rows(&mut self, intervals: &mut Vec<Interval<OffKey>>) -> Result<(), Error> {
         // Counted once for all the intervals with a stack, each of which makes a row.
         let rows = intervals.iter().filter(|iv| iv.stack.is_some()).count();
         self.off_cpu_rows.add(rows as u64);
-        for iv in &intervals {
+        for iv in intervals.drain(..) {
             let Some(OffKey([comm, event, stack])) = iv.stack else {
                 continue;
             };
@@ -522,8 +469,6 @@ impl ParquetSink {
                 self.flush_rows()?;
             }
         }
-        self.off.intervals = intervals;
-        self.off.intervals.clear();
         Ok(())
     }
 
@@ -834,6 +779,34 @@ impl ParquetSink {
     }
 }
 
+impl SampleSink for ParquetSink {
+    type Key = OffKey;
+    type Error = Error;
+
+    fn sources(&mut self) -> &mut NameSources {
+        &mut self.sources
+    }
+
+    /// The sample's row; its key, when the stream has switches, its comm, event and stack.
+    fn sample(&mut self, at: At<'_>, switch: Option<&Switch>) -> Result<Option<OffKey>, Error> {
+        let dataset = matches!(self.target, Target::Dataset { .. });
+        let (s, info, stacks) = (at.sample, at.info, at.stacks);
+        self.sample_row(s, &at.record(), info, stacks, dataset)?;
+        if switch.is_none() {
+            return Ok(None);
+        }
+        Ok(Some(OffKey([
+            self.comms.id(stacks, s),
+            self.events.id(info, s.attr),
+            self.stacks.id(stacks.frames(s)),
+        ])))
+    }
+
+    fn round(&mut self, intervals: &mut Vec<Interval<OffKey>>) -> Result<(), Error> {
+        self.interval_rows(intervals)
+    }
+}
+
 impl Sink for ParquetSink {
     fn consume(&mut self, batch: &Batch) -> Result<Flow, StageError> {
         self.add_batch(batch)?;
@@ -852,8 +825,11 @@ impl Sink for ParquetSink {
     }
 
     fn finish(&mut self) -> Result<(), StageError> {
-        self.off.model.finish(&mut self.off.intervals);
-        self.interval_rows()?;
+        self.off.finish();
+        let mut off = std::mem::take(&mut self.off);
+        let rows = self.interval_rows(off.closed());
+        self.off = off;
+        rows?;
         self.flush_rows()?;
         if self.open.is_none() && matches!(self.target, Target::File(_)) {
             // No samples: still a valid, empty table.

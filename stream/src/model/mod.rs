@@ -5,16 +5,14 @@
 //! - [`dso`]: dso files and their build ids: where an id comes from (the stream, the file, the
 //!   host), read at most once per file, in the background.
 //! - [`threads`]: each thread's command name over time (COMM, FORK) and each attr's event name.
-//! - [`offcpu`]: off-CPU intervals from scheduler switches (`sched_switch` samples, or
-//!   `context-switches` samples and SWITCH records): where each thread blocked, for how long, in
-//!   which state.
+//!
+//! The off-CPU model, which only profiles read, is `perfpipe_profile::offcpu`.
 
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
 
 pub mod dso;
 pub mod machine;
-pub mod offcpu;
 pub mod threads;
 
 /// A multiplicative hasher for pid/tid keys (the std SipHash costs more than the lookup).

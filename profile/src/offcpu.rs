@@ -6,7 +6,7 @@
 //! - **system-wide**, `perf record -a -g -e sched:sched_switch`: each `sched_switch` sample is a
 //!   switch-out of `prev_pid` (its callchain is where that thread blocked, its `prev_state` the
 //!   state) and a switch-in of `next_pid`, at the sample's time, on any cpu. The fields are read
-//!   by name through the recording's tracing data ([`crate::format::tracing`]).
+//!   by name through the recording's tracing data ([`perfpipe_stream::format::tracing`]).
 //! - **per process**, `perf record -g -e context-switches -c 1 --switch-events -- CMD`: the
 //!   `context-switches` sample carries the stack; the thread's PERF_RECORD_SWITCH OUT record (just
 //!   after it, same cpu) the switch-out, preempted when `SWITCH_OUT_PREEMPT` is set (state `R`),
@@ -45,9 +45,9 @@
 
 use std::collections::VecDeque;
 
-use super::IdMap;
-use crate::format::tracing::{EventFormat, FieldFormat, Value};
-use crate::format::{feature, features, misc, Endian, Record, RecordType, Sample, StreamInfo};
+use perfpipe_stream::model::IdMap;
+use perfpipe_stream::format::tracing::{EventFormat, FieldFormat, Value};
+use perfpipe_stream::format::{feature, features, misc, Endian, Record, RecordType, Sample, StreamInfo};
 
 /// Most switches a thread keeps waiting for time order; past it the oldest is decided. A round
 /// of `perf record` can hold hundreds of ms of one cpu before the next cpu's records: a thread
@@ -258,14 +258,14 @@ impl Switches {
                 if a.type_ == PERF_TYPE_SOFTWARE && a.config == SW_CONTEXT_SWITCHES {
                     return Kind::ContextSwitches;
                 }
-                let measured = crate::format::sample::PERIOD | crate::format::sample::CALLCHAIN;
+                let measured = perfpipe_stream::format::sample::PERIOD | perfpipe_stream::format::sample::CALLCHAIN;
                 if a.type_ == PERF_TYPE_SOFTWARE
                     && a.config == SW_BPF_OUTPUT
                     && a.sample_type & measured == measured
                 {
                     return Kind::OffCpuTime;
                 }
-                if a.type_ != crate::format::PERF_TYPE_TRACEPOINT {
+                if a.type_ != perfpipe_stream::format::PERF_TYPE_TRACEPOINT {
                     return Kind::Other;
                 }
                 let Some(ev) = info.tracepoint(i) else {
