@@ -41,7 +41,9 @@ use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
+use ::parquet::arrow::arrow_writer::{compute_leaves, ArrowColumnChunk, ArrowRowGroupWriterFactory};
 use ::parquet::arrow::ArrowWriter;
+use ::parquet::file::writer::SerializedFileWriter;
 use ::parquet::basic::{Compression, ZstdLevel};
 use ::parquet::file::properties::WriterProperties;
 use arrow_array::builder::{StringBuilder, UInt32Builder, UInt64Builder};
@@ -249,9 +251,13 @@ enum Target {
     },
 }
 
-/// The file being written.
+/// The file being written: its row groups are encoded column by column on the worker pool
+/// ([`ParquetSink::flush_rows`]), in the bytes `ArrowWriter` writes.
 struct Part {
-    writer: ArrowWriter<File>,
+    writer: SerializedFileWriter<File>,
+    columns: ArrowRowGroupWriterFactory,
+    /// Rows written into the file.
+    rows: u64,
     tmp: PathBuf,
     path: PathBuf,
 }
@@ -722,14 +728,24 @@ impl ParquetSink {
                 .set_compression(Compression::ZSTD(ZstdLevel::try_new(1).expect("level 1")))
                 .set_max_row_group_row_count(Some(ROW_GROUP))
                 .build();
-            let writer = ArrowWriter::try_new(file, self.schema.clone(), Some(props))
+            // `ArrowWriter` makes the file's schema and metadata (the Arrow schema among them);
+            // its row groups are written here, a column per task.
+            let (writer, columns) = ArrowWriter::try_new(file, self.schema.clone(), Some(props))
+                .and_then(ArrowWriter::into_serialized_writer)
                 .map_err(|e| pq(&tmp, e))?;
             self.parts += 1;
-            self.open = Some(Part { writer, tmp, path });
+            self.open = Some(Part {
+                writer,
+                columns,
+                rows: 0,
+                tmp,
+                path,
+            });
         }
         Ok(self.open.as_mut().expect("opened"))
     }
 
+    /// Writes the pending rows as a row group, its columns encoded on the pool.
     fn flush_rows(&mut self) -> Result<(), Error> {
         if self.rows.is_empty() {
             return Ok(());
@@ -739,22 +755,38 @@ impl ParquetSink {
             .record_batch()
             .map_err(|e| io("write", Path::new("parquet"), std::io::Error::other(e)))?;
         let n = self.rows.len() as u64;
+        let pool = self.pool.clone();
         let part = self.open_part()?;
-        part.writer.write(&batch).map_err(|e| pq(&part.tmp, e))?;
+        write_row_group(part, &batch, pool.as_deref()).map_err(|e| pq(&part.tmp, e))?;
+        part.rows += n;
         self.rows.clear();
         self.tp_values.clear();
         self.written.add(n);
         let due = match (self.rotate, &self.open) {
             (Rotate::Every(d), Some(_)) => self.since.is_some_and(|t| t.elapsed() >= d),
-            (Rotate::Size(s), Some(p)) => {
-                (p.writer.bytes_written() + p.writer.in_progress_size()) as u64 >= s
-            }
+            (Rotate::Size(s), Some(p)) => p.writer.bytes_written() as u64 >= s,
             _ => false,
         };
         if due {
             self.close_part()?;
         }
         Ok(())
+    }
+
+    /// `--rotate SIZE`: whether the rows written and those pending (at the size a row of the
+    /// part has taken so far) reach the size; a part with no row group written yet writes its
+    /// rows to learn it.
+    fn size_reached(&mut self, size: u64) -> Result<bool, Error> {
+        match &self.open {
+            Some(p) if p.rows > 0 => {
+                let written = p.writer.bytes_written() as u64;
+                Ok(written + self.rows.len() as u64 * written.div_ceil(p.rows) >= size)
+            }
+            _ => {
+                self.flush_rows()?;
+                Ok(false)
+            }
+        }
     }
 
     /// Finishes the open file and renames it to its name.
@@ -816,9 +848,11 @@ impl Sink for ParquetSink {
             if asked || timed {
                 self.flush_rows()?;
                 self.close_part()?;
-            } else if matches!(self.rotate, Rotate::Size(_)) {
-                // The size counts the rows the writer holds: hand it this batch's.
-                self.flush_rows()?;
+            } else if let Rotate::Size(size) = self.rotate {
+                if self.size_reached(size)? {
+                    self.flush_rows()?;
+                    self.close_part()?;
+                }
             }
         }
         Ok(Flow::Continue)
@@ -846,6 +880,40 @@ impl Sink for ParquetSink {
             ("off_cpu_rows", self.off_cpu_rows.clone()),
         ]
     }
+}
+
+/// Writes `batch` as the next row group of `part`: its leaf columns encoded one per task on
+/// `pool` (each column writer alone, as `ArrowWriter` encodes them one after another: the same
+/// bytes), then appended in order.
+fn write_row_group(
+    part: &mut Part,
+    batch: &RecordBatch,
+    pool: Option<&rayon::ThreadPool>,
+) -> Result<(), parquet::errors::ParquetError> {
+    use rayon::prelude::*;
+    let index = part.writer.flushed_row_groups().len();
+    let mut writers = part.columns.create_column_writers(index)?.into_iter();
+    let mut work = Vec::new();
+    for (field, column) in batch.schema().fields().iter().zip(batch.columns()) {
+        for leaf in compute_leaves(field, column)? {
+            let writer = writers.next().expect("a writer per leaf column");
+            work.push((writer, leaf));
+        }
+    }
+    let encode = |(mut w, leaf): (::parquet::arrow::arrow_writer::ArrowColumnWriter, _)| {
+        w.write(&leaf)?;
+        w.close()
+    };
+    let chunks: Vec<Result<ArrowColumnChunk, _>> = match pool {
+        Some(pool) => pool.install(|| work.into_par_iter().map(encode).collect()),
+        None => work.into_iter().map(encode).collect(),
+    };
+    let mut group = part.writer.next_row_group()?;
+    for chunk in chunks {
+        chunk?.append_to_row_group(&mut group)?;
+    }
+    group.close()?;
+    Ok(())
 }
 
 /// How the command line offers the format.
