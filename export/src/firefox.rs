@@ -144,7 +144,11 @@ impl Tables {
     fn write_thread(&self, ff: &Firefox, k: usize, w: &mut dyn Write) -> std::io::Result<()> {
         let t = self.order[k] as usize;
         let points = &self.by_thread[self.starts[t]..self.starts[t + 1]];
-        let time = |i: usize| ff.points[points[i] as usize].time.saturating_sub(self.start);
+        let time = |i: usize| {
+            ff.points[points[i] as usize]
+                .time
+                .saturating_sub(self.start)
+        };
         let mut order: Vec<usize> = (0..points.len()).collect();
         if points.windows(2).any(|p| {
             ff.points[p[1] as usize].time.saturating_sub(self.start)

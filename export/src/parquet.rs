@@ -41,11 +41,13 @@ use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
-use ::parquet::arrow::arrow_writer::{compute_leaves, ArrowColumnChunk, ArrowRowGroupWriterFactory};
+use ::parquet::arrow::arrow_writer::{
+    compute_leaves, ArrowColumnChunk, ArrowRowGroupWriterFactory,
+};
 use ::parquet::arrow::ArrowWriter;
-use ::parquet::file::writer::SerializedFileWriter;
 use ::parquet::basic::{Compression, ZstdLevel};
 use ::parquet::file::properties::WriterProperties;
+use ::parquet::file::writer::SerializedFileWriter;
 use arrow_array::builder::{StringBuilder, UInt32Builder, UInt64Builder};
 use arrow_array::{
     ArrayRef, BooleanArray, ListArray, RecordBatch, StringArray, StructArray, UInt64Array,

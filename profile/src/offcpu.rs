@@ -45,9 +45,11 @@
 
 use std::collections::VecDeque;
 
-use perfpipe_stream::model::IdMap;
 use perfpipe_stream::format::tracing::{EventFormat, FieldFormat, Value};
-use perfpipe_stream::format::{feature, features, misc, Endian, Record, RecordType, Sample, StreamInfo};
+use perfpipe_stream::format::{
+    feature, features, misc, Endian, Record, RecordType, Sample, StreamInfo,
+};
+use perfpipe_stream::model::IdMap;
 
 /// Most switches a thread keeps waiting for time order; past it the oldest is decided. A round
 /// of `perf record` can hold hundreds of ms of one cpu before the next cpu's records: a thread
@@ -258,7 +260,8 @@ impl Switches {
                 if a.type_ == PERF_TYPE_SOFTWARE && a.config == SW_CONTEXT_SWITCHES {
                     return Kind::ContextSwitches;
                 }
-                let measured = perfpipe_stream::format::sample::PERIOD | perfpipe_stream::format::sample::CALLCHAIN;
+                let measured = perfpipe_stream::format::sample::PERIOD
+                    | perfpipe_stream::format::sample::CALLCHAIN;
                 if a.type_ == PERF_TYPE_SOFTWARE
                     && a.config == SW_BPF_OUTPUT
                     && a.sample_type & measured == measured

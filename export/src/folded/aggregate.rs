@@ -586,12 +586,10 @@ impl SampleSink for Aggregate {
         };
         if sw.stack || sw.stack_of.is_some() || sw.wake.is_some() {
             // A waker is named by its thread even without frames.
-            return Ok(
-                (!frames.is_empty() || sw.wake.is_some()).then(|| OffKey {
-                    root: self.root_of(at.stacks, s),
-                    stack: self.off_stacks.id(frames),
-                }),
-            );
+            return Ok((!frames.is_empty() || sw.wake.is_some()).then(|| OffKey {
+                root: self.root_of(at.stacks, s),
+                stack: self.off_stacks.id(frames),
+            }));
         }
         // A switch-in alone (the idle task's switch to the thread) or nothing.
         if self.options.weight == WeightBy::Wall && is_clock(at.info, s.attr) {

@@ -181,9 +181,8 @@ impl<K: Copy> OffCpuSamples<K> {
         });
         let mut samples = join.by_ref().peekable();
         for span in &batch.spans {
-            let joined = samples.next_if(|&(_, s)| {
-                span.kind == RecordType::SAMPLE.0 && s.start == span.start
-            });
+            let joined = samples
+                .next_if(|&(_, s)| span.kind == RecordType::SAMPLE.0 && s.start == span.start);
             if !active {
                 let Some((index, sample)) = joined else {
                     continue;
@@ -205,7 +204,9 @@ impl<K: Copy> OffCpuSamples<K> {
                 sink.round(&mut self.intervals)?;
                 continue;
             }
-            let sw = self.switches.read(&info.record(batch, span), span.tag, info);
+            let sw = self
+                .switches
+                .read(&info.record(batch, span), span.tag, info);
             let key = match joined {
                 Some((index, sample)) => {
                     if sample.time != 0 {
