@@ -304,6 +304,44 @@ impl<F: FnMut(usize, &mut dyn Write) -> std::io::Result<()>> Write for Splice<'_
 }
 
 impl Firefox {
+    /// Each used frame's names, caller first (inlined callees after their caller), and whether
+    /// it is the kernel's; `None` before any batch named its sources.
+    fn names(&self, pool: Option<&rayon::ThreadPool>) -> Option<Vec<Vec<(String, bool)>>> {
+        let namer = self.sources.namer(pool)?;
+        Some(namer.each_used(&self.stacks.used_frames(), |f, r| {
+            r.iter()
+                .rev()
+                .map(|x| {
+                    let mut s = String::new();
+                    frame_name(x, f.query.ip, Naming::default(), &mut s);
+                    (s, x.kind == FrameKind::Kernel)
+                })
+                .collect()
+        }))
+    }
+
+    /// The frames of stack `stack`, caller first (stacks are innermost first), labelled with
+    /// their names in the `[user, kernel]` category.
+    fn frames(
+        &self,
+        profile: &mut Profile,
+        names: &[Vec<(String, bool)>],
+        stack: u32,
+        [user, kernel]: [CategoryPairHandle; 2],
+    ) -> Vec<FrameInfo> {
+        self.stacks
+            .get(stack)
+            .iter()
+            .rev()
+            .flat_map(|&f| names[f as usize].iter())
+            .map(|(n, k)| FrameInfo {
+                frame: FxFrame::Label(profile.intern_string(n)),
+                category_pair: if *k { kernel } else { user },
+                flags: FrameFlags::empty(),
+            })
+            .collect()
+    }
+
     /// The profile's tables (without the samples, a placeholder sample a thread), and what the
     /// samples tables are written from.
     fn tables(&self, pool: Option<&rayon::ThreadPool>) -> (Profile, Tables) {
@@ -323,21 +361,9 @@ impl Firefox {
             starts: Vec::new(),
             start,
         };
-        let Some(namer) = self.sources.namer(pool) else {
+        let Some(names) = self.names(pool) else {
             return (profile, tables);
         };
-        // Each frame's names, caller first (inlined callees after their caller).
-        let names: Vec<Vec<(String, bool)>> =
-            namer.each_used(&self.stacks.used_frames(), |f, r| {
-                r.iter()
-                    .rev()
-                    .map(|x| {
-                        let mut s = String::new();
-                        frame_name(x, f.query.ip, Naming::default(), &mut s);
-                        (s, x.kind == FrameKind::Kernel)
-                    })
-                    .collect()
-            });
         let t0 = Timestamp::from_nanos_since_reference(0);
         let mut processes = FxHashMap::default();
         let mut handles = Vec::with_capacity(self.threads.len());
@@ -364,18 +390,7 @@ impl Firefox {
             .map(|p| {
                 let thread = handles[p.thread as usize].expect("every thread added");
                 *interned.entry((p.thread, p.stack)).or_insert_with(|| {
-                    let ids = self.stacks.get(p.stack);
-                    // Stacks are innermost first; the profiler wants the caller first.
-                    let infos: Vec<FrameInfo> = ids
-                        .iter()
-                        .rev()
-                        .flat_map(|&f| names[f as usize].iter())
-                        .map(|(n, k)| FrameInfo {
-                            frame: FxFrame::Label(profile.intern_string(n)),
-                            category_pair: if *k { kernel } else { user },
-                            flags: FrameFlags::empty(),
-                        })
-                        .collect();
+                    let infos = self.frames(&mut profile, &names, p.stack, [user, kernel]);
                     profile
                         .intern_stack_frames(thread, infos.into_iter())
                         .map_or(u32::MAX, stack_index)
@@ -466,17 +481,7 @@ mod tests {
         let user: CategoryPairHandle = profile.add_category("User", CategoryColor::Yellow).into();
         let kernel: CategoryPairHandle =
             profile.add_category("Kernel", CategoryColor::Orange).into();
-        let namer = ff.sources.namer(None).unwrap();
-        let names: Vec<Vec<(String, bool)>> = namer.each_used(&ff.stacks.used_frames(), |f, r| {
-            r.iter()
-                .rev()
-                .map(|x| {
-                    let mut s = String::new();
-                    frame_name(x, f.query.ip, Naming::default(), &mut s);
-                    (s, x.kind == FrameKind::Kernel)
-                })
-                .collect()
-        });
+        let names = ff.names(None).unwrap();
         let t0 = Timestamp::from_nanos_since_reference(0);
         let (mut processes, mut threads) = (FxHashMap::default(), FxHashMap::default());
         let mut keys: Vec<&((u32, u32), String)> = ff.threads.iter().collect();
@@ -494,18 +499,7 @@ mod tests {
             let key = ff.threads[p.thread as usize].0;
             let thread = threads[&key];
             let stack = *handles.entry((key, p.stack)).or_insert_with(|| {
-                let infos: Vec<FrameInfo> = ff
-                    .stacks
-                    .get(p.stack)
-                    .iter()
-                    .rev()
-                    .flat_map(|&f| names[f as usize].iter())
-                    .map(|(n, k)| FrameInfo {
-                        frame: FxFrame::Label(profile.intern_string(n)),
-                        category_pair: if *k { kernel } else { user },
-                        flags: FrameFlags::empty(),
-                    })
-                    .collect();
+                let infos = ff.frames(&mut profile, &names, p.stack, [user, kernel]);
                 profile.intern_stack_frames(thread, infos.into_iter())
             });
             let at = Timestamp::from_nanos_since_reference(p.time.saturating_sub(start));

@@ -183,20 +183,19 @@ impl<K: Copy> OffCpuSamples<K> {
         for span in &batch.spans {
             let joined = samples
                 .next_if(|&(_, s)| span.kind == RecordType::SAMPLE.0 && s.start == span.start);
+            let at = joined.map(|(index, sample)| At {
+                info,
+                stacks,
+                sample,
+                index,
+                batch,
+                span,
+            });
             if !active {
-                let Some((index, sample)) = joined else {
-                    continue;
-                };
-                let at = At {
-                    info,
-                    stacks,
-                    sample,
-                    index,
-                    batch,
-                    span,
-                };
-                read.samples += 1;
-                sink.sample(at, None)?;
+                if let Some(at) = at {
+                    read.samples += 1;
+                    sink.sample(at, None)?;
+                }
                 continue;
             }
             if span.kind == RecordType::FINISHED_ROUND.0 {
@@ -207,19 +206,11 @@ impl<K: Copy> OffCpuSamples<K> {
             let sw = self
                 .switches
                 .read(&info.record(batch, span), span.tag, info);
-            let key = match joined {
-                Some((index, sample)) => {
-                    if sample.time != 0 {
-                        self.model.note_time(sample.time);
+            let key = match at {
+                Some(at) => {
+                    if at.sample.time != 0 {
+                        self.model.note_time(at.sample.time);
                     }
-                    let at = At {
-                        info,
-                        stacks,
-                        sample,
-                        index,
-                        batch,
-                        span,
-                    };
                     read.samples += 1;
                     sink.sample(at, Some(&sw))?
                 }
