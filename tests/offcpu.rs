@@ -13,10 +13,10 @@ use std::path::Path;
 use std::sync::{Arc, Mutex};
 
 use perfpipe_core::{Batch, Flow, Pipeline, Settings, Sink, StageError};
+use perfpipe_profile::offcpu::{Interval, OffCpu, Switch, Switches};
 use perfpipe_stream::decode::DecodeConfig;
 use perfpipe_stream::format::tracing::Value;
 use perfpipe_stream::format::{Record, RecordType, StreamInfo};
-use perfpipe_stream::model::offcpu::{Interval, OffCpu, Switch, Switches};
 use perfpipe_stream::read::file::Input;
 use perfpipe_stream::read::ReadConfig;
 

@@ -20,7 +20,7 @@
 //! | `tp` | `Map<Utf8, Utf8>` | a tracepoint sample's fields by name, from the recording's format files, as `perf script -F trace` shows them; null for other rows |
 //!
 //! A stream with switches (`sched:sched_switch`, or `context-switches` with `--switch-events`)
-//! also gets one row per off-CPU interval ([`perfpipe_stream::model::offcpu`]): `time` is the
+//! also gets one row per off-CPU interval ([`perfpipe_profile::offcpu`]): `time` is the
 //! switch-out, `period` the ns off the cpu, `stack` and `event` the switch-out sample's, `cpu`
 //! null; an interval still open at the end is closed at the last event time, and its
 //! `off_cpu_open_at_end` is true.
@@ -41,9 +41,13 @@ use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
+use ::parquet::arrow::arrow_writer::{
+    compute_leaves, ArrowColumnChunk, ArrowRowGroupWriterFactory,
+};
 use ::parquet::arrow::ArrowWriter;
 use ::parquet::basic::{Compression, ZstdLevel};
 use ::parquet::file::properties::WriterProperties;
+use ::parquet::file::writer::SerializedFileWriter;
 use arrow_array::builder::{StringBuilder, UInt32Builder, UInt64Builder};
 use arrow_array::{
     ArrayRef, BooleanArray, ListArray, RecordBatch, StringArray, StructArray, UInt64Array,
@@ -55,27 +59,19 @@ use perfpipe_core::spec::{
     parse_duration, parse_size, BuildCtx, Flag, FormatSpec, Kind, Options, StageOption,
 };
 use perfpipe_profile::kit::{
-    self, frame_name, Comms, Events, Join, NameSources, Naming, Request, StackTable,
+    self, frame_name, At, Comms, Events, NameSources, Naming, OffCpuSamples, Request, SampleSink,
+    StackTable,
 };
+use perfpipe_profile::offcpu::{Interval, State, Switch};
 use perfpipe_stream::format::features::{feature_record, feature_string, ClockData};
 use perfpipe_stream::format::{feature, RecordType, StreamInfo};
-use perfpipe_stream::model::offcpu::{Interval, OffCpu, State, Switches};
 use perfpipe_stream::Error;
 
 use crate::day_date;
 
 /// A switch-out's row without its interval: comm, event, stack.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-struct OffKey([u32; 3]);
-
-/// The switches of a stream and their intervals.
-#[derive(Debug, Default)]
-struct OffCpuPart {
-    switches: Switches,
-    model: OffCpu<OffKey>,
-    intervals: Vec<Interval<OffKey>>,
-    active: Option<bool>,
-}
+pub struct OffKey([u32; 3]);
 
 /// `Row::tp` of a row without tracepoint fields.
 const NO_TP: (u32, u32) = (0, u32::MAX);
@@ -239,7 +235,7 @@ pub struct ParquetSink {
     day: Option<i64>,
     /// When the first row of the part being filled arrived (what `--rotate DURATION` counts from).
     since: Option<Instant>,
-    off: OffCpuPart,
+    off: OffCpuSamples<OffKey>,
     off_cpu_rows: Counter,
     /// The `tp` column: each attr's tracepoint format, and the pending rows' fields.
     tp_formats: TpFormats,
@@ -257,9 +253,13 @@ enum Target {
     },
 }
 
-/// The file being written.
+/// The file being written: its row groups are encoded column by column on the worker pool
+/// ([`ParquetSink::flush_rows`]), in the bytes `ArrowWriter` writes.
 struct Part {
-    writer: ArrowWriter<File>,
+    writer: SerializedFileWriter<File>,
+    columns: ArrowRowGroupWriterFactory,
+    /// Rows written into the file.
+    rows: u64,
     tmp: PathBuf,
     path: PathBuf,
 }
@@ -397,7 +397,7 @@ impl ParquetSink {
             clock: None,
             day: None,
             since: None,
-            off: OffCpuPart::default(),
+            off: OffCpuSamples::default(),
             off_cpu_rows: Counter::new(),
             tp_formats: TpFormats::default(),
             tp_values: Vec::new(),
@@ -438,62 +438,20 @@ impl ParquetSink {
                 }
             }
         }
-        let Some(join) = Join::of(batch) else {
-            return Ok(());
-        };
-        let (stacks, Some(info)) = (join.stacks(), join.info()) else {
-            return Ok(());
-        };
-        self.sources.observe(stacks);
-        let active = self.off.switches.reads(&mut self.off.active, info, batch);
-        let list = stacks.samples();
-        let mut join = join.peekable();
-        for span in &batch.spans {
-            let sample = match join.peek() {
-                Some(&(i, s)) if span.kind == RecordType::SAMPLE.0 && s.start == span.start => {
-                    join.next();
-                    Some(i)
-                }
-                _ => None,
-            };
-            if !active {
-                let Some(i) = sample else { continue };
-                self.sample_row(&list[i], &info.record(batch, span), info, stacks, dataset)?;
-                continue;
-            }
-            if span.kind == RecordType::FINISHED_ROUND.0 {
-                self.off.model.round(&mut self.off.intervals);
-                self.interval_rows()?;
-                continue;
-            }
-            let rec = info.record(batch, span);
-            let sw = self.off.switches.read(&rec, span.tag, info);
-            let Some(i) = sample else {
-                self.off.model.add(&sw, None, &mut self.off.intervals);
-                continue;
-            };
-            let s = &list[i];
-            if s.time != 0 {
-                self.off.model.note_time(s.time);
-            }
-            self.sample_row(s, &rec, info, stacks, dataset)?;
-            let key = OffKey([
-                self.comms.id(stacks, s),
-                self.events.id(info, s.attr),
-                self.stacks.id(stacks.frames(s)),
-            ]);
-            self.off.model.add(&sw, Some(key), &mut self.off.intervals);
-        }
-        self.interval_rows()
+        let mut off = std::mem::take(&mut self.off);
+        let read = off
+            .add(batch, self)
+            .and_then(|_| self.interval_rows(off.closed()));
+        self.off = off;
+        read
     }
 
-    /// Rows for the off-CPU intervals closed so far.
-    fn interval_rows(&mut self) -> Result<(), Error> {
-        let intervals = std::mem::take(&mut self.off.intervals);
+    /// Rows for the off-CPU intervals closed so far, taken out of `intervals`.
+    fn interval_rows(&mut self, intervals: &mut Vec<Interval<OffKey>>) -> Result<(), Error> {
         // Counted once for all the intervals with a stack, each of which makes a row.
         let rows = intervals.iter().filter(|iv| iv.stack.is_some()).count();
         self.off_cpu_rows.add(rows as u64);
-        for iv in &intervals {
+        for iv in intervals.drain(..) {
             let Some(OffKey([comm, event, stack])) = iv.stack else {
                 continue;
             };
@@ -519,8 +477,6 @@ impl ParquetSink {
                 self.flush_rows()?;
             }
         }
-        self.off.intervals = intervals;
-        self.off.intervals.clear();
         Ok(())
     }
 
@@ -774,14 +730,24 @@ impl ParquetSink {
                 .set_compression(Compression::ZSTD(ZstdLevel::try_new(1).expect("level 1")))
                 .set_max_row_group_row_count(Some(ROW_GROUP))
                 .build();
-            let writer = ArrowWriter::try_new(file, self.schema.clone(), Some(props))
+            // `ArrowWriter` makes the file's schema and metadata (the Arrow schema among them);
+            // its row groups are written here, a column per task.
+            let (writer, columns) = ArrowWriter::try_new(file, self.schema.clone(), Some(props))
+                .and_then(ArrowWriter::into_serialized_writer)
                 .map_err(|e| pq(&tmp, e))?;
             self.parts += 1;
-            self.open = Some(Part { writer, tmp, path });
+            self.open = Some(Part {
+                writer,
+                columns,
+                rows: 0,
+                tmp,
+                path,
+            });
         }
         Ok(self.open.as_mut().expect("opened"))
     }
 
+    /// Writes the pending rows as a row group, its columns encoded on the pool.
     fn flush_rows(&mut self) -> Result<(), Error> {
         if self.rows.is_empty() {
             return Ok(());
@@ -791,22 +757,38 @@ impl ParquetSink {
             .record_batch()
             .map_err(|e| io("write", Path::new("parquet"), std::io::Error::other(e)))?;
         let n = self.rows.len() as u64;
+        let pool = self.pool.clone();
         let part = self.open_part()?;
-        part.writer.write(&batch).map_err(|e| pq(&part.tmp, e))?;
+        write_row_group(part, &batch, pool.as_deref()).map_err(|e| pq(&part.tmp, e))?;
+        part.rows += n;
         self.rows.clear();
         self.tp_values.clear();
         self.written.add(n);
         let due = match (self.rotate, &self.open) {
             (Rotate::Every(d), Some(_)) => self.since.is_some_and(|t| t.elapsed() >= d),
-            (Rotate::Size(s), Some(p)) => {
-                (p.writer.bytes_written() + p.writer.in_progress_size()) as u64 >= s
-            }
+            (Rotate::Size(s), Some(p)) => p.writer.bytes_written() as u64 >= s,
             _ => false,
         };
         if due {
             self.close_part()?;
         }
         Ok(())
+    }
+
+    /// `--rotate SIZE`: whether the rows written and those pending (at the size a row of the
+    /// part has taken so far) reach the size; a part with no row group written yet writes its
+    /// rows to learn it.
+    fn size_reached(&mut self, size: u64) -> Result<bool, Error> {
+        match &self.open {
+            Some(p) if p.rows > 0 => {
+                let written = p.writer.bytes_written() as u64;
+                Ok(written + self.rows.len() as u64 * written.div_ceil(p.rows) >= size)
+            }
+            _ => {
+                self.flush_rows()?;
+                Ok(false)
+            }
+        }
     }
 
     /// Finishes the open file and renames it to its name.
@@ -831,6 +813,34 @@ impl ParquetSink {
     }
 }
 
+impl SampleSink for ParquetSink {
+    type Key = OffKey;
+    type Error = Error;
+
+    fn sources(&mut self) -> &mut NameSources {
+        &mut self.sources
+    }
+
+    /// The sample's row; its key, when the stream has switches, its comm, event and stack.
+    fn sample(&mut self, at: At<'_>, switch: Option<&Switch>) -> Result<Option<OffKey>, Error> {
+        let dataset = matches!(self.target, Target::Dataset { .. });
+        let (s, info, stacks) = (at.sample, at.info, at.stacks);
+        self.sample_row(s, &at.record(), info, stacks, dataset)?;
+        if switch.is_none() {
+            return Ok(None);
+        }
+        Ok(Some(OffKey([
+            self.comms.id(stacks, s),
+            self.events.id(info, s.attr),
+            self.stacks.id(stacks.frames(s)),
+        ])))
+    }
+
+    fn round(&mut self, intervals: &mut Vec<Interval<OffKey>>) -> Result<(), Error> {
+        self.interval_rows(intervals)
+    }
+}
+
 impl Sink for ParquetSink {
     fn consume(&mut self, batch: &Batch) -> Result<Flow, StageError> {
         self.add_batch(batch)?;
@@ -840,17 +850,22 @@ impl Sink for ParquetSink {
             if asked || timed {
                 self.flush_rows()?;
                 self.close_part()?;
-            } else if matches!(self.rotate, Rotate::Size(_)) {
-                // The size counts the rows the writer holds: hand it this batch's.
-                self.flush_rows()?;
+            } else if let Rotate::Size(size) = self.rotate {
+                if self.size_reached(size)? {
+                    self.flush_rows()?;
+                    self.close_part()?;
+                }
             }
         }
         Ok(Flow::Continue)
     }
 
     fn finish(&mut self) -> Result<(), StageError> {
-        self.off.model.finish(&mut self.off.intervals);
-        self.interval_rows()?;
+        self.off.finish();
+        let mut off = std::mem::take(&mut self.off);
+        let rows = self.interval_rows(off.closed());
+        self.off = off;
+        rows?;
         self.flush_rows()?;
         if self.open.is_none() && matches!(self.target, Target::File(_)) {
             // No samples: still a valid, empty table.
@@ -867,6 +882,40 @@ impl Sink for ParquetSink {
             ("off_cpu_rows", self.off_cpu_rows.clone()),
         ]
     }
+}
+
+/// Writes `batch` as the next row group of `part`: its leaf columns encoded one per task on
+/// `pool` (each column writer alone, as `ArrowWriter` encodes them one after another: the same
+/// bytes), then appended in order.
+fn write_row_group(
+    part: &mut Part,
+    batch: &RecordBatch,
+    pool: Option<&rayon::ThreadPool>,
+) -> Result<(), parquet::errors::ParquetError> {
+    use rayon::prelude::*;
+    let index = part.writer.flushed_row_groups().len();
+    let mut writers = part.columns.create_column_writers(index)?.into_iter();
+    let mut work = Vec::new();
+    for (field, column) in batch.schema().fields().iter().zip(batch.columns()) {
+        for leaf in compute_leaves(field, column)? {
+            let writer = writers.next().expect("a writer per leaf column");
+            work.push((writer, leaf));
+        }
+    }
+    let encode = |(mut w, leaf): (::parquet::arrow::arrow_writer::ArrowColumnWriter, _)| {
+        w.write(&leaf)?;
+        w.close()
+    };
+    let chunks: Vec<Result<ArrowColumnChunk, _>> = match pool {
+        Some(pool) => pool.install(|| work.into_par_iter().map(encode).collect()),
+        None => work.into_iter().map(encode).collect(),
+    };
+    let mut group = part.writer.next_row_group()?;
+    for chunk in chunks {
+        chunk?.append_to_row_group(&mut group)?;
+    }
+    group.close()?;
+    Ok(())
 }
 
 /// How the command line offers the format.

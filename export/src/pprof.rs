@@ -9,7 +9,7 @@
 //! - **Off-CPU**: when the stream has a `sched:sched_switch` or `context-switches` event, two more
 //!   sample types, `off_cpu_intervals`/`count` and `off_cpu`/`nanoseconds`: each switch-out's
 //!   stack with the time until its thread is next switched in
-//!   ([`perfpipe_stream::model::offcpu`]), labelled `state` (`S`, `D`, `R`…) besides `comm`,
+//!   ([`perfpipe_profile::offcpu`]), labelled `state` (`S`, `D`, `R`…) besides `comm`,
 //!   `pid`, `tid` (`go tool pprof -sample_index=off_cpu`). Intervals still open at the end are
 //!   closed at the last event time and labelled `open_at_end` = `true` as well (leave them out
 //!   with `-tagignore open_at_end=true`). When the stream also has `sched:sched_waking` or
@@ -38,11 +38,11 @@ use rustc_hash::FxHashMap;
 
 use perfpipe_core::spec::{Flag, FormatSpec};
 use perfpipe_profile::kit::{
-    self, Comms, Events, Join, NameSources, Profile, SnapshotSink, StackTable,
+    self, At, Comms, Events, NameSources, OffCpuSamples, Profile, SampleSink, SnapshotSink,
+    StackTable,
 };
-use perfpipe_profile::symbolize::{Resolved, StackSample, Stacks};
-use perfpipe_stream::format::{RecordType, StreamInfo};
-use perfpipe_stream::model::offcpu::{Interval, OffCpu, State, Switches};
+use perfpipe_profile::offcpu::{State, Switch};
+use perfpipe_profile::symbolize::Resolved;
 
 /// `key[0]` of an off-CPU sample: this plus the state's place in [`State::ALL`], plus [`OPEN`] for
 /// intervals still open at the end.
@@ -53,17 +53,7 @@ const OPEN: u32 = 1 << 10;
 
 /// A switch-out's sample key without its attr: comm, pid, tid, stack.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-struct OffKey([u32; 4]);
-
-/// The switches of a stream and their intervals.
-#[derive(Debug, Default)]
-struct OffCpuPart {
-    switches: Switches,
-    model: OffCpu<OffKey>,
-    intervals: Vec<Interval<OffKey>>,
-    /// Whether the stream has a source of switches (decided at its first batch with attrs).
-    active: Option<bool>,
-}
+pub struct OffKey([u32; 4]);
 
 /// The messages of `profile.proto` that perfpipe writes, field numbers as upstream's.
 pub mod proto {
@@ -264,7 +254,7 @@ pub struct Pprof {
     counted: Counter,
     distinct: Counter,
     distinct_stacks: Counter,
-    off: OffCpuPart,
+    off: OffCpuSamples<OffKey>,
     /// Off-CPU intervals counted.
     off_cpu_intervals: Counter,
 }
@@ -274,23 +264,13 @@ pub type PprofSink = SnapshotSink<Pprof>;
 
 impl Profile for Pprof {
     fn add(&mut self, batch: &Batch) {
-        let Some(mut join) = Join::of(batch) else {
-            return;
-        };
-        let (stacks, Some(info)) = (join.stacks(), join.info()) else {
-            return;
-        };
-        self.sources.observe(stacks);
-        if self.off.switches.reads(&mut self.off.active, info, batch) {
-            self.add_switches(batch, info, join);
-            return;
+        let mut off = std::mem::take(&mut self.off);
+        let Ok(read) = off.add(batch, self);
+        self.off = off;
+        self.counted.add(read.samples);
+        if self.off.active() {
+            self.charge();
         }
-        let mut counted = 0;
-        for (_, s) in join.by_ref() {
-            self.count(info, stacks, s);
-            counted += 1;
-        }
-        self.counted.add(counted);
     }
 
     fn write(&self, pool: Option<&rayon::ThreadPool>, out: &mut dyn Write) -> std::io::Result<()> {
@@ -298,7 +278,7 @@ impl Profile for Pprof {
     }
 
     fn finish(&mut self) {
-        self.off.model.finish(&mut self.off.intervals);
+        self.off.finish();
         self.charge();
         self.distinct.set_once(self.samples.len() as u64);
         self.distinct_stacks.set_once(self.stacks.len() as u64);
@@ -314,13 +294,21 @@ impl Profile for Pprof {
     }
 }
 
-impl Pprof {
-    /// Counts sample `s` in its pprof sample (event, comm, pid, tid, cpu, stack); its comm's and
-    /// its stack's ids.
-    fn count(&mut self, info: &StreamInfo, stacks: &Stacks, s: &StackSample) -> (u32, u32) {
-        self.events.id(info, s.attr);
-        let comm = self.comms.id(stacks, s);
-        let stack = self.stacks.id(stacks.frames(s));
+impl SampleSink for Pprof {
+    type Key = OffKey;
+    type Error = std::convert::Infallible;
+
+    fn sources(&mut self) -> &mut NameSources {
+        &mut self.sources
+    }
+
+    /// Counts the sample in its pprof sample (event, comm, pid, tid, cpu, stack); its key is
+    /// its comm, pid, tid and stack.
+    fn sample(&mut self, at: At<'_>, _: Option<&Switch>) -> Result<Option<OffKey>, Self::Error> {
+        let s = at.sample;
+        self.events.id(at.info, s.attr);
+        let comm = self.comms.id(at.stacks, s);
+        let stack = self.stacks.id(at.frames());
         let v = self
             .samples
             .entry([u32::from(s.attr), comm, s.pid, s.tid, s.cpu, stack])
@@ -331,51 +319,15 @@ impl Pprof {
             self.first_time.get_or_insert(s.time);
             self.last_time = self.last_time.max(s.time);
         }
-        (comm, stack)
+        Ok(Some(OffKey([comm, s.pid, s.tid, stack])))
     }
+}
 
-    /// A batch of a stream with switches: every record goes through the off-CPU model, and
-    /// every sample is counted as without it.
-    fn add_switches(&mut self, batch: &Batch, info: &StreamInfo, join: Join<'_>) {
-        let stacks = join.stacks();
-        let list = stacks.samples();
-        let mut join = join.peekable();
-        let mut counted = 0;
-        for span in &batch.spans {
-            if span.kind == RecordType::FINISHED_ROUND.0 {
-                self.off.model.round(&mut self.off.intervals);
-                continue;
-            }
-            let rec = info.record(batch, span);
-            let sample = match join.peek() {
-                Some(&(i, s)) if span.kind == RecordType::SAMPLE.0 && s.start == span.start => {
-                    join.next();
-                    Some(i)
-                }
-                _ => None,
-            };
-            let sw = self.off.switches.read(&rec, span.tag, info);
-            let Some(i) = sample else {
-                self.off.model.add(&sw, None, &mut self.off.intervals);
-                continue;
-            };
-            let s = &list[i];
-            let (comm, stack) = self.count(info, stacks, s);
-            if s.time != 0 {
-                self.off.model.note_time(s.time);
-            }
-            counted += 1;
-            let key = OffKey([comm, s.pid, s.tid, stack]);
-            self.off.model.add(&sw, Some(key), &mut self.off.intervals);
-        }
-        self.counted.add(counted);
-        self.charge();
-    }
-
+impl Pprof {
     /// Counts the intervals closed so far as off-CPU samples.
     fn charge(&mut self) {
         let mut charged = 0;
-        for iv in self.off.intervals.drain(..) {
+        for iv in self.off.drain() {
             let Some(OffKey([comm, pid, tid, stack])) = iv.stack else {
                 continue;
             };
@@ -399,7 +351,7 @@ impl Pprof {
 
     /// Whether the profile has off-CPU samples types.
     fn has_off_cpu(&self) -> bool {
-        self.off.active == Some(true)
+        self.off.active()
     }
     /// The profile so far without its samples, and the strings of their labels.
     fn profile_head(&self, pool: Option<&rayon::ThreadPool>) -> (proto::Profile, Labels) {

@@ -8,6 +8,10 @@
 //!   them to its batch as [`symbolize::Stacks`], the annotation every profile output reads.
 //! - [`unwind`]: the stage that unwinds `--call-graph dwarf` samples (DWARF CFI, with `framehop`)
 //!   into frame-pointer-style callchains.
+//! - [`offcpu`]: the off-CPU model: off-CPU intervals from scheduler switches (`sched_switch`
+//!   samples, or `context-switches` samples and SWITCH records), where each thread blocked, for
+//!   how long, in which state; the kit reads a batch's samples through it
+//!   ([`kit::OffCpuSamples`]).
 //! - [`kit`]: what every profile output is built from: samples joined with their stacks,
 //!   interners, frames named on the pool, one event-naming rule, the snapshot-writing sink.
 //!
@@ -20,6 +24,7 @@
 #[cfg(all(feature = "unwind", feature = "debuginfod"))]
 pub mod fuzz;
 pub mod kit;
+pub mod offcpu;
 pub mod symbolize;
 pub mod symbols;
 #[cfg(feature = "unwind")]

@@ -16,13 +16,13 @@ use twox_hash::XxHash3_128;
 use perfpipe_core::{Batch, Counter};
 use rayon::prelude::*;
 
-use perfpipe_profile::kit::join::sample_count;
 use perfpipe_profile::kit::{
-    frame_name, kept, Comms, FirstEvent, FrameSet, Join, NameSources, Naming, StackTable,
+    frame_name, kept, At, Comms, FirstEvent, FrameSet, Model, NameSources, Naming, OffCpuSamples,
+    SampleSink, StackTable,
 };
+use perfpipe_profile::offcpu::{State, Switch, Waker};
 use perfpipe_profile::symbolize::{StackSample, Stacks};
-use perfpipe_stream::format::{RecordType, StreamInfo};
-use perfpipe_stream::model::offcpu::{Interval, OffCpu, State, Switches, Waker};
+use perfpipe_stream::format::StreamInfo;
 
 /// Entries of a stack's key before its frames: comm, pid, tid, and the off-CPU mark (0 on the
 /// cpu, else 1 + the state's code, see [`mark_of`]).
@@ -64,21 +64,11 @@ fn mark_name(mark: u32) -> String {
 }
 
 /// The stack of a switch-out, until its interval closes: the root the options keep and the
-/// id of its frames in [`OffCpuState::stacks`].
+/// id of its frames in [`Aggregate::off_stacks`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-struct OffKey {
+pub struct OffKey {
     root: [u32; 3],
     stack: u32,
-}
-
-/// What an off-CPU or wall-clock profile keeps besides the stacks.
-#[derive(Debug, Default)]
-struct OffCpuState {
-    switches: Switches,
-    model: OffCpu<OffKey>,
-    /// The frames of switch-out stacks, interned.
-    stacks: StackTable,
-    intervals: Vec<Interval<OffKey>>,
 }
 
 /// What a stack's weight is.
@@ -91,7 +81,7 @@ pub enum WeightBy {
     /// One per sample.
     Samples,
     /// Off-CPU time in ns: each switch-out's stack weighs the time until its thread is next
-    /// switched in ([`perfpipe_stream::model::offcpu`]), under an `[off-cpu: STATE]` frame.
+    /// switched in ([`perfpipe_profile::offcpu`]), under an `[off-cpu: STATE]` frame.
     OffCpu,
     /// Wall-clock time in ns: the on-CPU stacks of `cpu-clock`/`task-clock` samples weighted by
     /// their periods, and the off-CPU stacks as [`WeightBy::OffCpu`] weighs them.
@@ -143,6 +133,8 @@ pub struct Aggregate {
     key: Vec<u8>,
     /// A batch's keys with their samples' indices, before the table is probed.
     found: Vec<(([u32; ROOT], u128), u32)>,
+    /// A batch's samples counted, of other events, without frames (added once a batch).
+    tally: [u64; 3],
     /// Samples counted.
     pub samples: Counter,
     /// Samples of other events than the first.
@@ -151,8 +143,10 @@ pub struct Aggregate {
     pub empty: Counter,
     /// Samples no `symbolize` stage annotated (rewritten by a later stage).
     pub unannotated: Counter,
-    /// Off-CPU (and wall-clock) profiles: the switches and their intervals.
-    off: Option<Box<OffCpuState>>,
+    /// The samples, read through the off-CPU model for off-CPU (and wall-clock) profiles.
+    off: OffCpuSamples<OffKey>,
+    /// The frames of switch-out stacks, interned.
+    off_stacks: StackTable,
     /// Off-CPU intervals counted, and those of them still open at the end (closed at the last
     /// event time).
     pub offcpu_intervals: Counter,
@@ -171,19 +165,21 @@ pub struct Aggregate {
 impl Aggregate {
     /// An empty aggregate.
     pub fn new(options: FoldOptions) -> Aggregate {
-        let off = matches!(
-            options.weight,
-            WeightBy::OffCpu | WeightBy::Wall | WeightBy::OffWake
-        );
-        let mut state = off.then(Box::<OffCpuState>::default);
-        if let Some(s) = &mut state {
-            s.switches.wakeups = options.weight == WeightBy::OffWake;
-        }
+        let when = match options.weight {
+            WeightBy::Period | WeightBy::Samples => Model::Never,
+            WeightBy::OffCpu | WeightBy::Wall => Model::Always { wakeups: false },
+            WeightBy::OffWake => Model::Always { wakeups: true },
+        };
         Aggregate {
             options,
-            off: state,
+            off: OffCpuSamples::new(when),
             ..Aggregate::default()
         }
+    }
+
+    /// Whether the profile weighs off-CPU intervals (`--weight offcpu|wall|offwake`).
+    fn off_cpu(&self) -> bool {
+        !matches!(self.options.weight, WeightBy::Period | WeightBy::Samples)
     }
 
     /// Number of distinct stacks.
@@ -196,120 +192,42 @@ impl Aggregate {
         self.used.len()
     }
 
-    /// Adds the samples of a batch.
+    /// Adds the samples of a batch. Off-CPU and wall-clock profiles read every record through
+    /// the off-CPU model, in order; a switch-out's stack waits in it until its interval closes.
     pub fn add_batch(&mut self, batch: &Batch) {
-        if self.off.is_some() {
-            self.add_switches(batch);
-            return;
-        }
-        let Some(mut join) = Join::of(batch) else {
-            self.unannotated.add(sample_count(batch));
-            return;
-        };
-        let stacks = join.stacks();
-        self.sources.observe(stacks);
-        let list = stacks.samples();
-        let (mut counted, mut other, mut empty) = (0, 0, 0);
-        for (i, s) in join.by_ref() {
-            if !self.event.admits(s.attr) {
-                other += 1;
-            } else if stacks.frames(s).is_empty() {
-                empty += 1;
-            } else {
-                let key = self.key_of(stacks, s);
-                self.found.push((key, i as u32));
-                counted += 1;
-            }
-        }
-        // The table is probed only once every key is made: the probes of a batch are then
+        let mut off = std::mem::take(&mut self.off);
+        let Ok(read) = off.add(batch, self);
+        self.off = off;
+        // The table is probed only once every key of the batch is made: the probes are then
         // independent loads the processor overlaps, where one probe after each key's making
         // waited for its cache miss alone.
-        let mut found = std::mem::take(&mut self.found);
-        for (key, i) in found.drain(..) {
-            self.add(key, stacks, &list[i as usize]);
+        if !self.found.is_empty() {
+            if let Some(stacks) = batch.annotation::<Stacks>() {
+                let list = stacks.samples();
+                let mut found = std::mem::take(&mut self.found);
+                for (key, i) in found.drain(..) {
+                    self.add(key, stacks, &list[i as usize]);
+                }
+                self.found = found;
+            }
         }
-        self.found = found;
+        let [counted, other, empty] = std::mem::take(&mut self.tally);
         self.samples.add(counted);
         self.other_event.add(other);
         self.empty.add(empty);
-        self.unannotated.add(join.missing());
-    }
-
-    /// Off-CPU and wall-clock profiles: every record goes through the off-CPU model, in order;
-    /// a switch-out's stack waits in it until its interval closes. Wall-clock profiles count the
-    /// clock samples' stacks too.
-    fn add_switches(&mut self, batch: &Batch) {
-        let Some(info) = StreamInfo::of(batch) else {
-            return;
-        };
-        let Some(join) = Join::of(batch) else {
-            self.unannotated.add(sample_count(batch));
-            return;
-        };
-        let stacks = join.stacks();
-        self.sources.observe(stacks);
-        let list = stacks.samples();
-        let mut join = join.peekable();
-        let mut off = self.off.take().expect("an off-CPU profile");
-        let (mut counted, mut empty) = (0, 0);
-        for span in &batch.spans {
-            let rec = info.record(batch, span);
-            if span.kind == RecordType::FINISHED_ROUND.0 {
-                off.model.round(&mut off.intervals);
-                continue;
-            }
-            let sample = match join.peek() {
-                Some(&(i, s)) if span.kind == RecordType::SAMPLE.0 && s.start == span.start => {
-                    join.next();
-                    Some(i)
-                }
-                _ => None,
-            };
-            let sw = off.switches.read(&rec, span.tag, info);
-            let Some(i) = sample else {
-                off.model.add(&sw, None, &mut off.intervals);
-                continue;
-            };
-            let s = &list[i];
-            if let Some(t) = (s.time != 0).then_some(s.time) {
-                off.model.note_time(t);
-            }
-            let frames = stacks.frames(&list[i]);
-            if sw.stack || sw.stack_of.is_some() || sw.wake.is_some() {
-                // A waker is named by its thread even without frames.
-                let key = (!frames.is_empty() || sw.wake.is_some()).then(|| OffKey {
-                    root: self.root_of(stacks, &list[i]),
-                    stack: off.stacks.id(frames),
-                });
-                off.model.add(&sw, key, &mut off.intervals);
-                continue;
-            }
-            // A switch-in alone (the idle task's switch to the thread) or nothing.
-            off.model.add(&sw, None, &mut off.intervals);
-            if self.options.weight == WeightBy::Wall && is_clock(info, s.attr) {
-                if frames.is_empty() {
-                    empty += 1;
-                } else {
-                    let key = self.key_of(stacks, &list[i]);
-                    self.add(key, stacks, &list[i]);
-                    counted += 1;
-                }
-            }
+        self.unannotated.add(read.unannotated + read.missing);
+        if self.off_cpu() {
+            self.charge();
         }
-        self.samples.add(counted);
-        self.empty.add(empty);
-        self.off = Some(off);
-        self.charge();
     }
 
     /// Charges the intervals closed so far to their stacks, under their state's mark.
     fn charge(&mut self) {
-        let Some(mut off) = self.off.take() else {
-            return;
-        };
+        let mut off = std::mem::take(&mut self.off);
+        let off_stacks = std::mem::take(&mut self.off_stacks);
         // Counted once for all (an atomic add each interval went against `Counter::add`).
         let (mut empty, mut intervals, mut open_at_end, mut woken) = (0, 0, 0, 0);
-        for iv in off.intervals.drain(..) {
+        for iv in off.drain() {
             let Some(k) = iv.stack else {
                 // A switch-out without a stack (a SWITCH record with no sample before it).
                 empty += 1;
@@ -317,7 +235,7 @@ impl Aggregate {
             };
             intervals += 1;
             open_at_end += u64::from(iv.open_at_end);
-            let frames = off.stacks.get(k.stack);
+            let frames = off_stacks.get(k.stack);
             let open = if iv.open_at_end { OPEN_AT_END } else { 0 };
             let mut root = [k.root[0], k.root[1], k.root[2], mark_of(iv.state) | open];
             if !(self.options.pid || self.options.tid) {
@@ -326,7 +244,7 @@ impl Aggregate {
             if !self.options.tid {
                 root[2] = 0;
             }
-            let waker = iv.waker.and_then(|w| self.waker_of(&off.stacks, w));
+            let waker = iv.waker.and_then(|w| self.waker_of(&off_stacks, w));
             woken += u64::from(waker.is_some());
             let fp = self.fingerprint_of(&root, frames, waker);
             self.count((root, fp), frames, waker, iv.duration());
@@ -335,7 +253,8 @@ impl Aggregate {
         self.offcpu_intervals.add(intervals);
         self.offcpu_open_at_end.add(open_at_end);
         self.offcpu_woken.add(woken);
-        self.off = Some(off);
+        self.off = off;
+        self.off_stacks = off_stacks;
     }
 
     /// The waker's part of an off-wake stack: its root (comm, and pid and tid as the options
@@ -360,13 +279,14 @@ impl Aggregate {
     /// Ends an off-CPU profile: switches still waiting are decided, and threads still off the
     /// cpu are charged up to the last event time.
     pub fn finish(&mut self) {
-        if let Some(off) = &mut self.off {
-            off.model.finish(&mut off.intervals);
-            let c = off.model.counts;
-            self.offcpu_unusable
-                .add(c.unmatched + off.switches.short_payloads + off.switches.no_format);
-            self.offcpu_exits.add(c.exits);
+        if !self.off_cpu() {
+            return;
         }
+        self.off.finish();
+        let (c, sw) = (self.off.counts(), self.off.switches());
+        self.offcpu_unusable
+            .add(c.unmatched + sw.short_payloads + sw.no_format);
+        self.offcpu_exits.add(c.exits);
         self.charge();
     }
 
@@ -632,6 +552,56 @@ impl Aggregate {
             same
         });
         lines
+    }
+}
+
+impl SampleSink for Aggregate {
+    type Key = OffKey;
+    type Error = std::convert::Infallible;
+
+    fn sources(&mut self) -> &mut NameSources {
+        &mut self.sources
+    }
+
+    /// An on-CPU profile's sample: its key made, to be counted at the batch's end. With the
+    /// off-CPU model: a switch-out's or a wakeup's sample is kept by the model (its key), and a
+    /// wall-clock profile counts the clock samples' stacks.
+    fn sample(
+        &mut self,
+        at: At<'_>,
+        switch: Option<&Switch>,
+    ) -> Result<Option<OffKey>, Self::Error> {
+        let (s, frames) = (at.sample, at.frames());
+        let Some(sw) = switch else {
+            if !self.event.admits(s.attr) {
+                self.tally[1] += 1;
+            } else if frames.is_empty() {
+                self.tally[2] += 1;
+            } else {
+                let key = self.key_of(at.stacks, s);
+                self.found.push((key, at.index as u32));
+                self.tally[0] += 1;
+            }
+            return Ok(None);
+        };
+        if sw.stack || sw.stack_of.is_some() || sw.wake.is_some() {
+            // A waker is named by its thread even without frames.
+            return Ok((!frames.is_empty() || sw.wake.is_some()).then(|| OffKey {
+                root: self.root_of(at.stacks, s),
+                stack: self.off_stacks.id(frames),
+            }));
+        }
+        // A switch-in alone (the idle task's switch to the thread) or nothing.
+        if self.options.weight == WeightBy::Wall && is_clock(at.info, s.attr) {
+            if frames.is_empty() {
+                self.tally[2] += 1;
+            } else {
+                let key = self.key_of(at.stacks, s);
+                self.add(key, at.stacks, s);
+                self.tally[0] += 1;
+            }
+        }
+        Ok(None)
     }
 }
 

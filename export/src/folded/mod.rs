@@ -12,7 +12,7 @@
 //!   script`'s lines; `weight=samples` counts samples; `weight=offcpu` the ns each thread spent off
 //!   the cpu from a switch-out to its next switch-in, charged to the switch-out's stack under an
 //!   `[off-cpu: S]` (`D`, `R`, …; `[off-cpu: S, open at end]` for the intervals the stream
-//!   ended in, closed at its last event time) frame after the comm ([`perfpipe_stream::model::offcpu`]: a
+//!   ended in, closed at its last event time) frame after the comm ([`perfpipe_profile::offcpu`]: a
 //!   `perf record -g -a -e sched:sched_switch` or `-e context-switches -c 1 --switch-events`
 //!   recording); `weight=wall` that and the `cpu-clock`/`task-clock` samples' periods (ns), on-
 //!   and off-CPU side by side; `weight=offwake` the off-CPU ns with each blocked stack followed

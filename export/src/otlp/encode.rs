@@ -8,8 +8,8 @@ use std::sync::Arc;
 use rustc_hash::FxHashMap;
 
 use perfpipe_profile::kit::{self, frame_name, Naming};
+use perfpipe_profile::offcpu::State;
 use perfpipe_profile::symbolize::Resolved;
-use perfpipe_stream::model::offcpu::State;
 
 use super::proto::{self, AnyValue};
 use super::{Key, Observations, Otlp, OFF_CPU, OPEN};

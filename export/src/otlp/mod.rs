@@ -15,7 +15,7 @@
 //! - **Profiles**: one per event, its `sample_type` and `period_type` the event's name and unit
 //!   (`cpu-clock`/`nanoseconds`, `cycles`/`count`), `period` the attr's fixed period; and, when the
 //!   stream has switches (`sched:sched_switch` or `context-switches`, as `--weight offcpu`
-//!   reads them, [`perfpipe_stream::model::offcpu`]), one `off_cpu`/`nanoseconds` profile of the
+//!   reads them, [`perfpipe_profile::offcpu`]), one `off_cpu`/`nanoseconds` profile of the
 //!   intervals from each switch-out to its thread's next switch-in, charged to the switch-out's
 //!   stack and attributed `thread.state` (`S`, `D`, `R`…; `open_at_end` = `true` for the intervals
 //!   the stream or window ended in).
@@ -44,9 +44,9 @@ use std::io::Write;
 use perfpipe_core::spec::{BuildCtx, Flag, FormatSpec, Kind, Options, StageOption};
 use perfpipe_core::{Batch, Counter, Sink, StageError};
 use perfpipe_profile::kit::{
-    Comms, Events, NameSources, OffCpuSamples, Profile, SnapshotSink, StackTable,
+    At, Comms, Events, NameSources, OffCpuSamples, Profile, SampleSink, SnapshotSink, StackTable,
 };
-use perfpipe_profile::symbolize::{StackSample, Stacks};
+use perfpipe_profile::offcpu::Switch;
 use perfpipe_stream::format::features::{feature_record, feature_string, ClockData};
 use perfpipe_stream::format::{feature, RecordType, StreamInfo};
 use rustc_hash::FxHashMap;
@@ -138,7 +138,7 @@ struct Observations {
 
 /// A switch-out's key without its attr: comm, pid, tid, stack.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-struct OffKey([u32; 4]);
+pub struct OffKey([u32; 4]);
 
 /// An OTLP profiles request of the samples so far (see the module doc).
 #[derive(Debug, Default)]
@@ -167,32 +167,6 @@ impl Otlp {
             facts,
             ..Otlp::default()
         }
-    }
-
-    /// Takes in sample `s`: its observation, and the key of its switch-out.
-    fn count(&mut self, info: &StreamInfo, stacks: &Stacks, s: &StackSample) -> OffKey {
-        self.events.id(info, s.attr);
-        let a = usize::from(s.attr);
-        if self.periods.len() <= a {
-            self.periods.resize(a + 1, None);
-        }
-        if self.periods[a].is_none() {
-            let attr = info.attr(s.attr).filter(|a| !a.freq());
-            self.periods[a] = Some(attr.map_or(0, |a| a.sample_period));
-        }
-        let comm = self.comms.id(stacks, s);
-        let stack = self.stacks.id(stacks.frames(s));
-        let o = self
-            .samples
-            .entry([u32::from(s.attr), comm, s.pid, s.tid, s.cpu, stack])
-            .or_default();
-        o.values.push(s.period as i64);
-        o.times.push(s.time);
-        if s.time != 0 {
-            self.first_time = Some(self.first_time.map_or(s.time, |t| t.min(s.time)));
-            self.last_time = self.last_time.max(s.time);
-        }
-        OffKey([comm, s.pid, s.tid, stack])
     }
 
     /// Counts the intervals closed so far as off-CPU observations, timed at their switch-out.
@@ -235,12 +209,9 @@ impl Profile for Otlp {
             }
         }
         let mut off = std::mem::take(&mut self.off);
-        let mut sources = std::mem::take(&mut self.sources);
-        let n = off.add(batch, &mut sources, |info, stacks, s| {
-            self.count(info, stacks, s)
-        });
-        (self.off, self.sources) = (off, sources);
-        self.counted.add(n);
+        let Ok(read) = off.add(batch, self);
+        self.off = off;
+        self.counted.add(read.samples);
         self.charge();
     }
 
@@ -258,6 +229,42 @@ impl Profile for Otlp {
             ("samples", self.counted.clone()),
             ("off_cpu_intervals", self.off_cpu_intervals.clone()),
         ]
+    }
+}
+
+impl SampleSink for Otlp {
+    type Key = OffKey;
+    type Error = std::convert::Infallible;
+
+    fn sources(&mut self) -> &mut NameSources {
+        &mut self.sources
+    }
+
+    /// Takes in the sample: its observation; its key is its comm, pid, tid and stack.
+    fn sample(&mut self, at: At<'_>, _: Option<&Switch>) -> Result<Option<OffKey>, Self::Error> {
+        let (info, s) = (at.info, at.sample);
+        self.events.id(info, s.attr);
+        let a = usize::from(s.attr);
+        if self.periods.len() <= a {
+            self.periods.resize(a + 1, None);
+        }
+        if self.periods[a].is_none() {
+            let attr = info.attr(s.attr).filter(|a| !a.freq());
+            self.periods[a] = Some(attr.map_or(0, |a| a.sample_period));
+        }
+        let comm = self.comms.id(at.stacks, s);
+        let stack = self.stacks.id(at.frames());
+        let o = self
+            .samples
+            .entry([u32::from(s.attr), comm, s.pid, s.tid, s.cpu, stack])
+            .or_default();
+        o.values.push(s.period as i64);
+        o.times.push(s.time);
+        if s.time != 0 {
+            self.first_time = Some(self.first_time.map_or(s.time, |t| t.min(s.time)));
+            self.last_time = self.last_time.max(s.time);
+        }
+        Ok(Some(OffKey([comm, s.pid, s.tid, stack])))
     }
 }
 

@@ -11,8 +11,10 @@
 //!   `stackcollapse-perf.pl` and `inferno-collapse-perf` ([`frame_name`]).
 //! - [`event`]: the one rule that names an event whose stream gives it no name
 //!   ([`event::name`]), the unit of its period, and [`Events`], the events of a profile by id.
-//! - [`offcpu`]: [`OffCpuSamples`], a batch's samples read through the off-CPU model when the
-//!   stream has switches, the intervals it closes keyed by their switch-out's sample.
+//! - [`offcpu`]: [`OffCpuSamples`], the one per-batch loop of every profile sink: a batch's
+//!   samples with their stacks given to the format (a [`SampleSink`]), and, when the profile reads
+//!   switches, every record given to the off-CPU model ([`crate::offcpu`]), the intervals it
+//!   closes keyed by their switch-out's sample.
 //! - [`snapshot`]: [`SnapshotSink`], the sink of a profile written whole: at the end of input and,
 //!   as a snapshot that does not end the run, on a DUMP request (SIGUSR2), each time replacing the
 //!   output file atomically (a reader sees the previous profile or the new one, never half of one).
@@ -46,5 +48,5 @@ pub use event::{Event, Events, FirstEvent};
 pub use intern::{Comms, FrameSet, StackTable};
 pub use join::Join;
 pub use names::{frame_name, kept, NameSources, Namer, Naming};
-pub use offcpu::OffCpuSamples;
+pub use offcpu::{At, Model, OffCpuSamples, Read, SampleSink};
 pub use snapshot::{Profile, Request, SnapshotSink};

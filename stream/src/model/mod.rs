@@ -4,13 +4,13 @@
 //!   `machine`/`thread`/`maps` model them: what is mapped at an address of a sample.
 //! - [`dso`]: dso files and their build ids: where an id comes from (the stream, the file, the
 //!   host), read at most once per file, in the background.
-//! - [`events`]: the one rule that names an event from its attr, and a stream's events by id.
+//! - [`events`]: the one rule that names an event from its attr, a stream's events by id, and the
+//!   names perf itself gave them (EVENT_UPDATE, EVENT_DESC).
 //! - [`hold`]: batches held until the side-band older than their samples has come (two
 //!   FINISHED_ROUNDs), for the stages that look samples up in these models.
 //! - [`threads`]: each thread's command name over time (COMM, FORK).
-//! - [`offcpu`]: off-CPU intervals from scheduler switches (`sched_switch` samples, or
-//!   `context-switches` samples and SWITCH records): where each thread blocked, for how long, in
-//!   which state.
+//!
+//! The off-CPU model, which only profiles read, is `perfpipe_profile::offcpu`.
 
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
@@ -19,7 +19,6 @@ pub mod dso;
 pub mod events;
 pub mod hold;
 pub mod machine;
-pub mod offcpu;
 pub mod threads;
 
 /// A multiplicative hasher for pid/tid keys (the std SipHash costs more than the lookup).

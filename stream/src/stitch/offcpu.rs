@@ -29,7 +29,7 @@
 //! layout). The raw data stays, so perf 7 reads the output as it reads the input; perf 6.1, which
 //! knows only the callchain, reads the output's samples as 7.x reads the input's. The off-CPU
 //! model then charges them as samples of the older form: a BPF-output event whose samples have a
-//! period and a callchain (`model::offcpu`). The cgroup id is not copied into `PERF_SAMPLE_CGROUP`
+//! period and a callchain (`perfpipe_profile::offcpu`). The cgroup id is not copied into `PERF_SAMPLE_CGROUP`
 //! (perfpipe reads no cgroup).
 
 use std::sync::Arc;

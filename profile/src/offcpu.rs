@@ -6,7 +6,7 @@
 //! - **system-wide**, `perf record -a -g -e sched:sched_switch`: each `sched_switch` sample is a
 //!   switch-out of `prev_pid` (its callchain is where that thread blocked, its `prev_state` the
 //!   state) and a switch-in of `next_pid`, at the sample's time, on any cpu. The fields are read
-//!   by name through the recording's tracing data ([`crate::format::tracing`]).
+//!   by name through the recording's tracing data ([`perfpipe_stream::format::tracing`]).
 //! - **per process**, `perf record -g -e context-switches -c 1 --switch-events -- CMD`: the
 //!   `context-switches` sample carries the stack; the thread's PERF_RECORD_SWITCH OUT record (just
 //!   after it, same cpu) the switch-out, preempted when `SWITCH_OUT_PREEMPT` is set (state `R`),
@@ -53,11 +53,11 @@
 
 use std::collections::VecDeque;
 
-use perfpipe_core::Batch;
-
-use super::IdMap;
-use crate::format::tracing::{EventFormat, FieldFormat, Value};
-use crate::format::{feature, features, misc, Endian, Record, RecordType, Sample, StreamInfo};
+use perfpipe_stream::format::tracing::{EventFormat, FieldFormat, Value};
+use perfpipe_stream::format::{
+    feature, features, misc, Endian, Record, RecordType, Sample, StreamInfo,
+};
+use perfpipe_stream::model::IdMap;
 
 /// Most switches a thread keeps waiting for time order; past it the oldest is decided. A round
 /// of `perf record` can hold hundreds of ms of one cpu before the next cpu's records: a thread
@@ -276,14 +276,15 @@ impl Switches {
                 if a.type_ == PERF_TYPE_SOFTWARE && a.config == SW_CONTEXT_SWITCHES {
                     return Kind::ContextSwitches;
                 }
-                let measured = crate::format::sample::PERIOD | crate::format::sample::CALLCHAIN;
+                let measured = perfpipe_stream::format::sample::PERIOD
+                    | perfpipe_stream::format::sample::CALLCHAIN;
                 if a.type_ == PERF_TYPE_SOFTWARE
                     && a.config == SW_BPF_OUTPUT
                     && a.sample_type & measured == measured
                 {
                     return Kind::OffCpuTime;
                 }
-                if a.type_ != crate::format::PERF_TYPE_TRACEPOINT {
+                if a.type_ != perfpipe_stream::format::PERF_TYPE_TRACEPOINT {
                     return Kind::Other;
                 }
                 let Some(ev) = info.tracepoint(i) else {
@@ -345,25 +346,6 @@ impl Switches {
                 Kind::SchedSwitch(_) | Kind::ContextSwitches | Kind::OffCpuTime
             )
         })
-    }
-
-    /// Whether a profile reads `batch` through the model, `decided` once it is known: at the
-    /// first batch that holds a sample ([`Switches::active`] then; every attr and the tracing
-    /// data come before the samples). Decided at a batch of header records cut before the
-    /// tracing data (a pipe read that ended there), a `sched_switch` stream had no format and
-    /// was read without the model, timing decided. Batches before it go through the model,
-    /// which takes their NRCPUS feature and nothing else. Sets [`Switches::wakeups`].
-    pub fn reads(&mut self, decided: &mut Option<bool>, info: &StreamInfo, batch: &Batch) -> bool {
-        if let Some(active) = *decided {
-            return active;
-        }
-        self.wakeups = true;
-        if !batch.spans.iter().any(|s| s.kind == RecordType::SAMPLE.0) {
-            return true;
-        }
-        let active = self.active(info);
-        *decided = Some(active);
-        active
     }
 
     /// Notes a `sched_switch` sample of `cpu` at `time`: the time of the cpu's one before, if
