@@ -12,7 +12,7 @@
 # benches/passthrough.sh once to make it). BENCH_ROUNDS rounds (default 3), each running every
 # command once, the first one rotating; medians. With PERFPIPE_BEFORE, the Parquet rows of both
 # builds are compared with DuckDB (same rows, same order). One row per run goes to
-# $BENCH_OUT (default benches/results/outputs-DATE.runs.tsv).
+# $BENCH_OUT (default: outputs-, the date, .runs.tsv in benches/results/).
 set -euo pipefail
 
 script_dir=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
