@@ -105,11 +105,19 @@ impl<T: Copy> Pending<T> {
             } else {
                 resolve(e.key, e.latest.0, &e.latest.1)
             };
-            if !(first && last) && e.left > 1 {
-                e.left -= 1;
-                self.index.insert(e.key, self.entries.len());
-                self.entries.push(e);
+            if (first && last) || e.left <= 1 {
+                continue;
             }
+            // The end already found is not looked up again (its map is written once, even after
+            // its process's EXIT): only the other waits.
+            if first {
+                e.earliest = e.latest;
+            } else if last {
+                e.latest = e.earliest;
+            }
+            e.left -= 1;
+            self.index.insert(e.key, self.entries.len());
+            self.entries.push(e);
         }
     }
 
@@ -180,5 +188,24 @@ mod tests {
             false
         });
         assert!(found && p.is_empty());
+    }
+
+    #[test]
+    fn an_end_found_is_not_looked_up_again() {
+        let mut p: Pending<u64> = Pending::default();
+        assert!(p.add((1, 2, 0x1000), 10, 10));
+        assert!(p.add((1, 2, 0x1000), 20, 20));
+        let mut asked = Vec::new();
+        // The earliest sample's map is there, the latest's not yet.
+        p.retry(|_, time, _| {
+            asked.push(time);
+            time == 10
+        });
+        p.retry(|_, time, _| {
+            asked.push(time);
+            true
+        });
+        assert_eq!(asked, [10, 20, 20]);
+        assert!(p.is_empty());
     }
 }
