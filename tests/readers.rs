@@ -73,8 +73,17 @@ pub fn samples(perf: &Perf, input: Input<'_>) -> Result<u64, String> {
         .ok_or_else(|| format!("{}: report --stats counts no SAMPLE:\n{stats}", perf.name))
 }
 
-/// Side-band and samples as `perf script` prints them (`--show-task-events --show-mmap-events`).
-pub const SCRIPT: [&str; 3] = ["script", "--show-task-events", "--show-mmap-events"];
+/// Side-band and samples as `perf script` prints them (`--show-task-events --show-mmap-events`),
+/// without inlined frames: perf 6.12 asks an `addr2line` process for them and gives up after one
+/// second (`addr2line_timeout_ms`, no option in 6.12), so on a busy machine one of two runs on
+/// the same data may print them and the other not. What a reader must read alike is the stream:
+/// the records, their ips and the dsos and symbols they resolve to.
+pub const SCRIPT: [&str; 4] = [
+    "script",
+    "--show-task-events",
+    "--show-mmap-events",
+    "--no-inline",
+];
 
 /// The reader check: `perf` reads `ours` as it reads `input`: the same `perf script` side-band
 /// and samples, line for line, and `perf report --stats` accepts it with the same sample count.
