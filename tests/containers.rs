@@ -6,7 +6,8 @@
 //! real debuginfod serving them, perf's build-id cache (`~/.debug` as `perf buildid-cache -a`
 //! fills it), or live through `/proc/PID/root` (a process in a mount namespace and one only
 //! chrooted); an archived stripped file's debuglink is looked up under `/usr/lib/debug` as perf
-//! looks up the debuglink of the file at its path; at least 99.9 % of the weight must be on identical stacks, for
+//! looks up the debuglink of the file at its path, and a live process's debug file in its own
+//! root's `/usr/lib/debug` (by debuglink and by build id); at least 99.9 % of the weight must be on identical stacks, for
 //! `--call-graph dwarf` (unwound by `--unwind`) and frame pointers (`-g`). With no source, the
 //! host's libc (another build) is never read: `dsos_build_id_mismatch`, an end line naming it,
 //! and no frame named from it.
