@@ -24,7 +24,8 @@
 //!   records are applied to the models as they arrive.
 //! - **Counters**: `samples`, `frames`, `samples_without_ip`, `callchains_corrupt`,
 //!   `frames_unmapped` (user frames no map covered at the sample's time: `[unknown]`), and the
-//!   symbol tables'.
+//!   symbol tables'; the sources' when it is the first stage of the pipeline to take them (they
+//!   are shared with `unwind`, which comes first when the chain has it: one set a run).
 
 #[cfg(test)]
 mod stage_tests;

@@ -42,7 +42,9 @@
 //! `partial_unwinder_panic`), `samples_no_unwind_info`
 //! (the sample's ip is in no dso with unwind information), `samples_no_user_regs` (kernel threads,
 //! 32-bit processes), `samples_malformed` (dropped: a field runs past the record),
-//! `dyn_size_clamped`, `user_frames`, `dsos_loaded`, `dsos_missing`, `dsos_without_unwind_info`.
+//! `dyn_size_clamped`, `user_frames`, `dsos_loaded`, `dsos_missing`, `dsos_without_unwind_info`,
+//! `dsos_build_id_mismatch`, and the sources' ([`Sources::counter_rows`]) when it is the first
+//! stage of the pipeline to take them (they are shared with `symbolize`: one set a run).
 
 pub mod dso;
 pub mod sample;
