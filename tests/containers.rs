@@ -6,7 +6,8 @@
 //! real debuginfod serving them, perf's build-id cache (`~/.debug` as `perf buildid-cache -a`
 //! fills it), or live through `/proc/PID/root` (a process in a mount namespace and one only
 //! chrooted); an archived stripped file's debuglink is looked up under `/usr/lib/debug` as perf
-//! looks up the debuglink of the file at its path; at least 99.9 % of the weight must be on identical stacks, for
+//! looks up the debuglink of the file at its path, and a live process's debug file in its own
+//! root's `/usr/lib/debug` (by debuglink and by build id); at least 99.9 % of the weight must be on identical stacks, for
 //! `--call-graph dwarf` (unwound by `--unwind`) and frame pointers (`-g`). With no source, the
 //! host's libc (another build) is never read: `dsos_build_id_mismatch`, an end line naming it,
 //! and no frame named from it.
@@ -217,7 +218,27 @@ pipetest!(needs(perf, cc, inferno, trixie) an_archive_made_inside_the_root_unwin
     );
     // The host's libc at the same path is another build: passed, never read.
     assert!(counter(&stats, "dsos_loaded") >= 3, "{stats}");
+    // `unwind` and `symbolize` read the files through one set of sources: the archive listed
+    // once, the sources' counters in one row.
+    assert_eq!(counter_rows(&stats, "archives_indexed"), [1], "{stats}");
+    let found = counter_rows(&stats, "files_found_by_build_id");
+    assert!(found.len() == 1 && found[0] >= 3, "{stats}");
 });
+
+/// Every value of counter `name` in a `--stats` table, one per stage row that has it.
+fn counter_rows(stats: &str, name: &str) -> Vec<u64> {
+    stats
+        .lines()
+        .filter_map(|l| {
+            l.trim()
+                .strip_prefix(name)?
+                .trim()
+                .strip_prefix("= ")?
+                .parse()
+                .ok()
+        })
+        .collect()
+}
 
 pipetest!(needs(perf, cc, inferno, debuginfod, trixie) debuginfod_serving_the_roots_files_unwinds_and_names, |dir| {
     let r = InRoot::new("debuginfod");
@@ -294,6 +315,12 @@ pipetest!(needs(perf, cc, inferno, trixie) with_no_source_no_frame_is_named_from
             && stats.contains("only another build was found"),
         "{stats}"
     );
+    // `unwind` and `symbolize` both name libc; how to get the right files is said once.
+    assert!(
+        stats.contains("no symbols for /usr/lib/x86_64-linux-gnu/libc.so.6"),
+        "{stats}"
+    );
+    assert_eq!(stats.matches("to get the right files").count(), 1, "{stats}");
     // No frame is named from them: every function we name in the workload's stacks is named
     // by the oracle too, and none of libc's.
     let names = |f: &str| -> std::collections::BTreeSet<String> {
@@ -385,7 +412,8 @@ pipetest!(needs(perf, cc, inferno, trixie) perfs_build_id_cache_unwinds_and_name
     assert_eq!(counter(&stats, "dsos_build_id_mismatch"), 0, "{stats}");
 });
 
-/// Removes a directory at drop, and then its parents up to `up_to` while they are empty.
+/// Removes a directory (or a file) at drop, and then its parents up to `up_to` while they are
+/// empty.
 struct Removed {
     dir: PathBuf,
     up_to: PathBuf,
@@ -393,7 +421,11 @@ struct Removed {
 
 impl Drop for Removed {
     fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.dir);
+        if self.dir.is_dir() {
+            let _ = std::fs::remove_dir_all(&self.dir);
+        } else {
+            let _ = std::fs::remove_file(&self.dir);
+        }
         let mut d = self.dir.parent();
         while let Some(p) = d.filter(|p| p.starts_with(&self.up_to) && *p != self.up_to) {
             if std::fs::remove_dir(p).is_err() {
@@ -639,4 +671,166 @@ pipetest!(needs(perf, cc, trixie) live_build_ids_are_the_roots_files, |dir| {
         );
         assert!(!listed.contains(&host), "{wrap:?}: the host's libc listed:\n{listed}");
     }
+});
+
+/// How a live process's separate debug file is found in its own root.
+#[derive(Clone, Copy, Debug)]
+enum DebugRule {
+    /// `/usr/lib/debug/DIR/LINK` by the binary's `.gnu_debuglink`.
+    Debuglink,
+    /// `/usr/lib/debug/.build-id/xx/rest.debug` by its build id.
+    BuildId,
+}
+
+/// A stripped `until` recorded live with `-g` (`perf record -- WRAP… ROOT until`), its debug file
+/// only in the root's `/usr/lib/debug` (by `rule`), named by `perfpipe -o x.folded` on the host
+/// while the process runs: the locator looks in the process's own debug directories, through
+/// `/proc/PID/root`, as perf does inside its mount namespace. The host's `/usr/lib/debug` has no
+/// such file, so a name can only come from the root's.
+fn live_debug_file(dir: &Dir, name: &str, wrap: &[&str], rule: DebugRule) {
+    let r = InRoot::new(name);
+    // A build id of this run's own: the file under `.build-id/` is this test's alone.
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos() as u64;
+    let id = format!("{:08x}{nanos:016x}{:016x}", std::process::id(), 0x5e45_u64);
+    let build_id = format!("-Wl,--build-id=0x{id}");
+    let full = until(
+        &r,
+        &["-O1", "-g", "-fno-omit-frame-pointer", &build_id],
+        "until-full",
+    );
+    let full = trixie_root().join(full.trim_start_matches('/'));
+    let (exe, exe_host) = r.file("until");
+    let dbg = r.file("until.dbg").1;
+    let mut steps = vec![
+        vec!["--only-keep-debug".into(), full.clone(), dbg.clone()],
+        vec!["--strip-all".into(), full.clone(), exe_host.clone()],
+    ];
+    if let DebugRule::Debuglink = rule {
+        let link = format!("--add-gnu-debuglink={}", dbg.display());
+        steps.push(vec![link.into(), exe_host.clone()]);
+    }
+    for args in steps {
+        assert!(Command::new("objcopy")
+            .args(&args)
+            .status()
+            .unwrap()
+            .success());
+    }
+    std::fs::remove_file(&full).unwrap();
+    // Where the root's `/usr/lib/debug` has it (removed at the end, with the directories made
+    // for it), and where the host's would.
+    let at = match rule {
+        DebugRule::Debuglink => {
+            format!(
+                "usr/lib/debug/{}/until.dbg",
+                r.inside.trim_start_matches('/')
+            )
+        }
+        DebugRule::BuildId => {
+            format!("usr/lib/debug/.build-id/{}/{}.debug", &id[..2], &id[2..])
+        }
+    };
+    let placed = Removed {
+        dir: trixie_root().join(&at),
+        up_to: trixie_root().join("usr/lib"),
+    };
+    std::fs::create_dir_all(placed.dir.parent().unwrap()).unwrap();
+    let on_host = Path::new("/").join(&at);
+    std::fs::rename(&dbg, &placed.dir).unwrap();
+    assert!(!on_host.exists(), "{} is on the host", on_host.display());
+    // Live: perf's stream goes straight to perfpipe, which writes a snapshot of its profile on
+    // each SIGUSR2; the workload runs until a snapshot has its leaf named, or has 400 of its
+    // samples without (the name was not found), then is told to stop.
+    let (stop, stop_host) = r.file("stop");
+    let cache = dir.path("no-cache");
+    std::fs::create_dir_all(&cache).unwrap();
+    let out = dir.path("live.folded");
+    let mut perf = oracle().command();
+    perf.args([
+        "record",
+        "-e",
+        "cpu-clock",
+        "-F",
+        "4000",
+        "-g",
+        "-o",
+        "-",
+        "--",
+    ])
+    .args(wrap)
+    .arg(trixie_root())
+    .args([exe.as_str(), stop.as_str()])
+    .stdout(Stdio::piped())
+    .stderr(Stdio::null());
+    let mut perf = Killed(perf.spawn().expect("perf record"));
+    let mut pp = Command::new(bin());
+    pp.args(["-o", out.to_str().unwrap(), "--stats"])
+        .env("DEBUGINFOD_URLS", "")
+        .env("PERF_BUILDID_DIR", &cache)
+        .stdin(Stdio::from(perf.0.stdout.take().unwrap()))
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped());
+    let mut pp = Killed(pp.spawn().expect("perfpipe"));
+    let said = Watch::new(pp.0.stderr.take().unwrap());
+    let inode = |p: &Path| {
+        std::fs::metadata(p)
+            .ok()
+            .map(|m| std::os::unix::fs::MetadataExt::ino(&m))
+    };
+    loop {
+        let before = inode(&out);
+        signal(&pp.0, libc::SIGUSR2);
+        let t0 = std::time::Instant::now();
+        while inode(&out) == before {
+            assert!(
+                t0.elapsed() < std::time::Duration::from_secs(30),
+                "no snapshot 30 s after SIGUSR2"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        let snapshot = std::fs::read_to_string(&out).unwrap_or_default();
+        let of_exe: u64 = of_until(&snapshot)
+            .lines()
+            .filter_map(|l| l.rsplit_once(' ')?.1.parse::<u64>().ok())
+            .sum();
+        if snapshot.contains("until_leaf") || of_exe >= 400 {
+            break;
+        }
+    }
+    std::fs::write(&stop_host, b"").unwrap();
+    assert!(perf.0.wait().unwrap().success(), "perf record");
+    let status = pp.0.wait().unwrap();
+    let stats = said.finish_text();
+    assert!(status.success(), "{stats}");
+    let folded = std::fs::read_to_string(&out).unwrap();
+    let ours = of_until(&folded);
+    for f in ["until_leaf", "until_loop", "main"] {
+        assert!(ours.contains(f), "{rule:?}: {f} not named\n{stats}\n{ours}");
+    }
+    // No frame of the stripped binary is left unnamed.
+    assert!(!ours.contains("[until]"), "{rule:?}:\n{ours}");
+    drop(placed);
+}
+
+/// A child killed (and reaped) at drop if it still runs: a failed test leaves no process.
+struct Killed(std::process::Child);
+
+impl Drop for Killed {
+    fn drop(&mut self) {
+        if self.0.try_wait().ok().flatten().is_none() {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+}
+
+pipetest!(needs(perf, cc, trixie) live_processs_debug_file_by_debuglink_is_read_in_its_mount_namespace, |dir| {
+    live_debug_file(&dir, "live-dbglink", &["unshare", "-m", "chroot"], DebugRule::Debuglink);
+});
+
+pipetest!(needs(perf, cc, trixie) live_processs_debug_file_by_build_id_is_read_in_its_root, |dir| {
+    live_debug_file(&dir, "live-dbgid", &["chroot"], DebugRule::BuildId);
 });

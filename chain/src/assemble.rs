@@ -8,7 +8,7 @@ use std::io::BufWriter;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use perfpipe_core::spec::{BuildCtx, Registry, Workers};
+use perfpipe_core::spec::{BuildCtx, Registry, Shared, Workers};
 use perfpipe_core::{Pipeline, Requests, Settings, Stage, Tap};
 #[cfg(feature = "record")]
 use perfpipe_record::RecordConfig;
@@ -144,6 +144,9 @@ impl Chain<'_> {
             single_output: sink.single_output(),
             requests,
             workers: Workers::new(0),
+            // The resources the stages share (the dso file sources of `unwind` and `symbolize`):
+            // one store per pipeline, as one worker pool.
+            shared: Shared::default(),
         };
         let mut stages: Vec<(String, Box<dyn Stage>)> = Vec::new();
         for s in &plan.stages {

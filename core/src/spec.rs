@@ -51,7 +51,8 @@
 //! # drop(stage);
 //! ```
 
-use std::sync::{Arc, OnceLock};
+use std::any::Any;
+use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 use std::time::Duration;
 
 use std::path::Path;
@@ -88,6 +89,63 @@ pub struct BuildCtx {
     pub requests: Requests,
     /// The worker pool the pipeline's stages share.
     pub workers: Workers,
+    /// Other resources the pipeline's stages share, each made once ([`Shared`]).
+    pub shared: Shared,
+}
+
+/// Resources the stages of one pipeline share, each made by the first stage that asks for it
+/// under its key and handed to every later one that asks under an equal key: what is costly to
+/// make twice or must be counted in one place (the dso file sources `unwind` and `symbolize` both
+/// read: an archive listed once, each download made once). The assembly makes one per pipeline,
+/// as it makes [`Workers`]; a resource lives while a stage or what it emitted holds it. Cloning
+/// shares the store.
+#[derive(Clone, Default)]
+pub struct Shared(Arc<Mutex<Vec<SharedEntry>>>);
+
+/// A resource and the key it was made for.
+struct SharedEntry {
+    key: Box<dyn Any + Send + Sync>,
+    value: Arc<dyn Any + Send + Sync>,
+}
+
+impl std::fmt::Debug for Shared {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let n = self.0.lock().map_or(0, |v| v.len());
+        f.debug_struct("Shared").field("resources", &n).finish()
+    }
+}
+
+impl Shared {
+    /// The resource of type `V` made for `key`: the one an earlier call made for an equal key,
+    /// else what `make` returns (kept for the later calls). Calls are serialized: two stages
+    /// never make the same resource at once.
+    ///
+    /// # Errors
+    /// What `make` returns (nothing is kept then).
+    pub fn get_or_try_make<K, V, E>(
+        &self,
+        key: K,
+        make: impl FnOnce() -> Result<V, E>,
+    ) -> Result<Arc<V>, E>
+    where
+        K: PartialEq + Send + Sync + 'static,
+        V: Send + Sync + 'static,
+    {
+        let mut v = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        let found = v.iter().find_map(|e| {
+            let k = e.key.downcast_ref::<K>()?;
+            (*k == key).then(|| e.value.clone().downcast::<V>().ok())?
+        });
+        if let Some(found) = found {
+            return Ok(found);
+        }
+        let made = Arc::new(make()?);
+        v.push(SharedEntry {
+            key: Box::new(key),
+            value: made.clone(),
+        });
+        Ok(made)
+    }
 }
 
 /// A pool of worker threads shared by the stages of one pipeline, started when a stage first asks
@@ -715,6 +773,36 @@ impl Registry {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_shared_resource_is_made_once_per_key_and_store() {
+        let shared = Shared::default();
+        let made = std::cell::Cell::new(0);
+        let make = |v: u32| {
+            made.set(made.get() + 1);
+            Ok::<_, ()>(v)
+        };
+        let a = shared.get_or_try_make("one", || make(1)).unwrap();
+        let b = shared.clone().get_or_try_make("one", || make(2)).unwrap();
+        assert!(Arc::ptr_eq(&a, &b));
+        let c = shared.get_or_try_make("two", || make(3)).unwrap();
+        assert_eq!((*a, *c, made.get()), (1, 3, 2));
+        // Another type under an equal key is another resource; a failure keeps nothing.
+        let d = shared
+            .get_or_try_make("one", || Ok::<_, ()>("text"))
+            .unwrap();
+        assert_eq!(*d, "text");
+        assert!(shared
+            .get_or_try_make("three", || Err::<u32, _>(()))
+            .is_err());
+        let e = shared.get_or_try_make("three", || make(4)).unwrap();
+        assert_eq!(*e, 4);
+        // Another pipeline's store makes its own.
+        let f = Shared::default()
+            .get_or_try_make("one", || make(5))
+            .unwrap();
+        assert_eq!(*f, 5);
+    }
 
     const SPEC: StageSpec = StageSpec {
         name: "demo",

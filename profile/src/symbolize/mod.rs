@@ -24,7 +24,8 @@
 //!   records are applied to the models as they arrive.
 //! - **Counters**: `samples`, `frames`, `samples_without_ip`, `callchains_corrupt`,
 //!   `frames_unmapped` (user frames no map covered at the sample's time: `[unknown]`), and the
-//!   symbol tables'.
+//!   symbol tables'; the sources' when it is the first stage of the pipeline to take them (they
+//!   are shared with `unwind`, which comes first when the chain has it: one set a run).
 
 #[cfg(test)]
 mod stage_tests;
@@ -54,9 +55,11 @@ pub struct SymbolizeConfig {
     /// The user addresses no map covers are one frame (`unmapped=merge`), not one per address
     /// and process: for outputs that name them all `[unknown]` (folded stacks without `addrs`).
     pub merge_unmapped: bool,
-    /// Where else symbols are looked for: `--symbols`, `--symfs`, `--kallsyms`, `debuginfod`
-    /// (the environment's, as perf and elfutils read it, is added in `build`).
+    /// Where else symbols are looked for: `--symbols`, `--symfs`, `debuginfod` (the
+    /// environment's, as perf and elfutils read it, is added in `build`).
     pub sources: crate::symbols::sources::SourcesConfig,
+    /// `--kallsyms FILE`: the kernel's symbols, whatever the stream says.
+    pub kallsyms: Option<std::path::PathBuf>,
     /// `debuginfod=URLS|no`: the servers instead of `DEBUGINFOD_URLS` (`no`: none).
     pub debuginfod: Option<String>,
 }
@@ -76,9 +79,9 @@ impl SymbolizeConfig {
             sources: crate::symbols::sources::SourcesConfig {
                 symfs: o.text("symfs").map(Into::into),
                 symbols: o.texts("symbols").map(Into::into).collect(),
-                kallsyms: o.text("kallsyms").map(Into::into),
                 ..Default::default()
             },
+            kallsyms: o.text("kallsyms").map(Into::into),
             debuginfod: o.text("debuginfod").map(Into::into),
         }
     }
@@ -92,25 +95,41 @@ impl SymbolizeConfig {
         self.sources.open_with(self.debuginfod.as_deref())
     }
 
+    /// [`SymbolizeConfig::open_sources`] once per pipeline: shared with the pipeline's other
+    /// stages that read dsos' files ([`SourcesConfig::shared`](crate::symbols::sources::SourcesConfig::shared)).
+    ///
+    /// # Errors
+    /// As [`SymbolizeConfig::open_sources`].
+    pub fn shared_sources(
+        &self,
+        ctx: &BuildCtx,
+    ) -> Result<Arc<crate::symbols::sources::Sources>, String> {
+        self.sources.shared(ctx, self.debuginfod.as_deref())
+    }
+
     /// Builds the stage; symbol tables load on `pool` (inline when `None`), looked for in
-    /// `sources` too.
+    /// `sources` too (opened for this stage, or shared with the pipeline's other stages).
     pub fn build_with(
         &self,
         pool: Option<Arc<rayon::ThreadPool>>,
-        sources: crate::symbols::sources::Sources,
+        sources: impl Into<Arc<crate::symbols::sources::Sources>>,
     ) -> Symbolize {
+        let sources = sources.into();
         sources.warm(pool.as_deref());
+        let reports_sources = sources.join();
         let symbols = Symbols::new(
             SymbolsConfig {
                 inline: self.inline,
                 demangle: !self.no_demangle,
                 host_kernel: self.kernel != HostMode::No,
-                sources: Arc::new(sources),
+                kallsyms_file: self.kallsyms.clone(),
+                sources,
                 ..SymbolsConfig::default()
             },
             pool,
         );
         Symbolize {
+            reports_sources,
             symbols: Arc::new(symbols),
             dsos: Arc::default(),
             frames_by_key: Interner {
@@ -515,6 +534,8 @@ fn frame_of(map: Option<&Map>, anon: &[bool], pid: u32, mode: u16, ip: u64) -> F
 #[derive(Debug)]
 pub struct Symbolize {
     symbols: Arc<Symbols>,
+    /// The first stage of the pipeline to take the sources: their counters are in its row.
+    reports_sources: bool,
     dsos: Arc<Dsos>,
     frames_by_key: Interner,
     cache: FrameCache,
@@ -910,37 +931,10 @@ impl Stage for Symbolize {
             ("addresses_unresolved", c.unresolved.clone()),
             ("dsos_unnamed", self.unnamed.clone()),
         ];
-        // The sources' counters, when there is more than the recorded paths to look in.
-        let src = &self.symbols.config().sources;
-        if !src.tried().is_empty() {
-            let s = src.counters();
-            v.extend([
-                ("files_found_by_build_id", s.found_by_build_id.clone()),
-                (
-                    "archive_entries_rejected",
-                    s.archive_entries_rejected.clone(),
-                ),
-                ("archives_unreadable", s.archives_unreadable.clone()),
-                ("archives_truncated", s.archives_truncated.clone()),
-                (
-                    "archive_members_truncated",
-                    s.archive_members_truncated.clone(),
-                ),
-            ]);
-        }
-        if let Some(d) = src.debuginfod() {
-            let d = d.counters();
-            v.extend([
-                ("debuginfod_requests", d.requests.clone()),
-                ("debuginfod_downloaded", d.downloaded.clone()),
-                ("debuginfod_bytes", d.bytes.clone()),
-                ("debuginfod_cache_hits", d.cache_hits.clone()),
-                ("debuginfod_misses", d.misses.clone()),
-                ("debuginfod_rejected", d.rejected.clone()),
-                ("debuginfod_errors", d.errors.clone()),
-                ("debuginfod_tls_errors", d.tls_errors.clone()),
-                ("debuginfod_urls_unsupported", d.urls_unsupported.clone()),
-            ]);
+        // The sources' counters, in the row of the first stage that took them (`unwind`'s
+        // when the chain has one: one set for the run).
+        if self.reports_sources {
+            v.extend(self.symbols.config().sources.counter_rows());
         }
         v
     }
@@ -952,25 +946,35 @@ impl Stage for Symbolize {
 
 use crate::symbols::sources::hex as sources_hex;
 
-/// What the end lines and `--stats-json` say to do about unnamed dsos.
-pub const UNNAMED_HINT: &str = "run `perfpipe archive -i REC -o ARCHIVE.tar` on the recording host and pass --symbols ARCHIVE.tar (it holds the kernel's kallsyms too; else --kallsyms with a copy of the host's /proc/kallsyms), or set DEBUGINFOD_URLS to a debuginfod server that has their build ids (docs/another-machine.md)";
+/// What the end lines and `--stats-json` say to do about unnamed dsos (the locator's advice,
+/// said once a run).
+pub const UNNAMED_HINT: &str = crate::symbols::sources::locate::HOW_TO_GET;
 
 impl Symbolize {
     /// With sources to look in (`--symbols`, `--symfs`, `--kallsyms`, debuginfod), or for a
     /// recording whose stream names another host: one line per hit dso whose frames stay
     /// unnamed, with its build id, what was tried and how to get it; counted in `dsos_unnamed`.
     /// The kernel is one of them when its frames are `[unknown]` (another host's, no kallsyms).
+    /// How to get them, and debuginfod's failures, are said once a run ([`Sources::end`]).
+    ///
+    /// [`Sources::end`]: crate::symbols::sources::Sources::end
     fn say_what_is_missing(&self) {
+        let unnamed = self.unnamed_lines();
+        self.symbols.config().sources.end("symbolize", unnamed > 0);
+    }
+
+    /// The lines of [`Symbolize::say_what_is_missing`] but the run's: how many dsos they named.
+    fn unnamed_lines(&self) -> usize {
         let src = &self.symbols.config().sources;
         let explicit = src.symfs().is_some()
-            || src.kallsyms_file().is_some()
+            || self.symbols.config().kallsyms_file.is_some()
             || src.debuginfod().is_some()
             || src.tried().iter().any(|t| t.starts_with("--symbols"));
         let foreign = !self.host.is_host(&self.this_host, HostMode::Auto);
         // A file of another build than the recording's is named whatever the sources.
         let mismatch = self.symbols.counters().dsos_build_id_mismatch.get() > 0;
         if !explicit && !foreign && !mismatch {
-            return;
+            return 0;
         }
         let frames = self.frames_by_key.table.snapshot();
         // Each hit file dso and the samples whose own frame is in it (perf report --sort dso).
@@ -1049,13 +1053,8 @@ impl Symbolize {
                 ("hint", NoteValue::Text(UNNAMED_HINT.into())),
             ]);
         }
-        if !unnamed.is_empty() {
-            eprintln!("perfpipe: symbolize: to name their frames, {UNNAMED_HINT}");
-        }
-        for line in src.debuginfod().map(|d| d.failures()).unwrap_or_default() {
-            eprintln!("perfpipe: symbolize: {line}");
-        }
         self.notes.set(notes);
+        unnamed.len()
     }
 
     /// Stacks with room for `samples` samples and `frames` frames.
@@ -1138,7 +1137,10 @@ pub const SPEC: StageSpec = StageSpec {
 fn build_stage(ctx: &BuildCtx, o: &Options) -> Result<Box<dyn Stage>, perfpipe_core::StageError> {
     let pool = ctx.workers.pool()?;
     let config = SymbolizeConfig::from_options(o);
-    let sources = config.open_sources()?;
+    if let Some(k) = &config.kallsyms {
+        std::fs::File::open(k).map_err(|e| format!("--kallsyms {}: {e}", k.display()))?;
+    }
+    let sources = config.shared_sources(ctx)?;
     let mut stage = config.build_with(Some(pool), sources);
     stage.dump = Some(ctx.requests.subscribe(perfpipe_core::DUMP));
     Ok(Box::new(stage))

@@ -55,6 +55,8 @@ pub struct SymbolsConfig {
     pub minidebuginfo: bool,
     /// Where `/proc/kallsyms` is read from (a fixture in tests).
     pub kallsyms: PathBuf,
+    /// `--kallsyms FILE`: the kernel's symbols, whatever the stream says.
+    pub kallsyms_file: Option<PathBuf>,
     /// Where JIT maps are: `{tmp}/perf-PID.map`.
     pub perf_map_dir: PathBuf,
     /// Where files are looked for ([`sources::locate`]): `--symbols`, perf's build-id cache,
@@ -70,6 +72,7 @@ impl Default for SymbolsConfig {
             host_kernel: true,
             minidebuginfo: true,
             kallsyms: PathBuf::from("/proc/kallsyms"),
+            kallsyms_file: None,
             perf_map_dir: PathBuf::from("/tmp"),
             sources: Arc::new(Sources::none()),
         }
@@ -378,7 +381,10 @@ impl Symbols {
     /// `--kallsyms FILE`, else the sources' kallsyms of the stream's kernel build id.
     fn kallsyms_by_id(&self) -> Option<&Table> {
         self.kallsyms_by_id
-            .get_or_init(|| kallsyms_by_id(&self.config.sources, self.kernel_build_id()))
+            .get_or_init(|| {
+                let file = self.config.kallsyms_file.as_deref();
+                kallsyms_by_id(&self.config.sources, file, self.kernel_build_id())
+            })
             .as_ref()
     }
 
@@ -493,14 +499,19 @@ impl Symbols {
         let sources = self.config.sources.clone();
         let id = self.kernel_build_id();
         let by_id = self.kallsyms_by_id.clone();
-        let explicit = id.is_some() || sources.kallsyms_file().is_some();
+        let file = self.config.kallsyms_file.clone();
+        let explicit = id.is_some() || file.is_some();
         let host = self
             .config
             .host_kernel
             .then(|| (self.kallsyms.clone(), self.config.kallsyms.clone()));
         self.spawn(Box::new(move || {
             // With no id yet, `kallsyms_by_id` is left for the lookup (the id may come later).
-            if explicit && by_id.get_or_init(|| kallsyms_by_id(&sources, id)).is_some() {
+            if explicit
+                && by_id
+                    .get_or_init(|| kallsyms_by_id(&sources, file.as_deref(), id))
+                    .is_some()
+            {
                 return;
             }
             if let Some((k, path)) = host {
@@ -923,8 +934,8 @@ fn push_hit(t: &Table, addr: u64, dso: &Arc<str>, kind: FrameKind, out: &mut Vec
 }
 
 /// `--kallsyms FILE`, else the sources' kallsyms of kernel build id `id`.
-fn kallsyms_by_id(src: &Sources, id: Option<Vec<u8>>) -> Option<Table> {
-    if let Some(f) = src.kallsyms_file() {
+fn kallsyms_by_id(src: &Sources, file: Option<&Path>, id: Option<Vec<u8>>) -> Option<Table> {
+    if let Some(f) = file {
         return Some(load_kallsyms(f));
     }
     let c = src.special(&id?, "kallsyms")?;

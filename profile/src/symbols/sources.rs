@@ -1,12 +1,19 @@
 //! The sources of a dso's files ([`Sources`]): perf's build-id cache, archives (`perfpipe
 //! archive`'s tars, `perf archive`'s `.tar.bz2`) and directories (`--symbols`), a `--symfs`
-//! tree, perf's debug directories, `--kallsyms`, and debuginfod ([`debuginfod`]). The one order
+//! tree, perf's debug directories, and debuginfod ([`debuginfod`]). The one order
 //! in which everything that reads a dso's file looks in them, and what is checked, is
 //! [`locate`]'s ([`Sources::find`]); this module holds the stores and reads archives.
 //!
-//! Kernel symbols: `--kallsyms FILE`, else `[kernel.kallsyms]/ID/kallsyms` by the stream's kernel
-//! build id, else this host's `/proc/kallsyms` for a recording of this host, else the one
-//! kallsyms an explicit source holds.
+//! Kernel symbols: `--kallsyms FILE` (`symbolize`'s own), else `[kernel.kallsyms]/ID/kallsyms` by
+//! the stream's kernel build id, else this host's `/proc/kallsyms` for a recording of this host,
+//! else the one kallsyms an explicit source holds.
+//!
+//! **One per pipeline**: the stages that read dsos' files (`unwind`, `symbolize` and the profile
+//! outputs and `perfpipe archive` through it) take their sources from the pipeline's
+//! [`Shared`](perfpipe_core::spec::Shared) store ([`SourcesConfig::shared`]): opened once per
+//! configuration, so an archive is listed once, a debuginfod file fetched once, and the sources'
+//! counters ([`Sources::counter_rows`]) and the run's end lines ([`Sources::end`]) are said once,
+//! by one stage.
 //!
 //! Archives are read in place: a tar's members are windows of the file (positioned reads, never
 //! unpacked); a `.tar.bz2` is decompressed once, on the worker pool, into an unlinked temporary
@@ -41,7 +48,7 @@ const MAX_HOPS: usize = 32;
 
 /// Where symbols are looked for besides the recorded paths. Plain data; [`Sources::open`] does
 /// the I/O.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct SourcesConfig {
     /// `--symfs DIR`: every recorded path is read under DIR, and the build-id cache is DIR/.debug.
     pub symfs: Option<PathBuf>,
@@ -51,8 +58,6 @@ pub struct SourcesConfig {
     pub buildid_dir: Option<PathBuf>,
     /// Read no build-id cache.
     pub no_cache: bool,
-    /// `--kallsyms FILE`: the kernel's symbols, whatever the stream says.
-    pub kallsyms: Option<PathBuf>,
     /// debuginfod; `None`: none.
     pub debuginfod: Option<DebuginfodConfig>,
     /// Where separate debug files are looked for ([`locate::debug_files`]); `None`:
@@ -106,6 +111,22 @@ impl SourcesConfig {
         Sources::open(&c)
     }
 
+    /// [`SourcesConfig::open_with`], once per pipeline: the sources an earlier stage of the
+    /// pipeline `ctx` builds opened for an equal configuration, else these, opened and kept in
+    /// its [`Shared`](perfpipe_core::spec::Shared) store for the later ones.
+    ///
+    /// # Errors
+    /// As [`SourcesConfig::open_with`].
+    pub fn shared(
+        &self,
+        ctx: &perfpipe_core::spec::BuildCtx,
+        debuginfod: Option<&str>,
+    ) -> Result<Arc<Sources>, String> {
+        let key = (self.clone(), debuginfod.map(str::to_string));
+        ctx.shared
+            .get_or_try_make(key, || self.open_with(debuginfod))
+    }
+
     /// The configuration the environment gives, as perf and elfutils read it:
     /// `PERF_BUILDID_DIR`, `DEBUGINFOD_URLS` and the client's other variables.
     pub fn from_env() -> SourcesConfig {
@@ -137,6 +158,20 @@ pub struct SourceCounters {
     pub archives_truncated: Counter,
     /// Archive members that claim more bytes than the archive holds: never used.
     pub archive_members_truncated: Counter,
+    /// Archives listed (each once a run, however many stages read it).
+    pub archives_indexed: Counter,
+}
+
+/// The end of the stages that read files through one [`Sources`]: the last to end says the
+/// run's lines.
+#[derive(Debug, Default)]
+struct Ending {
+    /// Stages that took the sources and have not ended.
+    users: usize,
+    /// Stages that took them so far (the first reports their counters).
+    joined: usize,
+    /// A stage named a dso whose right file was not found: the advice is due.
+    advise: bool,
 }
 
 /// The sources, opened: where a dso's files are looked for ([`locate`]).
@@ -147,11 +182,12 @@ pub struct Sources {
     symfs: Option<PathBuf>,
     /// Where separate debug files are looked for (under `--symfs` when given).
     debug_dirs: Vec<PathBuf>,
-    kallsyms: Option<PathBuf>,
     debuginfod: Option<Arc<Debuginfod>>,
     counters: SourceCounters,
     /// What each source was, for the line on what is missing.
     names: Vec<String>,
+    /// Which stages use them, for the counters and the run's end lines.
+    ending: std::sync::Mutex<Ending>,
 }
 
 /// A file a source offers: a path, or a member of an archive.
@@ -351,10 +387,10 @@ impl Default for Sources {
             stores: Vec::new(),
             symfs: None,
             debug_dirs: vec![PathBuf::from(DEBUG_DIR)],
-            kallsyms: None,
             debuginfod: None,
             counters: SourceCounters::default(),
             names: Vec::new(),
+            ending: std::sync::Mutex::default(),
         }
     }
 }
@@ -365,15 +401,11 @@ impl Sources {
         Sources::default()
     }
 
-    /// Opens the sources `c` names: each `--symbols` must be a directory or a readable archive,
-    /// a `--kallsyms` a file that can be read.
+    /// Opens the sources `c` names: each `--symbols` must be a directory or a readable archive.
     ///
     /// # Errors
-    /// A message naming a `--symbols` that is neither, or a `--kallsyms` that cannot be opened.
+    /// A message naming a `--symbols` that is neither.
     pub fn open(c: &SourcesConfig) -> Result<Sources, String> {
-        if let Some(k) = &c.kallsyms {
-            std::fs::File::open(k).map_err(|e| format!("--kallsyms {}: {e}", k.display()))?;
-        }
         let symfs = c.symfs.clone().filter(|d| d != Path::new("/"));
         let debug_dirs = c
             .debug_dirs
@@ -388,7 +420,6 @@ impl Sources {
         let mut s = Sources {
             symfs,
             debug_dirs,
-            kallsyms: c.kallsyms.clone(),
             ..Sources::default()
         };
         for p in &c.symbols {
@@ -439,14 +470,79 @@ impl Sources {
         &self.debug_dirs
     }
 
-    /// `--kallsyms FILE`.
-    pub fn kallsyms_file(&self) -> Option<&Path> {
-        self.kallsyms.as_deref()
-    }
-
     /// What was tried, in order, for the line on what is missing.
     pub fn tried(&self) -> Vec<String> {
         self.names.clone()
+    }
+
+    /// A stage takes these sources (at its build): true for the first, which reports their
+    /// counters ([`Sources::counter_rows`]); each calls [`Sources::end`] once at its end.
+    pub fn join(&self) -> bool {
+        let mut e = self.ending.lock().unwrap_or_else(|e| e.into_inner());
+        e.users += 1;
+        e.joined += 1;
+        e.joined == 1
+    }
+
+    /// A stage that [joined](Sources::join) ends, `advise` when it named a dso whose right file
+    /// was not found. The last to end says the run's lines, prefixed `perfpipe: STAGE:`: how to
+    /// get the right files (once, however many stages named such dsos) and one line per
+    /// debuginfod server that failed requests (with every stage's requests counted).
+    pub fn end(&self, stage: &str, advise: bool) {
+        let mut e = self.ending.lock().unwrap_or_else(|e| e.into_inner());
+        e.advise |= advise;
+        e.users = e.users.saturating_sub(1);
+        if e.users > 0 {
+            return;
+        }
+        if std::mem::take(&mut e.advise) {
+            eprintln!(
+                "perfpipe: {stage}: to get the right files, {}",
+                locate::HOW_TO_GET
+            );
+        }
+        for line in self.debuginfod().map(|d| d.failures()).unwrap_or_default() {
+            eprintln!("perfpipe: {stage}: {line}");
+        }
+    }
+
+    /// The sources' counters, for the `--stats` row of the stage that reports them: the
+    /// archives' and build-id stores' when there is more than the recorded paths to look in,
+    /// debuginfod's when it is asked.
+    pub fn counter_rows(&self) -> Vec<(&'static str, Counter)> {
+        let mut v = Vec::new();
+        if !self.names.is_empty() {
+            let s = &self.counters;
+            v.extend([
+                ("files_found_by_build_id", s.found_by_build_id.clone()),
+                ("archives_indexed", s.archives_indexed.clone()),
+                (
+                    "archive_entries_rejected",
+                    s.archive_entries_rejected.clone(),
+                ),
+                ("archives_unreadable", s.archives_unreadable.clone()),
+                ("archives_truncated", s.archives_truncated.clone()),
+                (
+                    "archive_members_truncated",
+                    s.archive_members_truncated.clone(),
+                ),
+            ]);
+        }
+        if let Some(d) = self.debuginfod() {
+            let d = d.counters();
+            v.extend([
+                ("debuginfod_requests", d.requests.clone()),
+                ("debuginfod_downloaded", d.downloaded.clone()),
+                ("debuginfod_bytes", d.bytes.clone()),
+                ("debuginfod_cache_hits", d.cache_hits.clone()),
+                ("debuginfod_misses", d.misses.clone()),
+                ("debuginfod_rejected", d.rejected.clone()),
+                ("debuginfod_errors", d.errors.clone()),
+                ("debuginfod_tls_errors", d.tls_errors.clone()),
+                ("debuginfod_urls_unsupported", d.urls_unsupported.clone()),
+            ]);
+        }
+        v
     }
 
     /// Starts reading the archives' indexes on `pool` (a `.tar.bz2` decompresses there).
@@ -577,14 +673,16 @@ impl Archive {
     }
 
     fn index(&self) -> &Index {
-        self.index
-            .get_or_init(|| match read_index(&self.path, &self.counters) {
+        self.index.get_or_init(|| {
+            self.counters.archives_indexed.add(1);
+            match read_index(&self.path, &self.counters) {
                 Ok(i) => i,
                 Err(_) => {
                     self.counters.archives_unreadable.add(1);
                     Index::default()
                 }
-            })
+            }
+        })
     }
 
     /// Follows links from `name` inside the archive; `None` when it leads out or nowhere.

@@ -42,7 +42,9 @@
 //! `partial_unwinder_panic`), `samples_no_unwind_info`
 //! (the sample's ip is in no dso with unwind information), `samples_no_user_regs` (kernel threads,
 //! 32-bit processes), `samples_malformed` (dropped: a field runs past the record),
-//! `dyn_size_clamped`, `user_frames`, `dsos_loaded`, `dsos_missing`, `dsos_without_unwind_info`.
+//! `dyn_size_clamped`, `user_frames`, `dsos_loaded`, `dsos_missing`, `dsos_without_unwind_info`,
+//! `dsos_build_id_mismatch`, and the sources' ([`Sources::counter_rows`]) when it is the first
+//! stage of the pipeline to take them (they are shared with `symbolize`: one set a run).
 
 pub mod dso;
 pub mod sample;
@@ -74,6 +76,7 @@ use sample::AttrExtra;
 pub use spec::SPEC;
 
 use crate::symbols::sources::locate::Wanted;
+use crate::symbols::sources::locate::HOW_TO_GET;
 use crate::symbols::sources::{hex, Sources, SourcesConfig};
 
 fn build_stage(ctx: &BuildCtx, o: &Options) -> Result<Box<dyn Stage>, perfpipe_core::StageError> {
@@ -83,7 +86,7 @@ fn build_stage(ctx: &BuildCtx, o: &Options) -> Result<Box<dyn Stage>, perfpipe_c
     } else {
         None
     };
-    let sources = config.open_sources()?;
+    let sources = config.shared_sources(ctx)?;
     Ok(Box::new(config.build_with(pool, sources)))
 }
 
@@ -158,12 +161,25 @@ impl UnwindConfig {
     /// # Errors
     /// A `--symbols` that is neither a directory nor a file.
     pub fn open_sources(&self) -> Result<Sources, String> {
+        self.sources_config().open_with(self.debuginfod.as_deref())
+    }
+
+    /// [`UnwindConfig::open_sources`] once per pipeline: shared with the pipeline's other
+    /// stages that read dsos' files ([`SourcesConfig::shared`]).
+    ///
+    /// # Errors
+    /// As [`UnwindConfig::open_sources`].
+    pub fn shared_sources(&self, ctx: &BuildCtx) -> Result<Arc<Sources>, String> {
+        self.sources_config()
+            .shared(ctx, self.debuginfod.as_deref())
+    }
+
+    fn sources_config(&self) -> SourcesConfig {
         SourcesConfig {
             symfs: self.symfs.clone(),
             symbols: self.symbols.clone(),
             ..SourcesConfig::default()
         }
-        .open_with(self.debuginfod.as_deref())
     }
 
     /// Builds the stage with no source but this host's files (by path, and through
@@ -172,11 +188,19 @@ impl UnwindConfig {
         self.build_with(pool, Sources::none())
     }
 
-    /// Builds the stage; dsos' files are looked for in `sources`, samples unwound on `pool`.
-    pub fn build_with(&self, pool: Option<Arc<rayon::ThreadPool>>, sources: Sources) -> Unwind {
+    /// Builds the stage; dsos' files are looked for in `sources` (opened for this stage, or
+    /// shared with the pipeline's other stages), samples unwound on `pool`.
+    pub fn build_with(
+        &self,
+        pool: Option<Arc<rayon::ThreadPool>>,
+        sources: impl Into<Arc<Sources>>,
+    ) -> Unwind {
+        let sources = sources.into();
         sources.warm(pool.as_deref());
+        let reports_sources = sources.join();
         Unwind {
             sources,
+            reports_sources,
             noted_ids: HashMap::new(),
             unfound: Vec::new(),
             notes: Notes::new(),
@@ -446,7 +470,9 @@ pub(crate) fn walk_stack(
 #[derive(Debug)]
 pub struct Unwind {
     /// Where dsos' files are looked for.
-    sources: Sources,
+    sources: Arc<Sources>,
+    /// The first stage of the pipeline to take the sources: their counters are in its row.
+    reports_sources: bool,
     /// Build ids of dsos by name, from BUILD_ID records (for MMAPs without one).
     noted_ids: HashMap<Vec<u8>, Vec<u8>>,
     /// The dsos without unwind information for want of the right file, for the end lines.
@@ -776,18 +802,15 @@ impl Unwind {
                 format!("only another build was found: {}", others.join(", "))
             } else if u.gone {
                 format!(
-                    "it is not at its path here and process {} was gone before its maps were read                      (a container's files are kept by `perfpipe archive` run on the host while it runs)",
+                    "it is not at its path here and process {} was gone before its maps were read \
+                     (a container's files are kept by `perfpipe archive` run on the host while it runs)",
                     u.pid
                 )
             } else {
                 "it is not at its path here".into()
             };
-            let hint = match &u.build_id {
-                Some(b) => self.sources.how_to_get(b),
-                None => "give the recording's files with --symfs ROOT or --symbols ARCHIVE".into(),
-            };
             eprintln!(
-                "perfpipe: unwind: no unwind tables for {} (build id {shown}): {why}; {hint}",
+                "perfpipe: unwind: no unwind tables for {} (build id {shown}): {why}",
                 u.name
             );
             let kind = if u.other_builds.is_empty() {
@@ -803,18 +826,12 @@ impl Unwind {
                     "other_builds",
                     NoteValue::List(u.other_builds.iter().map(|o| o.at.clone()).collect()),
                 ),
-                ("hint", NoteValue::Text(hint)),
+                ("hint", NoteValue::Text(HOW_TO_GET.into())),
             ]);
         }
-        for line in self
-            .sources
-            .debuginfod()
-            .map(|d| d.failures())
-            .unwrap_or_default()
-        {
-            eprintln!("perfpipe: unwind: {line}");
-        }
         self.notes.set(notes);
+        // How to get them, and debuginfod's failures: once a run.
+        self.sources.end("unwind", !self.unfound.is_empty());
     }
 
     /// The stream info for downstream: the attrs of unwound samples rewritten.
@@ -989,7 +1006,7 @@ impl Stage for Unwind {
 
     fn counters(&self) -> Vec<(&'static str, Counter)> {
         let c = &self.c;
-        vec![
+        let mut v = vec![
             ("samples_unwound", c.unwound.clone()),
             ("samples_partial", c.partial.clone()),
             ("partial_stack_end", c.stack_end.clone()),
@@ -1006,6 +1023,11 @@ impl Stage for Unwind {
             ("dsos_missing", c.dsos_missing.clone()),
             ("dsos_without_unwind_info", c.dsos_no_info.clone()),
             ("dsos_build_id_mismatch", c.dsos_mismatch.clone()),
-        ]
+        ];
+        // The sources' counters, when this stage took them first (one set for the run).
+        if self.reports_sources {
+            v.extend(self.sources.counter_rows());
+        }
+        v
     }
 }

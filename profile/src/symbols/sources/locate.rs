@@ -15,8 +15,11 @@
 //! 3. perf's separate debug files ([`debug_files`]): the `.gnu_debuglink` of the dso's file
 //!    (the first of 1 and 2 of its build, an archive's copy included) in the file's directory,
 //!    its `.debug/` and `/usr/lib/debug/DIR/`; `/usr/lib/debug/PATH.debug`,
-//!    `/usr/lib/debug/PATH`, `/usr/lib/debug/.build-id/xx/rest.debug` (the debug directories
-//!    under `--symfs DIR` when given). A reader of symbols ([`Role::Debug`]) is offered them
+//!    `/usr/lib/debug/PATH`, `/usr/lib/debug/.build-id/xx/rest.debug`. The debug directories
+//!    are under `--symfs DIR` when given; else, for a live process that sees other files than
+//!    we do (a container, a chroot), its own first, through `/proc/PID/root`, then this host's
+//!    ([`Sources::debug_dirs_of`]), as its file is read (perf enters the process's mount
+//!    namespace for them). A reader of symbols ([`Role::Debug`]) is offered them
 //!    before 2, as perf's `dso__load` tries them before the file itself; the unwinder
 //!    ([`Role::Runtime`]) after it;
 //! 4. debuginfod by build id: `/executable` for a runtime file (unwind tables, `.dynsym`),
@@ -36,7 +39,9 @@ use std::path::{Path, PathBuf};
 use object::read::elf::{ElfFile32, ElfFile64};
 use object::read::ReadCache;
 use object::{FileKind, Object};
-use perfpipe_stream::model::dso::{elf_build_id_in, process_views};
+use perfpipe_stream::model::dso::{
+    elf_build_id_in, in_process_root, process_views, sees_other_files,
+};
 
 use super::{hex, Cand, Sources};
 
@@ -221,6 +226,26 @@ impl Sources {
             .clone()
     }
 
+    /// Where separate debug files of a dso of process `pid` are looked for: the debug
+    /// directories (under `--symfs` when given), and before them, for a live process that sees
+    /// other files than we do ([`sees_other_files`]: a container, a chroot), the same
+    /// directories as it sees them, through `/proc/PID/root`.
+    pub fn debug_dirs_of(&self, pid: u32) -> Vec<PathBuf> {
+        let root = (self.symfs().is_none() && sees_other_files(pid))
+            .then(|| in_process_root(Path::new("/"), pid));
+        self.debug_dirs_under(root.as_deref())
+    }
+
+    /// The debug directories, each under `root` first when given.
+    fn debug_dirs_under(&self, root: Option<&Path>) -> Vec<PathBuf> {
+        let inside = root.into_iter().flat_map(|r| {
+            self.debug_dirs()
+                .iter()
+                .map(move |d| r.join(d.strip_prefix("/").unwrap_or(d)))
+        });
+        inside.chain(self.debug_dirs().iter().cloned()).collect()
+    }
+
     /// The build id the dso is checked against before its files are looked at: the
     /// recording's, else the one an explicit `--symbols` source holds for its path (the archive
     /// was made for this recording).
@@ -287,11 +312,17 @@ impl Sources {
                 p.parent().unwrap_or(Path::new("/")).to_path_buf()
             });
             let link = main.as_ref().and_then(debuglink_of);
-            debug_files(w.path, &dir, link.as_deref(), want, self.debug_dirs())
-                .into_iter()
-                .filter(|p| p.is_file())
-                .map(Cand::Path)
-                .collect::<Vec<_>>()
+            debug_files(
+                w.path,
+                &dir,
+                link.as_deref(),
+                want,
+                &self.debug_dirs_of(w.pid),
+            )
+            .into_iter()
+            .filter(|p| p.is_file())
+            .map(Cand::Path)
+            .collect::<Vec<_>>()
         };
         // The symbols try the debug files before the file itself (perf's order); the unwinder
         // the file first (its `.eh_frame`), the debug files only when it has none.
@@ -326,17 +357,11 @@ impl Sources {
         }
         s.found
     }
-
-    /// How to get the right file of a dso whose file here is another build, for the end lines.
-    pub fn how_to_get(&self, id: &[u8]) -> String {
-        format!(
-            "give the recording's files: --symfs ROOT (the container's or the other machine's root), \
-             --symbols ARCHIVE (`perfpipe archive` run where it was recorded, while the process runs), \
-             or a debuginfod server that has build id {}",
-            hex(id)
-        )
-    }
 }
+
+/// How to get the right files of dsos whose files here are missing or other builds: said once
+/// a run ([`Sources::end`]), and the `hint` of each note about such a dso.
+pub const HOW_TO_GET: &str = "run `perfpipe archive -i REC -o ARCHIVE.tar` where it was recorded (for a container: on the host, while it runs) and pass --symbols ARCHIVE.tar (it holds the kernel's kallsyms too; else --kallsyms with a copy of that host's /proc/kallsyms), give the container's or the other machine's root with --symfs ROOT, or set DEBUGINFOD_URLS to a debuginfod server that has their build ids (docs/another-machine.md)";
 
 /// One search's state: the id files are checked against, what was found, the files seen.
 struct Search<T> {
@@ -449,6 +474,43 @@ mod tests {
         assert_eq!(
             p[1],
             Path::new(&format!("/proc/{me}/root/usr/lib/libc.so.6"))
+        );
+    }
+
+    #[test]
+    fn a_process_that_sees_other_files_has_its_debug_directories_first() {
+        let none = Sources::none();
+        // This process sees our files: this host's directory only.
+        assert_eq!(
+            none.debug_dirs_of(std::process::id()),
+            [PathBuf::from("/usr/lib/debug")]
+        );
+        assert_eq!(
+            none.debug_dirs_under(Some(Path::new("/proc/42/root"))),
+            [
+                PathBuf::from("/proc/42/root/usr/lib/debug"),
+                PathBuf::from("/usr/lib/debug")
+            ]
+        );
+        // The build-id rule looks in the process's directory first.
+        let id = [0xab, 0xcd, 0xef];
+        let files = debug_files(
+            Path::new("/usr/bin/x"),
+            Path::new("/proc/42/root/usr/bin"),
+            None,
+            Some(&id),
+            &none.debug_dirs_under(Some(Path::new("/proc/42/root"))),
+        );
+        let by_id: Vec<&PathBuf> = files
+            .iter()
+            .filter(|p| p.to_string_lossy().contains(".build-id"))
+            .collect();
+        assert_eq!(
+            by_id,
+            [
+                &PathBuf::from("/proc/42/root/usr/lib/debug/.build-id/ab/cdef.debug"),
+                &PathBuf::from("/usr/lib/debug/.build-id/ab/cdef.debug")
+            ]
         );
     }
 }
