@@ -145,7 +145,8 @@ const PLACEHOLDER: &[u8] =
 const THREAD: &[u8] = br#"{"frameTable":"#;
 const MARKERS: &[u8] = br#","markers":"#;
 /// A thread's (empty) stack and string tables in the profile's frame, after its samples table.
-const EMPTY_STACKS: &[u8] = br#","stackTable":{"length":0,"prefix":[],"frame":[]},"stringArray":[]"#;
+const EMPTY_STACKS: &[u8] =
+    br#","stackTable":{"length":0,"prefix":[],"frame":[]},"stringArray":[]"#;
 
 impl Firefox {
     fn with_spill(spill: Spill) -> Firefox {
@@ -241,7 +242,11 @@ impl Firefox {
     }
 
     /// Writes the profile's JSON: the frame, each thread's tables in their places.
-    fn write_json(&self, pool: Option<&rayon::ThreadPool>, w: &mut dyn Write) -> std::io::Result<()> {
+    fn write_json(
+        &self,
+        pool: Option<&rayon::ThreadPool>,
+        w: &mut dyn Write,
+    ) -> std::io::Result<()> {
         let names = self.names(pool);
         let (frame, categories, order) = self.frame(names.is_some())?;
         let Some(names) = names else {
@@ -445,7 +450,11 @@ mod tests {
 
     fn same(written: &[u8], whole: &[u8]) {
         if written != whole {
-            let at = written.iter().zip(whole).take_while(|(a, b)| a == b).count();
+            let at = written
+                .iter()
+                .zip(whole)
+                .take_while(|(a, b)| a == b)
+                .count();
             let from = at.saturating_sub(200);
             panic!(
                 "differ at byte {at}:\n{}\n{}",

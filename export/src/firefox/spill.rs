@@ -277,7 +277,9 @@ impl Merge<'_> {
 
 impl std::fmt::Debug for Merge<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Merge").field("runs", &self.cursors.len()).finish()
+        f.debug_struct("Merge")
+            .field("runs", &self.cursors.len())
+            .finish()
     }
 }
 
