@@ -242,12 +242,10 @@ pipetest!(needs(perf, perf612, trixie, cc) fork_exec_churn, |dir| {
     // Issue 32: processes that fork, exec and exit within a round on both cpus (`churn.c`), so
     // that their samples, FORKs and MMAP2s come out of time order in the stream; each sample is
     // unwound with its process's maps at its time, as perf does after sorting.
-    // -z now: no lazy binding, whose `_dl_runtime_resolve_xsavec` frames framehop does not
-    // unwind (a limit of the unwinder, not of the address spaces; every child would show it).
     let exe = build(
         &dir,
         "cc",
-        &["-O2", "-fomit-frame-pointer", "-fno-ipa-pure-const", "-Wl,-z,now"],
+        &["-O2", "-fomit-frame-pointer", "-fno-ipa-pure-const"],
         "churn.c",
         "churn",
     );
@@ -323,15 +321,11 @@ pipetest!(needs(perf, perf612, trixie, cc) file_mode_in_and_out, |dir| {
 
 pipetest!(needs(perf, cc, inferno) flame_graph_input_in_one_pass, |dir| {
     // --unwind then the symbolize stage the folded output adds by itself, against perf script
-    // unwinding the input, collapsed by inferno. At 99.9 % one sample of this recording's ~2,500
-    // decides, so the workload binds its symbols at load (LD_BIND_NOW): a sample in ld.so's lazy
-    // binding at exit (`_dl_runtime_resolve_xsavec`, whose frame framehop cannot follow:
-    // docs/unwinding.md) lands there by chance and would decide the verdict instead of the
-    // unwinder.
+    // unwinding the input, collapsed by inferno.
     let argv = cpp(&dir);
     let argv: Vec<&str> = argv.iter().map(String::as_str).collect();
     let args = ["-e", "cpu-clock", "-F", "4000", "--call-graph", "dwarf"];
-    let (rec, _) = oracle().record_env(&[("LD_BIND_NOW", "1")], &args, &argv);
+    let rec = oracle().record(&args, &argv);
     let file = dir.write("rec.data", &rec);
     let folded = dir.path("out.folded");
     let r = perfpipe(
