@@ -303,7 +303,11 @@ fn apply<'a, S: UnwindSection<R<'a>>>(
     let ra = match out.0[16] {
         Some(ra) => ra,
         // A rule that reads the stack, past the copy.
-        None if matches!(ra_rule, RegisterRule::Offset(_) | RegisterRule::Expression(_)) => {
+        None if matches!(
+            ra_rule,
+            RegisterRule::Offset(_) | RegisterRule::Expression(_)
+        ) =>
+        {
             return Err(Failed::StackEnd)
         }
         None => return Err(Failed::BadCfi),

@@ -90,6 +90,17 @@ impl UnwindInfo {
         start.wrapping_sub(svma)
     }
 
+    /// The unwind information of a file with only an `.eh_frame` (of `data`, at `at`), for tests.
+    #[cfg(test)]
+    pub(super) fn with_eh_frame(at: u64, data: &[u8]) -> UnwindInfo {
+        let mut info = UnwindInfo {
+            eh_frame: Some((at..at + data.len() as u64, Bytes::from(data))),
+            ..UnwindInfo::default()
+        };
+        info.hard = super::cfi::hard_ranges(&info).into();
+        info
+    }
+
     /// A framehop module for a map `[start, end)` of this file at load bias `base`.
     pub fn module(&self, name: &str, range: Range<u64>, base: u64) -> Module<Bytes> {
         Module::new(name.to_string(), range, base, Sections(self))

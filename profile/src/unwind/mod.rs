@@ -20,6 +20,9 @@
 //!   map, so a change of the maps costs a module of each new map only, and a dso's unwind data
 //!   is parsed once per place it is mapped at. Unwinders and modules no sample asked for in
 //!   four rounds (`KEEP_ROUNDS`) are dropped. A dso's unwind sections are read once (see [`dso`]).
+//! - **Frames framehop cannot step** (CFI whose CFA is on a register other than `rsp`/`rbp`, or an
+//!   expression that reads memory: ld.so's lazy-binding trampolines, signal frames) are stepped
+//!   by [`cfi`] with gimli on every sampled register, and framehop goes on from the caller.
 //! - **Bounded**: at most `max-frames` frames per sample (default 1024), stack reads only inside
 //!   the copy (`dyn_size` bytes of it, clamped to its size), and unwinding stops at a frame in code
 //!   without unwind information. Garbage registers, truncated copies and looping unwind info end
@@ -39,7 +42,8 @@
 //! they carry. **EOF**: the held batches. Counters: `samples_unwound` (the walk reached the
 //! outermost frame), `samples_partial` (it stopped early; per reason `partial_stack_end`,
 //! `partial_no_unwind_info`, `partial_bad_frame`, `partial_frame_cap`,
-//! `partial_unwinder_panic`), `samples_no_unwind_info`
+//! `partial_unwinder_panic`, `partial_cfi_fallback_failed`), `cfi_fallback_steps`,
+//! `samples_no_unwind_info`
 //! (the sample's ip is in no dso with unwind information), `samples_no_user_regs` (kernel threads,
 //! 32-bit processes), `samples_malformed` (dropped: a field runs past the record),
 //! `dyn_size_clamped`, `user_frames`, `dsos_loaded`, `dsos_missing`, `dsos_without_unwind_info`.
@@ -309,7 +313,10 @@ impl Process {
             },
         );
         let hard = info.hard().iter().filter_map(|&(a, b)| {
-            let (a, b) = (a.wrapping_add(base).max(start), b.wrapping_add(base).min(end));
+            let (a, b) = (
+                a.wrapping_add(base).max(start),
+                b.wrapping_add(base).min(end),
+            );
             (a < b).then_some((a, b))
         });
         let mut hard: Vec<(u64, u64)> = self.hard.iter().copied().chain(hard).collect();
