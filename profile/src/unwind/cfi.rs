@@ -52,9 +52,13 @@ const CALLEE_SAVED: [u16; 6] = [3, 6, 12, 13, 14, 15];
 /// Most operations an expression of a CFI row runs.
 pub const MAX_EXPRESSION_STEPS: u32 = 256;
 
-/// A frame's registers by DWARF number (`None`: not known).
+/// A frame's registers by DWARF number, each known or not.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Regs(pub [Option<u64>; REGS]);
+pub struct Regs {
+    values: [u64; REGS],
+    /// Bit `n`: register `n` is known.
+    known: u32,
+}
 
 impl Regs {
     /// The registers of a sample's `REGS_USER` values (`values`, in the order of the set bits
@@ -64,7 +68,7 @@ impl Regs {
         for (d, &p) in PERF_OF_DWARF.iter().enumerate() {
             if mask & (1 << p) != 0 {
                 let i = (mask & ((1u64 << p) - 1)).count_ones() as usize;
-                r.0[d] = e.u64(values, 8 * i);
+                r.set(d, e.u64(values, 8 * i));
             }
         }
         r
@@ -73,16 +77,39 @@ impl Regs {
     /// Registers of which only the ip, `rsp` and `rbp` are known.
     pub fn ip_sp_bp(ip: u64, sp: u64, bp: u64) -> Regs {
         let mut r = Regs::default();
-        r.0[16] = Some(ip);
-        r.0[7] = Some(sp);
-        r.0[6] = Some(bp);
+        r.set(IP, Some(ip));
+        r.set(SP, Some(sp));
+        r.set(BP, Some(bp));
         r
     }
 
+    /// DWARF register `n`, if known.
+    pub fn reg(&self, n: usize) -> Option<u64> {
+        (n < REGS && self.known & (1 << n) != 0).then(|| self.values[n])
+    }
+
+    /// Sets DWARF register `n` (below [`REGS`]), known or not.
+    pub fn set(&mut self, n: usize, v: Option<u64>) {
+        if n < REGS {
+            self.values[n] = v.unwrap_or(0);
+            self.known = match v {
+                Some(_) => self.known | 1 << n,
+                None => self.known & !(1 << n),
+            };
+        }
+    }
+
     fn get(&self, r: Register) -> Option<u64> {
-        self.0.get(usize::from(r.0)).copied().flatten()
+        self.reg(usize::from(r.0))
     }
 }
+
+/// `rbp`
+pub const BP: usize = 6;
+/// `rsp`
+pub const SP: usize = 7;
+/// The ip (the return address column).
+pub const IP: usize = 16;
 
 /// Why the fallback could not step a frame.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -137,7 +164,7 @@ impl Replay {
         while self.at < last {
             let at = self.at;
             match step(map(frames[at]), frames[at], at == 0, &self.regs, read)? {
-                Stepped::Caller(r) if r.0[16] == Some(frames[at + 1].wrapping_add(1)) => {
+                Stepped::Caller(r) if r.reg(IP) == Some(frames[at + 1].wrapping_add(1)) => {
                     self.regs = r;
                     self.at += 1;
                 }
@@ -220,23 +247,23 @@ fn without_cfi(
 ) -> Result<Stepped, Failed> {
     let mut out = callee_saved(regs);
     let (cfa, ra) = if first {
-        let sp = regs.0[7].ok_or(Failed::BadCfi)?;
+        let sp = regs.reg(SP).ok_or(Failed::BadCfi)?;
         (sp.checked_add(8).ok_or(Failed::BadCfi)?, read(sp))
     } else {
-        let bp = regs.0[6].ok_or(Failed::BadCfi)?;
+        let bp = regs.reg(BP).ok_or(Failed::BadCfi)?;
         let cfa = bp.checked_add(16).ok_or(Failed::BadCfi)?;
-        out.0[6] = read(bp).ok();
+        out.set(BP, read(bp).ok());
         (cfa, read(bp + 8))
     };
-    out.0[7] = Some(cfa);
-    out.0[16] = Some(ra.map_err(|_| Failed::StackEnd)?);
+    out.set(SP, Some(cfa));
+    out.set(IP, Some(ra.map_err(|_| Failed::StackEnd)?));
     Ok(Stepped::Caller(out))
 }
 
 fn callee_saved(regs: &Regs) -> Regs {
     let mut out = Regs::default();
     for r in CALLEE_SAVED {
-        out.0[usize::from(r)] = regs.0[usize::from(r)];
+        out.set(usize::from(r), regs.reg(usize::from(r)));
     }
     out
 }
@@ -298,9 +325,9 @@ fn apply<'a, S: UnwindSection<R<'a>>>(
             }
             _ => None,
         };
-        out.0[i] = value;
+        out.set(i, value);
     }
-    let ra = match out.0[16] {
+    let ra = match out.reg(IP) {
         Some(ra) => ra,
         // A rule that reads the stack, past the copy.
         None if matches!(
@@ -313,11 +340,11 @@ fn apply<'a, S: UnwindSection<R<'a>>>(
         None => return Err(Failed::BadCfi),
     };
     // framehop's checks: a frame that does not advance, a stack that grows back.
-    let sp = regs.0[7].ok_or(Failed::BadCfi)?;
-    if (cfa == sp && Some(ra) == regs.0[16]) || (!first && cfa < sp) {
+    let sp = regs.reg(SP).ok_or(Failed::BadCfi)?;
+    if (cfa == sp && Some(ra) == regs.reg(IP)) || (!first && cfa < sp) {
         return Err(Failed::BadCfi);
     }
-    out.0[7] = Some(cfa);
+    out.set(SP, Some(cfa));
     Ok(Stepped::Caller(out))
 }
 

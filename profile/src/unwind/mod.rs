@@ -468,7 +468,8 @@ pub(crate) fn walk_stack(
     max_frames: usize,
     frames: &mut Vec<u64>,
 ) -> (Outcome, u32) {
-    let (Some(ip), Some(sp), Some(bp)) = (regs.0[16], regs.0[7], regs.0[6]) else {
+    let (Some(ip), Some(sp), Some(bp)) = (regs.reg(cfi::IP), regs.reg(cfi::SP), regs.reg(cfi::BP))
+    else {
         return (Outcome::NoRegs, 0);
     };
     // framehop 0.16 (its latest release) computes the return address's slot as `cfa - 8`
@@ -497,10 +498,10 @@ pub(crate) fn walk_stack(
                 let map = |a: u64| p.map(a).map(|c| (&c.info, c.base));
                 match replay.step_last(&frames[first..], map, &mut read) {
                     Ok(cfi::Stepped::Caller(r)) => {
-                        let (Some(ra), Some(sp)) = (r.0[16], r.0[7]) else {
+                        let (Some(ra), Some(sp)) = (r.reg(cfi::IP), r.reg(cfi::SP)) else {
                             return Outcome::CfiFallbackFailed;
                         };
-                        fh = UnwindRegsX86_64::new(ra, sp, r.0[6].unwrap_or(0));
+                        fh = UnwindRegsX86_64::new(ra, sp, r.reg(cfi::BP).unwrap_or(0));
                         Ok(Some(ra))
                     }
                     Ok(cfi::Stepped::End) => Ok(None),

@@ -785,7 +785,7 @@ fn a_cfa_in_rbx_is_stepped_with_the_registers_replayed_through_framehops_frames(
     put(rbx + 24, ra2); // its return address at CFA-8
     let p = trampoline_process();
     let mut regs = cfi::Regs::ip_sp_bp(BASE + 0x1150, sp, 0);
-    regs.0[3] = Some(0xdead); // rbx as `saver` left it
+    regs.set(3, Some(0xdead)); // rbx as `saver` left it
     let mut cache = framehop::x86_64::CacheX86_64::new();
     let mut frames = Vec::new();
     let walked = walk_stack(&p, &regs, &stack, E, &mut cache, 64, &mut frames);
@@ -793,14 +793,14 @@ fn a_cfa_in_rbx_is_stepped_with_the_registers_replayed_through_framehops_frames(
     assert_eq!(frames, [BASE + 0x1150, ra1 - 1, ra2 - 1]);
     // Sampled in the trampoline itself: its rbx is the sample's.
     let mut regs = cfi::Regs::ip_sp_bp(BASE + 0x1010, sp, 0);
-    regs.0[3] = Some(rbx);
+    regs.set(3, Some(rbx));
     frames.clear();
     let walked = walk_stack(&p, &regs, &stack, E, &mut cache, 64, &mut frames);
     assert_eq!(walked, (Outcome::NoInfoLater, 1));
     assert_eq!(frames, [BASE + 0x1010, ra2 - 1]);
     // Without rbx in the sample (a recording with fewer user registers), the step is not made:
     // counted, never a guess.
-    regs.0[3] = None;
+    regs.set(3, None);
     frames.clear();
     let walked = walk_stack(&p, &regs, &stack, E, &mut cache, 64, &mut frames);
     assert_eq!(walked, (Outcome::CfiFallbackFailed, 1));
@@ -820,13 +820,13 @@ fn the_fallback_on_garbage_registers_and_stacks_never_panics() {
     };
     for _ in 0..2000 {
         let mut regs = cfi::Regs::default();
-        for r in regs.0.iter_mut() {
-            *r = Some(next());
+        for n in 0..cfi::REGS {
+            regs.set(n, Some(next()));
         }
         let sp = next() & !7;
-        regs.0[7] = Some(sp);
-        regs.0[16] = Some(BASE + 0x1000 + next() % 0x200);
-        regs.0[3] = Some(sp.wrapping_add(next() % 0x100));
+        regs.set(7, Some(sp));
+        regs.set(16, Some(BASE + 0x1000 + next() % 0x200));
+        regs.set(3, Some(sp.wrapping_add(next() % 0x100)));
         let stack: Vec<u8> = (0..32).flat_map(|_| next().to_le_bytes()).collect();
         let mut frames = Vec::new();
         let (outcome, _) = walk_stack(&p, &regs, &stack, E, &mut cache, 16, &mut frames);
@@ -847,10 +847,10 @@ fn sampled_registers_are_taken_in_perfs_order() {
     let want: Vec<Option<u64>> = [0, 3, 2, 1, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23, 8]
         .map(Some)
         .to_vec();
-    assert_eq!(r.0.to_vec(), want);
+    assert_eq!((0..cfi::REGS).map(|n| r.reg(n)).collect::<Vec<_>>(), want);
     let r = cfi::Regs::from_perf(&values[..8 * 3], 0b1_1000_0001, E);
     assert_eq!(
-        (r.0[0], r.0[7], r.0[16], r.0[6], r.0[3]),
+        (r.reg(0), r.reg(7), r.reg(16), r.reg(6), r.reg(3)),
         (Some(0), Some(1), Some(2), None, None)
     );
 }
