@@ -13,8 +13,8 @@
 //! step through both.
 //!
 //! - **Which frames**: a dso's FDEs are scanned once when its unwind sections are read
-//!   ([`hard_ranges`]); an FDE whose CIE or own instructions define the CFA, the return address or
-//!   `rbp` in a way framehop's evaluation cannot follow is marked, and a frame whose lookup
+//!   ([`hard_ranges`], linear in the section's size); an FDE whose CIE or own instructions define
+//!   the CFA, the return address or `rbp` in a way framehop's evaluation cannot follow is marked, and a frame whose lookup
 //!   address lies in a marked FDE is stepped here, never by framehop.
 //! - **Registers**: the sample's user registers (perf records all of them for `--call-graph
 //!   dwarf` on x86-64: `sample_regs_user` 0xff0fff) are the first frame's; a frame framehop
@@ -453,30 +453,19 @@ fn framehop_evaluates(e: Expression<R<'_>>, encoding: Encoding) -> bool {
     true
 }
 
-/// Whether an FDE's CFI (its CIE's initial instructions, then its own) defines the CFA, the
-/// return address or `rbp` in a way framehop cannot evaluate. CFI that cannot be read is left
-/// to framehop (which falls back to the frame pointer on it, as before).
+/// Whether CFI instructions define the CFA, the return address or `rbp` in a way framehop cannot
+/// evaluate. Instructions that cannot be read end the look (framehop falls back to the frame
+/// pointer on them, as it did before).
 fn beyond_framehop<'a, S: UnwindSection<R<'a>>>(
     s: &S,
-    bases: &BaseAddresses,
-    fde: &gimli::FrameDescriptionEntry<R<'a>>,
+    encoding: Encoding,
+    mut instructions: gimli::CallFrameInstructionIter<'_, R<'a>>,
 ) -> bool {
-    let encoding = fde.cie().encoding();
     let expr = |e: &gimli::UnwindExpression<usize>| {
         e.get(s).is_ok_and(|e| !framehop_evaluates(e, encoding))
     };
     let watched = |r: Register| r == X86_64::RA || r == X86_64::RBP;
-    let mut cie = fde.cie().instructions(s, bases);
-    let mut own = fde.instructions(s, bases);
-    loop {
-        let i = match cie.next() {
-            Ok(Some(i)) => i,
-            Ok(None) => match own.next() {
-                Ok(Some(i)) => i,
-                _ => return false,
-            },
-            Err(_) => return false,
-        };
+    while let Ok(Some(i)) = instructions.next() {
         let hard = match i {
             CallFrameInstruction::DefCfa { register, .. }
             | CallFrameInstruction::DefCfaSf { register, .. }
@@ -500,6 +489,7 @@ fn beyond_framehop<'a, S: UnwindSection<R<'a>>>(
             return true;
         }
     }
+    false
 }
 
 /// The address ranges (the file's addresses, `[start, end)`, sorted) of the FDEs of a dso whose
@@ -522,17 +512,35 @@ pub fn hard_ranges(info: &UnwindInfo) -> Vec<(u64, u64)> {
     out
 }
 
+/// [`hard_ranges`] of one section: an FDE is marked when its CIE's initial instructions or its
+/// own are [`beyond_framehop`]; a CIE's are looked at once, however many FDEs share it, so the
+/// work is linear in the section's size.
 fn scan<'a, S: UnwindSection<R<'a>>>(s: &S, bases: &BaseAddresses) -> Vec<(u64, u64)> {
     let mut out = Vec::new();
+    let mut cies: std::collections::HashMap<usize, bool> = std::collections::HashMap::new();
+    let mut last: Option<gimli::CommonInformationEntry<R<'a>>> = None;
     let mut entries = s.entries(bases);
     while let Ok(Some(entry)) = entries.next() {
         let CieOrFde::Fde(partial) = entry else {
             continue;
         };
-        let Ok(fde) = partial.parse(S::cie_from_offset) else {
+        // The last CIE parsed is taken again without parsing (FDEs follow their CIE).
+        let Ok(fde) = partial.parse(|s, bases, offset| match &last {
+            Some(c) if S::Offset::from(c.offset()) == offset => Ok(c.clone()),
+            _ => s.cie_from_offset(bases, offset),
+        }) else {
             continue;
         };
-        if fde.len() > 0 && beyond_framehop(s, bases, &fde) {
+        last = Some(fde.cie().clone());
+        if fde.len() == 0 {
+            continue;
+        }
+        let cie = fde.cie();
+        let encoding = cie.encoding();
+        let cie_hard = *cies
+            .entry(cie.offset())
+            .or_insert_with(|| beyond_framehop(s, encoding, cie.instructions(s, bases)));
+        if cie_hard || beyond_framehop(s, encoding, fde.instructions(s, bases)) {
             out.push((fde.initial_address(), fde.end_address()));
         }
     }

@@ -494,7 +494,6 @@ pub(crate) fn walk_stack(
         frames.push(ip);
         loop {
             let next = if p.is_hard(at.address_for_lookup()) {
-                steps += 1;
                 let map = |a: u64| p.map(a).map(|c| (&c.info, c.base));
                 match replay.step_last(&frames[first..], map, &mut read) {
                     Ok(cfi::Stepped::Caller(r)) => {
@@ -502,9 +501,13 @@ pub(crate) fn walk_stack(
                             return Outcome::CfiFallbackFailed;
                         };
                         fh = UnwindRegsX86_64::new(ra, sp, r.reg(cfi::BP).unwrap_or(0));
+                        steps += 1;
                         Ok(Some(ra))
                     }
-                    Ok(cfi::Stepped::End) => Ok(None),
+                    Ok(cfi::Stepped::End) => {
+                        steps += 1;
+                        Ok(None)
+                    }
                     Err(cfi::Failed::StackEnd) => return Outcome::StackEnd,
                     Err(_) => return Outcome::CfiFallbackFailed,
                 }
