@@ -340,7 +340,8 @@ impl Process {
 
     /// Whether `addr` lies in code whose CFI framehop cannot evaluate.
     fn is_hard(&self, addr: u64) -> bool {
-        // Ranges of different maps do not overlap; those of one dso's FDEs do not either.
+        // Maps do not overlap, nor do a sound file's FDEs; where a hostile file's overlap, a frame
+        // may be missed here and framehop steps it, as it did before.
         let i = self.hard.partition_point(|r| r.0 <= addr);
         i > 0 && addr < self.hard[i - 1].1
     }
