@@ -1016,14 +1016,7 @@ pipetest!(needs(perf, cc, inferno, go, duckdb, trixie)
     outputs_agree(&dir, "perf 7.3 -g", &g, At::Host, &[]);
     let without = fp(&dir, false);
     let without: Vec<&str> = without.iter().map(String::as_str).collect();
-    // LD_BIND_NOW: no sample in ld.so's lazy-binding trampoline `_dl_runtime_resolve_xsavec`,
-    // which perf 7.3's libdw unwinds through and `--unwind` does not (docs/perf-versions.md); a
-    // few such samples put a run under 99.9 %.
-    let (dwarf, _) = p7.record_env(
-        &[("LD_BIND_NOW", "1")],
-        &["-e", "cpu-clock", "-F", "4000", "--call-graph", "dwarf"],
-        &without,
-    );
+    let dwarf = p7.record(&["-e", "cpu-clock", "-F", "4000", "--call-graph", "dwarf"], &without);
     outputs_agree(&dir, "perf 7.3 --call-graph dwarf", &dwarf, At::Host, &["--unwind"]);
     let defer = p7
         .command()

@@ -242,12 +242,10 @@ pipetest!(needs(perf, perf612, trixie, cc) fork_exec_churn, |dir| {
     // Issue 32: processes that fork, exec and exit within a round on both cpus (`churn.c`), so
     // that their samples, FORKs and MMAP2s come out of time order in the stream; each sample is
     // unwound with its process's maps at its time, as perf does after sorting.
-    // -z now: no lazy binding, whose `_dl_runtime_resolve_xsavec` frames framehop does not
-    // unwind (a limit of the unwinder, not of the address spaces; every child would show it).
     let exe = build(
         &dir,
         "cc",
-        &["-O2", "-fomit-frame-pointer", "-fno-ipa-pure-const", "-Wl,-z,now"],
+        &["-O2", "-fomit-frame-pointer", "-fno-ipa-pure-const"],
         "churn.c",
         "churn",
     );
@@ -323,15 +321,11 @@ pipetest!(needs(perf, perf612, trixie, cc) file_mode_in_and_out, |dir| {
 
 pipetest!(needs(perf, cc, inferno) flame_graph_input_in_one_pass, |dir| {
     // --unwind then the symbolize stage the folded output adds by itself, against perf script
-    // unwinding the input, collapsed by inferno. At 99.9 % one sample of this recording's ~2,500
-    // decides, so the workload binds its symbols at load (LD_BIND_NOW): a sample in ld.so's lazy
-    // binding at exit (`_dl_runtime_resolve_xsavec`, whose frame framehop cannot follow:
-    // docs/unwinding.md) lands there by chance and would decide the verdict instead of the
-    // unwinder.
+    // unwinding the input, collapsed by inferno.
     let argv = cpp(&dir);
     let argv: Vec<&str> = argv.iter().map(String::as_str).collect();
     let args = ["-e", "cpu-clock", "-F", "4000", "--call-graph", "dwarf"];
-    let (rec, _) = oracle().record_env(&[("LD_BIND_NOW", "1")], &args, &argv);
+    let rec = oracle().record(&args, &argv);
     let file = dir.write("rec.data", &rec);
     let folded = dir.path("out.folded");
     let r = perfpipe(
@@ -363,3 +357,78 @@ pipetest!(needs(perf, cc, inferno) flame_graph_input_in_one_pass, |dir| {
     let svg = std::fs::read_to_string(svg).unwrap();
     assert!(svg.contains("tpl::run"), "the flame graph names the workload's frames");
 });
+
+pipetest!(needs(perf, cc, inferno)
+    /// ld.so's lazy-binding trampoline (`_dl_runtime_resolve_xsavec`) aligns the stack and keeps
+    /// its CFA in `rbx` (`CFA=rbx+32`), which framehop cannot evaluate (it took the frame pointer
+    /// there and skipped the caller of the PLT entry); the CFI fallback (`profile/src/unwind/cfi.rs`)
+    /// steps it with every sampled register. `lazy.c` loads and unloads a library 512 of whose
+    /// calls bind lazily at every load; recorded until at least [`RESOLVER_SAMPLES`] samples
+    /// have the trampoline in perf's stack, and `--unwind -o out.folded` must give perf's
+    /// `perf script --no-inline | inferno-collapse-perf` for every sample whose frames perf names
+    /// (none `[unknown]`), with the fallback counted and never failing.
+    lazy_binding_trampolines_unwound_as_perf_does, |dir| {
+    let lib = |name: &str, args: &[&str]| {
+        let mut all = vec!["-shared", "-fPIC", "-nostartfiles", "-Wl,--no-as-needed"];
+        all.extend_from_slice(args);
+        build(&dir, "cc", &all, "lazy.c", name)
+    };
+    // -nostartfiles: no `_init` (crti's, without CFI: perf stops at its first page fault at
+    // each load, where framehop's guess goes on), which is not what this test is about.
+    lib("liblazydeps.so", &["-DLAZY_DEPS"]);
+    let libdir = format!("-L{}", dir.path("").display());
+    let lazy = lib(
+        "liblazy.so",
+        &["-DLAZY_LIB", "-Wl,-z,lazy", &libdir, "-llazydeps", "-Wl,-rpath,$ORIGIN"],
+    );
+    let exe = build(&dir, "cc", &["-O2", "-fomit-frame-pointer", "-Wl,-z,lazy"], "lazy.c", "lazy");
+    let in_resolver = |rec: &[u8]| {
+        perf_on(&["script", "--no-inline"], rec)
+            .split("\n\n")
+            .filter(|s| s.contains("_dl_runtime_resolve"))
+            .count()
+    };
+    let (rec, _) = record_until(
+        |round| {
+            let rounds = (200u32 << round).to_string();
+            let args = ["-e", "cpu-clock", "-F", "4000", "--call-graph", "dwarf"];
+            perf_record(&args, &[&exe, &rounds, &lazy])
+        },
+        |rec| {
+            let n = in_resolver(rec);
+            (n < RESOLVER_SAMPLES).then(|| format!("samples in _dl_runtime_resolve* ({n})"))
+        },
+    );
+    let file = dir.write("rec.data", &rec);
+    let folded = dir.path("out.folded");
+    let (file, out) = (file.to_str().unwrap(), folded.to_str().unwrap());
+    let r = perfpipe(&["-i", file, "--unwind", "-o", out, "--stats"], b"");
+    let stats = String::from_utf8_lossy(&r.stderr);
+    assert!(r.status.success(), "{stats}");
+    let steps = counter(&stats, "cfi_fallback_steps");
+    assert!(steps as usize >= RESOLVER_SAMPLES, "{steps} fallback steps:\n{stats}");
+    assert_eq!(counter(&stats, "partial_cfi_fallback_failed"), 0, "{stats}");
+    let ours = std::fs::read_to_string(&folded).unwrap();
+    let theirs = collapse(&perf_on(&["script", "--no-inline"], &rec), &[]);
+    let agreement = crate::oracle::compare(&ours, &theirs);
+    eprintln!("=== lazy binding: ours vs perf 6.1\n{agreement}");
+    let unnamed: u64 = crate::oracle::parse(&theirs)
+        .iter()
+        .filter(|(stack, _)| stack.contains("[unknown]"))
+        .map(|(_, w)| w)
+        .sum();
+    assert!(
+        agreement.agreed + unnamed >= agreement.ours.max(agreement.theirs),
+        "lazy binding: stacks differ where perf names every frame (above)"
+    );
+    assert!(
+        crate::oracle::parse(&ours)
+            .keys()
+            .any(|s| s.contains("lazy_run;_dl_runtime_resolve")),
+        "no stack through the trampoline with its caller"
+    );
+});
+
+/// Samples with ld.so's lazy-binding trampoline in perf's stack that
+/// [`lazy_binding_trampolines_unwound_as_perf_does`] records until it has.
+const RESOLVER_SAMPLES: usize = 50;

@@ -1,7 +1,8 @@
 //! An ELF file's unwind information on arbitrary bytes, as `unwind` reads a dso
 //! (`.eh_frame`, `.eh_frame_hdr`, `.debug_frame`, the PT_LOADs), made framehop modules for a map
 //! of each PT_LOAD, and walked from addresses in each map over a stack of the input's bytes
-//! (`profile::fuzz::unwind_info`). Never panics, but for the one known panic inside framehop 0.16
+//! (`profile::fuzz::unwind_info`; frames whose CFI framehop cannot evaluate through the CFI
+//! fallback, `unwind::cfi`, with the ip, `rsp` and `rbp` as the only known registers). Never panics, but for the one known panic inside framehop 0.16
 //! (its unchecked `cfa - 8`, `x86_64/dwarf.rs`), which `unwind::walk_stack` catches and counts
 //! (`partial_unwinder_panic`, `regression::r40_framehop_cfa_below_8_is_a_partial_walk`):
 //! libFuzzer's panic hook would abort on it even though it is caught, so that panic alone is let

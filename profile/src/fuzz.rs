@@ -154,11 +154,9 @@ fn unwind_walks(data: &[u8], stack: &[u8], mut seen: impl FnMut(usize, Outcome, 
             end - 1,
         ] {
             frames.clear();
-            let o = walk_stack(
+            let (o, _) = walk_stack(
                 &p,
-                ip,
-                sp,
-                sp + 16,
+                &crate::unwind::cfi::Regs::ip_sp_bp(ip, sp, sp + 16),
                 stack,
                 perfpipe_stream::format::Endian::Little,
                 &mut cache,

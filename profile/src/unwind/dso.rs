@@ -33,12 +33,15 @@ type Load = (u64, u64, u64);
 /// What unwinding needs of one ELF file.
 #[derive(Debug, Default, Clone)]
 pub struct UnwindInfo {
-    eh_frame: Option<(Range<u64>, Bytes)>,
-    eh_frame_hdr: Option<(Range<u64>, Bytes)>,
-    debug_frame: Option<Bytes>,
-    text: Option<Range<u64>>,
-    got: Option<Range<u64>>,
+    pub(super) eh_frame: Option<(Range<u64>, Bytes)>,
+    pub(super) eh_frame_hdr: Option<(Range<u64>, Bytes)>,
+    pub(super) debug_frame: Option<Bytes>,
+    pub(super) text: Option<Range<u64>>,
+    pub(super) got: Option<Range<u64>>,
     loads: Vec<Load>,
+    /// The FDEs (file addresses, sorted) whose CFI framehop cannot evaluate: their frames are
+    /// stepped by [`super::cfi`].
+    hard: Arc<[(u64, u64)]>,
 }
 
 impl UnwindInfo {
@@ -50,6 +53,12 @@ impl UnwindInfo {
     /// The PT_LOADs: `(p_vaddr, p_offset, p_filesz)`.
     pub fn loads(&self) -> &[(u64, u64, u64)] {
         &self.loads
+    }
+
+    /// The address ranges (file addresses, `[start, end)`, sorted) of the FDEs whose CFI framehop
+    /// cannot evaluate ([`super::cfi::hard_ranges`]).
+    pub fn hard(&self) -> &[(u64, u64)] {
+        &self.hard
     }
 
     /// Bytes held.
@@ -79,6 +88,17 @@ impl UnwindInfo {
             vaddr.wrapping_add(pgoff).wrapping_sub(off)
         });
         start.wrapping_sub(svma)
+    }
+
+    /// The unwind information of a file with only an `.eh_frame` (of `data`, at `at`), for tests.
+    #[cfg(test)]
+    pub(super) fn with_eh_frame(at: u64, data: &[u8]) -> UnwindInfo {
+        let mut info = UnwindInfo {
+            eh_frame: Some((at..at + data.len() as u64, Bytes::from(data))),
+            ..UnwindInfo::default()
+        };
+        info.hard = super::cfi::hard_ranges(&info).into();
+        info
     }
 
     /// A framehop module for a map `[start, end)` of this file at load bias `base`.
@@ -275,14 +295,17 @@ fn parse_elf<'d, E: FileHeader<Endian = Endianness>, R: ReadRef<'d>>(
             eh_frame_hdr_sound(d, r.start, f.start, at(&range(".text")), at(&range(".got")))
         })
     });
-    Some(UnwindInfo {
+    let mut info = UnwindInfo {
         eh_frame,
         eh_frame_hdr,
         debug_frame: bytes(".debug_frame"),
         text: range(".text"),
         got: range(".got"),
         loads,
-    })
+        hard: Arc::new([]),
+    };
+    info.hard = super::cfi::hard_ranges(&info).into();
+    Some(info)
 }
 
 /// Whether every FDE the `.eh_frame_hdr` search table (at `hdr_addr`) points to lies at or after

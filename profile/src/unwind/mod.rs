@@ -20,6 +20,9 @@
 //!   map, so a change of the maps costs a module of each new map only, and a dso's unwind data
 //!   is parsed once per place it is mapped at. Unwinders and modules no sample asked for in
 //!   four rounds (`KEEP_ROUNDS`) are dropped. A dso's unwind sections are read once (see [`dso`]).
+//! - **Frames framehop cannot step** (CFI whose CFA is on a register other than `rsp`/`rbp`, or an
+//!   expression that reads memory: ld.so's lazy-binding trampolines, signal frames) are stepped
+//!   by [`cfi`] with gimli on every sampled register, and framehop goes on from the caller.
 //! - **Bounded**: at most `max-frames` frames per sample (default 1024), stack reads only inside
 //!   the copy (`dyn_size` bytes of it, clamped to its size), and unwinding stops at a frame in code
 //!   without unwind information. Garbage registers, truncated copies and looping unwind info end
@@ -39,13 +42,15 @@
 //! they carry. **EOF**: the held batches. Counters: `samples_unwound` (the walk reached the
 //! outermost frame), `samples_partial` (it stopped early; per reason `partial_stack_end`,
 //! `partial_no_unwind_info`, `partial_bad_frame`, `partial_frame_cap`,
-//! `partial_unwinder_panic`), `samples_no_unwind_info`
+//! `partial_unwinder_panic`, `partial_cfi_fallback_failed`), `cfi_fallback_steps`,
+//! `samples_no_unwind_info`
 //! (the sample's ip is in no dso with unwind information), `samples_no_user_regs` (kernel threads,
 //! 32-bit processes), `samples_malformed` (dropped: a field runs past the record),
 //! `dyn_size_clamped`, `user_frames`, `dsos_loaded`, `dsos_missing`, `dsos_without_unwind_info`,
 //! `dsos_build_id_mismatch`, and the sources' ([`Sources::counter_rows`]) when it is the first
 //! stage of the pipeline to take them (they are shared with `symbolize`: one set a run).
 
+pub mod cfi;
 pub mod dso;
 pub mod sample;
 mod spec;
@@ -232,6 +237,8 @@ struct Counters {
     bad_frame: Counter,
     frame_cap: Counter,
     unwinder_panic: Counter,
+    cfi_failed: Counter,
+    cfi_steps: Counter,
     no_unwind_info: Counter,
     no_regs: Counter,
     malformed: Counter,
@@ -254,17 +261,30 @@ struct Unfound {
     other_builds: Vec<crate::symbols::sources::locate::OtherBuild>,
 }
 
-/// A process's unwinder and the address ranges of its modules with unwind information.
+/// A process's unwinder and the maps of its modules with unwind information.
 pub struct Process {
     unwinder: UnwinderX86_64<Bytes>,
-    /// Sorted, non-overlapping `[start, end)` of maps whose dso has unwind information.
-    covered: Vec<(u64, u64)>,
+    /// Sorted, non-overlapping maps whose dso has unwind information.
+    covered: Vec<Covered>,
+    /// Sorted `[start, end)` of the code whose CFI framehop cannot evaluate (in any of the maps):
+    /// stepped by [`cfi`].
+    hard: Vec<(u64, u64)>,
+}
+
+/// A map of a dso with unwind information: `[start, end)`, its load bias and the information.
+struct Covered {
+    start: u64,
+    end: u64,
+    base: u64,
+    info: UnwindInfo,
 }
 
 impl std::fmt::Debug for Process {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let covered: Vec<(u64, u64)> = self.covered.iter().map(|c| (c.start, c.end)).collect();
         f.debug_struct("Process")
-            .field("covered", &self.covered)
+            .field("covered", &covered)
+            .field("hard", &self.hard)
             .finish_non_exhaustive()
     }
 }
@@ -284,6 +304,7 @@ impl Process {
         Process {
             unwinder: UnwinderX86_64::new(),
             covered: Vec::new(),
+            hard: Vec::new(),
         }
     }
 
@@ -293,27 +314,60 @@ impl Process {
             return;
         }
         let base = info.base_avma(start, pgoff);
-        self.add_module(info.module(name, start..end, base));
+        self.add_module(info.module(name, start..end, base), info);
     }
 
-    /// Adds a module (made by [`UnwindInfo::module`]; a clone shares its parsed unwind data).
-    pub fn add_module(&mut self, module: Module<Bytes>) {
+    /// Adds a module (made by [`UnwindInfo::module`] of `info`; a clone shares its parsed unwind
+    /// data).
+    pub fn add_module(&mut self, module: Module<Bytes>, info: &UnwindInfo) {
         let (start, end) = (module.avma_range().start, module.avma_range().end);
         if end <= start {
             return;
         }
+        let base = module.base_avma();
         self.unwinder.add_module(module);
-        let i = self.covered.partition_point(|r| r.0 < start);
-        self.covered.insert(i, (start, end));
+        let i = self.covered.partition_point(|r| r.start < start);
+        self.covered.insert(
+            i,
+            Covered {
+                start,
+                end,
+                base,
+                info: info.clone(),
+            },
+        );
+        let hard = info.hard().iter().filter_map(|&(a, b)| {
+            let (a, b) = (
+                a.wrapping_add(base).max(start),
+                b.wrapping_add(base).min(end),
+            );
+            (a < b).then_some((a, b))
+        });
+        let mut hard: Vec<(u64, u64)> = self.hard.iter().copied().chain(hard).collect();
+        hard.sort_unstable();
+        self.hard = hard;
         if MODULES_ADDED.fetch_add(1, Ordering::Relaxed) % CACHE_EPOCH_ADDS == CACHE_EPOCH_ADDS - 1
         {
             CACHE_EPOCH.fetch_add(1, Ordering::Relaxed);
         }
     }
 
+    /// The map holding `addr`.
+    fn map(&self, addr: u64) -> Option<&Covered> {
+        let i = self.covered.partition_point(|r| r.start <= addr);
+        (i > 0 && addr < self.covered[i - 1].end).then(|| &self.covered[i - 1])
+    }
+
     fn covers(&self, addr: u64) -> bool {
-        let i = self.covered.partition_point(|r| r.0 <= addr);
-        i > 0 && addr < self.covered[i - 1].1
+        self.map(addr).is_some()
+    }
+
+    /// Whether `addr` lies in code whose CFI framehop cannot evaluate.
+    fn is_hard(&self, addr: u64) -> bool {
+        // Maps do not overlap, nor do a sound file's FDEs; where a hostile file's overlap, a frame
+        // may be missed here and framehop steps it, as it did before.
+        let i = self.hard.partition_point(|r| r.0 <= addr);
+        i > 0 && addr < self.hard[i - 1].1
     }
 }
 
@@ -332,6 +386,10 @@ pub enum Outcome {
     FrameCap,
     /// The unwinder panicked on a frame (framehop's unchecked `cfa - 8`, see `walk_stack`).
     UnwinderPanic,
+    /// A frame whose CFI framehop cannot evaluate could not be stepped by the fallback either
+    /// ([`cfi`]: CFI it cannot read or evaluate, a register the sample lacks, a replayed frame
+    /// that disagrees with framehop).
+    CfiFallbackFailed,
     /// The sample's own ip lies in no dso with unwind information: only that frame is written.
     NoUnwindInfo,
     /// No usable user registers: no user frames.
@@ -351,6 +409,8 @@ pub struct Walked {
     pub frames: usize,
     /// `dyn_size` exceeded the stack copy.
     pub dyn_clamped: bool,
+    /// Frames stepped by the CFI fallback ([`cfi`]).
+    pub fallback_steps: u32,
 }
 
 /// Adds of modules after which the unwind caches are replaced: framehop tells its unwinders apart in
@@ -377,9 +437,11 @@ pub fn walk(
             outcome: Outcome::Malformed,
             frames: 0,
             dyn_clamped: false,
+            fallback_steps: 0,
         };
     };
     let mut frames: Vec<u64> = Vec::new();
+    let mut fallback_steps = 0;
     let outcome = match (parts.regs, process) {
         (None, _) => Outcome::NoRegs,
         (Some((ip, _, _)), None) => {
@@ -390,8 +452,9 @@ pub fn walk(
             frames.push(ip);
             Outcome::NoUnwindInfo
         }
-        (Some((ip, sp, bp)), Some(p)) => {
+        (Some(_), Some(p)) => {
             let stack = &rec[parts.stack.clone()];
+            let regs = cfi::Regs::from_perf(&rec[parts.user_regs.clone()], extra.regs_user, e);
             CACHE.with(|c| {
                 let mut c = c.borrow_mut();
                 let epoch = CACHE_EPOCH.load(Ordering::Relaxed);
@@ -399,7 +462,10 @@ pub fn walk(
                     *c = (epoch, Some(CacheX86_64::new()));
                 }
                 let cache = c.1.as_mut().expect("set above");
-                walk_stack(p, ip, sp, bp, stack, e, cache, max_frames, &mut frames)
+                let (outcome, steps) =
+                    walk_stack(p, &regs, stack, e, cache, max_frames, &mut frames);
+                fallback_steps = steps;
+                outcome
             })
         }
     };
@@ -410,21 +476,27 @@ pub fn walk(
         outcome,
         frames: n,
         dyn_clamped: parts.dyn_size_clamped,
+        fallback_steps,
     }
 }
 
-#[allow(clippy::too_many_arguments)]
+/// Walks a sample's stack from its registers `regs` (its ip, `rsp` and `rbp` at least) over its
+/// stack copy `stack` (which starts at `rsp`), pushing the frames to `frames` (the ip, then each
+/// return address minus one): framehop steps each frame, except those whose CFI it cannot
+/// evaluate, which [`cfi`] steps. Returns how the walk ended and how many frames [`cfi`] stepped.
 pub(crate) fn walk_stack(
     p: &Process,
-    ip: u64,
-    sp: u64,
-    bp: u64,
+    regs: &cfi::Regs,
     stack: &[u8],
     e: Endian,
     cache: &mut CacheX86_64,
     max_frames: usize,
     frames: &mut Vec<u64>,
-) -> Outcome {
+) -> (Outcome, u32) {
+    let (Some(ip), Some(sp), Some(bp)) = (regs.reg(cfi::IP), regs.reg(cfi::SP), regs.reg(cfi::BP))
+    else {
+        return (Outcome::NoRegs, 0);
+    };
     // framehop 0.16 (its latest release) computes the return address's slot as `cfa - 8`
     // unchecked (`x86_64/dwarf.rs:68`) when a CFI row's return-address rule is not `[CFA-8]` and
     // yields nothing: a CFA below 8, which a hostile CFI row with the sample's registers or stack
@@ -438,21 +510,49 @@ pub(crate) fn walk_stack(
         let b = stack.get(off..off.checked_add(8).ok_or(())?).ok_or(())?;
         e.u64(b, 0).ok_or(())
     };
+    let mut steps = 0;
     let walked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        let regs = UnwindRegsX86_64::new(ip, sp, bp);
-        let mut it = p.unwinder.iter_frames(ip, regs, cache, &mut read);
+        let mut at = FrameAddress::InstructionPointer(ip);
+        let mut fh = UnwindRegsX86_64::new(ip, sp, bp);
+        let mut replay = cfi::Replay::new(*regs);
+        let first = frames.len();
+        frames.push(ip);
         loop {
-            match it.next() {
-                Ok(Some(FrameAddress::InstructionPointer(ip))) => frames.push(ip),
-                Ok(Some(FrameAddress::ReturnAddress(ra))) => {
+            let next = if p.is_hard(at.address_for_lookup()) {
+                let map = |a: u64| p.map(a).map(|c| (&c.info, c.base));
+                match replay.step_last(&frames[first..], map, &mut read) {
+                    Ok(cfi::Stepped::Caller(r)) => {
+                        let (Some(ra), Some(sp)) = (r.reg(cfi::IP), r.reg(cfi::SP)) else {
+                            return Outcome::CfiFallbackFailed;
+                        };
+                        fh = UnwindRegsX86_64::new(ra, sp, r.reg(cfi::BP).unwrap_or(0));
+                        steps += 1;
+                        Ok(Some(ra))
+                    }
+                    Ok(cfi::Stepped::End) => {
+                        steps += 1;
+                        Ok(None)
+                    }
+                    Err(cfi::Failed::StackEnd) => return Outcome::StackEnd,
+                    Err(_) => return Outcome::CfiFallbackFailed,
+                }
+            } else {
+                p.unwinder.unwind_frame(at, &mut fh, cache, &mut read)
+            };
+            match next {
+                Ok(Some(ra)) => {
+                    let Some(ra) = FrameAddress::from_return_address(ra) else {
+                        return Outcome::BadFrame;
+                    };
                     if frames.len() >= max_frames {
                         return Outcome::FrameCap;
                     }
-                    let at = u64::from(ra) - 1;
-                    frames.push(at);
-                    if !p.covers(at) {
+                    let next_at = ra.address() - 1;
+                    frames.push(next_at);
+                    if !p.covers(next_at) {
                         return Outcome::NoInfoLater;
                     }
+                    at = ra;
                 }
                 Ok(None) => return Outcome::Complete,
                 Err(WalkError::CouldNotReadStack(_)) => return Outcome::StackEnd,
@@ -460,10 +560,11 @@ pub(crate) fn walk_stack(
             }
         }
     }));
-    walked.unwrap_or_else(|_| {
+    let outcome = walked.unwrap_or_else(|_| {
         *cache = CacheX86_64::new();
         Outcome::UnwinderPanic
-    })
+    });
+    (outcome, steps)
 }
 
 /// The running `unwind` stage.
@@ -727,7 +828,7 @@ impl Unwind {
                     (info.module("", map.start..map.end, base), round)
                 });
             *used = round;
-            p.add_module(module.clone());
+            p.add_module(module.clone(), info);
         }
         let p = Arc::new(p);
         self.processes.insert(
@@ -864,6 +965,7 @@ impl Unwind {
             Outcome::BadFrame => c.bad_frame.add(1),
             Outcome::FrameCap => c.frame_cap.add(1),
             Outcome::UnwinderPanic => c.unwinder_panic.add(1),
+            Outcome::CfiFallbackFailed => c.cfi_failed.add(1),
             Outcome::NoUnwindInfo => c.no_unwind_info.add(1),
             Outcome::NoRegs => c.no_regs.add(1),
             Outcome::Malformed => c.malformed.add(1),
@@ -875,6 +977,7 @@ impl Unwind {
                 | Outcome::BadFrame
                 | Outcome::FrameCap
                 | Outcome::UnwinderPanic
+                | Outcome::CfiFallbackFailed
         ) {
             c.partial.add(1);
         }
@@ -882,6 +985,9 @@ impl Unwind {
             c.dyn_clamped.add(1);
         }
         c.frames.add(w.frames as u64);
+        if w.fallback_steps > 0 {
+            c.cfi_steps.add(u64::from(w.fallback_steps));
+        }
     }
 }
 
@@ -1014,6 +1120,8 @@ impl Stage for Unwind {
             ("partial_bad_frame", c.bad_frame.clone()),
             ("partial_frame_cap", c.frame_cap.clone()),
             ("partial_unwinder_panic", c.unwinder_panic.clone()),
+            ("partial_cfi_fallback_failed", c.cfi_failed.clone()),
+            ("cfi_fallback_steps", c.cfi_steps.clone()),
             ("samples_no_unwind_info", c.no_unwind_info.clone()),
             ("samples_no_user_regs", c.no_regs.clone()),
             ("samples_malformed", c.malformed.clone()),

@@ -113,6 +113,8 @@ pub struct Parts {
     pub abi: u64,
     /// `(ip, sp, bp)`
     pub regs: Option<(u64, u64, u64)>,
+    /// The REGS_USER values (in the order of `sample_regs_user`'s set bits); empty if none.
+    pub user_regs: Range<usize>,
     /// The stack copy's bytes that the kernel filled (`dyn_size` of them, at most `size`).
     pub stack: Range<usize>,
     /// `dyn_size` exceeded the copy's size (clamped).
@@ -155,6 +157,7 @@ pub fn parse(rec: &[u8], e: Endian, layout: &SampleLayout, extra: &AttrExtra) ->
     let middle = middle_start..at;
     let mut abi = 0;
     let mut regs = None;
+    let mut user_regs = at..at;
     if t & REGS_USER != 0 {
         abi = e.u64(rec, at)?;
         at += 8;
@@ -165,6 +168,7 @@ pub fn parse(rec: &[u8], e: Endian, layout: &SampleLayout, extra: &AttrExtra) ->
             if at > len {
                 return None;
             }
+            user_regs = base..at;
             let reg = |r: u32| {
                 (extra.regs_user & (1 << r) != 0).then(|| {
                     let i = (extra.regs_user & ((1 << r) - 1)).count_ones() as usize;
@@ -204,6 +208,7 @@ pub fn parse(rec: &[u8], e: Endian, layout: &SampleLayout, extra: &AttrExtra) ->
         middle,
         abi,
         regs,
+        user_regs,
         stack,
         dyn_size_clamped,
         tail: at..len,

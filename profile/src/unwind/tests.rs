@@ -1,7 +1,8 @@
 //! Unit tests of the `unwind` stage: the attr and sample rewrites, and walks over real unwind
 //! information (this test binary's own `.eh_frame`) with stacks built to end each way a walk can:
 //! complete, at the end of the copy, at the frame cap (unwind information that loops), on garbage
-//! registers and stacks, on `dyn_size` past the copy, on truncated records.
+//! registers and stacks, on `dyn_size` past the copy, on truncated records; and the CFI fallback
+//! over a synthetic `.eh_frame` whose CFA is in `rbx`, as ld.so's lazy-binding trampoline's is.
 
 use std::path::PathBuf;
 
@@ -719,4 +720,137 @@ fn a_file_of_another_build_gives_no_unwind_information() {
     assert_eq!(right.from, Some(exe.display().to_string()));
     // No id: the file at the path is trusted.
     assert!(dso::load(name, u32::MAX).is_ok());
+}
+
+/// An `.eh_frame` (augmentation "", absolute 8-byte addresses) of one CIE (`CFA=rsp+8`, return
+/// address at `CFA-8`) and an FDE per `(start, len, instructions)`.
+fn eh_frame(fdes: &[(u64, u64, &[u8])]) -> Vec<u8> {
+    let entry = |v: &mut Vec<u8>, mut body: Vec<u8>| {
+        while (4 + body.len()) % 8 != 0 {
+            body.push(0); // DW_CFA_nop
+        }
+        v.extend((body.len() as u32).to_le_bytes());
+        v.extend(body);
+    };
+    let mut v = Vec::new();
+    // id 0, version 1, "", code align 1, data align -8, RA column 16; def_cfa rsp+8, RA at c-8.
+    entry(
+        &mut v,
+        vec![0, 0, 0, 0, 1, 0, 1, 0x78, 16, 0x0c, 7, 8, 0x90, 1],
+    );
+    for &(start, len, ins) in fdes {
+        let mut body = ((v.len() + 4) as u32).to_le_bytes().to_vec();
+        body.extend(start.to_le_bytes());
+        body.extend(len.to_le_bytes());
+        body.extend(ins);
+        entry(&mut v, body);
+    }
+    v.extend([0; 4]);
+    v
+}
+
+/// `trampoline` keeps its CFA in rbx (`CFA=rbx+32`, rbx saved at `CFA-32`), as ld.so's
+/// `_dl_runtime_resolve_xsavec` does; `saver` (`CFA=rsp+16`) saves its caller's rbx at `CFA-16`.
+const TRAMPOLINE: (u64, u64, &[u8]) = (0x1000, 0x100, &[0x0d, 3, 0x0e, 32, 0x83, 4]);
+const SAVER: (u64, u64, &[u8]) = (0x1100, 0x100, &[0x0e, 16, 0x83, 2]);
+
+fn trampoline_process() -> Process {
+    let info = UnwindInfo::with_eh_frame(0x2000, &eh_frame(&[TRAMPOLINE, SAVER]));
+    assert_eq!(
+        info.hard(),
+        &[(0x1000, 0x1100)],
+        "only the rbx-based FDE is beyond framehop"
+    );
+    let mut p = Process::new();
+    p.add(&info, "synthetic", BASE, BASE + 0x3000, 0);
+    p
+}
+
+#[test]
+fn a_cfa_in_rbx_is_stepped_with_the_registers_replayed_through_framehops_frames() {
+    // The sample is in `saver`, called by `trampoline`, called from outside the maps. The
+    // sampled rbx is `saver`'s own; the trampoline's is the one `saver` saved at [sp]: the
+    // fallback finds it by stepping `saver` again with every register.
+    let sp = 0x7ffd_0000_1000u64;
+    let rbx = sp + 0x40; // the trampoline's aligned stack
+    let (ra1, ra2) = (BASE + 0x1050, 0x7000_0000u64);
+    let mut stack = vec![0u8; 0x100];
+    let mut put = |at: u64, v: u64| {
+        let o = (at - sp) as usize;
+        stack[o..o + 8].copy_from_slice(&v.to_le_bytes());
+    };
+    put(sp, rbx); // saver: the caller's rbx at CFA-16 = sp
+    put(sp + 8, ra1); // saver's return address, into the trampoline
+    put(rbx, 0x1111); // the trampoline: its caller's rbx at CFA-32 = rbx
+    put(rbx + 24, ra2); // its return address at CFA-8
+    let p = trampoline_process();
+    let mut regs = cfi::Regs::ip_sp_bp(BASE + 0x1150, sp, 0);
+    regs.set(3, Some(0xdead)); // rbx as `saver` left it
+    let mut cache = framehop::x86_64::CacheX86_64::new();
+    let mut frames = Vec::new();
+    let walked = walk_stack(&p, &regs, &stack, E, &mut cache, 64, &mut frames);
+    assert_eq!(walked, (Outcome::NoInfoLater, 1));
+    assert_eq!(frames, [BASE + 0x1150, ra1 - 1, ra2 - 1]);
+    // Sampled in the trampoline itself: its rbx is the sample's.
+    let mut regs = cfi::Regs::ip_sp_bp(BASE + 0x1010, sp, 0);
+    regs.set(3, Some(rbx));
+    frames.clear();
+    let walked = walk_stack(&p, &regs, &stack, E, &mut cache, 64, &mut frames);
+    assert_eq!(walked, (Outcome::NoInfoLater, 1));
+    assert_eq!(frames, [BASE + 0x1010, ra2 - 1]);
+    // Without rbx in the sample (a recording with fewer user registers), the step is not made:
+    // counted, never a guess.
+    regs.set(3, None);
+    frames.clear();
+    let walked = walk_stack(&p, &regs, &stack, E, &mut cache, 64, &mut frames);
+    assert_eq!(walked, (Outcome::CfiFallbackFailed, 0));
+    assert_eq!(frames, [BASE + 0x1010]);
+}
+
+#[test]
+fn the_fallback_on_garbage_registers_and_stacks_never_panics() {
+    let p = trampoline_process();
+    let mut cache = framehop::x86_64::CacheX86_64::new();
+    let mut seed = 0x9e37_79b9_7f4a_7c15u64;
+    let mut next = || {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        seed
+    };
+    for _ in 0..2000 {
+        let mut regs = cfi::Regs::default();
+        for n in 0..cfi::REGS {
+            regs.set(n, Some(next()));
+        }
+        let sp = next() & !7;
+        regs.set(7, Some(sp));
+        regs.set(16, Some(BASE + 0x1000 + next() % 0x200));
+        regs.set(3, Some(sp.wrapping_add(next() % 0x100)));
+        let stack: Vec<u8> = (0..32).flat_map(|_| next().to_le_bytes()).collect();
+        let mut frames = Vec::new();
+        let (outcome, _) = walk_stack(&p, &regs, &stack, E, &mut cache, 16, &mut frames);
+        assert_ne!(outcome, Outcome::UnwinderPanic);
+        assert!(frames.len() <= 16);
+    }
+}
+
+#[test]
+fn sampled_registers_are_taken_in_perfs_order() {
+    // perf's 0xff0fff: ax … ss (0–11), r8 … r15 (16–23), each value its perf index here.
+    let values: Vec<u8> = (0u64..12)
+        .chain(16..24)
+        .flat_map(|v| v.to_le_bytes())
+        .collect();
+    let r = cfi::Regs::from_perf(&values, 0xff0fff, E);
+    // DWARF order: rax rdx rcx rbx rsi rdi rbp rsp r8 … r15, then the ip.
+    let want: Vec<Option<u64>> = [0, 3, 2, 1, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23, 8]
+        .map(Some)
+        .to_vec();
+    assert_eq!((0..cfi::REGS).map(|n| r.reg(n)).collect::<Vec<_>>(), want);
+    let r = cfi::Regs::from_perf(&values[..8 * 3], 0b1_1000_0001, E);
+    assert_eq!(
+        (r.reg(0), r.reg(7), r.reg(16), r.reg(6), r.reg(3)),
+        (Some(0), Some(1), Some(2), None, None)
+    );
 }
