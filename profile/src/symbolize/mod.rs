@@ -509,7 +509,15 @@ impl ChainCache {
         (i, hit.then_some(&s.steps[..]))
     }
 
-    fn put(&mut self, i: usize, pid: u32, mode: u16, stamps: (u64, u64), entries: &[u8], steps: &[Step]) {
+    fn put(
+        &mut self,
+        i: usize,
+        pid: u32,
+        mode: u16,
+        stamps: (u64, u64),
+        entries: &[u8],
+        steps: &[Step],
+    ) {
         let s = &mut self.slots[i];
         (s.pid, s.mode, s.stamps) = (pid, mode, stamps);
         s.entries.clear();

@@ -131,7 +131,10 @@ fn dsos_of_samples(batches: &[Batch]) -> Vec<Vec<String>> {
         let frames = stacks.table.snapshot();
         for s in stacks.samples() {
             let names = stacks.frames(s).iter().map(|&id| {
-                let dso = frames[id as usize].query.dso.expect("every frame is mapped");
+                let dso = frames[id as usize]
+                    .query
+                    .dso
+                    .expect("every frame is mapped");
                 stacks.dsos.get(dso).unwrap().name.to_string()
             });
             out.push(names.collect());

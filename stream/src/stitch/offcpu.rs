@@ -222,10 +222,7 @@ pub(super) fn assemble(
 /// (branch stack, registers, user stack…), which this part does not walk.
 fn cgroup_after_raw(layout: &SampleLayout) -> Option<usize> {
     let t = layout.sample_type;
-    let between = sample::BRANCH_STACK
-        | sample::REGS_USER
-        | sample::STACK_USER
-        | sample::REGS_INTR;
+    let between = sample::BRANCH_STACK | sample::REGS_USER | sample::STACK_USER | sample::REGS_INTR;
     if t & sample::CGROUP == 0 || t & between != 0 {
         return None;
     }
