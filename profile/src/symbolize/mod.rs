@@ -465,8 +465,10 @@ impl Default for FrameCache {
 /// of the entries and one compare, where mapping the frames one by one cost a cache probe each
 /// (the frames of a system-wide `sched_switch` recording, whose consecutive samples are of other
 /// threads, shared nothing with the sample before: 18 % of perfpipe's CPU time went there).
-/// Direct-mapped; a slot holds the last callchain hashed to it. Corrupt callchains (counted a
-/// sample) are not kept.
+/// Consulted only for a sample of another process (or maps) than the sample before's: one of the
+/// same process shares its outer frames with the last chain, which costs no hash. Direct-mapped;
+/// a slot holds the last callchain hashed to it. Corrupt callchains (counted a sample) are not
+/// kept.
 #[derive(Debug)]
 struct ChainCache {
     slots: Vec<ChainSlot>,
@@ -683,15 +685,19 @@ impl Symbolize {
         let space = self.machine.space(pid, s.time().unwrap_or(u64::MAX));
         let stamps = (space.stamp(misc::KERNEL), space.stamp(misc::USER));
         let cc = s.callchain().filter(|c| !c.is_empty());
+        // The cache serves the samples of another process (or maps) than the sample before's,
+        // whose frames the last chain cannot give: a profile of one process's deep stacks keeps
+        // to the last chain, and pays no hash of its entries.
+        let other = (pid, stamps) != self.last_space;
         let mut slot = None;
-        if let Some(c) = cc {
+        if let Some(c) = cc.filter(|_| other) {
             let (i, hit) = self.chains.get(pid, mode, stamps, c.bytes());
             match hit {
                 Some(steps) => chain.extend_from_slice(steps),
                 None => slot = Some(i),
             }
         }
-        if cc.is_none() || slot.is_some() {
+        if cc.is_none() || !other || slot.is_some() {
             // The sample's frames as (cpumode, address), innermost first.
             let mut corrupt = false;
             match cc {
@@ -736,7 +742,7 @@ impl Symbolize {
             // same cpumodes and addresses, counted from the root) keep its frame ids: a
             // thread's samples differ mostly in their inner frames, and comparing two short
             // arrays costs less than the frame cache's probes.
-            let shared = if (pid, stamps) == self.last_space {
+            let shared = if !other {
                 chain
                     .iter()
                     .rev()
