@@ -802,7 +802,7 @@ pipetest!(needs(perf, cc, tracefs)
     // The workload's threads left open at the end are those perf's own time order leaves open:
     // none, unless a switch-in is missing (lost with the ring full, while perf waited for a cpu
     // that the real-time workload held), which left `spin` open once in a full run under load.
-    let (_, tids, perf_open) = perf_script_wakers(&file);
+    let (_, tids, perf_open, _) = perf_script_wakers(&file);
     let want: Vec<u32> = perf_open.into_iter().filter(|t| tids.contains(t)).collect();
     let (by_tid, _) = profile(
         &dir,
@@ -824,6 +824,28 @@ pipetest!(needs(perf, cc, tracefs)
     }
 });
 
+pipetest!(needs(perf, cc, tracefs)
+    /// Lost switch-ins: with the `sched_switch` samples that switch `nap` in taken out of a
+    /// recording (`--filter`), each of nap's switch-outs finds it still off the cpu. `--stats`
+    /// counts the intervals closed at the previous switch of the cpu (`offcpu_lost_ins`) and
+    /// those dropped (`offcpu_unusable`) as perf script's text sorted by time gives them.
+    lost_switch_ins_are_counted_as_perf_script_shows_them, |dir| {
+    let (file, _) = system_wide(&dir);
+    let cut = dir.path("cut.data");
+    let out = perfpipe(
+        &["-i", file.to_str().unwrap(), "--filter", "tp.next_comm != \"nap\"", "-o", cut.to_str().unwrap()],
+        b"",
+    );
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let (_, _, _, whole) = perf_script_wakers(&file);
+    let (_, _, _, lost) = perf_script_wakers(&cut);
+    // nap's 100 sleeps: each of its switch-outs after the first finds the one before open.
+    assert!(lost.closed + lost.dropped >= whole.closed + whole.dropped + 99, "{whole:?} {lost:?}");
+    let (_, stats) = profile(&dir, b"", &["-i", cut.to_str().unwrap(), "--weight", "offcpu"], "cut.folded");
+    assert_eq!(counter(&stats, "offcpu_lost_ins"), lost.closed, "{stats}");
+    assert_eq!(counter(&stats, "offcpu_unusable"), lost.dropped, "{stats}");
+});
+
 /// An interval of a thread and who woke it: `(tid, switch-out, switch-in, waker tid)`, in ns.
 type Woken = (u32, u64, u64, Option<u32>);
 
@@ -834,8 +856,10 @@ type Woken = (u32, u64, u64, Option<u32>);
 /// comms); and the threads whose last switch-out no switch-in followed, open at the end. A
 /// thread switched out again without a switch-in between (its switch-in not recorded) came in
 /// after the previous `sched_switch` of that cpu: its interval ends there, as `perf sched
-/// timehist` ends it (its `tprev`), when that is after its switch-out; else it is dropped.
-fn perf_script_wakers(file: &Path) -> (Vec<Woken>, Vec<u32>, Vec<u32>) {
+/// timehist` ends it (its `tprev`), when that is after its switch-out; else it is dropped. Last,
+/// how many intervals ended so (lost switch-ins) and how many were dropped (with those an
+/// exiting thread's last switch-out finds open).
+fn perf_script_wakers(file: &Path) -> (Vec<Woken>, Vec<u32>, Vec<u32>, Lost) {
     let out = succeed(
         oracle()
             .command()
@@ -852,6 +876,7 @@ fn perf_script_wakers(file: &Path) -> (Vec<Woken>, Vec<u32>, Vec<u32>) {
     let mut tids = Vec::new();
     // Each cpu's latest sched_switch time.
     let mut cpu_switched: BTreeMap<u32, u64> = BTreeMap::new();
+    let mut lost = Lost::default();
     for l in text.lines() {
         // ` TID [CPU] SEC.NS: sched:EVENT: FIELDS` (TID -1 for an exiting thread's last samples)
         let mut w = l.split_whitespace();
@@ -887,12 +912,17 @@ fn perf_script_wakers(file: &Path) -> (Vec<Woken>, Vec<u32>, Vec<u32>) {
                 if prev != 0 {
                     let lost_in = open.remove(&prev);
                     if !state.starts_with(['X', 'Z']) {
-                        if let (Some((start, waker)), Some(end)) = (lost_in, before) {
-                            if end >= start {
+                        match (lost_in, before) {
+                            (Some((start, waker)), Some(end)) if end >= start => {
                                 intervals.push((prev, start, end, waker));
+                                lost.closed += 1;
                             }
+                            (Some(_), _) => lost.dropped += 1,
+                            (None, _) => {}
                         }
                         open.insert(prev, (time, None));
+                    } else if lost_in.is_some() {
+                        lost.dropped += 1;
                     }
                 }
                 if let Some((start, waker)) = open.remove(&next) {
@@ -903,7 +933,17 @@ fn perf_script_wakers(file: &Path) -> (Vec<Woken>, Vec<u32>, Vec<u32>) {
         }
     }
     intervals.sort_unstable();
-    (intervals, tids, open.into_keys().collect())
+    (intervals, tids, open.into_keys().collect(), lost)
+}
+
+/// Switch-outs of threads still off the cpu (their switch-in lost), as [`perf_script_wakers`]
+/// counts them.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+struct Lost {
+    /// Closed at the previous `sched_switch` of the cpu of the next switch-out.
+    closed: u64,
+    /// Dropped: no such bound after the switch-out.
+    dropped: u64,
 }
 
 pipetest!(needs(perf, cc, tracefs)
@@ -964,7 +1004,7 @@ pipetest!(needs(perf, cc, tracefs)
     assert!(timer.abs_diff(nap) as f64 <= 0.05 * nap as f64, "nap: {timer} of {nap} by the timer");
 
     // Per (thread, waker thread), the ns of the workload's intervals equal perf script's.
-    let (intervals, tids, _) = perf_script_wakers(&file);
+    let (intervals, tids, _, _) = perf_script_wakers(&file);
     assert!(tids.len() >= 5, "{tids:?}");
     let mut want: BTreeMap<(u32, Option<u32>), u64> = BTreeMap::new();
     for (tid, start, end, waker) in &intervals {
@@ -1004,7 +1044,7 @@ pipetest!(needs(perf, cc, tracefs, go, duckdb)
     let (file, measured) =
         system_wide_with(&dir, &["-e", "sched:sched_switch", "-e", "sched:sched_wakeup"]);
     let f = file.to_str().unwrap();
-    let (intervals, tids, _) = perf_script_wakers(&file);
+    let (intervals, tids, _, _) = perf_script_wakers(&file);
     let pq = dir.path("wake.parquet");
     let o = perfpipe(&["-i", f, "-o", pq.to_str().unwrap()], b"");
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));

@@ -306,6 +306,26 @@ pub mod sample {
     pub const STREAM_ID: u64 = 1 << 9;
     /// `PERF_SAMPLE_RAW`
     pub const RAW: u64 = 1 << 10;
+    /// `PERF_SAMPLE_BRANCH_STACK`
+    pub const BRANCH_STACK: u64 = 1 << 11;
+    /// `PERF_SAMPLE_REGS_USER`
+    pub const REGS_USER: u64 = 1 << 12;
+    /// `PERF_SAMPLE_STACK_USER`
+    pub const STACK_USER: u64 = 1 << 13;
+    /// `PERF_SAMPLE_WEIGHT`
+    pub const WEIGHT: u64 = 1 << 14;
+    /// `PERF_SAMPLE_DATA_SRC`
+    pub const DATA_SRC: u64 = 1 << 15;
+    /// `PERF_SAMPLE_TRANSACTION`
+    pub const TRANSACTION: u64 = 1 << 17;
+    /// `PERF_SAMPLE_REGS_INTR`
+    pub const REGS_INTR: u64 = 1 << 18;
+    /// `PERF_SAMPLE_PHYS_ADDR`
+    pub const PHYS_ADDR: u64 = 1 << 19;
+    /// `PERF_SAMPLE_CGROUP`
+    pub const CGROUP: u64 = 1 << 21;
+    /// `PERF_SAMPLE_WEIGHT_STRUCT` (in `WEIGHT`'s place)
+    pub const WEIGHT_STRUCT: u64 = 1 << 24;
     /// `PERF_SAMPLE_IDENTIFIER`
     pub const IDENTIFIER: u64 = 1 << 16;
 }

@@ -312,6 +312,10 @@ impl<'a> Callchain<'a> {
     pub fn is_empty(&self) -> bool {
         self.ips.is_empty()
     }
+    /// The entries' bytes as the record holds them (`nr` 8-byte entries, markers included).
+    pub fn bytes(&self) -> &'a [u8] {
+        self.ips
+    }
     /// Raw entries, context markers included.
     pub fn entries(&self) -> impl Iterator<Item = u64> + 'a {
         let e = self.endian;

@@ -629,6 +629,18 @@ struct Thread<S> {
     waker: Option<Waker<S>>,
 }
 
+impl<S> Thread<S> {
+    fn new() -> Thread<S> {
+        Thread {
+            open: None,
+            pending: Vec::new(),
+            waiting: 0,
+            stack: None,
+            waker: None,
+        }
+    }
+}
+
 /// Counts of what the model saw.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct OffCpuCounts {
@@ -834,13 +846,7 @@ impl<S: Copy> OffCpu<S> {
     }
 
     fn thread(&mut self, tid: u32) -> &mut Thread<S> {
-        self.threads.entry(tid).or_insert_with(|| Thread {
-            open: None,
-            pending: Vec::new(),
-            waiting: 0,
-            stack: None,
-            waker: None,
-        })
+        self.threads.entry(tid).or_insert_with(Thread::new)
     }
 
     fn push(
@@ -853,7 +859,9 @@ impl<S: Copy> OffCpu<S> {
     ) {
         self.last = self.last.max(time);
         let settled = self.settled;
-        let t = self.thread(tid);
+        // One lookup of the thread a switch (two a sample, a fifth of the model's time when it
+        // was looked up again to be decided).
+        let t = self.threads.entry(tid).or_insert_with(Thread::new);
         let cpu = cpu.unwrap_or(u32::MAX);
         let q = match t.pending.iter().position(|(c, _)| *c == cpu) {
             Some(i) => &mut t.pending[i].1,
@@ -875,7 +883,6 @@ impl<S: Copy> OffCpu<S> {
         }
         t.waiting += 1;
         let was_empty = t.waiting == 1;
-        let t = self.threads.get_mut(&tid).expect("inserted");
         decide(t, tid, settled, true, &mut self.counts, out);
         if was_empty && t.waiting > 0 {
             self.dirty.push(tid);

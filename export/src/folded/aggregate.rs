@@ -157,6 +157,10 @@ pub struct Aggregate {
     pub offcpu_unusable: Counter,
     /// Exiting threads' last switches (`prev_state` `X`/`Z`, or the sample's tid -1): no interval.
     pub offcpu_exits: Counter,
+    /// Intervals whose switch-in was lost, closed at the previous `sched_switch` of the cpu the
+    /// thread was next switched out on ([`perfpipe_profile::offcpu::OffCpuCounts::lost_ins`]);
+    /// counted in `offcpu_intervals` too.
+    pub offcpu_lost_ins: Counter,
     /// Off-wake profiles: the intervals charged with their waker's stack (the others, with no
     /// wakeup recorded, keep their blocked stack alone).
     pub offcpu_woken: Counter,
@@ -287,6 +291,7 @@ impl Aggregate {
         self.offcpu_unusable
             .add(c.unmatched + sw.short_payloads + sw.no_format);
         self.offcpu_exits.add(c.exits);
+        self.offcpu_lost_ins.add(c.lost_ins);
         self.charge();
     }
 

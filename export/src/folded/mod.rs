@@ -22,9 +22,11 @@
 //!   `perf script`'s output; samples of other events are counted (`samples_other_event`).
 //! - **Counters**: `samples`, `stacks`, `frames`, `samples_other_event`, `samples_empty`,
 //!   `samples_unannotated`, and for off-CPU weights `offcpu_intervals`, `offcpu_open_at_end`
-//!   (intervals still open at the end, closed at the last event time), `offcpu_unusable` and
-//!   `offcpu_exits` (exiting threads' last switches, which open no interval), and for
-//!   `weight=offwake` `offcpu_woken` (the intervals charged with a waker's stack).
+//!   (intervals still open at the end, closed at the last event time), `offcpu_unusable`,
+//!   `offcpu_exits` (exiting threads' last switches, which open no interval) and
+//!   `offcpu_lost_ins` (intervals whose switch-in was lost, closed at the previous switch of the
+//!   cpu the thread next left), and for `weight=offwake` `offcpu_woken` (the intervals charged
+//!   with a waker's stack).
 
 pub mod aggregate;
 
@@ -155,6 +157,7 @@ impl Profile for Folded {
             ("offcpu_open_at_end", a.offcpu_open_at_end.clone()),
             ("offcpu_unusable", a.offcpu_unusable.clone()),
             ("offcpu_exits", a.offcpu_exits.clone()),
+            ("offcpu_lost_ins", a.offcpu_lost_ins.clone()),
             ("offcpu_woken", a.offcpu_woken.clone()),
         ]
     }

@@ -137,6 +137,7 @@ impl SymbolizeConfig {
                 ..Interner::default()
             },
             cache: FrameCache::default(),
+            chains: ChainCache::default(),
             kernel: self.kernel,
             host: StreamHost::default(),
             this_host: HostIds::of_this_host(),
@@ -476,6 +477,89 @@ impl Default for FrameCache {
     }
 }
 
+/// Callchains mapped lately: a sample's callchain entries (markers included) with its process,
+/// cpumode and the stamps of its kernel and user maps, to the frames they were mapped to. The
+/// samples of a recording repeat a few thousand callchains (an off-CPU recording's switches,
+/// the same kernel path out of `schedule()` under the same user frames): a hit costs one hash
+/// of the entries and one compare, where mapping the frames one by one cost a cache probe each
+/// (the frames of a system-wide `sched_switch` recording, whose consecutive samples are of other
+/// threads, shared nothing with the sample before: 18 % of perfpipe's CPU time went there).
+/// Consulted only for a sample of another process (or maps) than the sample before's: one of the
+/// same process shares its outer frames with the last chain, which costs no hash. Direct-mapped;
+/// a slot holds the last callchain hashed to it. Corrupt callchains (counted a sample) are not
+/// kept.
+#[derive(Debug)]
+struct ChainCache {
+    slots: Vec<ChainSlot>,
+}
+
+#[derive(Clone, Debug, Default)]
+struct ChainSlot {
+    /// (pid, cpumode, kernel stamp, user stamp); `mode` `u16::MAX` for an empty slot.
+    pid: u32,
+    mode: u16,
+    stamps: (u64, u64),
+    entries: Vec<u8>,
+    steps: Vec<Step>,
+}
+
+impl ChainCache {
+    const BITS: u32 = 12;
+
+    fn index(pid: u32, mode: u16, stamps: (u64, u64), entries: &[u8]) -> usize {
+        use std::hash::Hasher;
+        let mut h = rustc_hash::FxHasher::default();
+        h.write_u64(u64::from(pid) << 16 | u64::from(mode));
+        h.write_u64(stamps.0 ^ stamps.1.rotate_left(32));
+        h.write(entries);
+        (h.finish().wrapping_mul(0x9e37_79b9_7f4a_7c15) >> (64 - Self::BITS)) as usize
+    }
+
+    /// The frames of a callchain mapped before, with the slot it is (or would be) in.
+    #[inline]
+    fn get(
+        &self,
+        pid: u32,
+        mode: u16,
+        stamps: (u64, u64),
+        entries: &[u8],
+    ) -> (usize, Option<&[Step]>) {
+        let i = Self::index(pid, mode, stamps, entries);
+        let s = &self.slots[i];
+        let hit = s.mode == mode && s.pid == pid && s.stamps == stamps && s.entries == entries;
+        (i, hit.then_some(&s.steps[..]))
+    }
+
+    fn put(
+        &mut self,
+        i: usize,
+        pid: u32,
+        mode: u16,
+        stamps: (u64, u64),
+        entries: &[u8],
+        steps: &[Step],
+    ) {
+        let s = &mut self.slots[i];
+        (s.pid, s.mode, s.stamps) = (pid, mode, stamps);
+        s.entries.clear();
+        s.entries.extend_from_slice(entries);
+        s.steps.clear();
+        s.steps.extend_from_slice(steps);
+    }
+}
+
+impl Default for ChainCache {
+    fn default() -> ChainCache {
+        let empty = ChainSlot {
+            mode: u16::MAX,
+            ..ChainSlot::default()
+        };
+        ChainCache {
+            slots: vec![empty; 1 << Self::BITS],
+        }
+    }
+}
+
 /// The dsos (and the kernel) whose symbol tables were asked for: a table starts loading at the
 /// first frame in its dso ([`Symbols::want`]), not at its MMAP, since a system-wide recording maps
 /// every dso of every process and samples hit a few.
@@ -539,6 +623,7 @@ pub struct Symbolize {
     dsos: Arc<Dsos>,
     frames_by_key: Interner,
     cache: FrameCache,
+    chains: ChainCache,
     kernel: HostMode,
     host: StreamHost,
     this_host: HostIds,
@@ -615,83 +700,103 @@ impl Symbolize {
         let pid = s.pid().unwrap_or(u32::MAX);
         let first = stacks.frames.len();
         let mode = s.cpumode();
-        // The sample's frames as (cpumode, address), innermost first.
         let mut chain = std::mem::take(&mut self.chain);
         chain.clear();
-        match s.callchain() {
-            Some(cc) if !cc.is_empty() => {
-                let mut mode = mode;
-                for ip in cc.entries() {
-                    if ip >= context::MAX {
-                        mode = match ip {
-                            context::HV => misc::HYPERVISOR,
-                            context::KERNEL => misc::KERNEL,
-                            context::USER => misc::USER,
-                            _ => {
-                                // perf 6.1 (`add_callchain_ip()`) takes any other marker for a
-                                // corrupt callchain and discards all of it.
-                                chain.clear();
-                                self.corrupt.add(1);
-                                break;
-                            }
-                        };
-                        continue;
+        // Looked up at the sample's time; one without a time, at the end of time.
+        let space = self.machine.space(pid, s.time().unwrap_or(u64::MAX));
+        let stamps = (space.stamp(misc::KERNEL), space.stamp(misc::USER));
+        let cc = s.callchain().filter(|c| !c.is_empty());
+        // The cache serves the samples of another process (or maps) than the sample before's,
+        // whose frames the last chain cannot give: a profile of one process's deep stacks keeps
+        // to the last chain, and pays no hash of its entries.
+        let other = (pid, stamps) != self.last_space;
+        let mut slot = None;
+        if let Some(c) = cc.filter(|_| other) {
+            let (i, hit) = self.chains.get(pid, mode, stamps, c.bytes());
+            match hit {
+                Some(steps) => chain.extend_from_slice(steps),
+                None => slot = Some(i),
+            }
+        }
+        if cc.is_none() || !other || slot.is_some() {
+            // The sample's frames as (cpumode, address), innermost first.
+            let mut corrupt = false;
+            match cc {
+                Some(cc) => {
+                    let mut mode = mode;
+                    for ip in cc.entries() {
+                        if ip >= context::MAX {
+                            mode = match ip {
+                                context::HV => misc::HYPERVISOR,
+                                context::KERNEL => misc::KERNEL,
+                                context::USER => misc::USER,
+                                _ => {
+                                    // perf 6.1 (`add_callchain_ip()`) takes any other marker
+                                    // for a corrupt callchain and discards all of it.
+                                    chain.clear();
+                                    self.corrupt.add(1);
+                                    corrupt = true;
+                                    break;
+                                }
+                            };
+                            continue;
+                        }
+                        chain.push(Step {
+                            mode,
+                            ip,
+                            id: 0,
+                            mapped: false,
+                        });
                     }
-                    chain.push(Step {
+                }
+                None => match s.ip() {
+                    Some(ip) => chain.push(Step {
                         mode,
                         ip,
                         id: 0,
                         mapped: false,
-                    });
-                }
+                    }),
+                    None => self.no_ip.add(1),
+                },
             }
-            _ => match s.ip() {
-                Some(ip) => chain.push(Step {
-                    mode,
-                    ip,
-                    id: 0,
-                    mapped: false,
-                }),
-                None => self.no_ip.add(1),
-            },
-        }
-        // Looked up at the sample's time; one without a time, at the end of time.
-        let space = self.machine.space(pid, s.time().unwrap_or(u64::MAX));
-        let stamps = (space.stamp(misc::KERNEL), space.stamp(misc::USER));
-        // The outer frames the last sample shares with this one (same process, same maps, same
-        // cpumodes and addresses, counted from the root) keep its frame ids: a thread's samples
-        // differ mostly in their inner frames, and comparing two short arrays costs less than
-        // the frame cache's probes.
-        let shared = if (pid, stamps) == self.last_space {
-            chain
-                .iter()
-                .rev()
-                .zip(self.last_chain.iter().rev())
-                .take_while(|(a, b)| a.ip == b.ip && a.mode == b.mode)
-                .count()
-        } else {
-            0
-        };
-        let split = chain.len() - shared;
-        let (fresh, kept) = chain.split_at_mut(split);
-        let last = &self.last_chain[self.last_chain.len() - shared..];
-        for (step, old) in kept.iter_mut().zip(last) {
-            (step.id, step.mapped) = (old.id, old.mapped);
-        }
-        for step in fresh {
-            let (mode, ip) = (step.mode, step.ip);
-            let stamp = space.stamp(mode);
-            (step.id, step.mapped) = match self.cache.get(pid, mode, ip, stamp) {
-                Some(hit) => hit,
-                None => {
-                    let map = space.find(mode, ip);
-                    self.wanted.want(&self.symbols, map.map(|m| m.dso), mode);
-                    let frame = frame_of(map, &self.anon, pid, mode, ip);
-                    let id = self.frames_by_key.intern(frame);
-                    self.cache.put(pid, mode, ip, stamp, (id, map.is_some()));
-                    (id, map.is_some())
-                }
+            // The outer frames the last sample shares with this one (same process, same maps,
+            // same cpumodes and addresses, counted from the root) keep its frame ids: a
+            // thread's samples differ mostly in their inner frames, and comparing two short
+            // arrays costs less than the frame cache's probes.
+            let shared = if !other {
+                chain
+                    .iter()
+                    .rev()
+                    .zip(self.last_chain.iter().rev())
+                    .take_while(|(a, b)| a.ip == b.ip && a.mode == b.mode)
+                    .count()
+            } else {
+                0
             };
+            let split = chain.len() - shared;
+            let (fresh, kept) = chain.split_at_mut(split);
+            let last = &self.last_chain[self.last_chain.len() - shared..];
+            for (step, old) in kept.iter_mut().zip(last) {
+                (step.id, step.mapped) = (old.id, old.mapped);
+            }
+            for step in fresh {
+                let (mode, ip) = (step.mode, step.ip);
+                let stamp = space.stamp(mode);
+                (step.id, step.mapped) = match self.cache.get(pid, mode, ip, stamp) {
+                    Some(hit) => hit,
+                    None => {
+                        let map = space.find(mode, ip);
+                        self.wanted.want(&self.symbols, map.map(|m| m.dso), mode);
+                        let frame = frame_of(map, &self.anon, pid, mode, ip);
+                        let id = self.frames_by_key.intern(frame);
+                        self.cache.put(pid, mode, ip, stamp, (id, map.is_some()));
+                        (id, map.is_some())
+                    }
+                };
+            }
+            if let (Some(cc), Some(i), false) = (cc, slot, corrupt) {
+                self.chains.put(i, pid, mode, stamps, cc.bytes(), &chain);
+            }
         }
         if let Some(first) = chain.first() {
             let i = first.id as usize;

@@ -120,3 +120,56 @@ fn a_sample_like_the_last_one_is_mapped_again_when_the_maps_changed() {
     assert_eq!(ids_of_samples[1], ids_of_samples[2]);
     assert_ne!(ids_of_samples[0], ids_of_samples[1]);
 }
+
+/// The dso names of each sample's frames, in stream order.
+fn dsos_of_samples(batches: &[Batch]) -> Vec<Vec<String>> {
+    let mut out = Vec::new();
+    for b in batches {
+        let Some(stacks) = b.annotation::<Stacks>() else {
+            continue;
+        };
+        let frames = stacks.table.snapshot();
+        for s in stacks.samples() {
+            let names = stacks.frames(s).iter().map(|&id| {
+                let dso = frames[id as usize]
+                    .query
+                    .dso
+                    .expect("every frame is mapped");
+                stacks.dsos.get(dso).unwrap().name.to_string()
+            });
+            out.push(names.collect());
+        }
+    }
+    out
+}
+
+#[test]
+fn a_callchain_seen_before_is_mapped_in_its_own_process_and_maps() {
+    // Two processes map other files at the same addresses and take turns with the same
+    // callchain (so no sample shares frames with the one before it, and the callchain cache
+    // answers from the second round on); then process 10 maps a third file there. Each sample's
+    // frames are its own process's file at its time.
+    let chain = [0x40_1000, 0x40_2000, 0x40_3000];
+    let batches = symbolized(&[
+        mmap2(10, 0x40_0000, "/nonexistent/a.so"),
+        mmap2(20, 0x40_0000, "/nonexistent/b.so"),
+        user_sample(10, 1, &chain),
+        user_sample(20, 2, &chain),
+        user_sample(10, 3, &chain),
+        user_sample(20, 4, &chain),
+        mmap2(10, 0x40_0000, "/nonexistent/c.so"),
+        user_sample(10, 5, &chain),
+        user_sample(20, 6, &chain),
+        user_sample(10, 7, &chain),
+    ]);
+    let all = |name: &str| vec![name.to_string(); 3];
+    let (a, b, c) = (
+        all("/nonexistent/a.so"),
+        all("/nonexistent/b.so"),
+        all("/nonexistent/c.so"),
+    );
+    assert_eq!(
+        dsos_of_samples(&batches),
+        [a.clone(), b.clone(), a, b.clone(), c.clone(), b, c]
+    );
+}

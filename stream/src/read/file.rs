@@ -164,28 +164,75 @@ impl ReadFile {
 
     /// Fills `buf` from file offset `offset`; as [`ReadFile::read_at`].
     fn read_into(&self, offset: u64, buf: &mut [u8]) -> Result<(), Error> {
-        self.file.read_exact_at(buf, offset).map_err(|source| {
-            let source = if source.kind() == std::io::ErrorKind::UnexpectedEof {
-                let now = self.file.metadata().map_or(0, |m| m.len());
-                std::io::Error::new(
-                    source.kind(),
-                    format!(
-                        "offset {offset}: the file ends at {now}, before the {} bytes at \
-                         {offset}..{} (it was {} bytes when opened: it shrank while being read)",
-                        buf.len(),
-                        offset + buf.len() as u64,
-                        self.len
-                    ),
+        self.file
+            .read_exact_at(buf, offset)
+            .map_err(|source| self.read_error(offset, buf.len(), source))
+    }
+
+    /// Appends the `len` bytes at file offset `offset` to `buf`, read straight into its spare
+    /// capacity: a batch's buffer is not zeroed before the kernel fills it (the zeroing was 2.8 %
+    /// of the CPU time of `--weight offcpu` on a 149 MB file). Errors as [`ReadFile::read_at`].
+    fn read_append(&self, offset: u64, len: usize, buf: &mut Vec<u8>) -> Result<(), Error> {
+        use std::os::fd::AsRawFd as _;
+        buf.reserve_exact(len);
+        let mut done = 0;
+        while done < len {
+            let spare = &mut buf.spare_capacity_mut()[..len - done];
+            let at = offset + done as u64;
+            // SAFETY: the kernel writes at most `spare.len()` bytes into `spare`, which is
+            // memory of `buf`'s allocation past its length.
+            let r = unsafe {
+                libc::pread(
+                    self.file.as_raw_fd(),
+                    spare.as_mut_ptr().cast(),
+                    spare.len(),
+                    at as libc::off_t,
                 )
-            } else {
-                source
             };
-            Error::Io {
-                op: "read",
-                path: self.name.clone(),
-                source,
-            }
-        })
+            let n = match r {
+                0 => {
+                    let eof = std::io::ErrorKind::UnexpectedEof.into();
+                    return Err(self.read_error(offset, len, eof));
+                }
+                n if n > 0 => n as usize,
+                _ => {
+                    let e = std::io::Error::last_os_error();
+                    if e.kind() == std::io::ErrorKind::Interrupted {
+                        continue;
+                    }
+                    return Err(self.read_error(offset, len, e));
+                }
+            };
+            // SAFETY: `pread` initialised the first `n` bytes of the spare capacity
+            // (`n <= spare.len()`).
+            unsafe { buf.set_len(buf.len() + n) };
+            done += n;
+        }
+        Ok(())
+    }
+
+    /// The error of a read of `len` bytes at `offset` that failed with `source`: for a read that
+    /// came up short, where the file now ends.
+    fn read_error(&self, offset: u64, len: usize, source: std::io::Error) -> Error {
+        let source = if source.kind() == std::io::ErrorKind::UnexpectedEof {
+            let now = self.file.metadata().map_or(0, |m| m.len());
+            std::io::Error::new(
+                source.kind(),
+                format!(
+                    "offset {offset}: the file ends at {now}, before the {len} bytes at \
+                     {offset}..{} (it was {} bytes when opened: it shrank while being read)",
+                    offset + len as u64,
+                    self.len
+                ),
+            )
+        } else {
+            source
+        };
+        Error::Io {
+            op: "read",
+            path: self.name.clone(),
+            source,
+        }
     }
 }
 
@@ -314,11 +361,12 @@ impl Source for ReadFile {
             return Ok(Flow::Stop);
         }
         let mut batch = out.take();
+        batch.data.clear();
         batch.data.reserve_exact(HEADROOM + want);
-        batch.data.resize(HEADROOM + want, 0);
+        batch.data.resize(HEADROOM, 0);
         batch.start = HEADROOM;
         batch.stream_offset = self.pos;
-        if let Err(e) = self.read_into(self.pos, &mut batch.data[HEADROOM..]) {
+        if let Err(e) = self.read_append(self.pos, want, &mut batch.data) {
             out.recycle(batch);
             return Err(e.into());
         }

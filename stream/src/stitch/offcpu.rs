@@ -29,8 +29,12 @@
 //! layout). The raw data stays, so perf 7 reads the output as it reads the input; perf 6.1, which
 //! knows only the callchain, reads the output's samples as 7.x reads the input's. The off-CPU
 //! model then charges them as samples of the older form: a BPF-output event whose samples have a
-//! period and a callchain (`perfpipe_profile::offcpu`). The cgroup id is not copied into `PERF_SAMPLE_CGROUP`
-//! (perfpipe reads no cgroup).
+//! period and a callchain (`perfpipe_profile::offcpu`). The raw cgroup id becomes the sample's
+//! `PERF_SAMPLE_CGROUP` field, as perf takes it for the sample's (`data->cgroup`, which `perf
+//! report --sort cgroup` and `perf script -F cgroup` show): the cgroup of the thread that was off
+//! the cpu, where the kernel wrote the cgroup of the task running the BPF program. (Only when no
+//! field of its own size lies between the raw data and the cgroup, as in perf's attr; with a
+//! branch stack or registers in between the field is left as it is.)
 
 use std::sync::Arc;
 
@@ -196,12 +200,41 @@ pub(super) fn assemble(
     }
     out.extend_from_slice(chain);
     out.extend_from_slice(&rec[at..]);
+    if let (Some(p), Some(cg)) = (&parsed, cgroup_after_raw(layout)) {
+        // perf takes the raw cgroup id for the sample's (`data->cgroup`): so does the field
+        // when it follows the raw data, as in perf's own attr.
+        let to = at + chain.len() + 4 + size + cg;
+        if let Some(field) = out.get_mut(to..to + 8) {
+            field.copy_from_slice(&raw[p.cgroup..p.cgroup + 8]);
+        }
+    }
     if out.len() > usize::from(u16::MAX) {
         return (None, false);
     }
     let n = out.len() as u16;
     out[6..8].copy_from_slice(&e.put_u16(n));
     (Some(out), parsed.is_some())
+}
+
+/// Where a sample of `layout` holds its `PERF_SAMPLE_CGROUP` field, counted from the end of its
+/// raw data: 0 when no field lies between them (perf's `offcpu-time` attr:
+/// `OFFCPU_SAMPLE_TYPES`); `None` without the field, or with fields of their own size between
+/// (branch stack, registers, user stack…), which this part does not walk.
+fn cgroup_after_raw(layout: &SampleLayout) -> Option<usize> {
+    let t = layout.sample_type;
+    let between = sample::BRANCH_STACK | sample::REGS_USER | sample::STACK_USER | sample::REGS_INTR;
+    if t & sample::CGROUP == 0 || t & between != 0 {
+        return None;
+    }
+    // The fixed-size fields between: WEIGHT (or WEIGHT_STRUCT), DATA_SRC, TRANSACTION,
+    // PHYS_ADDR, a u64 each.
+    let fixed = [
+        sample::WEIGHT | sample::WEIGHT_STRUCT,
+        sample::DATA_SRC,
+        sample::TRANSACTION,
+        sample::PHYS_ADDR,
+    ];
+    Some(8 * fixed.iter().filter(|&&f| t & f != 0).count())
 }
 
 /// What [`offcpu_raw`] found in raw data.
@@ -211,6 +244,8 @@ pub(super) struct Raw {
     nr: usize,
     /// Where the sample's ip (the second entry) is, if there is one.
     ip: Option<usize>,
+    /// Where the cgroup id is.
+    cgroup: usize,
 }
 
 /// Reads raw data as the off-CPU layout, as `__set_offcpu_sample()` does: pid word, period, `nr`,
@@ -223,6 +258,7 @@ pub(super) fn offcpu_raw(raw: &[u8], e: Endian) -> Option<Raw> {
     Some(Raw {
         nr,
         ip: (nr >= 2).then_some(32),
+        cgroup: end,
     })
 }
 
@@ -281,6 +317,40 @@ mod tests {
         // The raw data is still there, whole.
         assert_eq!(s.raw().unwrap().len(), 7 * 8 + 4);
         assert_eq!(usize::from(u16::from_le_bytes([out[6], out[7]])), out.len());
+    }
+
+    #[test]
+    fn the_raw_cgroup_id_becomes_the_samples() {
+        // perf's attr has PERF_SAMPLE_CGROUP: the kernel wrote the cgroup of the task that ran
+        // the BPF program (here 0xdead) after the raw data; perf reads the raw one (77).
+        let user = crate::format::context::USER;
+        let l = SampleLayout::new(layout().sample_type | sample::CGROUP, 0, true);
+        let with_cgroup = |words: &[u64]| {
+            let mut rec = written(words);
+            rec.extend_from_slice(&0xdeadu64.to_le_bytes());
+            let n = rec.len() as u16;
+            rec[6..8].copy_from_slice(&n.to_le_bytes());
+            rec
+        };
+        let rec = with_cgroup(&[100 << 32 | 200, 5000, 3, user, 0x401000, 0x402000, 77]);
+        let cgroup = |out: &[u8]| u64::from_le_bytes(out[out.len() - 8..].try_into().unwrap());
+        let (out, done) = assemble(&rec, Endian::Little, &l, true);
+        let out = out.unwrap();
+        assert!(done);
+        assert_eq!(cgroup(&out), 77);
+        let l2 = SampleLayout::new(l.sample_type | sample::CALLCHAIN, 0, true);
+        let s = crate::format::Sample::new(&out, Endian::Little, &l2);
+        assert_eq!(s.callchain().unwrap().len(), 3);
+        assert_eq!(s.raw().unwrap().len(), 7 * 8 + 4);
+        // Not perf's layout (another event's raw data): the sample's own cgroup stays.
+        let (out, done) = assemble(&rec, Endian::Little, &l, false);
+        assert!(!done);
+        assert_eq!(cgroup(&out.unwrap()), 0xdead);
+        // A field of its own size between the raw data and the cgroup: left as it is.
+        let regs = SampleLayout::new(l.sample_type | sample::REGS_USER, 0, true);
+        assert_eq!(cgroup_after_raw(&regs), None);
+        let weight = SampleLayout::new(l.sample_type | sample::WEIGHT, 0, true);
+        assert_eq!(cgroup_after_raw(&weight), Some(8));
     }
 
     #[test]
