@@ -14,7 +14,8 @@
 #        RUNS=10000000 UNTIL=23:30 fuzz/run.sh 7200 tracing kallsyms …
 #        fuzz/run.sh --count
 # RUNS: a target stops once its log counts that many executions (over all its runs so far);
-# UNTIL: no target runs past that time (anything `date -d` reads); NICE: the niceness (19).
+# UNTIL: no target runs past that time (anything `date -d` reads); NICE: the niceness (19);
+# BUILD=0: run the binaries built last (while the sources change for another target).
 # Needs: cargo install cargo-fuzz (0.13); perf for fuzz/seed.sh's file-mode seeds.
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
@@ -56,7 +57,7 @@ jobs=${JOBS:-2}
 until=
 [ -n "${UNTIL:-}" ] && until=$(date -d "$UNTIL" +%s)
 [ -d corpus ] || ./seed.sh
-nice -n "${NICE:-19}" cargo fuzz build -O -a --sanitizer none || exit 1
+[ "${BUILD:-1}" = 0 ] || nice -n "${NICE:-19}" cargo fuzz build -O -a --sanitizer none || exit 1
 bin=target/x86_64-unknown-linux-gnu/release
 
 # Largest input per target: the stream targets get room for a few hundred records, read_file for
