@@ -666,6 +666,7 @@ impl Archive {
     }
 
     /// The members' names, in order.
+    #[cfg(any(test, all(feature = "unwind", feature = "debuginfod")))]
     pub(crate) fn names(&self) -> impl Iterator<Item = &str> {
         self.index().nodes.keys().map(String::as_str)
     }
@@ -676,6 +677,7 @@ impl Archive {
     ///
     /// # Errors
     /// As reading a file's index: past `max`, no tar header.
+    #[cfg(any(test, all(feature = "unwind", feature = "debuginfod")))]
     pub(crate) fn of_bytes(
         data: &[u8],
         max: u64,
