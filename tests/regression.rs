@@ -477,3 +477,19 @@ pipetest!(
         data.len()
     );
 });
+
+pipetest!(
+    /// Found by issue 40's `debuginfod` fuzz target (at 213f070, in its first 90 k executions):
+    /// ureq 3.5 (its latest release) panics (`run.rs`: "remote to have signaled redirect") on a
+    /// redirect whose chunked body ends at `0\r\n` with the connection: the end of the body skips
+    /// the step that keeps the redirect, and the redirect is then taken for granted. The thread
+    /// that asked ended, its server's answer never came (a miss was cached when it was the only
+    /// server). Fixed in `symbols::sources::debuginfod::get`: a panic inside ureq fails the request
+    /// (counted in `errors`, not cached). The input: the target's, played a byte at a time (its
+    /// first two bytes), a 1 MiB cap.
+    r40_ureq_redirect_cut_after_last_chunk, |_dir| {
+    let data = fixture("r40-ureq-redirect.http");
+    assert_eq!(&data[..2], b"\x01\x02", "a byte at a time, a 1 MiB cap");
+    let (kept, kind) = perfpipe_profile::fuzz::debuginfod(&data[2..], &[1], 1 << 20);
+    assert_eq!((kept, kind), (0, 2), "a failed request, nothing kept");
+});
