@@ -170,19 +170,16 @@ fn unwind_walks(data: &[u8], stack: &[u8], mut seen: impl FnMut(usize, Outcome, 
     }
 }
 
-/// Most bytes the `archive` target lets a `.tar.bz2` decompress to (production's cap is
-/// [`crate::symbols::sources::ARCHIVE_MAX_BYTES`]; the same check, at a size a fuzz input reaches).
-pub const ARCHIVE_FUZZ_MAX: u64 = 1 << 20;
-
-/// An archive's bytes (a tar, or a `.tar.bz2` when they start with `BZh`) as `--symbols ARCHIVE`
-/// reads them, from memory: the listing (member names and links untrusted), then every lookup
+/// An archive's bytes (a tar, or a `.tar.bz2` when they start with `BZh`, decompressed up to `max`
+/// bytes: production's cap is [`crate::symbols::sources::ARCHIVE_MAX_BYTES`], the same check at a
+/// size a fuzz input reaches) as `--symbols ARCHIVE` reads them, from memory: the listing (member names and links untrusted), then every lookup
 /// the symbol engine makes of it: the build ids a dso path has, the `elf`/`debug`/`kallsyms`/
 /// `vdso` files of a build id through its `.build-id/xx/rest` link, and the members' bytes.
 /// Checks that no listed or served name leaves the archive and that every member served lies
 /// inside the tar.
-pub fn archive(data: &[u8]) -> u64 {
+pub fn archive(data: &[u8], max: u64) -> u64 {
     let counters = SourceCounters::default();
-    let Ok((a, tar)) = Archive::of_bytes(data, ARCHIVE_FUZZ_MAX, counters.clone()) else {
+    let Ok((a, tar)) = Archive::of_bytes(data, max, counters.clone()) else {
         return 0;
     };
     let escapes = |n: &str| n.starts_with('/') || n.split('/').any(|p| p == ".." || p.is_empty());
