@@ -240,7 +240,7 @@ pipetest!(
 });
 
 pipetest!(
-    /// Found by issue 40's `tracing` fuzz target (ten crashes in 6 M executions, one cause): a
+    /// Found by issue 40's `tracing` fuzz target (20 crashes in 7.25 M executions, one cause): a
     /// field's declaration was split at its last white space by `char::is_whitespace`, then
     /// sliced one byte past it, so a U+00A0 (two bytes) before the name sliced inside a char: a
     /// panic (`field:int\u{a0}common_pid;`). Fixed in `format/src/tracing/mod.rs`: words part at
