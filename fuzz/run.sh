@@ -14,7 +14,8 @@
 #        RUNS=10000000 UNTIL=23:30 fuzz/run.sh 7200 tracing kallsyms …
 #        fuzz/run.sh --count
 # RUNS: a target stops once its log counts that many executions (over all its runs so far);
-# UNTIL: no target runs past that time (anything `date -d` reads); NICE: the niceness (19).
+# UNTIL: no target runs past that time (anything `date -d` reads); NICE: the niceness (19);
+# BUILD=0: run the binaries built last (while the sources change for another target).
 # Needs: cargo install cargo-fuzz (0.13); perf for fuzz/seed.sh's file-mode seeds.
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
@@ -56,19 +57,22 @@ jobs=${JOBS:-2}
 until=
 [ -n "${UNTIL:-}" ] && until=$(date -d "$UNTIL" +%s)
 [ -d corpus ] || ./seed.sh
-nice -n "${NICE:-19}" cargo fuzz build -O -a --sanitizer none || exit 1
+[ "${BUILD:-1}" = 0 ] || nice -n "${NICE:-19}" cargo fuzz build -O -a --sanitizer none || exit 1
 bin=target/x86_64-unknown-linux-gnu/release
 
 # Largest input per target: the stream targets get room for a few hundred records, read_file for
 # the tracepoint fixture (its tracing data alone is 40 KiB), the ELF targets the small ELF files
-# seed.sh makes (their section headers are at the end), the others a few KiB.
+# seed.sh makes (their section headers are at the end), archive a tar of a few dozen headers, the
+# others a few KiB. debuginfod's 4 KiB holds a chain of redirects and a chunked body; more only
+# slows it: an answer played a byte at a time is a round through ureq per byte, and ureq parses
+# a response head anew from its start at each piece.
 max_len() {
   case $1 in
     decode | records | decompress) echo 16384 ;;
     read_file) echo 70000 ;;
     elf_symbols | unwind_info) echo 32768 ;;
     tracing) echo 8192 ;;
-    archive | debuginfod) echo 16384 ;;
+    archive) echo 16384 ;;
     *) echo 4096 ;;
   esac
 }

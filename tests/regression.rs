@@ -240,6 +240,34 @@ pipetest!(
 });
 
 pipetest!(
+    /// Found by issue 40's `tracing` fuzz target (20 crashes in 7.25 M executions, one cause): a
+    /// field's declaration was split at its last white space by `char::is_whitespace`, then
+    /// sliced one byte past it, so a U+00A0 (two bytes) before the name sliced inside a char: a
+    /// panic (`field:int\u{a0}common_pid;`). Fixed in `format/src/tracing/mod.rs`: words part at
+    /// ASCII white space, as libtraceevent's `isspace` parts them; a declaration with no such
+    /// space has no name (a bad field line, an error), one with a U+00A0 in its type reads (the type
+    /// trimmed of it).
+    r40_field_with_unicode_space_is_read, |_dir| {
+    use perfpipe_stream::format::tracing::EventFormat;
+    let text = |decl: &str| {
+        format!(
+            "name: fuzz\nID: 1\nformat:\n\tfield:{decl};\toffset:0;\tsize:4;\tsigned:1;\n\n\
+print fmt: \"%d\", REC->common_pid\n"
+        )
+    };
+    let e = EventFormat::parse("fuzz", &text("int\u{a0}common_pid")).unwrap_err();
+    assert!(e.contains("bad field line"), "{e}");
+    let ev = EventFormat::parse("fuzz", &text("int\u{a0} common_pid")).expect("it reads");
+    assert_eq!(ev.fields[0].name, "common_pid");
+    assert_eq!(ev.fields[0].type_, "int");
+    // The fuzz target's smallest input, read as it read it (not tracing data: one format text).
+    let crash: &[u8] = b"name: raim\x01/\n\tfied56_xead\nID: 1933\nformat:\n\tfield:d igo_coom[16ld:\xc2\
+\xa0];\toff char d: raiata;\tor1>;\toffset:16;\tsize:4080;\t\x10\x00\x00: sch sp\
+tep  : tyed";
+    std::hint::black_box(EventFormat::parse("fuzz", &String::from_utf8_lossy(crash)).is_ok());
+});
+
+pipetest!(
     /// Issue 40's review: a field's `offset:` and `size:` are u32s, and `EventFormat::min_size` added
     /// them in u32: `offset:4294967295; size:8;` overflowed (a panic with overflow checks, a wrong
     /// small size without). Fixed: added as usize.
@@ -448,4 +476,20 @@ pipetest!(
         "{held} bytes of unwind sections from {} bytes",
         data.len()
     );
+});
+
+pipetest!(
+    /// Found by issue 40's `debuginfod` fuzz target (at 213f070, in its first 90 k executions):
+    /// ureq 3.5 (its latest release) panics (`run.rs`: "remote to have signaled redirect") on a
+    /// redirect whose chunked body ends at `0\r\n` with the connection: the end of the body skips
+    /// the step that keeps the redirect, and the redirect is then taken for granted. The thread
+    /// that asked ended, its server's answer never came (a miss was cached when it was the only
+    /// server). Fixed in `symbols::sources::debuginfod::get`: a panic inside ureq fails the request
+    /// (counted in `errors`, not cached). The input: the target's, played a byte at a time (its
+    /// first two bytes), a 1 MiB cap.
+    r40_ureq_redirect_cut_after_last_chunk, |_dir| {
+    let data = fixture("r40-ureq-redirect.http");
+    assert_eq!(&data[..2], b"\x01\x02", "a byte at a time, a 1 MiB cap");
+    let (kept, kind) = perfpipe_profile::fuzz::debuginfod(&data[2..], &[1], 1 << 20);
+    assert_eq!((kept, kind), (0, 2), "a failed request, nothing kept");
 });

@@ -17,7 +17,7 @@ use ureq::unversioned::transport::{
 };
 
 use crate::symbols::sources::debuginfod;
-use crate::symbols::sources::Cand;
+use crate::symbols::sources::{hex, Archive, Cand, SourceCounters};
 use crate::symbols::table::{Builder, Table};
 use crate::symbols::{dwarf_context, elf};
 use crate::unwind::{dso, walk_stack, Outcome, Process};
@@ -168,6 +168,64 @@ fn unwind_walks(data: &[u8], stack: &[u8], mut seen: impl FnMut(usize, Outcome, 
     }
 }
 
+/// An archive's bytes (a tar, or a `.tar.bz2` when they start with `BZh`, decompressed up to `max`
+/// bytes: production's cap is [`crate::symbols::sources::ARCHIVE_MAX_BYTES`], the same check at a
+/// size a fuzz input reaches) as `--symbols ARCHIVE` reads them, from memory: the listing (member names and links untrusted), then every lookup
+/// the symbol engine makes of it: the build ids a dso path has, the `elf`/`debug`/`kallsyms`/
+/// `vdso` files of a build id through its `.build-id/xx/rest` link, and the members' bytes.
+/// Checks that no listed or served name leaves the archive and that every member served lies
+/// inside the tar.
+pub fn archive(data: &[u8], max: u64) -> u64 {
+    let counters = SourceCounters::default();
+    let Ok((a, tar)) = Archive::of_bytes(data, max, counters.clone()) else {
+        return 0;
+    };
+    let escapes = |n: &str| n.starts_with('/') || n.split('/').any(|p| p == ".." || p.is_empty());
+    let mut acc = 0;
+    let names: Vec<String> = a.names().take(32).map(str::to_string).collect();
+    for n in &names {
+        assert!(!escapes(n), "{n} listed");
+        if let Some(link) = n.strip_prefix(".build-id/") {
+            let digits: String = link.chars().filter(|&c| c != '/').collect();
+            let Some(id) = unhex_any(&digits) else {
+                continue;
+            };
+            let h = hex(&id);
+            let link = format!(".build-id/{}/{}", &h[..2], &h[2..]);
+            for f in ["elf", "debug", "kallsyms", "vdso"] {
+                if let Some((name, offset, len)) = a.member_at(&link, f) {
+                    assert!(!escapes(&name), "{name} served");
+                    let end = offset.checked_add(len).expect("a member's end fits");
+                    let bytes = &tar[offset as usize..usize::try_from(end).expect("in memory")];
+                    mix(&mut acc, bytes.iter().map(|&b| u64::from(b)).sum::<u64>());
+                }
+            }
+        } else if let Some((dir, _)) = n.rsplit_once('/') {
+            let dso = dir.rsplit_once('/').map_or(dir, |d| d.0);
+            for id in a.ids_of(dso) {
+                mix(&mut acc, id.len() as u64);
+            }
+        }
+    }
+    let c = &counters;
+    mix(
+        &mut acc,
+        c.archive_entries_rejected.get() + c.archives_truncated.get(),
+    );
+    acc
+}
+
+/// Hex digits (at least two, an even count) as bytes.
+fn unhex_any(s: &str) -> Option<Vec<u8>> {
+    if s.len() % 2 != 0 || s.len() < 4 {
+        return None;
+    }
+    (0..s.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(s.get(i..i + 2)?, 16).ok())
+        .collect()
+}
+
 /// The answers a connection plays, one per connection, each in pieces of the sizes `pieces`
 /// cycles through.
 #[derive(Debug, Default)]
@@ -191,9 +249,15 @@ impl<In: Transport> Connector<In> for Played {
         let Some(answer) = s.answers.pop_front() else {
             return Err(ureq::Error::ConnectionFailed);
         };
+        // Buffers of a fuzz input's size, not the agent's 128 KiB (which malloc maps and the
+        // kernel zeroes page by page on every connection, most of an execution's time): an
+        // answer of at most `FUZZ_BUFFER` bytes fits whole in either, so ureq reads it alike.
         let c = details.config;
         Ok(Some(Answering {
-            buffers: LazyBuffers::new(c.input_buffer_size(), c.output_buffer_size()),
+            buffers: LazyBuffers::new(
+                c.input_buffer_size().min(FUZZ_BUFFER),
+                c.output_buffer_size().min(FUZZ_BUFFER),
+            ),
             answer,
             at: 0,
             pieces: s.pieces.clone(),
@@ -201,6 +265,10 @@ impl<In: Transport> Connector<In> for Played {
         }))
     }
 }
+
+/// The size of a played connection's buffers: more than the largest input `fuzz/run.sh` gives
+/// the `debuginfod` target.
+pub const FUZZ_BUFFER: usize = 32 << 10;
 
 /// A connection whose server says `answer` (and then closes).
 #[derive(Debug)]

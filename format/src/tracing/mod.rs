@@ -431,8 +431,10 @@ fn parse_field(line: &str) -> Option<FieldFormat> {
     let decl = decl?;
     let (offset, size) = (offset?, size?);
     // The name is the last word; an array suffix may follow it (`comm[16]`) or, for dynamic
-    // arrays, sit in the type (`__data_loc char[] name`).
-    let split = decl.rfind(|c: char| c.is_whitespace() || c == '*')? + 1;
+    // arrays, sit in the type (`__data_loc char[] name`). Words part at ASCII white space, as
+    // libtraceevent's `isspace` parts them (and a one-byte separator keeps `+ 1` on a char
+    // boundary: a U+00A0 there panicked, `regression::r40_field_with_unicode_space_is_read`).
+    let split = decl.rfind(|c: char| c.is_ascii_whitespace() || c == '*')? + 1;
     let (type_, mut name) = (decl[..split].trim(), &decl[split..]);
     let mut kind = FieldKind::Scalar;
     if let Some(open) = name.find('[') {

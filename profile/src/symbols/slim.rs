@@ -119,9 +119,13 @@ const KALLSYMS_ANCHORS: &[&[u8]] = &[b"_text", b"_stext", b"_etext", b"_sinittex
 /// the same end and the same choice among equal starts: the same name. Lines are kept in their
 /// order (equal starts are chosen among in file order), plus the `KALLSYMS_ANCHORS`.
 pub fn kallsyms(text: &[u8], hits: &[u64]) -> Vec<u8> {
-    // A line's address as the table reads it (a `0x` prefix, no `+`, at most 16 digits).
-    let parse = |line: &[u8]| super::table::kallsyms_line(line).map(|l| l.addr);
-    let mut starts: Vec<u64> = text.split(|&c| c == b'\n').filter_map(parse).collect();
+    use super::table::{kallsyms_fields, kallsyms_line, lines};
+    // Each line and its address as the table reads it (a `0x` prefix, no `+`, at most 16
+    // digits), read once.
+    let read: Vec<(&[u8], Option<u64>)> = lines(text)
+        .map(|l| (l, kallsyms_line(l).map(|k| k.addr)))
+        .collect();
+    let mut starts: Vec<u64> = read.iter().filter_map(|r| r.1).collect();
     starts.sort_unstable();
     starts.dedup();
     let mut keep = rustc_hash::FxHashSet::default();
@@ -135,12 +139,9 @@ pub fn kallsyms(text: &[u8], hits: &[u64]) -> Vec<u8> {
         }
     }
     let mut out = Vec::new();
-    for line in text.split(|&c| c == b'\n') {
-        let anchor = line
-            .splitn(3, |&c| c == b' ')
-            .nth(2)
-            .is_some_and(|n| KALLSYMS_ANCHORS.contains(&n));
-        if anchor || parse(line).is_some_and(|a| keep.contains(&a)) {
+    for (line, addr) in read {
+        let anchor = kallsyms_fields(line).is_some_and(|(_, _, n)| KALLSYMS_ANCHORS.contains(&n));
+        if anchor || addr.is_some_and(|a| keep.contains(&a)) {
             out.extend_from_slice(line);
             out.push(b'\n');
         }

@@ -738,6 +738,19 @@ impl Archive {
     }
 
     fn member(&self, link: &str, file: &str) -> Option<Cand> {
+        let (name, offset, len) = self.member_at(link, file)?;
+        Some(Cand::Member {
+            file: self.index().file.clone()?,
+            archive: Arc::from(self.path.as_path()),
+            offset,
+            len,
+            name,
+        })
+    }
+
+    /// `link/file` (or `link` itself for `elf`, an old-style cache's file): its name, and where
+    /// its bytes are in the tar.
+    pub(crate) fn member_at(&self, link: &str, file: &str) -> Option<(String, u64, u64)> {
         let (name, node) = self.resolve(link)?;
         let (name, node) = match node {
             Node::File { .. } if file == "elf" => (name, node),
@@ -745,18 +758,51 @@ impl Archive {
             _ => self.resolve(&format!("{name}/{file}"))?,
         };
         match node {
-            Node::File { offset, len } => Some(Cand::Member {
-                file: self.index().file.clone()?,
-                archive: Arc::from(self.path.as_path()),
-                offset,
-                len,
-                name,
-            }),
+            Node::File { offset, len } => Some((name, offset, len)),
             _ => None,
         }
     }
 
-    fn ids_of(&self, dir: &str) -> Vec<Vec<u8>> {
+    /// The members' names, in order.
+    #[cfg(any(test, all(feature = "unwind", feature = "debuginfod")))]
+    pub(crate) fn names(&self) -> impl Iterator<Item = &str> {
+        self.index().nodes.keys().map(String::as_str)
+    }
+
+    /// The archive `data` holds (a tar, or a `.tar.bz2` decompressed up to `max` bytes), listed
+    /// as [`Archive`] lists a file's (for the fuzz target `archive`), and the tar's bytes. Its
+    /// members have no file behind them: [`Archive::member_at`] finds them, nothing opens them.
+    ///
+    /// # Errors
+    /// As reading a file's index: past `max`, no tar header.
+    #[cfg(any(test, all(feature = "unwind", feature = "debuginfod")))]
+    pub(crate) fn of_bytes(
+        data: &[u8],
+        max: u64,
+        counters: SourceCounters,
+    ) -> std::io::Result<(Archive, std::borrow::Cow<'_, [u8]>)> {
+        let mut truncated = false;
+        let tar = if data.starts_with(b"BZh") {
+            let mut v = Vec::new();
+            truncated = unbzip2(data, &mut v, max)?;
+            std::borrow::Cow::Owned(v)
+        } else {
+            std::borrow::Cow::Borrowed(data)
+        };
+        let len = tar.len() as u64;
+        let (nodes, cut) = tar_members(std::io::Cursor::new(&tar[..]), len, &counters)?;
+        if truncated || cut {
+            counters.archives_truncated.add(1);
+        }
+        let a = Archive {
+            path: PathBuf::from("fuzz.tar"),
+            index: OnceLock::from(Index { nodes, file: None }),
+            counters,
+        };
+        Ok((a, tar))
+    }
+
+    pub(crate) fn ids_of(&self, dir: &str) -> Vec<Vec<u8>> {
         let idx = self.index();
         let prefix = format!("{dir}/");
         let mut out: Vec<Vec<u8>> = Vec::new();
@@ -832,27 +878,65 @@ fn read_index(path: &Path, counters: &SourceCounters) -> std::io::Result<Index> 
     let mut truncated = false;
     let file = if n == 3 && &magic == b"BZh" {
         let mut tmp = tempfile::tempfile()?;
-        let dec = bzip2::read::BzDecoder::new(std::io::BufReader::new(f));
-        let mut capped = dec.take(ARCHIVE_MAX_BYTES + 1);
-        // A broken stream ends the copy: what came before it is listed.
-        let copied = match std::io::copy(&mut capped, &mut tmp) {
-            Ok(n) => n,
-            Err(_) => {
-                truncated = true;
-                tmp.metadata()?.len()
-            }
-        };
-        if copied > ARCHIVE_MAX_BYTES {
-            return Err(std::io::Error::other("archive decompresses past the cap"));
-        }
+        truncated = unbzip2(std::io::BufReader::new(f), &mut tmp, ARCHIVE_MAX_BYTES)?;
         tmp
     } else {
         f
     };
     let file = Arc::new(file);
     let file_len = file.metadata()?.len();
+    let (nodes, cut) = tar_members(Window::new(file.clone(), 0, file_len), file_len, counters)?;
+    if truncated || cut {
+        counters.archives_truncated.add(1);
+    }
+    Ok(Index {
+        nodes,
+        file: Some(file),
+    })
+}
+
+/// Decompresses the bzip2 stream `from` into `to`, at most `max` bytes. Returns whether the
+/// stream broke (what came before the break is written: the listing keeps it).
+///
+/// # Errors
+/// `to` cannot be written, or the stream decompresses past `max`.
+fn unbzip2(from: impl Read, to: &mut impl std::io::Write, max: u64) -> std::io::Result<bool> {
+    let mut capped = bzip2::read::BzDecoder::new(from).take(max + 1);
+    let mut copied = 0u64;
+    let mut buf = [0u8; 64 << 10];
+    // A broken stream ends the copy: what came before it is listed.
+    let broke = loop {
+        match capped.read(&mut buf) {
+            Ok(0) => break false,
+            Ok(n) => {
+                to.write_all(&buf[..n])?;
+                copied += n as u64;
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(_) => break true,
+        }
+    };
+    if copied > max {
+        return Err(std::io::Error::other("archive decompresses past the cap"));
+    }
+    Ok(broke)
+}
+
+/// The members of the tar `r` holds (`len` bytes), by normalized name: the one reading of an
+/// archive's tar, from a file (`--symbols`) or from memory (the fuzz target `archive`), and
+/// whether the listing broke (a bad header, a member past the end: the members before the break
+/// stay). Names and links that escape are counted and skipped.
+///
+/// # Errors
+/// `r` has no tar header at all.
+fn tar_members<R: Read + Seek>(
+    r: R,
+    len: u64,
+    counters: &SourceCounters,
+) -> std::io::Result<(BTreeMap<String, Node>, bool)> {
+    let mut truncated = false;
     let mut nodes = BTreeMap::new();
-    let mut ar = tar::Archive::new(Window::new(file.clone(), 0, file_len));
+    let mut ar = tar::Archive::new(r);
     for e in ar.entries_with_seek()? {
         let Ok(e) = e else {
             // The tar crate cannot go on past a bad header (it does not know the next one's
@@ -869,13 +953,13 @@ fn read_index(path: &Path, counters: &SourceCounters) -> std::io::Result<Index> 
         };
         let node = match e.header().entry_type() {
             tar::EntryType::Regular | tar::EntryType::Continuous => {
-                let (offset, len) = (e.raw_file_position(), e.size());
-                if offset.checked_add(len).is_none_or(|end| end > file_len) {
+                let (offset, size) = (e.raw_file_position(), e.size());
+                if offset.checked_add(size).is_none_or(|end| end > len) {
                     counters.archive_members_truncated.add(1);
                     truncated = true;
                     continue;
                 }
-                Node::File { offset, len }
+                Node::File { offset, len: size }
             }
             tar::EntryType::Directory => Node::Dir,
             tar::EntryType::Symlink => match e.link_name().ok().flatten() {
@@ -897,13 +981,7 @@ fn read_index(path: &Path, counters: &SourceCounters) -> std::io::Result<Index> 
         };
         nodes.insert(name, node);
     }
-    if truncated {
-        counters.archives_truncated.add(1);
-    }
-    Ok(Index {
-        nodes,
-        file: Some(file),
-    })
+    Ok((nodes, truncated))
 }
 
 /// The archive members' names that [`Sources`] reads, listed (for tests and `archive`'s check).

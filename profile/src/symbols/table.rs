@@ -903,7 +903,7 @@ pub fn parse_kallsyms(text: &[u8]) -> Table {
     let mut b = Builder::new(false);
     let mut modules: Vec<Arc<str>> = vec![Arc::from("[kernel.kallsyms]")];
     let mut nonzero = false;
-    for line in text.split(|&c| c == b'\n') {
+    for line in lines(text) {
         let Some(KallsymsLine {
             addr,
             ty,
@@ -961,13 +961,12 @@ pub(crate) struct KallsymsLine<'a> {
 /// ([`kallsyms_type_kept`]), a name that is not an ARM module's local `$` symbol. The one reading
 /// of a line, for [`parse_kallsyms`] and `slim::kallsyms`.
 pub(crate) fn kallsyms_line(line: &[u8]) -> Option<KallsymsLine<'_>> {
-    let mut it = line.splitn(3, |&c| c == b' ');
-    let (addr, ty, rest) = (it.next()?, it.next()?, it.next()?);
+    let (addr, ty, rest) = kallsyms_fields(line)?;
     let addr = parse_hex(addr)?;
     if ty.len() != 1 || !kallsyms_type_kept(ty[0]) {
         return None;
     }
-    let (name, module) = match rest.iter().position(|&c| c == b'\t') {
+    let (name, module) = match memchr::memchr(b'\t', rest) {
         Some(p) => (&rest[..p], Some(&rest[p + 1..])),
         None => (rest, None),
     };
@@ -980,6 +979,34 @@ pub(crate) fn kallsyms_line(line: &[u8]) -> Option<KallsymsLine<'_>> {
         ty: ty[0],
         name,
         module,
+    })
+}
+
+/// A kallsyms line's three fields, split at its first two spaces (`ADDR`, `TYPE`,
+/// `NAME[\tMODULE]`).
+pub(crate) fn kallsyms_fields(line: &[u8]) -> Option<(&[u8], &[u8], &[u8])> {
+    let a = memchr::memchr(b' ', line)?;
+    let rest = &line[a + 1..];
+    let t = memchr::memchr(b' ', rest)?;
+    Some((&line[..a], &rest[..t], &rest[t + 1..]))
+}
+
+/// The lines of `text`, split at `\n` as `split` splits them (an empty last one after a final
+/// `\n`), found by `memchr` rather than byte by byte: kallsyms is megabytes of short lines.
+pub(crate) fn lines(text: &[u8]) -> impl Iterator<Item = &[u8]> {
+    let mut rest = Some(text);
+    std::iter::from_fn(move || {
+        let r = rest?;
+        match memchr::memchr(b'\n', r) {
+            Some(i) => {
+                rest = Some(&r[i + 1..]);
+                Some(&r[..i])
+            }
+            None => {
+                rest = None;
+                Some(r)
+            }
+        }
     })
 }
 

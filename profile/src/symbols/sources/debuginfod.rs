@@ -440,6 +440,12 @@ pub(crate) fn get(_: &Agent, url: &str, _: u64, _: &mut impl Write) -> Result<u6
 }
 
 /// `GET url` into `out`: at most `max` bytes.
+///
+/// ureq 3.5 (its latest release) panics on some broken answers: a redirect whose chunked body
+/// ends at `0\r\n` with the connection (`run.rs`, "remote to have signaled redirect", found by
+/// the `debuginfod` fuzz target). Such a panic fails this request, as any bad answer does (counted
+/// in `errors`), instead of ending the thread that asked and leaving its server unanswered (which
+/// cached a miss when it was the only one): `regression::r40_ureq_redirect_cut_after_last_chunk`.
 #[cfg(feature = "debuginfod")]
 pub(crate) fn get(
     agent: &ureq::Agent,
@@ -447,6 +453,25 @@ pub(crate) fn get(
     max: u64,
     out: &mut impl Write,
 ) -> Result<u64, Answer> {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        get_once(agent, url, max, out)
+    }))
+    .unwrap_or_else(|p| {
+        let why = p
+            .downcast_ref::<&str>()
+            .map(|s| s.to_string())
+            .or_else(|| p.downcast_ref::<String>().cloned())
+            .unwrap_or_default();
+        Err(Answer::Failed(
+            format!("{url}: the HTTP client failed on the answer ({why})"),
+            false,
+        ))
+    })
+}
+
+/// [`get`], which may panic inside ureq.
+#[cfg(feature = "debuginfod")]
+fn get_once(agent: &ureq::Agent, url: &str, max: u64, out: &mut impl Write) -> Result<u64, Answer> {
     let fail = |e: &dyn std::fmt::Display| Answer::Failed(format!("{url}: {e}"), false);
     let r = agent
         .get(url)

@@ -183,3 +183,52 @@ fn a_member_longer_than_its_file_is_an_error_not_a_short_read() {
     assert!(e.to_string().contains("200 bytes claimed, 90 read"), "{e}");
     assert!(member(0, 100).read_all(99).is_err(), "past the cap");
 }
+
+#[test]
+fn an_archive_read_from_memory_lists_and_finds_as_from_its_file() {
+    // The fuzz target `archive` reads the bytes with `Archive::of_bytes`: the same members, the
+    // same places, the same truncation as `--symbols` reading the file, for a whole tar, one cut
+    // in a member, and a `.tar.bz2` cut mid-stream.
+    use std::io::Write;
+    let dir = tempfile::tempdir().unwrap();
+    let (tar, starts) = archive(3000);
+    let mut z = bzip2::write::BzEncoder::new(Vec::new(), bzip2::Compression::fast());
+    z.write_all(&tar).unwrap();
+    let z = z.finish().unwrap();
+    let cut_tar = tar[..starts[2] as usize + 100].to_vec();
+    let cut_bz2 = z[..z.len() * 2 / 3].to_vec();
+    for (n, bytes) in [
+        ("whole.tar", tar),
+        ("cut.tar", cut_tar),
+        ("cut.tar.bz2", cut_bz2),
+    ] {
+        let p = dir.path().join(n);
+        std::fs::write(&p, &bytes).unwrap();
+        let from_file = Archive::new(&p, SourceCounters::default());
+        let counters = SourceCounters::default();
+        let (in_memory, tar) = Archive::of_bytes(&bytes, 1 << 20, counters.clone()).unwrap();
+        let names: Vec<&str> = in_memory.names().collect();
+        assert_eq!(names, from_file.names().collect::<Vec<_>>(), "{n}");
+        assert_eq!(names, list_archive(&p), "{n}");
+        for id in [ID_A, ID_B, ID_C] {
+            let h = hex(&id);
+            let link = format!(".build-id/{}/{}", &h[..2], &h[2..]);
+            let at = in_memory.member_at(&link, "elf");
+            assert_eq!(at, from_file.member_at(&link, "elf"), "{n} {h}");
+            if let Some((_, offset, len)) = at {
+                let end = (offset + len) as usize;
+                assert!(end <= tar.len(), "{n}: a member past the end served");
+            }
+        }
+        assert_eq!(
+            counters.archives_truncated.get(),
+            from_file.counters.archives_truncated.get(),
+            "{n}"
+        );
+        assert_eq!(
+            counters.archives_truncated.get(),
+            u64::from(n != "whole.tar"),
+            "{n}"
+        );
+    }
+}
