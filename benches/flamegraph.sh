@@ -8,14 +8,17 @@
 #   perfpipe svg      cat rec | $PERFPIPE -o flame.svg
 #   perf svg          perf script -i rec | inferno-collapse-perf | inferno-flamegraph > flame.svg
 # and, when $PERF7 is executable (default: the trixie root's perf 7.3, .ci/trixie-root):
-#   perf7 folded      $PERF7 script -i rec | inferno-collapse-perf > out.folded
-#   perf7 svg         (BENCH_PERF7_SVG=1) $PERF7 script -i rec | collapse | flamegraph > flame.svg
+#   perf7 folded      $PERF7 script --no-inline -i rec | inferno-collapse-perf > out.folded
+#   perf7 svg         (BENCH_PERF7_SVG=1) $PERF7 script --no-inline -i rec | collapse | flamegraph > flame.svg
+# (perf 7.3's script adds inlined frames to -g callchains by default, perf 6.1's and perfpipe's
+# only with --inline: --no-inline compares like with like; with --inline in $PERFPIPE_ARGS, perf
+# 7.3 runs with its default.)
 # and, when $PERFPIPE_BASE is set (a build to compare with, in the same interleaved run):
 #   base folded, base svg   the same as perfpipe's with $PERFPIPE_BASE
 # (BENCH_PERF=0 leaves out every perf script command: perfpipe against the floor alone.)
 # It measures the whole pipeline's wall time and the peak RSS (and user/sys) of its first heavy
 # process (perfpipe, perf script, or the middle cat), and prints medians, the ratios perf /
-# perfpipe and perfpipe / floor, and how much of the folded weight agrees. See
+# perfpipe and perfpipe / floor, and how much of the folded weight agrees (strictly and as overlap). See
 # benches/README.md for the environment variables.
 set -euo pipefail
 
@@ -35,6 +38,9 @@ PERFPIPE_BASE=${PERFPIPE_BASE:-}
 BENCH_PERF=${BENCH_PERF:-1}
 BENCH_PERF7_SVG=${BENCH_PERF7_SVG:-0}
 COLLAPSE=${INFERNO_COLLAPSE:-inferno-collapse-perf}
+# perf 7.3 names inlined functions in -g callchains unless told not to; perfpipe only with --inline.
+PERF7_INLINE=--no-inline
+[[ " $PERFPIPE_ARGS " == *" --inline "* ]] && PERF7_INLINE=
 FLAMEGRAPH=${INFERNO_FLAMEGRAPH:-inferno-flamegraph}
 BENCH_MIN_MB=${BENCH_MIN_MB:-400}                 # MiB
 BENCH_WORKLOAD_LOOPS=${BENCH_WORKLOAD_LOOPS:-15}  # starting value, grown if too small
@@ -86,10 +92,10 @@ if [[ $BENCH_PERF != 0 ]]; then
     )
     if [[ -x $PERF7 ]]; then
         names+=("perf7 folded")
-        cmds+=("$T '$PERF7' script -i '$INPUT' 2>/dev/null | '$COLLAPSE' > '$workdir/theirs7.folded'")
+        cmds+=("$T '$PERF7' script $PERF7_INLINE -i '$INPUT' 2>/dev/null | '$COLLAPSE' > '$workdir/theirs7.folded'")
         if [[ $BENCH_PERF7_SVG != 0 ]]; then
             names+=("perf7 svg")
-            cmds+=("$T '$PERF7' script -i '$INPUT' 2>/dev/null | '$COLLAPSE' | '$FLAMEGRAPH' > '$workdir/theirs7.svg'")
+            cmds+=("$T '$PERF7' script $PERF7_INLINE -i '$INPUT' 2>/dev/null | '$COLLAPSE' | '$FLAMEGRAPH' > '$workdir/theirs7.svg'")
         fi
     fi
 fi
@@ -144,11 +150,14 @@ fi
 echo "perfpipe peak RSS: folded ${rss[perfpipe folded]} MB, svg ${rss[perfpipe svg]} MB   (target: <= 256 MB)"
 for theirs in theirs theirs7; do
     [[ -s $workdir/ours.folded && -s $workdir/$theirs.folded ]] || continue
-    # The weight of the stacks both count the same, over the larger total (tests/oracle.rs).
-    awk -v who="$([[ $theirs == theirs ]] && echo perf || echo "perf 7")" \
+    # Strict: the weight of the stacks both count the same (tests/oracle.rs); overlap: the
+    # smaller count of each stack (one sample moved between two stacks costs the strict figure
+    # the whole of both, the overlap one sample). Both over the larger total.
+    awk -v who="$([[ $theirs == theirs ]] && echo perf || echo "perf 7 $PERF7_INLINE")" \
         'FNR==NR { i=match($0, / [0-9]+$/); t[substr($0,1,i-1)]=substr($0,i+1); tt+=substr($0,i+1); next }
-         { i=match($0, / [0-9]+$/); s=substr($0,1,i-1); c=substr($0,i+1); to+=c; if (t[s]==c) a+=c }
-         END { m = to > tt ? to : tt; printf "folded agreement with the oracle (%s): %.3f%% of the weight (ours %.0f, oracle %.0f)\n", who, m ? 100*a/m : 100, to, tt }' \
+         { i=match($0, / [0-9]+$/); s=substr($0,1,i-1); c=substr($0,i+1); to+=c; if (t[s]==c) a+=c
+           if (s in t) o += (t[s]+0 < c+0) ? t[s] : c }
+         END { m = to > tt ? to : tt; printf "folded agreement with the oracle (%s): %.3f%% of the weight strictly, %.3f%% overlap (ours %.0f, oracle %.0f)\n", who, m ? 100*a/m : 100, m ? 100*o/m : 100, to, tt }' \
         "$workdir/$theirs.folded" "$workdir/ours.folded"
 done
 echo "results: $BENCH_OUT (summary), $runs_out (per run)"
