@@ -225,21 +225,6 @@ pipetest!(needs(perf, cc, inferno, trixie) an_archive_made_inside_the_root_unwin
     assert!(found.len() == 1 && found[0] >= 3, "{stats}");
 });
 
-/// Every value of counter `name` in a `--stats` table, one per stage row that has it.
-fn counter_rows(stats: &str, name: &str) -> Vec<u64> {
-    stats
-        .lines()
-        .filter_map(|l| {
-            l.trim()
-                .strip_prefix(name)?
-                .trim()
-                .strip_prefix("= ")?
-                .parse()
-                .ok()
-        })
-        .collect()
-}
-
 pipetest!(needs(perf, cc, inferno, debuginfod, trixie) debuginfod_serving_the_roots_files_unwinds_and_names, |dir| {
     let r = InRoot::new("debuginfod");
     let exe = until(&r, &["-O2", "-fomit-frame-pointer"], "until");

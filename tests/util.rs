@@ -625,9 +625,17 @@ pub fn vm_hwm(pid: u32) -> u64 {
 /// # Panics
 /// When the table has no such counter.
 pub fn counter(stats: &str, name: &str) -> u64 {
+    counter_rows(stats, name)
+        .first()
+        .copied()
+        .unwrap_or_else(|| panic!("no counter {name} in:\n{stats}"))
+}
+
+/// Every value of counter `name` in a `--stats` table, one per stage row that has it.
+pub fn counter_rows(stats: &str, name: &str) -> Vec<u64> {
     stats
         .lines()
-        .find_map(|l| {
+        .filter_map(|l| {
             l.trim()
                 .strip_prefix(name)?
                 .trim()
@@ -635,7 +643,7 @@ pub fn counter(stats: &str, name: &str) -> u64 {
                 .parse()
                 .ok()
         })
-        .unwrap_or_else(|| panic!("no counter {name} in:\n{stats}"))
+        .collect()
 }
 
 /// The rows DuckDB (Python) gives for `sql`, one line each, values joined by `|`.
