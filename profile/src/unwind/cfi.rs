@@ -26,6 +26,11 @@
 //!   search, over a section of at most 256 MiB), expressions run at most
 //!   [`MAX_EXPRESSION_STEPS`] operations. Bad CFI, a register the sample lacks, or a replayed frame
 //!   that disagrees with framehop end the walk there ([`Failed`]), counted.
+//! - **Outside the stack copy**: a register whose rule reads a word the copy lacks is not known,
+//!   and a frame that needs it ends the walk as the copy's end does ([`Failed::StackEnd`]), as
+//!   perf's unwinders stop there. An epilogue is the usual case: GCC's CFI for `pop %rbx` moves
+//!   the CFA but still names rbx's slot, now below `rsp` where the copy starts, so a sample in
+//!   `_dl_fixup`'s epilogue cannot step the trampoline that called it (rbx is its CFA).
 
 use gimli::{
     BaseAddresses, CallFrameInstruction, CfaRule, CieOrFde, DebugFrame, EhFrame, EhFrameHdr,
@@ -58,6 +63,10 @@ pub struct Regs {
     values: [u64; REGS],
     /// Bit `n`: register `n` is known.
     known: u32,
+    /// Bit `n`: register `n` is not known because the word its rule reads lies outside the
+    /// stack copy (as in an epilogue, whose CFI still names the slot a `pop` has left below
+    /// `rsp`).
+    outside: u32,
 }
 
 impl Regs {
@@ -96,11 +105,33 @@ impl Regs {
                 Some(_) => self.known | 1 << n,
                 None => self.known & !(1 << n),
             };
+            self.outside &= !(1 << n);
         }
     }
 
     fn get(&self, r: Register) -> Option<u64> {
         self.reg(usize::from(r.0))
+    }
+
+    /// Register `r`, or why it is not known: [`Failed::StackEnd`] if its word lies outside
+    /// the stack copy, else [`Failed::BadCfi`].
+    fn need(&self, r: Register) -> Result<u64, Failed> {
+        let n = usize::from(r.0);
+        self.get(r)
+            .ok_or(if n < REGS && self.outside & (1 << n) != 0 {
+                Failed::StackEnd
+            } else {
+                Failed::BadCfi
+            })
+    }
+
+    /// Sets register `n` (below [`REGS`]) to the word its rule read: not known, and marked as
+    /// outside the stack copy, if the read failed.
+    fn set_read(&mut self, n: usize, v: Option<u64>) {
+        self.set(n, v);
+        if n < REGS && v.is_none() {
+            self.outside |= 1 << n;
+        }
     }
 }
 
@@ -264,6 +295,7 @@ fn callee_saved(regs: &Regs) -> Regs {
     let mut out = Regs::default();
     for r in CALLEE_SAVED {
         out.set(usize::from(r), regs.reg(usize::from(r)));
+        out.outside |= regs.outside & (1 << r);
     }
     out
 }
@@ -289,8 +321,8 @@ fn apply<'a, S: UnwindSection<R<'a>>>(
 ) -> Result<Stepped, Failed> {
     let cfa = match row.cfa() {
         CfaRule::RegisterAndOffset { register, offset } => regs
-            .get(*register)
-            .and_then(|v| v.checked_add_signed(*offset))
+            .need(*register)?
+            .checked_add_signed(*offset)
             .ok_or(Failed::BadCfi)?,
         CfaRule::Expression(e) => {
             let e = e.get(s).map_err(|_| Failed::BadCfi)?;
@@ -310,14 +342,20 @@ fn apply<'a, S: UnwindSection<R<'a>>>(
         let value = match rule {
             RegisterRule::Undefined => None,
             RegisterRule::SameValue => regs.get(*reg),
-            RegisterRule::Offset(o) => cfa.checked_add_signed(*o).and_then(|a| read(a).ok()),
+            RegisterRule::Offset(o) => {
+                let word = cfa.checked_add_signed(*o).and_then(|a| read(a).ok());
+                out.set_read(i, word);
+                continue;
+            }
             RegisterRule::ValOffset(o) => cfa.checked_add_signed(*o),
             RegisterRule::Register(r) => regs.get(*r),
             RegisterRule::Expression(e) => {
                 let e = e.get(s).map_err(|_| Failed::BadCfi)?;
-                evaluate(e, encoding, Some(cfa), regs, read)
-                    .ok()
-                    .and_then(|a| read(a).ok())
+                match evaluate(e, encoding, Some(cfa), regs, read) {
+                    Ok(a) => out.set_read(i, read(a).ok()),
+                    Err(_) => out.set(i, None),
+                }
+                continue;
             }
             RegisterRule::ValExpression(e) => {
                 let e = e.get(s).map_err(|_| Failed::BadCfi)?;
@@ -327,18 +365,7 @@ fn apply<'a, S: UnwindSection<R<'a>>>(
         };
         out.set(i, value);
     }
-    let ra = match out.reg(IP) {
-        Some(ra) => ra,
-        // A rule that reads the stack, past the copy.
-        None if matches!(
-            ra_rule,
-            RegisterRule::Offset(_) | RegisterRule::Expression(_)
-        ) =>
-        {
-            return Err(Failed::StackEnd)
-        }
-        None => return Err(Failed::BadCfi),
-    };
+    let ra = out.need(X86_64::RA)?;
     // framehop's checks: a frame that does not advance, a stack that grows back.
     let sp = regs.reg(SP).ok_or(Failed::BadCfi)?;
     if (cfa == sp && Some(ra) == regs.reg(IP)) || (!first && cfa < sp) {
@@ -368,7 +395,7 @@ fn evaluate(
         result = match result {
             EvaluationResult::Complete => break,
             EvaluationResult::RequiresRegister { register, .. } => {
-                let v = regs.get(register).ok_or(Failed::BadCfi)?;
+                let v = regs.need(register)?;
                 eval.resume_with_register(Value::Generic(v)).map_err(bad)?
             }
             EvaluationResult::RequiresMemory { address, size, .. } => {

@@ -753,9 +753,12 @@ fn eh_frame(fdes: &[(u64, u64, &[u8])]) -> Vec<u8> {
 /// `_dl_runtime_resolve_xsavec` does; `saver` (`CFA=rsp+16`) saves its caller's rbx at `CFA-16`.
 const TRAMPOLINE: (u64, u64, &[u8]) = (0x1000, 0x100, &[0x0d, 3, 0x0e, 32, 0x83, 4]);
 const SAVER: (u64, u64, &[u8]) = (0x1100, 0x100, &[0x0e, 16, 0x83, 2]);
+/// `popped` is `saver` at its `ret`, as GCC's CFI has it after `pop %rbx`: `CFA=rsp+8`, and rbx
+/// still at `CFA-16`, below `rsp`.
+const POPPED: (u64, u64, &[u8]) = (0x1200, 0x100, &[0x0e, 8, 0x83, 2]);
 
 fn trampoline_process() -> Process {
-    let info = UnwindInfo::with_eh_frame(0x2000, &eh_frame(&[TRAMPOLINE, SAVER]));
+    let info = UnwindInfo::with_eh_frame(0x2000, &eh_frame(&[TRAMPOLINE, SAVER, POPPED]));
     assert_eq!(
         info.hard(),
         &[(0x1000, 0x1100)],
@@ -805,6 +808,26 @@ fn a_cfa_in_rbx_is_stepped_with_the_registers_replayed_through_framehops_frames(
     let walked = walk_stack(&p, &regs, &stack, E, &mut cache, 64, &mut frames);
     assert_eq!(walked, (Outcome::CfiFallbackFailed, 0));
     assert_eq!(frames, [BASE + 0x1010]);
+}
+
+#[test]
+fn a_register_saved_below_the_stack_copy_ends_the_walk_as_the_copy_does() {
+    // Sampled at `popped`'s `ret`, called by the trampoline: the CFI names rbx's slot at
+    // CFA-16, below `rsp` where the copy starts, so the trampoline's CFA is not known. perf's
+    // unwinders stop there too (`_dl_fixup`'s epilogue under `_dl_runtime_resolve_xsavec`): the
+    // stack's end, not a failure of the fallback.
+    let sp = 0x7ffd_0000_1000u64;
+    let ra1 = BASE + 0x1050;
+    let mut stack = vec![0u8; 0x100];
+    stack[..8].copy_from_slice(&ra1.to_le_bytes());
+    let p = trampoline_process();
+    let mut regs = cfi::Regs::ip_sp_bp(BASE + 0x1250, sp, 0);
+    regs.set(3, Some(sp + 0x40)); // the popped rbx: right, but the CFI does not say so
+    let mut cache = framehop::x86_64::CacheX86_64::new();
+    let mut frames = Vec::new();
+    let walked = walk_stack(&p, &regs, &stack, E, &mut cache, 64, &mut frames);
+    assert_eq!(walked, (Outcome::StackEnd, 0));
+    assert_eq!(frames, [BASE + 0x1250, ra1 - 1]);
 }
 
 #[test]
