@@ -77,6 +77,12 @@ max_len() {
   esac
 }
 
+# libFuzzer's -timeout is wall time. A fuzzer at nice 19 behind work at the default priority
+# gets a sliver of a core: a debuginfod input that takes 0.15 s of CPU alone (ureq parsing a
+# 3.7 KiB response head anew for each of its bytes) took 10 s beside `tests/under-load.sh`'s
+# hogs. 60 s leaves room for that and still catches a hang.
+TIMEOUT=60
+
 # One target for $secs seconds, restarted after each crash.
 fuzz_one() {
   t=$1
@@ -90,7 +96,7 @@ fuzz_one() {
       [ "$runs" -gt 0 ] || break
     fi
     nice -n "${NICE:-19}" "$bin/$t" "corpus/$t" -max_total_time="$left" -runs="$runs" -max_len="$(max_len "$t")" \
-      -rss_limit_mb=2048 -timeout=10 -print_final_stats=1 -artifact_prefix="artifacts/$t/" \
+      -rss_limit_mb=2048 -timeout="$TIMEOUT" -print_final_stats=1 -artifact_prefix="artifacts/$t/" \
       >> "artifacts/$t.log" 2>&1 || sleep 1
   done
   rm -f "/dev/shm/perfpipe-fuzz-$t-"*
