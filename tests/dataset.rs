@@ -355,12 +355,13 @@ out["doc_queries"] = ran
 print(json.dumps(out))
 "#;
 
-/// Runs a Python program; its JSON.
-fn python(program: &str, args: &[&str]) -> serde_json::Value {
+/// Runs a Python program in `cwd`; its JSON.
+fn python(program: &str, args: &[&str], cwd: &Path) -> serde_json::Value {
     let t0 = std::time::Instant::now();
     let out = Command::new("python3")
         .args(["-c", program])
         .args(args)
+        .current_dir(cwd)
         .stdin(Stdio::null())
         .output()
         .unwrap();
@@ -470,9 +471,11 @@ pipetest!(needs(perf, cc, uts, duckdb, spark)
         let benches = Path::new(env!("CARGO_MANIFEST_DIR")).join("../benches");
         let docs = Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/parquet.md");
         let (benches, docs) = (benches.to_str().unwrap(), docs.to_str().unwrap());
-        let spark = python(SPARK, &[&target, benches, docs]);
+        // In the test's directory: Spark makes its `spark-warehouse` where it runs (it was
+        // left in cli/).
+        let spark = python(SPARK, &[&target, benches, docs], dir.path("").as_path());
         assert_eq!(spark["ansi"], "true", "Spark 4's ANSI mode: element_at of [] fails");
-        let duck = python(DUCKDB, &[&target, docs]);
+        let duck = python(DUCKDB, &[&target, docs], dir.path("").as_path());
         for engine in [&spark, &duck] {
             let what = engine["engine"].as_str().unwrap();
             assert!(engine["doc_queries"].as_u64().unwrap() >= 2, "{what}: the docs' queries");
