@@ -841,8 +841,10 @@ pipetest!(needs(perf, cc, tracefs)
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let (_, _, _, whole) = perf_script_wakers(&file);
     let (_, _, _, lost) = perf_script_wakers(&cut);
-    // nap's 100 sleeps: each of its switch-outs after the first finds the one before open.
-    assert!(lost.closed + lost.dropped >= whole.closed + whole.dropped + 99, "{whole:?} {lost:?}");
+    // nap's 100 sleeps: each of its switch-outs after the first finds the one before open, 99
+    // at least, whatever the whole recording lost: a switch-in of nap's that the rings lost
+    // (once under load: 7 closed and 1 dropped in the whole) is one of those 99 already.
+    assert!(lost.closed + lost.dropped >= 99, "{whole:?} {lost:?}");
     let (_, stats) = profile(&dir, b"", &["-i", cut.to_str().unwrap(), "--weight", "offcpu"], "cut.folded");
     assert_eq!(counter(&stats, "offcpu_lost_ins"), lost.closed, "{stats}");
     assert_eq!(counter(&stats, "offcpu_unusable"), lost.dropped, "{stats}");
