@@ -78,8 +78,8 @@ max_len() {
 }
 
 # libFuzzer's -timeout is wall time. A fuzzer at nice 19 behind work at the default priority
-# gets a sliver of a core: a debuginfod input that takes 0.15 s of CPU alone (ureq parsing a
-# 3.7 KiB response head anew for each of its bytes) took 10 s beside `tests/under-load.sh`'s
+# gets a sliver of a core: a debuginfod input of 3,704 bytes that takes 0.15 s of CPU alone (ureq
+# parsing each partial response head anew at every byte played) took 10 s beside `tests/under-load.sh`'s
 # hogs. 60 s leaves room for that and still catches a hang.
 TIMEOUT=60
 
