@@ -37,6 +37,9 @@ pub(crate) struct Info {
     pub dwarf: bool,
     pub loads: Vec<Load>,
     pub debugdata: bool,
+    /// It holds code (an executable section with bytes): its program headers place the code,
+    /// where a separate debug file's (`objcopy --only-keep-debug`) may not.
+    pub code: bool,
 }
 
 /// Bytes to read an ELF from: a file (or an archive member) by positioned reads, or memory
@@ -119,6 +122,11 @@ fn info_impl<'d, E: FileHeader<Endian = Endianness>, R: ReadRef<'d>>(data: R) ->
         dwarf,
         loads,
         debugdata: f.section_by_name(".gnu_debugdata").is_some(),
+        code: sections.iter().any(|s| {
+            s.sh_flags(endian).0 & object::elf::SHF_EXECINSTR.0 != 0
+                && s.sh_type(endian) != SHT_NOBITS
+                && s.sh_size(endian).into() > 0
+        }),
     })
 }
 
@@ -403,6 +411,10 @@ pub(crate) struct Loaded {
 struct SymbolFiles {
     syms: Option<(Src, Info, Cand)>,
     runtime: Option<(Src, Info, Cand)>,
+    /// The program headers of the first file that holds code: where the symbols are placed when
+    /// no file has a `.dynsym` (a static binary), not by a debug file's, whose offsets may be
+    /// anything.
+    code_loads: Option<Vec<Load>>,
 }
 
 impl Reader for SymbolFiles {
@@ -411,6 +423,9 @@ impl Reader for SymbolFiles {
     fn read(&mut self, c: &Cand) -> Option<()> {
         let src = Src::open_cand(c)?;
         let inf = info(&src)?;
+        if self.code_loads.is_none() && inf.code {
+            self.code_loads = Some(inf.loads.clone());
+        }
         let (want_syms, want_rt) = (
             self.syms.is_none() && inf.symtab,
             self.runtime.is_none() && inf.dynsym,
@@ -458,7 +473,11 @@ pub(crate) fn load(
     };
     let mut files = SymbolFiles::default();
     let found = sources.find(&w, Role::Debug, &mut files);
-    let SymbolFiles { syms, runtime } = files;
+    let SymbolFiles {
+        syms,
+        runtime,
+        code_loads,
+    } = files;
     let bid = found.build_id;
     if syms.is_none() && runtime.is_none() {
         return Loaded {
@@ -469,11 +488,11 @@ pub(crate) fn load(
         };
     }
     let mut b = Builder::new(demangle);
-    let rt_loads = runtime
-        .as_ref()
-        .or(syms.as_ref())
-        .map(|r| r.1.loads.clone())
-        .unwrap_or_default();
+    let rt_loads = match (&runtime, code_loads, &syms) {
+        (Some(r), _, _) => r.1.loads.clone(),
+        (None, Some(l), _) => l,
+        (None, None, s) => s.as_ref().map(|s| s.1.loads.clone()).unwrap_or_default(),
+    };
     let dwarf = [&syms, &runtime]
         .into_iter()
         .flatten()

@@ -822,3 +822,57 @@ fn loads_once_on_the_pool_and_lookups_wait() {
         1
     );
 }
+
+/// A static binary (no `.dynsym`) whose symbols come from its separate debug file: they are
+/// placed by the binary's program headers, not by the debug file's (`objcopy --only-keep-debug`
+/// keeps program headers whose offsets no longer point at any code). With the debug file's,
+/// `hidden_static` was named as whatever the shifted table held there.
+#[test]
+fn a_static_binarys_debug_file_is_placed_by_the_binarys_program_headers() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let bin = compile(d, "prog", PROG, &["-O1", "-g", "-static", "-no-pie"]);
+    let hs = offset_of(&bin, "hidden_static");
+    let bid = {
+        let data = std::fs::read(&bin).unwrap();
+        let f = object::File::parse(&data[..]).unwrap();
+        assert!(f.section_by_name(".dynsym").is_none(), "static: no .dynsym");
+        f.build_id().unwrap().unwrap().to_vec()
+    };
+    let hex: String = bid.iter().map(|b| format!("{b:02x}")).collect();
+    let bdir = d.join("debug/.build-id").join(&hex[..2]);
+    std::fs::create_dir_all(&bdir).unwrap();
+    run(
+        "objcopy",
+        &[
+            &"--only-keep-debug",
+            &bin,
+            &bdir.join(format!("{}.debug", &hex[2..])),
+        ],
+    );
+    let stripped = d.join("stripped");
+    run("strip", &[&"--strip-all", &bin, &"-o", &stripped]);
+    let sources = sources::Sources::open(&sources::SourcesConfig {
+        debug_dirs: Some(vec![d.join("debug")]),
+        no_cache: true,
+        ..sources::SourcesConfig::default()
+    })
+    .unwrap();
+    let s = Symbols::new(
+        SymbolsConfig {
+            sources: Arc::new(sources),
+            ..SymbolsConfig::default()
+        },
+        None,
+    );
+    // The debug file is found first (perf's order) for the binary itself and its stripped copy.
+    for (i, f) in [&bin, &stripped].into_iter().enumerate() {
+        let r = resolve_in(&s, i as u32, f, hs + 1);
+        assert_eq!(
+            (r.name.as_deref(), r.offset),
+            (Some("hidden_static"), 1),
+            "{}",
+            f.display()
+        );
+    }
+}
