@@ -819,3 +819,143 @@ pipetest!(needs(perf, cc, trixie) live_processs_debug_file_by_debuglink_is_read_
 pipetest!(needs(perf, cc, trixie) live_processs_debug_file_by_build_id_is_read_in_its_root, |dir| {
     live_debug_file(&dir, "live-dbgid", &["chroot"], DebugRule::BuildId);
 });
+
+/// The address of symbol `sym` in the non-PIE ELF file `exe` (`nm`'s), and its file offset (made
+/// with `readelf -lW`'s LOAD segments): a frame's `ip` and `rel` in a process that maps it.
+fn address_and_offset(exe: &Path, sym: &str) -> (u64, u64) {
+    let hex = |s: &str| u64::from_str_radix(s.trim_start_matches("0x"), 16).unwrap();
+    let nm = Command::new("nm").arg(exe).output().unwrap();
+    let addr = String::from_utf8_lossy(&nm.stdout)
+        .lines()
+        .find_map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            (f.len() == 3 && f[2] == sym).then(|| hex(f[0]))
+        })
+        .unwrap_or_else(|| panic!("{sym} not in nm {}", exe.display()));
+    let segs = Command::new("readelf")
+        .arg("-lW")
+        .arg(exe)
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&segs.stdout)
+        .lines()
+        .filter(|l| l.trim_start().starts_with("LOAD"))
+        .find_map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            let (off, vaddr, filesz) = (hex(f[1]), hex(f[2]), hex(f[4]));
+            (vaddr..vaddr + filesz)
+                .contains(&addr)
+                .then(|| (addr, addr - vaddr + off))
+        })
+        .unwrap_or_else(|| panic!("{sym} at {addr:#x} is in no LOAD of {}", exe.display()))
+}
+
+pipetest!(needs(cc, mount)
+    /// A chrooted process's files are read through its root held open from when its dso was
+    /// noted (`ProcessRoot`), so a table that loads after the process has exited (the pool is
+    /// behind, the stream lags) still comes from its root: `/x` itself, and `/y`, stripped, by
+    /// the debug file only its root's `/usr/lib/debug/.build-id/` holds. Without the held root
+    /// (the dsos noted after the exit), neither is found: nothing at `/x` or `/y` on this host.
+    /// chroot needs root, as mounting does. The process says `ready` once chrooted and exits
+    /// when its standard input closes.
+    a_chrooted_process_files_are_read_after_it_exits, |dir| {
+        use perfpipe_profile::symbols::sources::{Sources, SourcesConfig};
+        use perfpipe_profile::symbols::{DsoDesc, Query, Symbols, SymbolsConfig};
+        use perfpipe_stream::model::machine::DsoId;
+        use std::io::BufRead as _;
+        let root = dir.path("root");
+        std::fs::create_dir_all(&root).unwrap();
+        let src = dir.write(
+            "x.c",
+            b"#include <stdio.h>\n#include <unistd.h>\n\
+              __attribute__((noinline)) int in_the_root_only(int x) { return x * 7 + 3; }\n\
+              int main(int argc, char **argv) {\n\
+                char c;\n\
+                printf(\"ready %d\\n\", in_the_root_only(argc));\n\
+                fflush(stdout);\n\
+                while (read(0, &c, 1) > 0) {}\n\
+                return 0;\n\
+              }\n",
+        );
+        let x = root.join("x");
+        crate::workloads::compile(
+            Command::new("cc").args(["-O1", "-static", "-no-pie", "-o"]).arg(&x).arg(&src),
+            &x,
+        );
+        // `/y`: x stripped, its debug file where only the root's debug directory has it.
+        let id = build_id_of(&x);
+        let debug = root.join(format!("usr/lib/debug/.build-id/{}/{}.debug", &id[..2], &id[2..]));
+        std::fs::create_dir_all(debug.parent().unwrap()).unwrap();
+        let y = root.join("y");
+        for args in [
+            vec!["--only-keep-debug".as_ref(), x.as_os_str(), debug.as_os_str()],
+            vec!["--strip-all".as_ref(), x.as_os_str(), y.as_os_str()],
+        ] {
+            assert!(Command::new("objcopy").args(&args).status().unwrap().success());
+        }
+        let (ip, rel) = address_and_offset(&x, "in_the_root_only");
+        let mut child = Killed(
+            Command::new("chroot")
+                .arg(&root)
+                .arg("/x")
+                .stdin(Stdio::piped())
+                .stdout(Stdio::piped())
+                .spawn()
+                .expect("chroot"),
+        );
+        let mut line = String::new();
+        let _ = std::io::BufReader::new(child.0.stdout.take().unwrap()).read_line(&mut line);
+        assert!(line.starts_with("ready"), "the chrooted process said {line:?}");
+        let pid = child.0.id();
+        let symbols = || {
+            let sources = Sources::open(&SourcesConfig {
+                no_cache: true,
+                ..SourcesConfig::default()
+            })
+            .unwrap();
+            let config = SymbolsConfig {
+                host_kernel: false,
+                sources: std::sync::Arc::new(sources),
+                ..SymbolsConfig::default()
+            };
+            Symbols::new(config, None)
+        };
+        let note = |s: &Symbols| {
+            for (i, name) in [&b"/x"[..], b"/y"].into_iter().enumerate() {
+                let desc = DsoDesc {
+                    name,
+                    build_id: None,
+                    kernel: false,
+                    pid,
+                };
+                s.note(DsoId(i as u32), desc);
+            }
+        };
+        let names = |s: &Symbols| -> Vec<Option<String>> {
+            (0..2)
+                .map(|i| {
+                    let q = Query {
+                        dso: Some(DsoId(i)),
+                        pid,
+                        ip,
+                        rel,
+                        kernel: false,
+                    };
+                    let mut out = Vec::new();
+                    s.resolve(&q, &mut out);
+                    out.pop().and_then(|r| r.name).map(|n| n.to_string())
+                })
+                .collect()
+        };
+        // Noted while it lives, resolved once it has exited.
+        let held = symbols();
+        note(&held);
+        drop(child.0.stdin.take());
+        assert!(child.0.wait().unwrap().success());
+        let want = Some("in_the_root_only".to_string());
+        assert_eq!(names(&held), [want.clone(), want], "noted while it lived");
+        let late = symbols();
+        note(&late);
+        assert_eq!(names(&late), [None, None], "noted after it exited");
+    }
+);

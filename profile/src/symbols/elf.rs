@@ -18,6 +18,8 @@ use object::read::elf::{ElfFile, FileHeader, ProgramHeader, Rela, SectionHeader,
 use object::read::ReadCache;
 use object::{Endianness, FileKind, Object, ObjectSection, ReadRef};
 
+use perfpipe_stream::model::dso::ProcessRoot;
+
 use super::sources::locate::{OtherBuild, Reader, Role, Wanted};
 use super::sources::{Cand, Sources, Window};
 use super::table::{Builder, Strings, Table};
@@ -455,12 +457,13 @@ impl Reader for SymbolFiles {
 }
 
 /// Loads the symbols of dso `name` (build id `bid` when the stream gives it), mapped by process
-/// `pid`, from the files the locator finds ([`Sources::find`], [`Role::Debug`]: by build id in
+/// `pid` (whose root, held open since it was seen alive, is `root`), from the files the locator finds ([`Sources::find`], [`Role::Debug`]: by build id in
 /// `--symbols` and the cache, perf's debug files, the file at its path, debuginfod), each of the
 /// dso's build.
 pub(crate) fn load(
     name: &Path,
     pid: u32,
+    root: Option<&ProcessRoot>,
     bid: Option<&[u8]>,
     demangle: bool,
     minidebuginfo: bool,
@@ -470,6 +473,7 @@ pub(crate) fn load(
         path: name,
         build_id: bid,
         pid,
+        root,
     };
     let mut files = SymbolFiles::default();
     let found = sources.find(&w, Role::Debug, &mut files);
@@ -478,6 +482,7 @@ pub(crate) fn load(
         runtime,
         code_loads,
     } = files;
+
     let bid = found.build_id;
     if syms.is_none() && runtime.is_none() {
         return Loaded {

@@ -221,6 +221,7 @@ pub fn find(sources: &Sources, name: &[u8], pid: u32, build_id: Option<&[u8]>) -
         path,
         build_id,
         pid,
+        root: None,
     };
     // Whether some file of the dso's build was read at all (else: not found).
     let mut read_one = false;

@@ -874,6 +874,7 @@ impl Unwind {
                         path,
                         build_id: None,
                         pid,
+                        root: None,
                     })
                 }),
                 pid,

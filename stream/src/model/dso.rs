@@ -359,6 +359,65 @@ pub fn sees_other_files(pid: u32) -> bool {
         )
 }
 
+/// The root directory of a live process that sees other files than we do ([`sees_other_files`]:
+/// a container, a chroot), held open (`O_PATH`): the files the process saw stay readable through
+/// it, at `/proc/self/fd/N/PATH`, after the process has exited. `/proc/PID/root` goes with the
+/// process, and a reader that comes later (a table loaded on a pool, a stage behind the stream)
+/// would find nothing, or this host's file at the same path.
+#[derive(Debug)]
+pub struct ProcessRoot {
+    _dir: std::fs::File,
+    at: PathBuf,
+    pid: u32,
+    id: (u64, u64, u64),
+}
+
+impl ProcessRoot {
+    /// The root of process `pid`, while it lives and sees other files than we do.
+    pub fn open(pid: u32) -> Option<ProcessRoot> {
+        use std::os::fd::AsRawFd as _;
+        use std::os::unix::fs::MetadataExt as _;
+        if !sees_other_files(pid) {
+            return None;
+        }
+        let dir = std::fs::File::options()
+            .read(true)
+            .custom_flags(libc::O_PATH | libc::O_DIRECTORY)
+            .open(format!("/proc/{pid}/root"))
+            .ok()?;
+        let meta = dir.metadata().ok()?;
+        // The mount namespace too: one directory mounted differently is another view.
+        let ns = std::fs::metadata(format!("/proc/{pid}/ns/mnt")).map_or(0, |m| m.ino());
+        let at = PathBuf::from(format!("/proc/self/fd/{}", dir.as_raw_fd()));
+        Some(ProcessRoot {
+            _dir: dir,
+            at,
+            pid,
+            id: (meta.dev(), meta.ino(), ns),
+        })
+    }
+
+    /// `path` under this root.
+    pub fn join(&self, path: &Path) -> PathBuf {
+        self.at.join(path.strip_prefix("/").unwrap_or(path))
+    }
+
+    /// A path under this root as messages show it: `/proc/PID/root/PATH` (PID the process it
+    /// was opened for); any other path as it is.
+    pub fn shown(&self, p: &Path) -> String {
+        match p.strip_prefix(&self.at) {
+            Ok(rest) => in_process_root(rest, self.pid).display().to_string(),
+            Err(_) => p.display().to_string(),
+        }
+    }
+
+    /// Which view it is (the root directory's device and inode, the mount namespace's inode):
+    /// the processes of one container share it.
+    pub fn id(&self) -> (u64, u64, u64) {
+        self.id
+    }
+}
+
 /// `path` as process `pid` sees it: `/proc/PID/root/PATH`.
 pub fn in_process_root(path: &Path, pid: u32) -> PathBuf {
     let mut p = PathBuf::from(format!("/proc/{pid}/root"));
@@ -372,6 +431,15 @@ pub fn in_process_root(path: &Path, pid: u32) -> PathBuf {
 /// The one order every reader of a dso's file on this host follows (`perfpipe_profile`'s locator
 /// puts `--symfs` and the build-id sources around it).
 pub fn process_views(path: &Path, pid: Option<u32>) -> Vec<PathBuf> {
+    process_views_in(path, pid, None)
+}
+
+/// [`process_views`], with the process's root held open when it was seen alive
+/// ([`ProcessRoot`]): that view first, whether or not the process still lives.
+pub fn process_views_in(path: &Path, pid: Option<u32>, root: Option<&ProcessRoot>) -> Vec<PathBuf> {
+    if let Some(r) = root.filter(|_| path.is_absolute()) {
+        return vec![r.join(path), path.to_path_buf()];
+    }
     let mut out: Vec<PathBuf> = vec![path.to_path_buf()];
     if let Some(pid) = pid.filter(|&p| p != u32::MAX && p != 0) {
         if path.is_absolute() {

@@ -40,7 +40,7 @@ use object::read::elf::{ElfFile32, ElfFile64};
 use object::read::ReadCache;
 use object::{FileKind, Object};
 use perfpipe_stream::model::dso::{
-    elf_build_id_in, in_process_root, process_views, sees_other_files,
+    elf_build_id_in, in_process_root, process_views_in, sees_other_files, ProcessRoot,
 };
 
 use super::{hex, Cand, Sources};
@@ -54,6 +54,9 @@ pub struct Wanted<'a> {
     pub build_id: Option<&'a [u8]>,
     /// A process that maps it (`u32::MAX` or 0: none known).
     pub pid: u32,
+    /// Its root, held open when it was seen alive ([`ProcessRoot`]): its files are read through
+    /// it even after it has exited (else through `/proc/PID/root` while it lives).
+    pub root: Option<&'a ProcessRoot>,
 }
 
 /// Which debuginfod file a reader asks for.
@@ -207,18 +210,18 @@ pub fn debug_files(
 
 impl Sources {
     /// The paths a dso's file is looked for at, in order: `--symfs DIR/PATH`, else where the
-    /// process sees it ([`process_views`]).
-    pub fn paths(&self, path: &Path, pid: u32) -> Vec<PathBuf> {
+    /// process sees it ([`process_views_in`]: through `root` when it was held open).
+    pub fn paths(&self, path: &Path, pid: u32, root: Option<&ProcessRoot>) -> Vec<PathBuf> {
         match self.symfs() {
             Some(fs) => vec![fs.join(path.strip_prefix("/").unwrap_or(path))],
-            None => process_views(path, Some(pid)),
+            None => process_views_in(path, Some(pid), root),
         }
     }
 
     /// The first path of [`Sources::paths`] that is a file (else the first path): where a
     /// reader that opens one file by path opens it.
-    pub fn path_of(&self, path: &Path, pid: u32) -> PathBuf {
-        let paths = self.paths(path, pid);
+    pub fn path_of(&self, path: &Path, pid: u32, root: Option<&ProcessRoot>) -> PathBuf {
+        let paths = self.paths(path, pid, root);
         paths
             .iter()
             .find(|p| p.is_file())
@@ -227,13 +230,17 @@ impl Sources {
     }
 
     /// Where separate debug files of a dso of process `pid` are looked for: the debug
-    /// directories (under `--symfs` when given), and before them, for a live process that sees
-    /// other files than we do ([`sees_other_files`]: a container, a chroot), the same
-    /// directories as it sees them, through `/proc/PID/root`.
-    pub fn debug_dirs_of(&self, pid: u32) -> Vec<PathBuf> {
-        let root = (self.symfs().is_none() && sees_other_files(pid))
-            .then(|| in_process_root(Path::new("/"), pid));
-        self.debug_dirs_under(root.as_deref())
+    /// directories (under `--symfs` when given), and before them, for a process that sees other
+    /// files than we do (a container, a chroot), the same directories as it sees them: through
+    /// `root` when it was held open, else through `/proc/PID/root` while it lives
+    /// ([`sees_other_files`]).
+    pub fn debug_dirs_of(&self, pid: u32, root: Option<&ProcessRoot>) -> Vec<PathBuf> {
+        let inside = match root {
+            _ if self.symfs().is_some() => None,
+            Some(r) => Some(r.join(Path::new("/"))),
+            None => sees_other_files(pid).then(|| in_process_root(Path::new("/"), pid)),
+        };
+        self.debug_dirs_under(inside.as_deref())
     }
 
     /// The debug directories, each under `root` first when given.
@@ -262,7 +269,7 @@ impl Sources {
     /// `reader` wants it and the id is known.
     pub fn find<R: Reader>(&self, w: &Wanted<'_>, role: Role, reader: &mut R) -> Found<R::Out> {
         let by_path: Vec<Cand> = self
-            .paths(w.path, w.pid)
+            .paths(w.path, w.pid, w.root)
             .into_iter()
             .filter(|p| p.is_file())
             .map(Cand::Path)
@@ -282,6 +289,7 @@ impl Sources {
             want,
             found: Found::default(),
             seen: Vec::new(),
+            root: w.root,
         };
         s.found.build_id = s.want.clone();
         let by_id = s
@@ -308,7 +316,7 @@ impl Sources {
                 _ => None,
             }
             .unwrap_or_else(|| {
-                let p = self.path_of(w.path, w.pid);
+                let p = self.path_of(w.path, w.pid, w.root);
                 p.parent().unwrap_or(Path::new("/")).to_path_buf()
             });
             let link = main.as_ref().and_then(debuglink_of);
@@ -317,7 +325,7 @@ impl Sources {
                 &dir,
                 link.as_deref(),
                 want,
-                &self.debug_dirs_of(w.pid),
+                &self.debug_dirs_of(w.pid, w.root),
             )
             .into_iter()
             .filter(|p| p.is_file())
@@ -364,13 +372,15 @@ impl Sources {
 pub const HOW_TO_GET: &str = "run `perfpipe archive -i REC -o ARCHIVE.tar` where it was recorded (for a container: on the host, while it runs) and pass --symbols ARCHIVE.tar (it holds the kernel's kallsyms too; else --kallsyms with a copy of that host's /proc/kallsyms), give the container's or the other machine's root with --symfs ROOT, or set DEBUGINFOD_URLS to a debuginfod server that has their build ids (docs/another-machine.md)";
 
 /// One search's state: the id files are checked against, what was found, the files seen.
-struct Search<T> {
+struct Search<'r, T> {
     want: Option<Vec<u8>>,
     found: Found<T>,
     seen: Vec<Cand>,
+    /// The process's root held open, to show its paths as `/proc/PID/root/PATH`.
+    root: Option<&'r ProcessRoot>,
 }
 
-impl<T> Search<T> {
+impl<T> Search<'_, T> {
     /// Whether `c` is a readable file of the dso's build (any readable file with no id known).
     fn is_of_build(&self, c: &Cand) -> bool {
         match &self.want {
@@ -391,10 +401,11 @@ impl<T> Search<T> {
             if got.as_ref() != Some(want) {
                 // A path that is no file is no build; a file that is not ELF is skipped.
                 if c.window().is_some() {
-                    let other = OtherBuild {
-                        at: c.describe(),
-                        id: got,
+                    let at = match (&c, self.root) {
+                        (Cand::Path(p), Some(r)) => r.shown(p),
+                        _ => c.describe(),
                     };
+                    let other = OtherBuild { at, id: got };
                     if !self.found.other_builds.contains(&other) {
                         self.found.other_builds.push(other);
                     }
@@ -430,6 +441,7 @@ mod tests {
             path: &exe,
             build_id: Some(&[0xab; 20]),
             pid: u32::MAX,
+            root: None,
         };
         let f = s.find(&w, Role::Runtime, &mut |_: &Cand| Some(()));
         assert!(f.hit.is_none());
@@ -447,6 +459,7 @@ mod tests {
                 path: &exe,
                 build_id,
                 pid: u32::MAX,
+                root: None,
             };
             let f = s.find(&w, Role::Runtime, &mut |c: &Cand| Some(c.describe()));
             assert_eq!(f.hit.map(|h| h.0), Some(exe.display().to_string()));
@@ -464,12 +477,12 @@ mod tests {
         })
         .unwrap();
         assert_eq!(
-            s.paths(Path::new("/usr/lib/libc.so.6"), std::process::id()),
+            s.paths(Path::new("/usr/lib/libc.so.6"), std::process::id(), None),
             vec![dir.path().join("usr/lib/libc.so.6")]
         );
         let none = Sources::none();
         let me = std::process::id();
-        let p = none.paths(Path::new("/usr/lib/libc.so.6"), me);
+        let p = none.paths(Path::new("/usr/lib/libc.so.6"), me, None);
         assert_eq!(p[0], Path::new("/usr/lib/libc.so.6"));
         assert_eq!(
             p[1],
@@ -482,7 +495,7 @@ mod tests {
         let none = Sources::none();
         // This process sees our files: this host's directory only.
         assert_eq!(
-            none.debug_dirs_of(std::process::id()),
+            none.debug_dirs_of(std::process::id(), None),
             [PathBuf::from("/usr/lib/debug")]
         );
         assert_eq!(
