@@ -1064,6 +1064,8 @@ impl Symbolize {
     ///
     /// [`Sources::end`]: crate::symbols::sources::Sources::end
     fn say_what_is_missing(&self) {
+        // What the tables found is known once their loads are done.
+        self.symbols.settle();
         let unnamed = self.unnamed_lines();
         self.symbols.config().sources.end("symbolize", unnamed > 0);
     }

@@ -492,6 +492,26 @@ impl Symbols {
         }));
     }
 
+    /// Waits for every table whose load was started ([`Symbols::want`]) on the pool: after it,
+    /// the counters say what the loads found (a stage's end reads them while a pool thread
+    /// may still be loading, and a file of another build not yet counted said nothing).
+    pub fn settle(&self) {
+        let mut slots: Vec<Arc<Slot>> = self
+            .by_key
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .values()
+            .cloned()
+            .collect();
+        slots.push(self.vdso.clone());
+        slots.extend(self.vdso_noted.get().cloned());
+        for s in slots {
+            if s.started.load(std::sync::atomic::Ordering::Relaxed) {
+                s.get(&self.config, &self.counters);
+            }
+        }
+    }
+
     /// Starts loading the kallsyms that kernel frames will be named from ([`Symbols::resolve`]'s
     /// choice: by the kernel's build id, else this host's) on the pool, once.
     pub fn want_kernel(&self) {

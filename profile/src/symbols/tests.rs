@@ -876,3 +876,44 @@ fn a_static_binarys_debug_file_is_placed_by_the_binarys_program_headers() {
         );
     }
 }
+
+/// A load started on the pool is waited for by `settle`: after it the counters say what it found
+/// (the file at the path is another build). The pool's one thread is held by another job, so the
+/// load is still queued when the counters are read (a stage's end used to read them then, and
+/// said nothing of the other build).
+#[test]
+fn settle_waits_for_the_loads_the_pool_has_not_run() {
+    let pool = Arc::new(
+        rayon::ThreadPoolBuilder::new()
+            .num_threads(1)
+            .build()
+            .unwrap(),
+    );
+    let (hold, held) = std::sync::mpsc::channel::<()>();
+    pool.spawn(move || {
+        let _ = held.recv();
+    });
+    let s = Symbols::new(SymbolsConfig::default(), Some(pool));
+    let exe = std::env::current_exe().unwrap();
+    s.prefetch(
+        DsoId(0),
+        DsoDesc {
+            name: exe.as_os_str().as_encoded_bytes(),
+            build_id: Some(&[0xab; 20]),
+            kernel: false,
+            pid: u32::MAX,
+        },
+    );
+    let k = s.counters();
+    assert_eq!(
+        k.dsos_build_id_mismatch.get(),
+        0,
+        "the load waits behind the held job"
+    );
+    s.settle();
+    assert_eq!(
+        (k.dsos_missing.get(), k.dsos_build_id_mismatch.get()),
+        (1, 1)
+    );
+    hold.send(()).unwrap();
+}
