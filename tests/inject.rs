@@ -6,7 +6,7 @@
 
 use std::collections::BTreeSet;
 use std::path::Path;
-use std::process::Output;
+use std::process::{Command, Output};
 
 use crate::readers::{self, Input};
 use crate::util::*;
@@ -309,18 +309,55 @@ pipetest!(needs(perf, perf612, trixie)
         big_b.len(),
         all.len()
     );
-    let maps = |s: &[u8]| {
+    // `-B` writes an MMAP2 in build-id form (user mode, `MMAP_BUILD_ID`) of a file for a process
+    // only where a frame of that process's samples hit the file: each (pid, file) it writes is
+    // one the oracle's script of the input shows a frame of (the workload's processes have one
+    // thread each, so a sample's tid is its pid). How many maps that is against the input's
+    // depends on which maps this recording's samples hit (a child writes its own MMAP2 of a map
+    // its parent mapped, which the input has once): no count to compare. The input's maps of a
+    // (pid, file) no frame hit are left out.
+    let script = frames(&input);
+    let mut hit: BTreeSet<(u32, String)> = BTreeSet::new();
+    let mut tid = 0;
+    for l in script.lines() {
+        if !l.starts_with(char::is_whitespace) {
+            tid = l.split_whitespace().last().and_then(|t| t.parse().ok()).unwrap_or(0);
+        } else if let Some((_, dso)) = l.strip_suffix(')').and_then(|l| l.rsplit_once(" (")) {
+            hit.insert((tid, dso.to_string()));
+        }
+    }
+    let pid_of = |r: &[u8]| u32::from_le_bytes(r[8..12].try_into().unwrap());
+    let user_maps = |s: &[u8], built: bool| -> BTreeSet<(u32, String)> {
         split_records(s)
             .iter()
-            .filter(|(t, _)| *t == 1 || *t == 10) // MMAP, MMAP2
-            .count()
+            .filter(|(t, r)| {
+                let misc = u16::from_le_bytes([r[4], r[5]]);
+                (*t == 1 || *t == 10) && misc & 7 == 2 && (!built || misc & 0x4000 != 0)
+            })
+            .map(|(t, r)| (pid_of(r), map_filename(*t, r)))
+            .collect()
     };
-    let (maps_in, maps_b) = (maps(&input), maps(&big_b));
-    eprintln!("maps: input {maps_in}, -B {maps_b}");
-    assert!(
-        maps_b < maps_in,
-        "-B wrote {maps_b} maps of the input's {maps_in}: none left out"
+    let built = user_maps(&big_b, true);
+    assert!(!built.is_empty(), "-B wrote no MMAP2 in build-id form");
+    let unhit: Vec<_> = built.difference(&hit).collect();
+    assert!(unhit.is_empty(), "-B wrote maps no frame hit: {unhit:?}");
+    let written = user_maps(&big_b, false);
+    let left_out: Vec<_> = user_maps(&input, false)
+        .into_iter()
+        .filter(|m| m.1.starts_with('/') && !hit.contains(m))
+        .collect();
+    eprintln!(
+        "-B: {} MMAP2s in build-id form; {} (pid, file) maps of the input no frame hit",
+        built.len(),
+        left_out.len()
     );
+    for m in &left_out {
+        // A file without a build id is kept as it came (there is nothing to put in its MMAP2).
+        assert!(
+            !written.contains(m) || build_id_hex(&m.1).is_none(),
+            "-B kept {m:?}, which no frame hit"
+        );
+    }
     // --mmap2-buildid-all only rewrites in place: MMAP2 records keep their size.
     assert!(
         all.len() <= input.len() + 32 * 64,
@@ -443,6 +480,22 @@ fn split_records(s: &[u8]) -> Vec<(u32, Vec<u8>)> {
     }
     assert_eq!(at, s.len());
     v
+}
+
+/// The file name of an MMAP (`type_` 1) or MMAP2 (10) record.
+fn map_filename(type_: u32, r: &[u8]) -> String {
+    let at = if type_ == 1 { 40 } else { 72 };
+    let name = &r[at.min(r.len())..];
+    let end = name.iter().position(|&b| b == 0).unwrap_or(name.len());
+    String::from_utf8_lossy(&name[..end]).into_owned()
+}
+
+/// The GNU build id of the file at `path` (by `readelf -n`), if it has one.
+fn build_id_hex(path: &str) -> Option<String> {
+    let out = Command::new("readelf").args(["-n", path]).output().ok()?;
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("Build ID: ").map(str::to_string))
 }
 
 /// A record of `type_` and `misc` with `body` (a multiple of 8 bytes).
