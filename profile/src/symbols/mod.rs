@@ -172,9 +172,6 @@ pub struct Symbols {
     /// The vdso's slot by its BUILD_ID record ([`Symbols::vdso_noted`]).
     vdso_noted: OnceLock<Arc<Slot>>,
     perf_maps: Mutex<HashMap<u32, Arc<OnceLock<Table>>>>,
-    /// The roots of processes that see other files than we do, held open, one per view
-    /// ([`ProcessRoot::id`]): a run keeps as many open files as there are containers.
-    roots: Mutex<HashMap<(u64, u64, u64), Arc<ProcessRoot>>>,
     /// The kernel's build id, as the stream gives it (a kernel MMAP2 or BUILD_ID record).
     kernel_id: Mutex<Option<Vec<u8>>>,
     /// Build ids of user dsos by name, from BUILD_ID records before their MMAP.
@@ -341,7 +338,6 @@ impl Symbols {
             vdso,
             vdso_noted: OnceLock::new(),
             perf_maps: Mutex::default(),
-            roots: Mutex::default(),
             kernel_id: Mutex::default(),
             noted_ids: Mutex::default(),
             kallsyms_by_id: Arc::default(),
@@ -586,7 +582,7 @@ impl Symbols {
                 // time its table loads), one per view. Where the locator looks by path
                 // (`--symfs`, else as the process sees it): the table of a dso without build id
                 // is shared by the dsos of that file.
-                let root = self.root_of(dso.pid);
+                let root = self.config.sources.root_of(dso.pid);
                 let open = self.config.sources.path_of(&name, dso.pid, root.as_deref());
                 // An id the stream gave in a BUILD_ID record (a perf.data's build-id table).
                 let noted = match dso.build_id {
@@ -685,22 +681,6 @@ impl Symbols {
     fn kallsyms(&self) -> &Table {
         self.kallsyms
             .get_or_init(|| load_kallsyms(&self.config.kallsyms))
-    }
-
-    /// The root of process `pid` while it lives and sees other files than we do (the one held
-    /// open for its view); `None` otherwise, or under `--symfs` (which replaces every view).
-    fn root_of(&self, pid: u32) -> Option<Arc<ProcessRoot>> {
-        if self.config.sources.symfs().is_some() {
-            return None;
-        }
-        let root = ProcessRoot::open(pid)?;
-        let mut roots = self.roots.lock().unwrap_or_else(|e| e.into_inner());
-        Some(
-            roots
-                .entry(root.id())
-                .or_insert_with(|| Arc::new(root))
-                .clone(),
-        )
     }
 
     fn perf_map(&self, pid: u32) -> Arc<OnceLock<Table>> {

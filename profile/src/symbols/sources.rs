@@ -31,6 +31,7 @@ use std::path::{Component, Path, PathBuf};
 use std::sync::{Arc, OnceLock};
 
 use perfpipe_core::Counter;
+use perfpipe_stream::model::dso::ProcessRoot;
 
 pub mod debuginfod;
 pub mod locate;
@@ -188,6 +189,9 @@ pub struct Sources {
     names: Vec<String>,
     /// Which stages use them, for the counters and the run's end lines.
     ending: std::sync::Mutex<Ending>,
+    /// The roots of processes that see other files than we do, held open, one per view
+    /// ([`ProcessRoot::id`]): a run keeps as many open files as there are containers.
+    roots: std::sync::Mutex<HashMap<(u64, u64, u64), Arc<ProcessRoot>>>,
 }
 
 /// A file a source offers: a path, or a member of an archive.
@@ -391,6 +395,7 @@ impl Default for Sources {
             counters: SourceCounters::default(),
             names: Vec::new(),
             ending: std::sync::Mutex::default(),
+            roots: std::sync::Mutex::default(),
         }
     }
 }
@@ -463,6 +468,24 @@ impl Sources {
     /// `--symfs DIR`.
     pub fn symfs(&self) -> Option<&Path> {
         self.symfs.as_deref()
+    }
+
+    /// The root of process `pid` while it lives and sees other files than we do (the one held
+    /// open for its view: [`ProcessRoot`]), for the readers of its files that may come after it
+    /// has exited; `None` otherwise, or under `--symfs` (which replaces every view). Asked when
+    /// a dso's map comes in, the earliest a stage can.
+    pub fn root_of(&self, pid: u32) -> Option<Arc<ProcessRoot>> {
+        if self.symfs.is_some() {
+            return None;
+        }
+        let root = ProcessRoot::open(pid)?;
+        let mut roots = self.roots.lock().unwrap_or_else(|e| e.into_inner());
+        Some(
+            roots
+                .entry(root.id())
+                .or_insert_with(|| Arc::new(root))
+                .clone(),
+        )
     }
 
     /// Where separate debug files are looked for (under `--symfs` when given).

@@ -17,6 +17,7 @@ use framehop::{Module, ModuleSectionInfo};
 use object::read::elf::{ElfFile, FileHeader, ProgramHeader};
 use object::read::ReadCache;
 use object::{Endianness, FileKind, Object, ObjectSection, ReadRef};
+use perfpipe_stream::model::dso::ProcessRoot;
 
 use crate::symbols::sources::locate::{OtherBuild, Role, Wanted};
 use crate::symbols::sources::Sources;
@@ -165,7 +166,7 @@ fn is_pseudo(name: &[u8]) -> bool {
 /// Loads the unwind information of the dso `name` mapped in process `pid`, with no source but
 /// the files of this host ([`find`] with [`Sources::none`] and no build id).
 pub fn load(name: &[u8], pid: u32) -> Result<UnwindInfo, Missing> {
-    find(&Sources::none(), name, pid, None).info
+    find(&Sources::none(), name, pid, None, None).info
 }
 
 /// A dso's unwind information as [`find`] found it.
@@ -180,12 +181,19 @@ pub struct Found {
 }
 
 /// Loads the unwind information of dso `name` (build id `build_id` when the recording gives it)
-/// mapped in process `pid`, from the first file the locator finds that has some, in its order
-/// ([`crate::symbols::sources::locate`]: `--symbols` archives and directories and the build-id
-/// cache by build id, `--symfs`, `/proc/PID/root` of a process in a container, the path,
+/// mapped in process `pid` (whose root, held open since its map came, is `root`), from the first
+/// file the locator finds that has some, in its order ([`crate::symbols::sources::locate`]:
+/// `--symbols` archives and directories and the build-id cache by build id, `--symfs`, the
+/// process's root (else `/proc/PID/root`) for a process in a container, the path,
 /// debuginfod's `/executable` then `/debuginfo`): never from a file of another build. The
 /// `[vdso]` is this process's own image (perf's choice), or the one a source holds by its id.
-pub fn find(sources: &Sources, name: &[u8], pid: u32, build_id: Option<&[u8]>) -> Found {
+pub fn find(
+    sources: &Sources,
+    name: &[u8],
+    pid: u32,
+    root: Option<&ProcessRoot>,
+    build_id: Option<&[u8]>,
+) -> Found {
     let done = |info, from, other_builds| Found {
         info,
         from,
@@ -221,7 +229,7 @@ pub fn find(sources: &Sources, name: &[u8], pid: u32, build_id: Option<&[u8]>) -
         path,
         build_id,
         pid,
-        root: None,
+        root,
     };
     // Whether some file of the dso's build was read at all (else: not found).
     let mut read_one = false;
@@ -235,7 +243,13 @@ pub fn find(sources: &Sources, name: &[u8], pid: u32, build_id: Option<&[u8]>) -
         },
     );
     match found.hit {
-        Some((info, c)) => done(Ok(info), Some(c.describe()), found.other_builds),
+        Some((info, c)) => {
+            let from = match (&c, root) {
+                (crate::symbols::sources::Cand::Path(p), Some(r)) => r.shown(p),
+                _ => c.describe(),
+            };
+            done(Ok(info), Some(from), found.other_builds)
+        }
         None if read_one => done(Err(Missing::NoInfo), None, found.other_builds),
         None if !found.other_builds.is_empty() => {
             done(Err(Missing::OtherBuild), None, found.other_builds)

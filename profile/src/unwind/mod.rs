@@ -73,6 +73,7 @@ use perfpipe_core::spec::{BuildCtx, Options};
 use perfpipe_stream::format::{
     misc, Attr, Endian, RecordType, SampleLayout, StreamInfo, EVENT_HEADER_SIZE,
 };
+use perfpipe_stream::model::dso::ProcessRoot;
 use perfpipe_stream::model::hold::{Hold, Holding};
 use perfpipe_stream::model::machine::{DsoId, Identity, Machine, Map};
 use perfpipe_stream::model::IdMap;
@@ -214,6 +215,7 @@ impl UnwindConfig {
             parallel_min: self.parallel_min.max(2),
             machine: Machine::new(),
             dsos: Vec::new(),
+            roots: Vec::new(),
             processes: IdMap::default(),
             modules: Modules::default(),
             extras: Vec::new(),
@@ -585,6 +587,10 @@ pub struct Unwind {
     machine: Machine,
     /// By [`perfpipe_stream::model::machine::DsoId`]: the dso's unwind information, once looked for.
     dsos: Vec<Option<Result<UnwindInfo, Missing>>>,
+    /// By dso: the root of the process whose map brought it in, held open from then when that
+    /// process sees other files than we do (a container): its files are read two rounds later,
+    /// when the process may have exited.
+    roots: Vec<Option<Arc<ProcessRoot>>>,
     /// pid → its unwinder as last built.
     processes: IdMap<u32, Built>,
     /// Modules by map (dso, start, end, file offset): a process's unwinder is made again of the
@@ -851,7 +857,14 @@ impl Unwind {
             Identity::BuildId(b) if !b.is_empty() => Some(b.clone()),
             _ => self.noted_ids.get(&d.name).cloned(),
         };
-        let found = dso::find(&self.sources, &d.name, pid, build_id.as_deref());
+        let root = self.roots.get(id.0 as usize).cloned().flatten();
+        let found = dso::find(
+            &self.sources,
+            &d.name,
+            pid,
+            root.as_deref(),
+            build_id.as_deref(),
+        );
         match &found.info {
             Ok(_) => self.c.dsos_loaded.add(1),
             Err(Missing::NotFound) => self.c.dsos_missing.add(1),
@@ -1067,7 +1080,18 @@ impl Holding for Unwind {
                     }
                 }
                 rt if Machine::takes(rt) => {
-                    self.machine.apply(&info.record(batch, span));
+                    let rec = info.record(batch, span);
+                    let dso = self.machine.apply(&rec);
+                    // A new dso of a user map: its process's root while it lives.
+                    if let (Some(d), Some(m)) = (dso, rec.mmap()) {
+                        let i = d.0 as usize;
+                        if self.roots.len() <= i {
+                            self.roots.resize(i + 1, None);
+                            if m.cpumode != misc::KERNEL {
+                                self.roots[i] = self.sources.root_of(m.pid);
+                            }
+                        }
+                    }
                 }
                 _ => {}
             }
