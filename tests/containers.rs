@@ -859,6 +859,7 @@ pipetest!(needs(cc, mount)
     /// chroot needs root, as mounting does. The process says `ready` once chrooted and exits
     /// when its standard input closes.
     a_chrooted_process_files_are_read_after_it_exits, |dir| {
+        use perfpipe_profile::symbols::sources::locate::Inode;
         use perfpipe_profile::symbols::sources::{Sources, SourcesConfig};
         use perfpipe_profile::symbols::{DsoDesc, Query, Symbols, SymbolsConfig};
         use perfpipe_stream::model::machine::DsoId;
@@ -927,6 +928,7 @@ pipetest!(needs(cc, mount)
                     build_id: None,
                     kernel: false,
                     pid,
+                    inode: None,
                 };
                 s.note(DsoId(i as u32), desc);
             }
@@ -947,13 +949,70 @@ pipetest!(needs(cc, mount)
                 })
                 .collect()
         };
+        // `/usr/bin/true` is in its root too, another file (the host's `false`): a map of the
+        // host's, made before the chroot (as `chroot` maps its own files), is read from the
+        // host's by its MMAP2's inode, which comes first whatever the order of the views.
+        let fake = root.join("usr/bin/true");
+        std::fs::create_dir_all(fake.parent().unwrap()).unwrap();
+        std::fs::copy("/usr/bin/false", &fake).unwrap();
+        let host_true = Path::new("/usr/bin/true");
+        let inode = |p: &Path| {
+            use std::os::unix::fs::MetadataExt as _;
+            let m = std::fs::metadata(p).unwrap();
+            let dev = m.dev();
+            Inode {
+                maj: (((dev >> 8) & 0xfff) | ((dev >> 32) & !0xfff)) as u32,
+                min: ((dev & 0xff) | ((dev >> 12) & !0xff)) as u32,
+                ino: m.ino(),
+            }
+        };
+        let runtime_of = |s: &Symbols, i: u32, file: &Path| {
+            s.note(
+                DsoId(i),
+                DsoDesc {
+                    name: b"/usr/bin/true",
+                    build_id: None,
+                    kernel: false,
+                    pid,
+                    inode: Some(inode(file)),
+                },
+            );
+            s.resolve(
+                &Query {
+                    dso: Some(DsoId(i)),
+                    pid,
+                    ip: 0x1000,
+                    rel: 0x1000,
+                    kernel: false,
+                },
+                &mut Vec::new(),
+            );
+            s.files(DsoId(i)).0.map(|c| c.describe())
+        };
         // Noted while it lives, resolved once it has exited.
         let held = symbols();
         note(&held);
+        let views = symbols();
+        let (host_view, root_view) = (
+            runtime_of(&views, 2, host_true),
+            runtime_of(&views, 3, &fake),
+        );
         drop(child.0.stdin.take());
         assert!(child.0.wait().unwrap().success());
         let want = Some("in_the_root_only".to_string());
         assert_eq!(names(&held), [want.clone(), want], "noted while it lived");
+        assert_eq!(
+            host_view.as_deref(),
+            Some("/usr/bin/true"),
+            "the host's map, by its inode"
+        );
+        // (Held open: `/proc/self/fd/N/usr/bin/true`.)
+        assert!(
+            root_view
+                .as_deref()
+                .is_some_and(|v| v.starts_with("/proc/self/fd/") && v.ends_with("/usr/bin/true")),
+            "the root's file, by its inode: {root_view:?}"
+        );
         let late = symbols();
         note(&late);
         assert_eq!(names(&late), [None, None], "noted after it exited");

@@ -35,6 +35,7 @@ use std::sync::Arc;
 
 use perfpipe_core::{Batch, Counter, Flow, NoteValue, Notes, Out, Stage, StageError};
 
+use crate::symbols::sources::locate::Inode;
 pub use crate::symbols::{DsoDesc, FrameKind, Query, Resolved, Symbols, SymbolsConfig};
 use perfpipe_core::spec::{BuildCtx, Flag, FlagValue, Kind, Options, StageOption, StageSpec};
 use perfpipe_stream::format::{context, misc, Endian, Record, RecordType, Sample, StreamInfo};
@@ -854,6 +855,12 @@ impl Symbolize {
                         },
                     );
                 }
+                let inode = match d.identity {
+                    perfpipe_stream::model::machine::Identity::Inode { maj, min, ino, .. } => {
+                        Some(Inode { maj, min, ino })
+                    }
+                    _ => None,
+                };
                 self.symbols.note(
                     dso,
                     DsoDesc {
@@ -861,6 +868,7 @@ impl Symbolize {
                         build_id,
                         kernel: d.kernel,
                         pid,
+                        inode,
                     },
                 );
             }

@@ -7,7 +7,6 @@
 //! ([`ReadCache`]), never mapped.
 
 use std::fs::File;
-use std::path::Path;
 use std::sync::Arc;
 
 use object::elf::{
@@ -17,8 +16,6 @@ use object::elf::{
 use object::read::elf::{ElfFile, FileHeader, ProgramHeader, Rela, SectionHeader, Sym};
 use object::read::ReadCache;
 use object::{Endianness, FileKind, Object, ObjectSection, ReadRef};
-
-use perfpipe_stream::model::dso::ProcessRoot;
 
 use super::sources::locate::{OtherBuild, Reader, Role, Wanted};
 use super::sources::{Cand, Sources, Window};
@@ -456,27 +453,18 @@ impl Reader for SymbolFiles {
     }
 }
 
-/// Loads the symbols of dso `name` (build id `bid` when the stream gives it), mapped by process
-/// `pid` (whose root, held open since it was seen alive, is `root`), from the files the locator finds ([`Sources::find`], [`Role::Debug`]: by build id in
+/// Loads the symbols of the dso `w` asks for (its path, its build id when the stream gives it,
+/// the process that maps it and that process's root held open, its MMAP2's inode), from the files the locator finds ([`Sources::find`], [`Role::Debug`]: by build id in
 /// `--symbols` and the cache, perf's debug files, the file at its path, debuginfod), each of the
 /// dso's build.
 pub(crate) fn load(
-    name: &Path,
-    pid: u32,
-    root: Option<&ProcessRoot>,
-    bid: Option<&[u8]>,
+    w: &Wanted<'_>,
     demangle: bool,
     minidebuginfo: bool,
     sources: &Sources,
 ) -> Loaded {
-    let w = Wanted {
-        path: name,
-        build_id: bid,
-        pid,
-        root,
-    };
     let mut files = SymbolFiles::default();
-    let found = sources.find(&w, Role::Debug, &mut files);
+    let found = sources.find(w, Role::Debug, &mut files);
     let SymbolFiles {
         syms,
         runtime,

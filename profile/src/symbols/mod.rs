@@ -28,6 +28,7 @@ use perfpipe_core::Counter;
 use elf::Loaded;
 use perfpipe_stream::model::dso::ProcessRoot;
 use perfpipe_stream::model::machine::DsoId;
+use sources::locate::{Inode, Wanted};
 use sources::Sources;
 use table::Table;
 
@@ -91,6 +92,8 @@ pub struct DsoDesc<'a> {
     pub kernel: bool,
     /// A process that maps it (for `/proc/PID/root/…` and `/tmp/perf-PID.map`).
     pub pid: u32,
+    /// The device and inode its MMAP2 gave (`None`: an MMAP, or an MMAP2 in build-id form).
+    pub inode: Option<Inode>,
 }
 
 /// What kind of code a frame is in.
@@ -223,6 +226,8 @@ struct Spec {
     /// Its root, held open from when the dso was noted, when it sees other files than we do:
     /// the table may load after the process has exited.
     root: Option<Arc<ProcessRoot>>,
+    /// The device and inode its MMAP2 gave.
+    inode: Option<Inode>,
     build_id: Option<Vec<u8>>,
     vdso: bool,
 }
@@ -583,7 +588,13 @@ impl Symbols {
                 // (`--symfs`, else as the process sees it): the table of a dso without build id
                 // is shared by the dsos of that file.
                 let root = self.config.sources.root_of(dso.pid);
-                let open = self.config.sources.path_of(&name, dso.pid, root.as_deref());
+                let open = self.config.sources.path_of(&Wanted {
+                    path: &name,
+                    build_id: None,
+                    pid: dso.pid,
+                    root: root.as_deref(),
+                    inode: dso.inode,
+                });
                 // An id the stream gave in a BUILD_ID record (a perf.data's build-id table).
                 let noted = match dso.build_id {
                     Some(b) if !b.is_empty() => None,
@@ -608,6 +619,7 @@ impl Symbols {
                                 name,
                                 pid: dso.pid,
                                 root,
+                                inode: dso.inode,
                                 build_id: build_id.map(<[u8]>::to_vec),
                                 vdso: false,
                             },
@@ -902,15 +914,14 @@ impl Slot {
                 };
                 load_vdso(image, c.demangle)
             } else {
-                elf::load(
-                    &self.spec.name,
-                    self.spec.pid,
-                    self.spec.root.as_deref(),
-                    self.spec.build_id.as_deref(),
-                    c.demangle,
-                    c.minidebuginfo,
-                    &c.sources,
-                )
+                let w = Wanted {
+                    path: &self.spec.name,
+                    build_id: self.spec.build_id.as_deref(),
+                    pid: self.spec.pid,
+                    root: self.spec.root.as_deref(),
+                    inode: self.spec.inode,
+                };
+                elf::load(&w, c.demangle, c.minidebuginfo, &c.sources)
             };
             if l.missing {
                 k.dsos_missing.add(1);

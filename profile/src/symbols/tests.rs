@@ -317,6 +317,7 @@ fn kernel_frames_from_kallsyms_or_unknown() {
             build_id: None,
             kernel: true,
             pid: u32::MAX,
+            inode: None,
         };
         s.note(DsoId(0), desc);
     };
@@ -400,6 +401,7 @@ fn jit_frames_from_perf_map() {
                 build_id: None,
                 kernel: false,
                 pid,
+                inode: None,
             },
         );
         let mut out = Vec::new();
@@ -434,6 +436,7 @@ fn vdso_from_this_process() {
             build_id: None,
             kernel: false,
             pid: 1,
+            inode: None,
         },
     );
     let mut names = std::collections::BTreeSet::new();
@@ -513,6 +516,7 @@ fn resolve_in(s: &Symbols, id: u32, path: &Path, rel: u64) -> Resolved {
             build_id: None,
             kernel: false,
             pid: u32::MAX,
+            inode: None,
         },
     );
     let mut out = Vec::new();
@@ -721,6 +725,7 @@ fn inlined_frames_from_dwarf() {
             build_id: None,
             kernel: false,
             pid: u32::MAX,
+            inode: None,
         },
     );
     let mut found = false;
@@ -810,6 +815,7 @@ fn loads_once_on_the_pool_and_lookups_wait() {
                 build_id: None,
                 kernel: false,
                 pid: u32::MAX,
+                inode: None,
             },
         );
     }
@@ -902,6 +908,7 @@ fn settle_waits_for_the_loads_the_pool_has_not_run() {
             build_id: Some(&[0xab; 20]),
             kernel: false,
             pid: u32::MAX,
+            inode: None,
         },
     );
     let k = s.counters();

@@ -19,7 +19,7 @@ use object::read::ReadCache;
 use object::{Endianness, FileKind, Object, ObjectSection, ReadRef};
 use perfpipe_stream::model::dso::ProcessRoot;
 
-use crate::symbols::sources::locate::{OtherBuild, Role, Wanted};
+use crate::symbols::sources::locate::{Inode, OtherBuild, Role, Wanted};
 use crate::symbols::sources::Sources;
 
 /// Section bytes shared by every module made from one dso.
@@ -166,7 +166,7 @@ fn is_pseudo(name: &[u8]) -> bool {
 /// Loads the unwind information of the dso `name` mapped in process `pid`, with no source but
 /// the files of this host ([`find`] with [`Sources::none`] and no build id).
 pub fn load(name: &[u8], pid: u32) -> Result<UnwindInfo, Missing> {
-    find(&Sources::none(), name, pid, None, None).info
+    find(&Sources::none(), name, pid, None, None, None).info
 }
 
 /// A dso's unwind information as [`find`] found it.
@@ -181,7 +181,8 @@ pub struct Found {
 }
 
 /// Loads the unwind information of dso `name` (build id `build_id` when the recording gives it)
-/// mapped in process `pid` (whose root, held open since its map came, is `root`), from the first
+/// mapped in process `pid` (whose root, held open since its map came, is `root`; `inode` its
+/// MMAP2's device and inode), from the first
 /// file the locator finds that has some, in its order ([`crate::symbols::sources::locate`]:
 /// `--symbols` archives and directories and the build-id cache by build id, `--symfs`, the
 /// process's root (else `/proc/PID/root`) for a process in a container, the path,
@@ -192,6 +193,7 @@ pub fn find(
     name: &[u8],
     pid: u32,
     root: Option<&ProcessRoot>,
+    inode: Option<Inode>,
     build_id: Option<&[u8]>,
 ) -> Found {
     let done = |info, from, other_builds| Found {
@@ -230,6 +232,7 @@ pub fn find(
         build_id,
         pid,
         root,
+        inode,
     };
     // Whether some file of the dso's build was read at all (else: not found).
     let mut read_one = false;

@@ -81,8 +81,8 @@ use perfpipe_stream::Error;
 use sample::AttrExtra;
 pub use spec::SPEC;
 
-use crate::symbols::sources::locate::Wanted;
 use crate::symbols::sources::locate::HOW_TO_GET;
+use crate::symbols::sources::locate::{Inode, Wanted};
 use crate::symbols::sources::{hex, Sources, SourcesConfig};
 
 fn build_stage(ctx: &BuildCtx, o: &Options) -> Result<Box<dyn Stage>, perfpipe_core::StageError> {
@@ -858,11 +858,16 @@ impl Unwind {
             _ => self.noted_ids.get(&d.name).cloned(),
         };
         let root = self.roots.get(id.0 as usize).cloned().flatten();
+        let inode = match d.identity {
+            Identity::Inode { maj, min, ino, .. } => Some(Inode { maj, min, ino }),
+            _ => None,
+        };
         let found = dso::find(
             &self.sources,
             &d.name,
             pid,
             root.as_deref(),
+            inode,
             build_id.as_deref(),
         );
         match &found.info {
@@ -888,6 +893,7 @@ impl Unwind {
                         build_id: None,
                         pid,
                         root: None,
+                        inode: None,
                     })
                 }),
                 pid,

@@ -709,13 +709,13 @@ fn a_file_of_another_build_gives_no_unwind_information() {
     let exe = std::env::current_exe().unwrap();
     let name = exe.as_os_str().as_bytes();
     let none = crate::symbols::sources::Sources::none();
-    let other = dso::find(&none, name, u32::MAX, None, Some(&[0xab; 20]));
+    let other = dso::find(&none, name, u32::MAX, None, None, Some(&[0xab; 20]));
     assert_eq!(other.info.unwrap_err(), dso::Missing::OtherBuild);
     assert_eq!(other.other_builds.len(), 1);
     assert_eq!(other.other_builds[0].at, exe.display().to_string());
     let data = std::fs::read(&exe).unwrap();
     let id = perfpipe_stream::model::dso::elf_build_id(&data).expect("a build id");
-    let right = dso::find(&none, name, u32::MAX, None, Some(id.as_bytes()));
+    let right = dso::find(&none, name, u32::MAX, None, None, Some(id.as_bytes()));
     assert!(right.info.is_ok_and(|i| i.has_unwind_info()));
     assert_eq!(right.from, Some(exe.display().to_string()));
     // No id: the file at the path is trusted.

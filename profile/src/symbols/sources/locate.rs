@@ -57,6 +57,35 @@ pub struct Wanted<'a> {
     /// Its root, held open when it was seen alive ([`ProcessRoot`]): its files are read through
     /// it even after it has exited (else through `/proc/PID/root` while it lives).
     pub root: Option<&'a ProcessRoot>,
+    /// The device and inode its MMAP2 gave: of the places it is looked for at by path, the one
+    /// that is this file comes first (a process that chrooted after it mapped its first files
+    /// sees other files at their paths now).
+    pub inode: Option<Inode>,
+}
+
+/// A file's device and inode as an MMAP2 names them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Inode {
+    /// The device's major number.
+    pub maj: u32,
+    /// Its minor number.
+    pub min: u32,
+    /// The inode.
+    pub ino: u64,
+}
+
+impl Inode {
+    /// Whether the file at `p` is this one.
+    fn is(&self, p: &Path) -> bool {
+        use std::os::unix::fs::MetadataExt as _;
+        // glibc's `makedev`.
+        let (maj, min) = (u64::from(self.maj), u64::from(self.min));
+        let dev = (maj & 0xffff_f000) << 32
+            | (maj & 0xfff) << 8
+            | (min & 0xffff_ff00) << 12
+            | (min & 0xff);
+        std::fs::metadata(p).is_ok_and(|m| m.ino() == self.ino && m.dev() == dev)
+    }
 }
 
 /// Which debuginfod file a reader asks for.
@@ -210,18 +239,28 @@ pub fn debug_files(
 
 impl Sources {
     /// The paths a dso's file is looked for at, in order: `--symfs DIR/PATH`, else where the
-    /// process sees it ([`process_views_in`]: through `root` when it was held open).
-    pub fn paths(&self, path: &Path, pid: u32, root: Option<&ProcessRoot>) -> Vec<PathBuf> {
-        match self.symfs() {
-            Some(fs) => vec![fs.join(path.strip_prefix("/").unwrap_or(path))],
-            None => process_views_in(path, Some(pid), root),
+    /// process sees it ([`process_views_in`]: through its root when that was held open), the
+    /// one that is the file the MMAP2 named ([`Inode`]) first when exactly one is.
+    pub fn paths(&self, w: &Wanted<'_>) -> Vec<PathBuf> {
+        let mut paths = match self.symfs() {
+            Some(fs) => return vec![fs.join(w.path.strip_prefix("/").unwrap_or(w.path))],
+            None => process_views_in(w.path, Some(w.pid), w.root),
+        };
+        if let Some(inode) = w.inode.filter(|_| paths.len() > 1) {
+            let is: Vec<bool> = paths.iter().map(|p| inode.is(p)).collect();
+            if is.iter().filter(|&&b| b).count() == 1 {
+                let at = is.iter().position(|&b| b).unwrap_or(0);
+                let p = paths.remove(at);
+                paths.insert(0, p);
+            }
         }
+        paths
     }
 
     /// The first path of [`Sources::paths`] that is a file (else the first path): where a
     /// reader that opens one file by path opens it.
-    pub fn path_of(&self, path: &Path, pid: u32, root: Option<&ProcessRoot>) -> PathBuf {
-        let paths = self.paths(path, pid, root);
+    pub fn path_of(&self, w: &Wanted<'_>) -> PathBuf {
+        let paths = self.paths(w);
         paths
             .iter()
             .find(|p| p.is_file())
@@ -269,7 +308,7 @@ impl Sources {
     /// `reader` wants it and the id is known.
     pub fn find<R: Reader>(&self, w: &Wanted<'_>, role: Role, reader: &mut R) -> Found<R::Out> {
         let by_path: Vec<Cand> = self
-            .paths(w.path, w.pid, w.root)
+            .paths(w)
             .into_iter()
             .filter(|p| p.is_file())
             .map(Cand::Path)
@@ -316,7 +355,7 @@ impl Sources {
                 _ => None,
             }
             .unwrap_or_else(|| {
-                let p = self.path_of(w.path, w.pid, w.root);
+                let p = self.path_of(w);
                 p.parent().unwrap_or(Path::new("/")).to_path_buf()
             });
             let link = main.as_ref().and_then(debuglink_of);
@@ -442,6 +481,7 @@ mod tests {
             build_id: Some(&[0xab; 20]),
             pid: u32::MAX,
             root: None,
+            inode: None,
         };
         let f = s.find(&w, Role::Runtime, &mut |_: &Cand| Some(()));
         assert!(f.hit.is_none());
@@ -460,6 +500,7 @@ mod tests {
                 build_id,
                 pid: u32::MAX,
                 root: None,
+                inode: None,
             };
             let f = s.find(&w, Role::Runtime, &mut |c: &Cand| Some(c.describe()));
             assert_eq!(f.hit.map(|h| h.0), Some(exe.display().to_string()));
@@ -476,13 +517,17 @@ mod tests {
             ..SourcesConfig::default()
         })
         .unwrap();
-        assert_eq!(
-            s.paths(Path::new("/usr/lib/libc.so.6"), std::process::id(), None),
-            vec![dir.path().join("usr/lib/libc.so.6")]
-        );
-        let none = Sources::none();
         let me = std::process::id();
-        let p = none.paths(Path::new("/usr/lib/libc.so.6"), me, None);
+        let w = Wanted {
+            path: Path::new("/usr/lib/libc.so.6"),
+            build_id: None,
+            pid: me,
+            root: None,
+            inode: None,
+        };
+        assert_eq!(s.paths(&w), vec![dir.path().join("usr/lib/libc.so.6")]);
+        let none = Sources::none();
+        let p = none.paths(&w);
         assert_eq!(p[0], Path::new("/usr/lib/libc.so.6"));
         assert_eq!(
             p[1],
