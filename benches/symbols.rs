@@ -38,6 +38,7 @@ fn desc(name: &str) -> DsoDesc<'_> {
         build_id: None,
         kernel: name.starts_with("[kernel") || name.ends_with("kallsyms"),
         pid: u32::MAX,
+        inode: None,
     }
 }
 
@@ -134,6 +135,7 @@ fn agree() {
                 build_id: None,
                 kernel,
                 pid: u32::MAX,
+                inode: None,
             },
         );
         let mut out = Vec::new();
