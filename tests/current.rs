@@ -358,10 +358,25 @@ pipetest!(needs(perf, perf612, trixie)
         for perf in readers() {
             let report = readers::read(&perf, &["report", "--stdio"], Input::Stream(&ours))
                 .unwrap_or_else(|e| panic!("{what}: {e}"));
-            let want = format!("# Samples: {n}  of event 'cpu-clock'");
+            // The report's header rounds a count above 1000; `--stats` gives it exactly.
+            let want = format!("# Samples: {} of event 'cpu-clock'", perf_count(n));
             assert!(report.contains(&want), "{what}, {}: not `{want}`:\n{report}", perf.name);
+            let counted = readers::samples(&perf, Input::Stream(&ours)).unwrap_or_else(|e| panic!("{what}: {e}"));
+            eqnice!(n, counted);
             readers::same_script(&perf, &frames, Input::Stream(reference), Input::Stream(&ours))
                 .unwrap_or_else(|e| panic!("{what}: {e}"));
         }
     }
 });
+
+/// A count as `perf report`'s header prints it (`convert_unit()` and `%lu%c`): above 1000 in
+/// thousands with a `K` (1014 samples are `1K`), else the number and a space.
+fn perf_count(n: u64) -> String {
+    let (mut v, mut unit) = (n, ' ');
+    for u in ['K', 'M', 'G'] {
+        if v > 1000 {
+            (v, unit) = (v / 1000, u);
+        }
+    }
+    format!("{v}{unit}")
+}
