@@ -897,8 +897,10 @@ fn perf_script_wakers(file: &Path) -> (Vec<Woken>, Vec<u32>, Vec<u32>, Lost) {
         match event {
             "sched:sched_wakeup:" | "sched:sched_waking:" => {
                 let pid: u32 = field(&l, "pid").unwrap().parse().unwrap();
+                // The last wakeup names the waker; one by a thread whose tid perf gives as -1
+                // (it was exiting) names none, as the outputs' null waker says.
                 if let Some(o) = open.get_mut(&pid) {
-                    o.1 = Some(tid);
+                    o.1 = (tid != u32::MAX).then_some(tid);
                 }
             }
             "sched:sched_switch:" => {

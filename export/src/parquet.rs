@@ -16,7 +16,7 @@
 //! | `off_cpu_end` | `UInt64` | an off-CPU interval's row: when the thread was switched in again; null for a sample |
 //! | `off_cpu_state` | `Utf8` | an off-CPU interval's row: the state it left the cpu in (`S`, `D`, `R`, `S\|D`…); null for a sample |
 //! | `off_cpu_open_at_end` | `Boolean` | an off-CPU interval's row: still open at the end of the stream, closed at its last event time; null for a sample |
-//! | `off_cpu_waker_tid`, `off_cpu_waker_comm` | `UInt32`, `Utf8` | an off-CPU interval's row: the thread whose wakeup ended it (`sched_waking`/`sched_wakeup` samples); null when none was recorded, and for a sample |
+//! | `off_cpu_waker_tid`, `off_cpu_waker_comm` | `UInt32`, `Utf8` | an off-CPU interval's row: the thread whose wakeup ended it (`sched_waking`/`sched_wakeup` samples); null when none was recorded or the waker's tid is unknown (-1: a thread that was exiting), and for a sample |
 //! | `tp` | `Map<Utf8, Utf8>` | a tracepoint sample's fields by name, from the recording's format files, as `perf script -F trace` shows them; null for other rows |
 //!
 //! A stream with switches (`sched:sched_switch`, or `context-switches` with `--switch-events`)

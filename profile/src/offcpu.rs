@@ -977,8 +977,10 @@ fn decide<S: Copy>(
             }
             Ev::Wake(w) => {
                 // A wakeup of a thread on the cpu (or never seen off it) wakes no interval.
+                // One by a thread the kernel gives tid -1 (it was exiting: `perf_event_tid()`)
+                // ends the interval's wakeups with no waker to name.
                 if t.open.is_some() {
-                    t.waker = Some(w);
+                    t.waker = (w.tid != u32::MAX).then_some(w);
                 } else {
                     counts.stray_wakeups += 1;
                 }

@@ -443,6 +443,21 @@ fn the_waker_is_the_last_wakeup_after_the_switch_out_and_at_or_before_the_switch
 }
 
 #[test]
+fn a_last_wakeup_by_an_exiting_thread_names_no_waker() {
+    // 5 sleeps at 100; 8 wakes it at 110, then a thread the kernel gives tid -1 (exiting) at 120.
+    let (v, _) = run(
+        &[
+            (on(switch(5, State::Sleeping, 0, 100), 0), Some(1)),
+            (wake(5, 110, 8, 1), Some(80)),
+            (wake(5, 120, u32::MAX, 1), Some(81)),
+            (on(sin(5, 130), 0), None),
+        ],
+        &[],
+    );
+    assert_eq!(wakers(&v), vec![(5, 100, 130, None)]);
+}
+
+#[test]
 fn wakeups_read_in_any_arrival_order_give_the_wakers_of_time_order() {
     // Threads wake each other on two cpus; each cpu's records in time order, the cpus' records
     // of a round one after the other: the wakers equal those of the stream sorted by time.
