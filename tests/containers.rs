@@ -523,15 +523,7 @@ pipetest!(needs(perf, cc, inferno, trixie) an_archived_files_debuglink_is_looked
 
 /// The GNU build id of `file`, in hex (by `readelf -n`).
 fn build_id_of(file: &Path) -> String {
-    let notes = Command::new("readelf")
-        .arg("-n")
-        .arg(file)
-        .output()
-        .unwrap();
-    String::from_utf8_lossy(&notes.stdout)
-        .lines()
-        .find_map(|l| l.trim().strip_prefix("Build ID: ").map(str::to_string))
-        .unwrap_or_else(|| panic!("{} has no build id", file.display()))
+    build_id_hex(file).unwrap_or_else(|| panic!("{} has no build id", file.display()))
 }
 
 /// Host perf records `WRAP… ROOT until STOP` with `record_args` (the process chrooted, or in a

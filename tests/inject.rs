@@ -6,7 +6,7 @@
 
 use std::collections::BTreeSet;
 use std::path::Path;
-use std::process::{Command, Output};
+use std::process::Output;
 
 use crate::readers::{self, Input};
 use crate::util::*;
@@ -354,7 +354,7 @@ pipetest!(needs(perf, perf612, trixie)
     for m in &left_out {
         // A file without a build id is kept as it came (there is nothing to put in its MMAP2).
         assert!(
-            !written.contains(m) || build_id_hex(&m.1).is_none(),
+            !written.contains(m) || build_id_hex(Path::new(&m.1)).is_none(),
             "-B kept {m:?}, which no frame hit"
         );
     }
@@ -488,14 +488,6 @@ fn map_filename(type_: u32, r: &[u8]) -> String {
     let name = &r[at.min(r.len())..];
     let end = name.iter().position(|&b| b == 0).unwrap_or(name.len());
     String::from_utf8_lossy(&name[..end]).into_owned()
-}
-
-/// The GNU build id of the file at `path` (by `readelf -n`), if it has one.
-fn build_id_hex(path: &str) -> Option<String> {
-    let out = Command::new("readelf").args(["-n", path]).output().ok()?;
-    String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .find_map(|l| l.trim().strip_prefix("Build ID: ").map(str::to_string))
 }
 
 /// A record of `type_` and `misc` with `body` (a multiple of 8 bytes).

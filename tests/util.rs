@@ -675,3 +675,11 @@ pub fn raw_record(ty: u32, size: u16) -> Vec<u8> {
     r.resize(usize::from(size).max(8), 0);
     r
 }
+
+/// The GNU build id of the file at `path`, in hex (by `readelf -n`), if it has one.
+pub fn build_id_hex(path: &Path) -> Option<String> {
+    let out = Command::new("readelf").arg("-n").arg(path).output().ok()?;
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("Build ID: ").map(str::to_string))
+}
