@@ -558,7 +558,8 @@ mod tests {
         assert_eq!(labels(&p), ["comm", "symbolize"]);
 
         // Folded stacks tell symbolize that unmapped addresses need not be told apart, unless
-        // --addrs shows them or the user chose; pprof shows every address.
+        // --addrs shows them or the user chose; nor does the Firefox profile, whose frames are
+        // labels; pprof shows every address.
         let unmapped = |argv: &[&str]| -> Vec<String> {
             let p = choose(argv).unwrap();
             let s = p.stages.iter().filter(|s| s.spec.name == "symbolize");
@@ -569,6 +570,7 @@ mod tests {
         assert_eq!(unmapped(&["perfpipe", "-o", "x.svg"]), ["merge"]);
         assert_eq!(unmapped(&["perfpipe", "-o", "x.svg", "--addrs"]), ["-"]);
         assert_eq!(unmapped(&["perfpipe", "-o", "x.pb.gz"]), ["-"]);
+        assert_eq!(unmapped(&["perfpipe", "-o", "x.json.gz"]), ["merge"]);
         assert_eq!(
             unmapped(&["perfpipe", "--symbolize", "unmapped=keep", "--folded"]),
             ["keep"]

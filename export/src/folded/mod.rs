@@ -89,14 +89,12 @@ pub fn fold_options(o: &Options) -> FoldOptions {
 
 /// What folded stacks (and flame graphs) set on the `symbolize` stage: unless `addrs` shows
 /// them, the user addresses no map covers are all `[unknown]`, so the stage makes them one frame
-/// (`unmapped=merge`) instead of one per address and process. On a recording of interpreters
-/// whose frame-pointer chains run into junk that is most of the distinct frames (930 K of 945 K
-/// on the benchmark's), and so most of the distinct stacks and of the memory.
+/// ([`merge_unmapped`](perfpipe_profile::symbolize::merge_unmapped)).
 pub fn symbolize_settings(o: &Options) -> &'static [(&'static str, &'static str, &'static str)] {
     if o.switch("addrs") {
         &[]
     } else {
-        &[("symbolize", "unmapped", "merge")]
+        perfpipe_profile::symbolize::merge_unmapped(o)
     }
 }
 
