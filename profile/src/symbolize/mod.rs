@@ -464,8 +464,7 @@ impl FrameCache {
     #[inline]
     fn get(&self, pid: u32, mode: u16, ip: u64, stamp: u64) -> Option<(FrameId, Place)> {
         let s = &self.slots[Self::index(pid, ip)];
-        (s.ip == ip && s.pid == pid && s.mode == mode && s.stamp == stamp)
-            .then_some((s.id, s.dso))
+        (s.ip == ip && s.pid == pid && s.mode == mode && s.stamp == stamp).then_some((s.id, s.dso))
     }
 
     #[inline]
