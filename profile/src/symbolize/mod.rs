@@ -434,8 +434,8 @@ impl Interner {
 /// found in ([`perfpipe_stream::model::machine::Space::stamp`]): a callchain's frames repeat in sample after
 /// sample, and a hit costs one slot read instead of a map search and a hash lookup. Kernel
 /// frames are one process's (pid 0): the kernel's maps are every process's, and a recording of
-/// many short-lived processes repeats the same kernel paths in each (a third of its kernel
-/// frames missed when they were cached per process, 11 % of the stage's CPU time).
+/// many short-lived processes repeats the same kernel paths in each (keyed by pid, 1.77 M of
+/// 5.98 M kernel probes missed on the 576 MB benchmark recording; 0.56 M keyed by pid 0).
 /// Direct-mapped; a slot holds the last frame hashed to it.
 #[derive(Debug)]
 struct FrameCache {
@@ -581,7 +581,7 @@ impl Default for ChainCache {
 
 /// Samples by the dso of their own (first) frame, for the end's lines on unnamed dsos: counted
 /// by dso, a small array, rather than by frame (a random increment in an array of every frame
-/// the stream has, 8 % of the stage's time).
+/// the stream has: 8 % of the stage's samples in `perf annotate` fell on it).
 #[derive(Debug, Default)]
 struct LeafSamples {
     /// Samples whose own frame is a kernel one.
