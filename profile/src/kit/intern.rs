@@ -10,23 +10,53 @@ use crate::symbolize::{FrameId, StackSample, Stacks};
 
 /// Distinct stacks (frame ids, innermost first, as [`Stacks::frames`] gives them) by id.
 ///
+/// The stacks are one array of frame ids, indexed by a table of stack ids compared by their
+/// frames there: 4 bytes a bucket and no allocation a stack, where a map of shared slices took
+/// 24 and one (on a recording of 1.25 M distinct stacks, the Parquet sink's lookups missed the
+/// cache twice each).
+///
 /// [`Stacks::frames`]: crate::symbolize::Stacks::frames
-#[derive(Debug, Default)]
+#[derive(Default)]
 pub struct StackTable {
-    ids: FxHashMap<Arc<[FrameId]>, u32>,
-    list: Vec<Arc<[FrameId]>>,
+    index: hashbrown::HashTable<u32>,
+    /// Stack `i`'s frames are `frames[starts[i]..starts[i + 1]]`.
+    starts: Vec<usize>,
+    frames: Vec<FrameId>,
+}
+
+impl std::fmt::Debug for StackTable {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("StackTable")
+            .field("stacks", &self.len())
+            .field("frames", &self.frames.len())
+            .finish()
+    }
+}
+
+fn hash_of(frames: &[FrameId]) -> u64 {
+    use std::hash::BuildHasher;
+    rustc_hash::FxBuildHasher.hash_one(frames)
 }
 
 impl StackTable {
     /// The id of a stack, a new one the first time it is seen.
     pub fn id(&mut self, frames: &[FrameId]) -> u32 {
-        if let Some(&id) = self.ids.get(frames) {
+        if self.starts.is_empty() {
+            self.starts.push(0);
+        }
+        let hash = hash_of(frames);
+        let (starts, all) = (&self.starts, &self.frames);
+        let of = |id: u32| &all[starts[id as usize]..starts[id as usize + 1]];
+        if let Some(&id) = self.index.find(hash, |&id| of(id) == frames) {
             return id;
         }
-        let id = self.list.len() as u32;
-        let shared: Arc<[FrameId]> = frames.into();
-        self.list.push(shared.clone());
-        self.ids.insert(shared, id);
+        let id = self.len() as u32;
+        self.frames.extend_from_slice(frames);
+        self.starts.push(self.frames.len());
+        let (starts, all) = (&self.starts, &self.frames);
+        self.index.insert_unique(hash, id, |&id| {
+            hash_of(&all[starts[id as usize]..starts[id as usize + 1]])
+        });
         id
     }
 
@@ -35,25 +65,24 @@ impl StackTable {
     /// # Panics
     /// When `id` was not given by [`StackTable::id`].
     pub fn get(&self, id: u32) -> &[FrameId] {
-        &self.list[id as usize]
+        let i = id as usize;
+        &self.frames[self.starts[i]..self.starts[i + 1]]
     }
 
     /// The number of distinct stacks.
     pub fn len(&self) -> usize {
-        self.list.len()
+        self.starts.len().saturating_sub(1)
     }
 
     /// No stack yet.
     pub fn is_empty(&self) -> bool {
-        self.list.is_empty()
+        self.len() == 0
     }
 
     /// The frames the stacks use.
     pub fn used_frames(&self) -> FrameSet {
         let mut used = FrameSet::default();
-        for stack in &self.list {
-            used.insert_all(stack);
-        }
+        used.insert_all(&self.frames);
         used
     }
 }
@@ -160,5 +189,31 @@ mod tests {
         let used = t.used_frames();
         assert_eq!(used.len(), 2);
         assert!(used.contains(5) && used.contains(1) && !used.contains(2) && !used.contains(99));
+    }
+
+    /// Through the index's growth: the empty stack, prefixes of one another, the same frames in
+    /// another order, each its own id, and each found again with its frames.
+    #[test]
+    fn many_stacks_keep_their_ids_as_the_table_grows() {
+        let mut t = StackTable::default();
+        let stacks: Vec<Vec<FrameId>> = (0..20_000u32)
+            .map(|i| (0..i % 9).map(|k| (i / 9 + k * 7) % 1000).collect())
+            .collect();
+        let mut distinct = Vec::<&[FrameId]>::new();
+        for s in &stacks {
+            let id = t.id(s) as usize;
+            if id == distinct.len() {
+                distinct.push(s);
+            }
+            assert_eq!(distinct[id], &s[..]);
+        }
+        assert_eq!(t.id(&[]), t.id(&[]));
+        assert_ne!(t.id(&[1, 2]), t.id(&[2, 1]));
+        assert_ne!(t.id(&[1]), t.id(&[1, 1]));
+        for (id, s) in distinct.iter().enumerate() {
+            assert_eq!(t.id(s), id as u32);
+            assert_eq!(t.get(id as u32), *s);
+        }
+        assert!(t.len() > 2000, "{}", t.len());
     }
 }
