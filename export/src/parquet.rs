@@ -2,8 +2,9 @@
 //! `--parquet -o DIR/ [--rotate DURATION|SIZE]`), what DuckDB, DataFusion, Spark and Trino query.
 //! Behind the `parquet` cargo feature (on in the `perfpipe` binary).
 //!
-//! One row per sample, written in row groups as the stream goes (memory: one row group of rows,
-//! the distinct stacks and the names of their frames). The schema (see `docs/parquet.md`):
+//! One row per sample, written in row groups as the stream goes (memory: the row group being
+//! filled and the one being encoded, the distinct stacks and the names of their frames). The
+//! schema (see `docs/parquet.md`):
 //!
 //! | column | type | |
 //! |---|---|---|
