@@ -361,6 +361,8 @@ pub struct ParquetSink {
     stacks: StackTable,
     /// Names of frames by frame id, filled as row groups need them.
     names: Vec<Option<Vec<Named>>>,
+    /// The stacks whose frames are named: ids below this.
+    named_stacks: usize,
     sources: NameSources,
     written: Counter,
     files: Counter,
@@ -575,6 +577,7 @@ impl ParquetSink {
             events: Events::default(),
             stacks: StackTable::default(),
             names: Vec::new(),
+            named_stacks: 0,
             sources: NameSources::default(),
             written: Counter::new(),
             files: Counter::new(),
@@ -737,16 +740,15 @@ impl ParquetSink {
         if self.names.len() < frames.len() {
             self.names.resize(frames.len(), None);
         }
+        // Only the stacks made since the last row group can hold frames not named yet.
         let mut want: Vec<u32> = Vec::new();
-        let mut seen = vec![false; frames.len()];
-        for r in &self.rows {
-            for &f in self.stacks.get(r.stack) {
-                let i = f as usize;
-                if self.names[i].is_none() && !std::mem::replace(&mut seen[i], true) {
-                    want.push(f);
-                }
-            }
+        for id in self.named_stacks..self.stacks.len() {
+            let frames = self.stacks.get(id as u32).iter();
+            want.extend(frames.filter(|&&f| self.names[f as usize].is_none()));
         }
+        want.sort_unstable();
+        want.dedup();
+        self.named_stacks = self.stacks.len();
         let dsos = &namer.tables().dsos;
         let named: Vec<Vec<Named>> = namer.each(&want, |_, frame, resolved| {
             let build_id = frame
@@ -803,21 +805,26 @@ impl ParquetSink {
         let mut tp =
             arrow_array::builder::MapBuilder::new(None, StringBuilder::new(), StringBuilder::new());
         let opt = |v: u32| (v != u32::MAX).then_some(v);
+        // Rows of off-CPU intervals, of tracepoint samples: without them, their columns are null.
+        let off_rows = self.rows.iter().any(|r| r.state.is_some());
+        let tp_rows = self.rows.iter().any(|r| r.tp != NO_TP);
         for r in &self.rows {
-            off_end.append_option((r.end != 0).then_some(r.end));
-            off_state.append_option(r.state.map(State::name));
-            off_open.push(r.state.is_some().then_some(r.open_at_end));
-            waker_tid.append_option(opt(r.waker.0));
-            waker_comm.append_option(opt(r.waker.1).map(|c| self.comms.name(c)));
-            if r.tp.1 == u32::MAX {
-                tp.append(false)?;
-            } else {
+            if off_rows {
+                off_end.append_option((r.end != 0).then_some(r.end));
+                off_state.append_option(r.state.map(State::name));
+                off_open.push(r.state.is_some().then_some(r.open_at_end));
+                waker_tid.append_option(opt(r.waker.0));
+                waker_comm.append_option(opt(r.waker.1).map(|c| self.comms.name(c)));
+            }
+            if tp_rows {
                 let from = r.tp.0 as usize;
-                for (k, v) in &self.tp_values[from..from + r.tp.1 as usize] {
+                let fields =
+                    (r.tp.1 != u32::MAX).then(|| &self.tp_values[from..][..r.tp.1 as usize]);
+                for (k, v) in fields.into_iter().flatten() {
                     tp.keys().append_value(k);
                     tp.values().append_option(v.as_deref());
                 }
-                tp.append(true)?;
+                tp.append(fields.is_some())?;
             }
             time.append_value(r.time);
             pid.append_option(opt(r.pid));
@@ -852,7 +859,7 @@ impl ParquetSink {
         let comm_names = StringArray::from_iter_values(self.comms.names());
         let event_names =
             StringArray::from_iter_values(self.events.list().iter().map(|e| e.name.as_str()));
-        let columns: Vec<ArrayRef> = vec![
+        let mut columns: Vec<ArrayRef> = vec![
             Arc::new(time.finish()),
             Arc::new(pid.finish()),
             Arc::new(tid.finish()),
@@ -875,6 +882,13 @@ impl ParquetSink {
             Arc::new(waker_comm.finish()),
             Arc::new(tp.finish()),
         ];
+        // The columns only off-CPU intervals (9 to 13) and tracepoint samples (14) fill.
+        let all_null = (9..14)
+            .filter(|_| !off_rows)
+            .chain((!tp_rows).then_some(14));
+        for i in all_null {
+            columns[i] = arrow_array::new_null_array(self.schema.field(i).data_type(), n);
+        }
         let schema = Schema::new(
             self.schema
                 .fields()
