@@ -320,12 +320,12 @@ fn dictionary_fields(fields: &Fields) -> Fields {
         .collect()
 }
 
-/// How the columns are written: zstd level 1, [`ROW_GROUP`] rows a group. Not as dictionaries:
+/// How the columns are written: zstd level 1, `row_group` rows a group. Not as dictionaries:
 /// `time` (every value differs, so a dictionary is built and dropped in every row group: the
 /// file is 14 % larger with one) and the frames' `address` (as large with one, 5 % more CPU).
 /// No statistics for the frames' fields: a query cannot skip a page by the range of the
 /// functions of its stacks' lists, and computing them compared every name of every frame.
-fn writer_properties() -> WriterProperties {
+fn writer_properties(row_group: usize) -> WriterProperties {
     let frame = |leaf: &str| {
         ::parquet::schema::types::ColumnPath::new(
             ["stack", "list", "item", leaf].map(String::from).to_vec(),
@@ -333,7 +333,7 @@ fn writer_properties() -> WriterProperties {
     };
     let mut props = WriterProperties::builder()
         .set_compression(Compression::ZSTD(ZstdLevel::try_new(1).expect("level 1")))
-        .set_max_row_group_row_count(Some(ROW_GROUP))
+        .set_max_row_group_row_count(Some(row_group))
         .set_column_dictionary_enabled("time".into(), false)
         .set_column_dictionary_enabled(frame("address"), false);
     for leaf in ["function", "dso", "build_id", "address", "inlined"] {
@@ -356,6 +356,8 @@ pub struct ParquetSink {
     open: Option<Part>,
     parts: u64,
     rows: Vec<Row>,
+    /// Rows a row group ([`ROW_GROUP`]).
+    row_group: usize,
     comms: Comms,
     events: Events,
     stacks: StackTable,
@@ -572,7 +574,8 @@ impl ParquetSink {
             schema: schema(),
             open: None,
             parts: 0,
-            rows: Vec::with_capacity(ROW_GROUP),
+            rows: Vec::new(),
+            row_group: ROW_GROUP,
             comms: Comms::default(),
             events: Events::default(),
             stacks: StackTable::default(),
@@ -661,7 +664,7 @@ impl ParquetSink {
                     .unwrap_or((u32::MAX, u32::MAX)),
                 tp: NO_TP,
             });
-            if self.rows.len() >= ROW_GROUP {
+            if self.rows.len() >= self.row_group {
                 self.flush_rows()?;
             }
         }
@@ -704,7 +707,7 @@ impl ParquetSink {
             tp,
         };
         self.rows.push(row);
-        if self.rows.len() >= ROW_GROUP {
+        if self.rows.len() >= self.row_group {
             self.flush_rows()?;
         }
         Ok(())
@@ -931,7 +934,7 @@ impl ParquetSink {
                 .map_or_else(|| "out".into(), |n| n.to_string_lossy().into_owned());
             let tmp = path.with_file_name(format!(".{name}.tmp-{}", std::process::id()));
             let file = File::create(&tmp).map_err(|e| io("create", &tmp, e))?;
-            let props = writer_properties();
+            let props = writer_properties(self.row_group);
             // `ArrowWriter` makes the file's schema and metadata (the Arrow schema among them);
             // its row groups are written here, a column per task.
             let (writer, columns) = ArrowWriter::try_new(file, self.schema.clone(), Some(props))
@@ -1278,6 +1281,53 @@ mod tests {
             }
         }
         assert_eq!((rows, files), (1664, 2), "SIGUSR2 starts a new part");
+    }
+
+    /// Row groups encoded on the pool while the next is built are the bytes of row groups
+    /// encoded one after another on the sink's thread, in order, every row in its place.
+    #[test]
+    fn row_groups_encoded_on_the_pool_are_the_bytes_of_those_encoded_in_turn() {
+        use ::parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
+        let dir = tempfile::tempdir().unwrap();
+        let pool = Arc::new(
+            rayon::ThreadPoolBuilder::new()
+                .num_threads(2)
+                .build()
+                .unwrap(),
+        );
+        let write = |name: &str, pool: Option<Arc<rayon::ThreadPool>>| {
+            let path = dir.path().join(name);
+            let mut sink = ParquetSink::new(&path, false, Rotate::Never, None, pool);
+            sink.row_group = 100;
+            for b in &batches() {
+                assert_eq!(sink.consume(b).unwrap(), Flow::Continue);
+            }
+            sink.finish().unwrap();
+            path
+        };
+        let (pooled, in_turn) = (
+            write("pool.parquet", Some(pool)),
+            write("turn.parquet", None),
+        );
+        let bytes = std::fs::read(&pooled).unwrap();
+        assert!(bytes == std::fs::read(in_turn).unwrap(), "the same bytes");
+        let reader =
+            ParquetRecordBatchReaderBuilder::try_new(File::open(&pooled).unwrap()).unwrap();
+        let groups = reader.metadata().num_row_groups();
+        let mut times = Vec::new();
+        for batch in reader.build().unwrap() {
+            let batch = batch.unwrap();
+            let time = batch.column_by_name("time").unwrap();
+            let time = time.as_any().downcast_ref::<UInt64Array>().unwrap();
+            times.extend(time.values().iter().copied());
+        }
+        let expected: Vec<u64> = batches()
+            .iter()
+            .filter_map(|b| b.annotation::<perfpipe_profile::symbolize::Stacks>())
+            .flat_map(|s| s.samples().iter().map(|x| x.time).collect::<Vec<_>>())
+            .collect();
+        assert_eq!(times, expected, "every row in its place");
+        assert_eq!(groups, 17, "1664 rows in row groups of 100");
     }
 
     /// The fixture with its HOSTNAME and CLOCK_DATA feature records replaced by `features`, put
