@@ -280,6 +280,11 @@ pub mod misc {
     pub const MMAP_BUILD_ID: u16 = 1 << 14;
     /// `PERF_RECORD_MISC_BUILD_ID_SIZE` (HEADER_BUILD_ID only): the size byte is valid.
     pub const BUILD_ID_SIZE: u16 = 1 << 15;
+
+    /// A cpumode of kernel code: the host's kernel or a guest's.
+    pub const fn is_kernel(cpumode: u16) -> bool {
+        matches!(cpumode, KERNEL | GUEST_KERNEL)
+    }
 }
 
 /// `perf_event_attr.sample_type` bits (`PERF_SAMPLE_*`).

@@ -16,12 +16,21 @@ use crate::symbolize::{FrameId, StackSample, Stacks};
 /// cache twice each).
 ///
 /// [`Stacks::frames`]: crate::symbolize::Stacks::frames
-#[derive(Default)]
 pub struct StackTable {
     index: hashbrown::HashTable<u32>,
     /// Stack `i`'s frames are `frames[starts[i]..starts[i + 1]]`.
     starts: Vec<usize>,
     frames: Vec<FrameId>,
+}
+
+impl Default for StackTable {
+    fn default() -> StackTable {
+        StackTable {
+            index: hashbrown::HashTable::new(),
+            starts: vec![0],
+            frames: Vec::new(),
+        }
+    }
 }
 
 impl std::fmt::Debug for StackTable {
@@ -41,9 +50,6 @@ fn hash_of(frames: &[FrameId]) -> u64 {
 impl StackTable {
     /// The id of a stack, a new one the first time it is seen.
     pub fn id(&mut self, frames: &[FrameId]) -> u32 {
-        if self.starts.is_empty() {
-            self.starts.push(0);
-        }
         let hash = hash_of(frames);
         let (starts, all) = (&self.starts, &self.frames);
         let of = |id: u32| &all[starts[id as usize]..starts[id as usize + 1]];
@@ -71,7 +77,7 @@ impl StackTable {
 
     /// The number of distinct stacks.
     pub fn len(&self) -> usize {
-        self.starts.len().saturating_sub(1)
+        self.starts.len() - 1
     }
 
     /// No stack yet.

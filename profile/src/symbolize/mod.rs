@@ -593,7 +593,7 @@ struct LeafSamples {
 impl LeafSamples {
     #[inline]
     fn count(&mut self, leaf: &Step) {
-        if matches!(leaf.mode, misc::KERNEL | misc::GUEST_KERNEL) {
+        if misc::is_kernel(leaf.mode) {
             self.kernel += 1;
         } else if leaf.dso != UNMAPPED {
             let i = leaf.dso as usize;
@@ -622,7 +622,7 @@ struct Wanted {
 
 impl Wanted {
     fn want(&mut self, symbols: &Symbols, dso: Option<DsoId>, mode: u16) {
-        if !self.kernel && matches!(mode, misc::KERNEL | misc::GUEST_KERNEL) {
+        if !self.kernel && misc::is_kernel(mode) {
             self.kernel = true;
             symbols.want_kernel();
         }
@@ -643,7 +643,7 @@ impl Wanted {
 /// The frame of `ip` in `map` (if one covers it) for a sample of `pid` in `mode`; `anon` tells,
 /// per dso, whether its memory is anonymous.
 fn frame_of(map: Option<&Map>, anon: &[bool], pid: u32, mode: u16, ip: u64) -> Frame {
-    let kernel = matches!(mode, misc::KERNEL | misc::GUEST_KERNEL);
+    let kernel = misc::is_kernel(mode);
     let dso = map.map(|m| m.dso);
     let rel = match map {
         Some(m) if !kernel => ip.wrapping_sub(m.start).wrapping_add(m.pgoff),
@@ -833,7 +833,7 @@ impl Symbolize {
             for step in fresh {
                 let (mode, ip) = (step.mode, step.ip);
                 let stamp = space.stamp(mode);
-                let kernel = matches!(mode, misc::KERNEL | misc::GUEST_KERNEL);
+                let kernel = misc::is_kernel(mode);
                 let cached = if kernel { 0 } else { pid };
                 (step.id, step.dso) = match self.cache.get(cached, mode, ip, stamp) {
                     Some(hit) => hit,

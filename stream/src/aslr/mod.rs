@@ -221,10 +221,6 @@ pub struct Aslr {
     c: Counters,
 }
 
-fn is_kernel(cpumode: u16) -> bool {
-    matches!(cpumode, misc::KERNEL | misc::GUEST_KERNEL)
-}
-
 /// Anonymous memory and memory of no file (`is_anon_memory()`, `is_no_dso_memory()`): laid out by
 /// address, not by file offset.
 fn is_anon(name: &[u8]) -> bool {
@@ -247,7 +243,7 @@ fn round_up(a: u64) -> u64 {
 
 impl Aslr {
     fn layout_key(pid: u32, cpumode: u16) -> u32 {
-        if is_kernel(cpumode) {
+        if misc::is_kernel(cpumode) {
             KERNEL_PID
         } else {
             pid
@@ -282,7 +278,7 @@ impl Aslr {
             .checked_sub(1)
             .and_then(|p| self.machine.find(pid, cpumode, p, time))
             .is_some_and(|m| m.end == start);
-        let kernel = is_kernel(cpumode);
+        let kernel = misc::is_kernel(cpumode);
         let key_pid = Self::layout_key(pid, cpumode);
         if !self.layouts.contains_key(&key_pid) {
             let inherited = self.ancestor_layout(key_pid).cloned().unwrap_or_default();
@@ -358,7 +354,7 @@ impl Aslr {
                         .wrapping_add(addr.wrapping_sub(m.start));
                 }
             }
-            if is_kernel(mode) {
+            if misc::is_kernel(mode) {
                 if let Some(&(s, _, new)) = self
                     .ksymbols
                     .iter()
@@ -397,7 +393,7 @@ impl Aslr {
         let cpumode = rec.cpumode();
         let mut out = rec.bytes.to_vec();
         out[16..24].copy_from_slice(&e.put_u64(new));
-        if is_anon(m.filename) || (is_kernel(cpumode) && is_kernel_image(m.filename)) {
+        if is_anon(m.filename) || (misc::is_kernel(cpumode) && is_kernel_image(m.filename)) {
             out[32..40].copy_from_slice(&e.put_u64(new));
         }
         let misc_ = rec.header().misc;
